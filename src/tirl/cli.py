@@ -1,2 +1,89 @@
-def main(argv=None):
-    raise SystemExit("tirl: CLI not built yet")
+"""The `tirl` command: `demo`, `sft`, `rl`, `eval`, each taking an optional YAML config and dotted overrides.
+
+    tirl demo [--config FILE] [key=value ...]
+    tirl sft  --config FILE [model.path=DIR sft.data=FILE ...] [--out DIR]
+    tirl rl   --config FILE [model.path=DIR rl.data=FILE ...]  [--out DIR]
+    tirl eval --config FILE [model.path=DIR eval.data=FILE ...] [--out DIR] [--label NAME]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from tirl.config import ConfigError, load_config
+
+
+DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.yaml"
+
+
+def _config(args: argparse.Namespace):
+    from tirl.run_config import TirlConfig
+
+    path = args.config or (DEMO_CONFIG if args.command == "demo" else None)
+    return load_config(TirlConfig, path, args.overrides)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from tirl.demo import run_demo
+
+    run_demo(_config(args))
+    return 0
+
+
+def _cmd_stage(args: argparse.Namespace) -> int:
+    from tirl.logging import console
+    from tirl.stages import run_eval, run_rl, run_sft, setup_torch
+
+    cfg = _config(args)
+    setup_torch(cfg)
+    out = Path(args.out or Path(cfg.out_dir) / args.command)
+    if args.command == "sft":
+        console.print(f"checkpoint: {run_sft(cfg, out)}")
+    elif args.command == "rl":
+        console.print(f"checkpoint: {run_rl(cfg, out)}")
+    else:
+        summary = run_eval(cfg, out, label=args.label)
+        for source, metrics in summary.items():
+            shown = "  ".join(f"{k}={v:.3f}" for k, v in metrics.items() if "@" in k)
+            console.print(f"{source}: {shown}")
+        console.print(f"records: {out / 'records.jsonl'}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tirl", description="Tool-integrated RL: train and evaluate LMs that "
+                                     "reason with a Python tool.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def add(name: str, help_: str, fn) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_)
+        p.add_argument("--config", default=None, help="YAML config (default: the dataclass defaults; for demo, the packaged configs/demo.yaml)")
+        p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rl.steps=10 eval.n=16")
+        p.set_defaults(fn=fn)
+        return p
+
+    add("demo", "the whole loop on a tiny model: data, SFT, eval, RL, eval, report", _cmd_demo)
+    for name, help_ in (("sft", "supervised fine-tuning on multi-turn tool trajectories (sft.data)"),
+                        ("rl", "GRPO-TCR on prompts (rl.data) from model.path"),
+                        ("eval", "n samples per problem of eval.data: records, trajectories, pass@k")):
+        p = add(name, help_, _cmd_stage)
+        p.add_argument("--out", default=None, help="output directory (default: OUT_DIR/<command>)")
+        if name == "eval":
+            p.add_argument("--label", default="model", help="model label written into every record")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (ConfigError, FileNotFoundError, ValueError) as e:
+        print(f"tirl {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

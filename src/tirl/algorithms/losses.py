@@ -1,0 +1,147 @@
+"""Policy-gradient losses on per-token log-probabilities, and the token/sequence aggregation they share.
+
+The trainer runs the model and passes tensors in; nothing here reads trainer state or a config object.
+Every policy loss has the uniform signature
+``fn(logp, old_logp, advantages, loss_mask, *, <float hyperparameters>, agg, norm_len) -> (loss, stats)``
+and is picked by name once at start-up via ``get_policy_loss``. ``aggregate`` is public so entropy or KL terms
+reduce over tokens exactly as the policy loss does.
+
+``loss_mask`` is 0/1 (bool or float): 1 on sampled assistant tokens, 0 on prompt, tool-output and padding
+tokens. Masked-out positions are zero-filled before any sum, so garbage (even inf) there cannot leak into
+the loss.
+
+Not here: value losses, KL/entropy terms (see ``regularizers``), and anything that computes log-probs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+# Log-ratio clamp before exp, as verl: keeps exp finite. It never changes the loss or its gradient while
+# clip_c < e^20, because any ratio that far from 1 is already on a flat (clipped) branch.
+_LOG_RATIO_LIMIT = 20.0
+
+
+def _token_mean(values: torch.Tensor, mask: torch.Tensor, norm_len: int | None) -> torch.Tensor:
+    """Every trained token in the batch weighs the same: long answers dominate."""
+    return values.sum() / mask.sum().clamp(min=1.0)
+
+
+def _seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor, norm_len: int | None) -> torch.Tensor:
+    """Every sequence weighs the same (the original GRPO); sequences with no trained token are skipped."""
+    seq_count = mask.sum(dim=-1)  # (B,)
+    seq_mean = values.sum(dim=-1) / seq_count.clamp(min=1.0)  # (B,)
+    has_tokens = (seq_count > 0).to(values.dtype)  # (B,)
+    return (seq_mean * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
+
+
+def _seq_mean_token_sum_norm(values: torch.Tensor, mask: torch.Tensor, norm_len: int | None) -> torch.Tensor:
+    """Dr. GRPO: per-sequence token sum over a constant length, so length does not rescale a token's weight.
+
+    The constant is ``norm_len`` if given, else T (the padded last dim, i.e. the generation budget when the
+    batch is padded to max length); it must not depend on the data, or the length bias comes back.
+    """
+    num_seqs, num_tokens = values.shape[0], values.shape[-1]
+    constant = norm_len if norm_len is not None else num_tokens
+    return values.sum() / max(num_seqs * constant, 1)
+
+
+AGGREGATIONS: dict[str, Callable[[torch.Tensor, torch.Tensor, int | None], torch.Tensor]] = {
+    "token-mean": _token_mean,
+    "seq-mean-token-mean": _seq_mean_token_mean,
+    "seq-mean-token-sum-norm": _seq_mean_token_sum_norm,
+}
+
+
+def aggregate(
+    values: torch.Tensor, mask: torch.Tensor, agg: str, *, norm_len: int | None = None
+) -> torch.Tensor:
+    """Reduce per-token values (B, T) under a 0/1 mask (B, T) to a scalar with the named aggregation.
+
+    An all-zero mask gives 0.0 that is still connected to ``values``' graph (zero gradient, never NaN).
+    """
+    if agg not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {agg!r}; valid: {sorted(AGGREGATIONS)}")
+    if norm_len is not None and norm_len < 1:
+        raise ValueError(f"norm_len must be >= 1, got {norm_len}")
+    mask_f = mask.to(values.dtype)  # (B, T)
+    masked = values.masked_fill(mask_f == 0, 0.0)  # (B, T); zero-fill, not multiply: inf * 0 is NaN
+    return AGGREGATIONS[agg](masked, mask_f, norm_len)
+
+
+def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
+    """Mean of x over mask != 0 as a Python float; 0.0 for an empty mask."""
+    mask_f = mask.to(torch.float64)
+    total = mask_f.sum()
+    if total == 0:
+        return 0.0
+    return float(x.to(torch.float64).masked_fill(mask_f == 0, 0.0).sum() / total)
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    clip_c: float = 10.0,
+    agg: str = "token-mean",
+    norm_len: int | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """PPO clipped surrogate with asymmetric clip (DAPO's clip-higher) and dual clip, as verl's vanilla loss.
+
+    logp, old_logp: (B, T) log-probs of the sampled tokens under the current and the behaviour policy.
+    advantages: (B, T), or (B,) broadcast over T. loss_mask: (B, T), 0/1.
+    Per token: ratio = exp(logp - old_logp);
+    pg = max(-A * ratio, -A * clip(ratio, 1 - clip_low, 1 + clip_high)); where A < 0 additionally
+    pg = min(pg, -A * clip_c), so one token whose ratio exploded cannot dominate.
+    Returns the aggregated loss and flat stats; clipfrac = clipfrac_low + clipfrac_high (both over all mask
+    tokens), dualclip_frac is over mask tokens with A < 0.
+    """
+    if clip_c <= 1.0:
+        raise ValueError(f"clip_c must be > 1, got {clip_c}")
+    if not 0.0 <= clip_low < 1.0 or clip_high < 0.0:
+        raise ValueError(f"need 0 <= clip_low < 1 and clip_high >= 0, got {clip_low}, {clip_high}")
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)  # (B, 1), broadcasts over T
+    advantages = advantages.expand_as(logp)  # (B, T)
+
+    log_ratio = (logp - old_logp).clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT)  # (B, T)
+    ratio = torch.exp(log_ratio)  # (B, T)
+    pg1 = -advantages * ratio
+    pg2 = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    clipped = torch.maximum(pg1, pg2)  # (B, T)
+    pg3 = -advantages * clip_c
+    negative = advantages < 0
+    pg = torch.where(negative, torch.minimum(clipped, pg3), clipped)  # (B, T)
+    loss = aggregate(pg, loss_mask, agg, norm_len=norm_len)
+
+    with torch.no_grad():
+        mask = loss_mask.to(torch.bool)
+        stats = {
+            "loss/pg": float(loss.detach()),
+            "loss/clipfrac": _masked_mean((pg2 > pg1).float(), mask),
+            "loss/clipfrac_low": _masked_mean(((ratio < 1.0 - clip_low) & negative).float(), mask),
+            "loss/clipfrac_high": _masked_mean(((ratio > 1.0 + clip_high) & (advantages > 0)).float(), mask),
+            "loss/dualclip_frac": _masked_mean((pg3 < clipped).float(), mask & negative),
+            "loss/ratio_mean": _masked_mean(ratio, mask),
+            "loss/approx_kl": _masked_mean(old_logp - logp, mask),
+        }
+    return loss, stats
+
+
+PolicyLoss = Callable[..., tuple[torch.Tensor, dict[str, float]]]
+
+POLICY_LOSSES: dict[str, PolicyLoss] = {"ppo": policy_loss}
+
+
+def get_policy_loss(name: str) -> PolicyLoss:
+    """Look up a policy loss by name; a bad name raises and lists the valid ones."""
+    try:
+        return POLICY_LOSSES[name]
+    except KeyError:
+        raise ValueError(f"unknown policy loss {name!r}; valid: {sorted(POLICY_LOSSES)}") from None

@@ -1,0 +1,268 @@
+"""Config machinery: nested dataclasses <-> YAML, with dotted `key=value` overrides and errors naming the key.
+
+A run's config is a tree of plain dataclasses; this module only moves values between YAML, command-line
+overrides and those dataclasses, checking every key and type on the way, so a typo (`rl.lrr=1e-3`) fails at
+start-up instead of being silently ignored. Semantic checks (a learning rate must be positive) live in each
+dataclass's `__post_init__`; errors raised there come back as `ConfigError` prefixed with the section's path.
+
+Deliberately not here: interpolation, includes, `_component_`-style object construction or generated YAML.
+A reader finds what runs by reading the dataclasses.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import re
+import types
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from tirl.io import atomic_write_text
+
+T = TypeVar("T")
+
+# PyYAML follows YAML 1.1, where `1e-3` (no dot) is a string; these strings are accepted for float fields.
+_FLOAT_RE = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
+
+
+class ConfigError(ValueError):
+    """A config value, key or file is invalid; the message names the dotted key or the file."""
+
+
+def _join(where: str, key: str) -> str:
+    return f"{where}.{key}" if where else key
+
+
+def _type_name(tp: Any) -> str:
+    if isinstance(tp, type):
+        return tp.__name__
+    return str(tp).replace("typing.", "")
+
+
+def _init_fields(cls: type) -> dict[str, dataclasses.Field]:
+    return {f.name: f for f in dataclasses.fields(cls) if f.init}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    try:
+        return get_type_hints(cls)
+    except Exception as e:  # a forward reference that cannot be resolved is a bug in the config class
+        raise TypeError(f"cannot resolve the type hints of {cls.__name__}: {e}") from e
+
+
+def _valid_keys(cls: type) -> str:
+    return ", ".join(_init_fields(cls))
+
+
+def _is_union(tp: Any) -> bool:
+    return get_origin(tp) in (Union, types.UnionType)
+
+
+def _bad_type(key: str, tp: Any, value: Any) -> ConfigError:
+    return ConfigError(f"config key '{key}' expects {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+
+
+def _convert(tp: Any, value: Any, key: str) -> Any:
+    """Check `value` against the annotation `tp`; return it in the annotated form (lists to tuples etc.)."""
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, Mapping):
+            raise _bad_type(key, tp, value)
+        return from_dict(tp, value, where=key)
+    if _is_union(tp):
+        args = get_args(tp)
+        if value is None:
+            if type(None) in args:
+                return None
+            raise _bad_type(key, tp, value)
+        options = [a for a in args if a is not type(None)]
+        if len(options) == 1:  # Optional[X]: let X's own, more specific error through
+            return _convert(options[0], value, key)
+        for arg in options:
+            try:
+                return _convert(arg, value, key)
+            except ConfigError:
+                continue
+        raise _bad_type(key, tp, value)
+    if origin is Literal:
+        choices = get_args(tp)
+        if any(value == c and type(value) is type(c) for c in choices):
+            return value
+        raise ConfigError(f"config key '{key}' must be one of {list(choices)}, got {value!r}")
+    if origin in (list, tuple) or tp in (list, tuple):
+        return _convert_sequence(tp, value, key)
+    if origin is dict or tp is dict:
+        if not isinstance(value, Mapping):
+            raise _bad_type(key, tp, value)
+        kt, vt = get_args(tp) or (Any, Any)
+        return {_convert(kt, k, key): _convert(vt, v, f"{key}.{k}") for k, v in value.items()}
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise _bad_type(key, tp, value)
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise _bad_type(key, tp, value)
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str) and _FLOAT_RE.match(value.strip()):
+            return float(value)
+        raise _bad_type(key, tp, value)
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise _bad_type(key, tp, value)
+    if isinstance(tp, type):
+        if isinstance(value, tp):
+            return value
+        raise _bad_type(key, tp, value)
+    raise TypeError(f"config key '{key}' has an unsupported annotation {_type_name(tp)}")
+
+
+def _convert_sequence(tp: Any, value: Any, key: str) -> list | tuple:
+    if not isinstance(value, list | tuple):
+        raise _bad_type(key, tp, value)
+    origin = get_origin(tp) or tp
+    args = get_args(tp)
+    if origin is list:
+        item_tp = args[0] if args else Any
+        return [_convert(item_tp, v, f"{key}[{i}]") for i, v in enumerate(value)]
+    if not args:
+        return tuple(value)
+    if len(args) == 2 and args[1] is Ellipsis:
+        return tuple(_convert(args[0], v, f"{key}[{i}]") for i, v in enumerate(value))
+    if len(args) != len(value):
+        raise ConfigError(f"config key '{key}' expects {len(args)} items ({_type_name(tp)}), got {value!r}")
+    return tuple(_convert(a, v, f"{key}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True)))
+
+
+def from_dict(cls: type[T], data: Mapping[str, Any], *, where: str = "") -> T:
+    """Build the dataclass `cls` from `data`, recursing into nested dataclasses; missing keys get defaults."""
+    if not (dataclasses.is_dataclass(cls) and isinstance(cls, type)):
+        raise TypeError(f"from_dict needs a dataclass type, got {cls!r}")
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"config section '{where or '<root>'}' must be a mapping, got {data!r}")
+    known = _init_fields(cls)
+    for key in data:
+        if key not in known:
+            level = f"'{where}'" if where else "the top level"
+            raise ConfigError(
+                f"unknown config key '{_join(where, str(key))}'; valid keys at {level}: {_valid_keys(cls)}"
+            )
+    hints = _hints(cls)
+    kwargs = {name: _convert(hints[name], value, _join(where, name)) for name, value in data.items()}
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except ValueError as e:
+        raise ConfigError(f"{where or cls.__name__}: {e}") from e
+
+
+def _dataclass_of(tp: Any) -> type | None:
+    """The dataclass a field holds (also through Optional), or None for a leaf field."""
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return tp
+    if _is_union(tp):
+        inner = [a for a in get_args(tp) if a is not type(None)]
+        if len(inner) == 1:
+            return _dataclass_of(inner[0])
+    return None
+
+
+def _accepts(tp: Any, kind: type) -> bool:
+    if tp is kind:
+        return True
+    return _is_union(tp) and kind in get_args(tp)
+
+
+def _parse_override(raw: str, tp: Any) -> Any:
+    value = yaml.safe_load(raw) if raw.strip() else ""
+    if isinstance(value, str) and _accepts(tp, float) and _FLOAT_RE.match(value.strip()):
+        return float(value)
+    if _accepts(tp, str) and value is not None and isinstance(value, int | float | bool):
+        return raw.strip()  # `run.name=2024` means the string, not the number
+    return value
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str], cls: type) -> dict[str, Any]:
+    """A copy of `data` with each `dotted.key=value` set; keys are checked against the fields of `cls`."""
+    out: dict[str, Any] = copy.deepcopy(dict(data))
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must have the form dotted.key=value")
+        dotted, raw = item.split("=", 1)
+        dotted = dotted.strip()
+        parts = dotted.split(".")
+        if not all(parts):
+            raise ConfigError(f"override {item!r} has an empty key")
+        node, section = out, cls
+        for i, part in enumerate(parts):
+            prefix = ".".join(parts[:i])
+            if part not in _init_fields(section):
+                level = f"'{prefix}'" if prefix else "the top level"
+                raise ConfigError(
+                    f"unknown config key '{_join(prefix, part)}' in override {item!r}; "
+                    f"valid keys at {level}: {_valid_keys(section)}"
+                )
+            tp = _hints(section)[part]
+            if i == len(parts) - 1:
+                node[part] = _parse_override(raw, tp)
+                break
+            sub = _dataclass_of(tp)
+            if sub is None:
+                raise ConfigError(f"config key '{_join(prefix, part)}' ({_type_name(tp)}) is not a section")
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node, section = node[part], sub
+    return out
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
+    """YAML file (optional) -> dotted overrides -> validated dataclass `cls`."""
+    data: Any = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.YAMLError as e:
+            raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
+        if data is None:
+            data = {}
+        if not isinstance(data, Mapping):
+            raise ConfigError(
+                f"config file {path} must hold a mapping at the top level, got {type(data).__name__}"
+            )
+    return from_dict(cls, apply_overrides(data, overrides, cls))
+
+
+def to_dict(cfg: Any) -> Any:
+    """Plain YAML-safe types: dataclasses become dicts, tuples become lists."""
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        return {f.name: to_dict(getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.init}
+    if isinstance(cfg, list | tuple):
+        return [to_dict(v) for v in cfg]
+    if isinstance(cfg, Mapping):
+        return {k: to_dict(v) for k, v in cfg.items()}
+    return cfg
+
+
+def save_config(cfg: Any, path: str | Path) -> Path:
+    """Write `cfg` as YAML (field order kept) so that `load_config(type(cfg), path) == cfg`."""
+    text = yaml.safe_dump(to_dict(cfg), sort_keys=False, allow_unicode=True)
+    return atomic_write_text(path, text)
+
+
+__all__ = ["ConfigError", "apply_overrides", "from_dict", "load_config", "save_config", "to_dict"]

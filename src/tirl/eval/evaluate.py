@@ -1,0 +1,131 @@
+"""Evaluation: n samples per problem through the agent loop, one record per sample, summaries per data source.
+
+Records are flat dicts (see `SampleRecord`), written as JSONL next to the full trajectories so that later analysis
+(pass@k curves, solvable sets, tool-use statistics) never needs to re-run the model.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tirl.eval.metrics import default_ks, summarize
+from tirl.io import atomic_write_json, atomic_write_jsonl
+from tirl.progress import progress
+from tirl.rewards.scoring import score_trajectories
+from tirl.rewards.shaping import RewardConfig
+from tirl.rollout.agent import AgentLoop
+from tirl.rollout.sampling import SamplingParams
+from tirl.rollout.types import Trajectory
+
+
+@dataclass
+class EvalConfig:
+    data: str = ""  # JSONL of rows in the RL schema
+    n: int = 8  # samples per problem
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_problems: int = 0  # 0 = all rows
+    batch_problems: int = 32  # problems rolled out together (each with its n samples)
+    ks: list[int] = field(default_factory=list)  # empty = 1, 2, 4, ..., n
+
+    def __post_init__(self) -> None:
+        if self.n < 1 or self.batch_problems < 1:
+            raise ValueError(f"eval.n and eval.batch_problems must be >= 1, got {self.n}, {self.batch_problems}")
+        if any(k < 1 or k > self.n for k in self.ks):
+            raise ValueError(f"eval.ks must lie in [1, n={self.n}], got {self.ks}")
+
+
+@dataclass
+class SampleRecord:
+    """One evaluated sample; the unit every metric is computed from."""
+
+    model: str
+    problem_id: str
+    data_source: str
+    sample_index: int
+    temperature: float
+    top_p: float
+    correct: bool
+    score: float
+    pred: str | None
+    num_tool_calls: int
+    num_tool_errors: int
+    turns: int
+    response_tokens: int
+    stop_reason: str
+
+
+def evaluate(agent: AgentLoop, rows: Sequence[dict[str, Any]], cfg: EvalConfig, *, model_label: str, seed: int,
+             reward: RewardConfig | None = None) -> tuple[list[SampleRecord], list[Trajectory]]:
+    """Roll out every row n times and grade each sample (reward shaping off unless given: accuracy is the verdict)."""
+    rows = list(rows)[: cfg.max_problems or None]
+    params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p)
+    reward = reward or RewardConfig()
+    gen = torch.Generator().manual_seed(seed)
+    records: list[SampleRecord] = []
+    trajs: list[Trajectory] = []
+    with progress(f"eval {model_label}", len(rows)) as bar:
+        for s in range(0, len(rows), cfg.batch_problems):
+            chunk = rows[s : s + cfg.batch_problems]
+            prompts = [r["prompt"] for r in chunk for _ in range(cfg.n)]
+            metas = [{"id": _problem_id(r, s + i), "data_source": r.get("data_source", "unknown"), "sample": k,
+                      "ground_truth": r["reward_model"]["ground_truth"]}
+                     for i, r in enumerate(chunk) for k in range(cfg.n)]
+            out = agent.run(prompts, params, metas=metas, generator=gen)
+            scores = score_trajectories(out, reward, max_len=agent.config.max_response_tokens)
+            for t, sc in zip(out, scores, strict=True):
+                t.meta.update({"correct": sc.correct, "score": sc.reward, "pred": sc.pred})
+                records.append(SampleRecord(
+                    model_label, t.meta["id"], t.meta["data_source"], t.meta["sample"], cfg.temperature, cfg.top_p,
+                    sc.correct, sc.reward, sc.pred, t.num_tool_calls, t.num_tool_errors, t.turns,
+                    t.response_length, t.stop_reason))
+            trajs += out
+            bar.advance(len(chunk))
+    return records, trajs
+
+
+def _problem_id(row: dict[str, Any], index: int) -> str:
+    info = row.get("extra_info") or {}
+    return str(info.get("id", info.get("index", index)))
+
+
+def summarize_records(records: Sequence[SampleRecord], ks: Sequence[int] = ()) -> dict[str, dict[str, float]]:
+    """Per data source and overall: avg@n, pass@k, maj@k (answers grouped by their extracted string), tool use."""
+    by_source: dict[str, list[SampleRecord]] = defaultdict(list)
+    for r in records:
+        by_source[r.data_source].append(r)
+    out = {src: _summary(rs, ks) for src, rs in sorted(by_source.items())}
+    if len(by_source) > 1:
+        out["all"] = _summary(records, ks)
+    return out
+
+
+def _summary(records: Sequence[SampleRecord], ks: Sequence[int]) -> dict[str, float]:
+    problems: dict[str, tuple[list[bool], list[str | None]]] = defaultdict(lambda: ([], []))
+    for r in records:
+        problems[r.problem_id][0].append(r.correct)
+        problems[r.problem_id][1].append(r.pred)
+    n = len(next(iter(problems.values()))[0])
+    out = summarize(problems, list(ks) or default_ks(n))
+    total = max(1, len(records))
+    out["tool_calls_per_answer"] = sum(r.num_tool_calls for r in records) / total
+    out["tool_error_rate"] = sum(r.num_tool_errors for r in records) / max(1, sum(r.num_tool_calls for r in records))
+    out["turns"] = sum(r.turns for r in records) / total
+    out["response_tokens"] = sum(r.response_tokens for r in records) / total
+    out["no_tool_share"] = sum(r.num_tool_calls == 0 for r in records) / total
+    return out
+
+
+def write_eval(out_dir: str | Path, records: Sequence[SampleRecord], trajs: Sequence[Trajectory],
+               summary: dict[str, Any]) -> Path:
+    out = Path(out_dir)
+    atomic_write_jsonl(out / "records.jsonl", [asdict(r) for r in records])
+    atomic_write_jsonl(out / "trajectories.jsonl", [t.to_dict() for t in trajs])
+    atomic_write_json(out / "summary.json", summary)
+    return out

@@ -1,0 +1,66 @@
+"""One metrics interface for every trainer: flat `/`-namespaced float dicts to JSONL, the console and trackers.
+
+JSONL (`metrics.jsonl` in the run directory) is always written; TensorBoard and wandb are used when named in
+`backends` and installed (imported lazily, a missing one is a clear error at start-up, not a crash mid-run).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+console = Console(highlight=False)
+
+BACKENDS = ("console", "jsonl", "tensorboard", "wandb")
+
+
+class MetricsLogger:
+    def __init__(self, out_dir: str | Path, *, backends: Sequence[str] = ("console", "jsonl"),
+                 console_keys: Sequence[str] = (), run_name: str = "tirl", config: dict[str, Any] | None = None):
+        unknown = [b for b in backends if b not in BACKENDS]
+        if unknown:
+            raise ValueError(f"unknown logger backends {unknown}; valid: {list(BACKENDS)}")
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.backends = tuple(backends)
+        self.console_keys = tuple(console_keys)
+        self._jsonl = open(self.out_dir / "metrics.jsonl", "a", encoding="utf-8") if "jsonl" in backends else None
+        self._tb = self._wandb = None
+        if "tensorboard" in backends:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as e:
+                raise RuntimeError("logger backend 'tensorboard' needs the tensorboard package") from e
+            self._tb = SummaryWriter(str(self.out_dir / "tensorboard"))
+        if "wandb" in backends:
+            try:
+                import wandb
+            except ImportError as e:
+                raise RuntimeError("logger backend 'wandb' needs the wandb package") from e
+            self._wandb = wandb.init(project="tirl", name=run_name, config=config or {}, dir=str(self.out_dir))
+
+    def log(self, metrics: dict[str, float], *, step: int) -> None:
+        if self._jsonl:
+            self._jsonl.write(json.dumps({"step": step, "time": time.time(), **metrics}) + "\n")
+            self._jsonl.flush()
+        if self._tb:
+            for k, v in metrics.items():
+                self._tb.add_scalar(k, v, step)
+        if self._wandb:
+            self._wandb.log(metrics, step=step)
+        if "console" in self.backends and self.console_keys:
+            shown = "  ".join(f"{k.split('/')[-1]}={metrics[k]:.3g}" for k in self.console_keys if k in metrics)
+            console.print(f"[dim]step {step:>4}[/]  {shown}")
+
+    def close(self) -> None:
+        if self._jsonl:
+            self._jsonl.close()
+        if self._tb:
+            self._tb.close()
+        if self._wandb:
+            self._wandb.finish()

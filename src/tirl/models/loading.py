@@ -1,0 +1,54 @@
+"""Load any Hugging Face causal LM and its tokenizer from one `model.path`, and save checkpoints atomically."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from tirl.io import atomic_dir
+
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass
+class ModelConfig:
+    path: str = ""  # a local Hugging Face model directory; the demo fills it with the tiny model it builds
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    attn_implementation: str = "sdpa"
+    device: str = "cpu"
+
+
+def load_tokenizer(path: str | Path) -> Any:
+    _check_path(path)
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def load_model(cfg: ModelConfig, path: str | Path | None = None) -> torch.nn.Module:
+    """`path` overrides cfg.path (e.g. a checkpoint written by a previous stage)."""
+    p = path or cfg.path
+    _check_path(p)
+    model = AutoModelForCausalLM.from_pretrained(str(p), dtype=_DTYPES[cfg.dtype],
+                                                 attn_implementation=cfg.attn_implementation)
+    return model.to(cfg.device)
+
+
+def save_checkpoint(model: torch.nn.Module, tokenizer: Any, path: str | Path, *,
+                    extra: dict[str, Any] | None = None) -> Path:
+    """Model and tokenizer as a Hugging Face directory, written whole or not at all."""
+    with atomic_dir(path) as stage:
+        model.save_pretrained(stage)
+        tokenizer.save_pretrained(stage)
+        if extra:
+            torch.save(extra, stage / "trainer_state.pt")
+    return Path(path)
+
+
+def _check_path(path: str | Path | None) -> None:
+    if not path:
+        raise ValueError("model.path is empty: set it to a local Hugging Face model directory")
+    if not Path(path).is_dir():
+        raise FileNotFoundError(f"model.path {str(path)!r} is not a directory (tirl loads local checkpoints only)")

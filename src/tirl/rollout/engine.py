@@ -1,0 +1,123 @@
+"""Batched sampling with a KV cache over any Hugging Face causal LM: token ids in, token ids and log-probs out.
+
+Each call takes a batch of prompts (token ids of any lengths), left-pads them, pre-fills the cache once and decodes
+step by step, so a step costs one forward pass over one new token per sequence. Finished sequences are dropped from
+the batch (their cache rows too), so a long tail of unfinished rollouts runs at its own size.
+
+Log-probs are those of the sampled token under the temperature-scaled distribution, before top-p/top-k truncation:
+the same quantity the trainer recomputes (`tirl.train.logprobs.token_logprobs` with the same temperature).
+
+Not here: continuous batching across calls and paged attention; use the vLLM engine for those.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from tirl.rollout.sampling import SamplingParams, sample_next
+
+
+@dataclass
+class Generation:
+    """One sampled continuation: `token_ids` and their `logprobs` (same length), and why it stopped."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "eos" | "stop" (a stop token such as </tool_call>) | "length"
+
+
+class TorchEngine:
+    """Generation over an in-process torch model (CPU or GPU)."""
+
+    def __init__(self, model: torch.nn.Module, *, eos_ids: Sequence[int], pad_id: int,
+                 stop_ids: Sequence[int] = (), max_batch_size: int = 256) -> None:
+        if not eos_ids:
+            raise ValueError("at least one EOS id is needed to know when a turn ends")
+        self.model = model
+        self.eos_ids = set(eos_ids)
+        self.stop_ids = set(stop_ids)
+        self.pad_id = pad_id
+        self.max_batch_size = max_batch_size
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *,
+                 max_new_tokens: Sequence[int] | int | None = None,
+                 generator: torch.Generator | None = None) -> list[Generation]:
+        """Sample one continuation per prompt; `max_new_tokens` may differ per prompt (token budgets)."""
+        n = len(prompts)
+        if isinstance(max_new_tokens, int) or max_new_tokens is None:
+            limits = [params.max_new_tokens if max_new_tokens is None else max_new_tokens] * n
+        else:
+            limits = list(max_new_tokens)
+        if len(limits) != n:
+            raise ValueError(f"max_new_tokens has {len(limits)} entries for {n} prompts")
+        if any(len(p) == 0 for p in prompts):
+            raise ValueError("empty prompt: a generation needs at least one token of context")
+        results: list[Generation | None] = [None] * n
+        # Similar lengths together: less padding in each chunk.
+        order = sorted(range(n), key=lambda i: len(prompts[i]))
+        for s in range(0, n, self.max_batch_size):
+            idx = order[s : s + self.max_batch_size]
+            outs = self._generate_chunk([prompts[i] for i in idx], [limits[i] for i in idx], params, generator)
+            for i, g in zip(idx, outs, strict=True):
+                results[i] = g
+        return results  # type: ignore[return-value]
+
+    def _generate_chunk(self, prompts: list[Sequence[int]], limits: list[int], params: SamplingParams,
+                        generator: torch.Generator | None) -> list[Generation]:
+        dev = self.device
+        B = len(prompts)
+        gens = [Generation([], [], "length") for _ in range(B)]
+        live = [i for i in range(B) if limits[i] > 0]
+        if not live:
+            return gens
+        L = max(len(p) for p in prompts)
+        ids = torch.full((B, L), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((B, L), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, L - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
+            attn[i, L - len(p) :] = 1
+        ids, attn = ids[live].to(dev), attn[live].to(dev)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)  # (B, L)
+        cache = DynamicCache()
+        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache,
+                         use_cache=True, logits_to_keep=1)
+        logits = out.logits[:, -1, :].float()  # (B, V)
+        next_pos = pos[:, -1:] + 1  # (B, 1)
+        while live:
+            tok, lp = sample_next(logits, params, generator)
+            tok_l, lp_l = tok.tolist(), lp.tolist()
+            keep: list[int] = []
+            for j, i in enumerate(live):
+                g = gens[i]
+                g.token_ids.append(tok_l[j])
+                g.logprobs.append(lp_l[j])
+                if tok_l[j] in self.eos_ids:
+                    g.finish_reason = "eos"
+                elif tok_l[j] in self.stop_ids:
+                    g.finish_reason = "stop"
+                elif len(g.token_ids) >= limits[i]:
+                    g.finish_reason = "length"
+                else:
+                    keep.append(j)
+            if not keep:
+                break
+            if len(keep) < len(live):
+                k = torch.as_tensor(keep, device=dev)
+                cache.batch_select_indices(k)
+                attn, next_pos, tok = attn[k], next_pos[k], tok[k]
+                live = [live[j] for j in keep]
+            attn = torch.cat([attn, attn.new_ones((len(live), 1))], dim=1)
+            out = self.model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos,
+                             past_key_values=cache, use_cache=True)
+            logits = out.logits[:, -1, :].float()
+            next_pos = next_pos + 1
+        return gens

@@ -1,0 +1,52 @@
+"""Sampling parameters and the next-token sampler: a pure tensor function, shared by every torch engine."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class SamplingParams:
+    """temperature 0 means greedy; top_k <= 0 and top_p >= 1 mean no truncation."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_new_tokens: int = 256
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+def sample_next(logits: torch.Tensor, params: SamplingParams,
+                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row of `logits` (B, V); return ids (B,) and their log-probs (B,).
+
+    The log-prob is taken under softmax(logits / T) before top-k/top-p truncation (T = 1 when greedy), which is
+    what the trainer recomputes from the same ids.
+    """
+    t = params.temperature if params.temperature > 0 else 1.0
+    logp = torch.log_softmax(logits.float() / t, dim=-1)  # (B, V)
+    if params.temperature == 0:
+        tok = logp.argmax(dim=-1)
+    else:
+        filtered = logp
+        if params.top_k > 0 and params.top_k < logp.shape[-1]:
+            kth = torch.topk(filtered, params.top_k, dim=-1).values[:, -1:]
+            filtered = filtered.masked_fill(filtered < kth, float("-inf"))
+        if params.top_p < 1.0:
+            sorted_lp, sorted_idx = torch.sort(filtered, dim=-1, descending=True)
+            cum = sorted_lp.softmax(dim=-1).cumsum(dim=-1)
+            drop = cum - sorted_lp.softmax(dim=-1) >= params.top_p  # keep the smallest set reaching top_p
+            sorted_lp = sorted_lp.masked_fill(drop, float("-inf"))
+            filtered = torch.full_like(filtered, float("-inf")).scatter(-1, sorted_idx, sorted_lp)
+        probs = filtered.softmax(dim=-1)
+        tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)

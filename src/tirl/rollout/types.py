@@ -1,0 +1,82 @@
+"""The typed records a rollout produces: the contract between the agent loop, rewards, trainers and evaluation."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class ToolCallRecord:
+    """One tool call: the code that ran (or the parse error that was sent back instead) and what the model saw."""
+
+    turn: int
+    code: str | None
+    response: str  # the text fed back to the model, after truncation
+    status: str  # sandbox status ("ok", "runtime_error", "timeout", ...) or "parse_error"
+    exec_result: dict[str, Any] | None = None
+
+    @property
+    def is_error(self) -> bool:
+        return self.status != "ok"
+
+
+@dataclass
+class Trajectory:
+    """One multi-turn rollout, token-in/token-out.
+
+    All per-token lists have the same length R = len(response_ids): everything after the prompt, model tokens and
+    tool-response tokens alike. `loss_mask[t]` is 1 exactly where the token was sampled by the model, 0 on tool
+    tokens; `logprobs[t]` is the sampling log-prob there and 0.0 on tool tokens.
+    """
+
+    prompt_ids: list[int]  # (P,)
+    response_ids: list[int]  # (R,)
+    loss_mask: list[int]  # (R,)
+    logprobs: list[float]  # (R,)
+    turn_texts: list[str] = field(default_factory=list)  # decoded assistant turns, for grading and viewing only
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    stop_reason: str = ""  # "answer" | "max_turns" | "budget" | "turn_length"
+    meta: dict[str, Any] = field(default_factory=dict)  # problem id, sample index, ground truth, ...
+
+    @property
+    def turns(self) -> int:
+        return len(self.turn_texts)
+
+    @property
+    def response_length(self) -> int:
+        return len(self.response_ids)
+
+    @property
+    def num_tool_calls(self) -> int:
+        """Calls the model made, malformed ones included."""
+        return len(self.tool_calls)
+
+    @property
+    def num_executed_calls(self) -> int:
+        """Calls whose code actually ran: what the tool-call reward counts (a malformed call earns nothing)."""
+        return sum(1 for c in self.tool_calls if c.status != "parse_error")
+
+    @property
+    def num_tool_errors(self) -> int:
+        return sum(1 for c in self.tool_calls if c.is_error)
+
+    @property
+    def assistant_text(self) -> str:
+        return "".join(self.turn_texts)
+
+    def check(self) -> None:
+        """Raise if the per-token lists disagree in length (a broken trajectory must never reach the trainer)."""
+        n = len(self.response_ids)
+        if len(self.loss_mask) != n or len(self.logprobs) != n:
+            raise ValueError(f"trajectory lists differ: ids {n}, mask {len(self.loss_mask)}, "
+                             f"logprobs {len(self.logprobs)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Trajectory:
+        d = dict(d)
+        d["tool_calls"] = [ToolCallRecord(**c) for c in d.get("tool_calls", [])]
+        return cls(**d)

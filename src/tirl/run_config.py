@@ -1,0 +1,82 @@
+"""The one configuration tree of a tirl run: every command reads the sections it needs.
+
+Load with `tirl.config.load_config(TirlConfig, path, overrides)`. The dataclass defaults are the reference recipe's
+values where it has one (learning rates, clip range, turn limit); `configs/demo.yaml` holds the tiny demo's setting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tirl.eval.evaluate import EvalConfig
+from tirl.models.loading import ModelConfig
+from tirl.models.tiny import TinyModelConfig
+from tirl.rewards.shaping import RewardConfig
+from tirl.rollout.agent import AgentConfig
+from tirl.sandbox.local import SandboxConfig
+from tirl.tasks.arith import STYLES
+from tirl.tasks.solver import SolverConfig
+from tirl.train.optim import OptimConfig
+from tirl.train.rl import RLConfig
+from tirl.train.sft import SFTConfig
+
+
+@dataclass
+class TaskConfig:
+    """The demo's arithmetic task (see tirl.tasks.arith)."""
+
+    num_sft: int = 3000
+    num_rl: int = 2000
+    num_test: int = 200
+    levels: list[int] = field(default_factory=lambda: [1, 2, 3])
+    style: str = "plain"  # plain | word | mixed questions (see tirl.tasks.arith)
+    solver: SolverConfig = field(default_factory=SolverConfig)
+
+    def __post_init__(self) -> None:
+        if min(self.num_sft, self.num_rl, self.num_test) < 1:
+            raise ValueError("task.num_sft, num_rl and num_test must be >= 1")
+        if self.style not in STYLES:
+            raise ValueError(f"unknown style {self.style!r}; valid: {list(STYLES)}")
+
+
+@dataclass
+class ChatConfig:
+    system_prompt: str = ""  # prepended as a system message when a conversation has none; "" = no system message
+
+
+@dataclass
+class RolloutConfig:
+    """Sampling for RL rollouts (evaluation has its own temperature and top_p in `eval`)."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_batch_size: int = 256  # sequences per engine forward
+
+
+@dataclass
+class LoggingConfig:
+    backends: list[str] = field(default_factory=lambda: ["console", "jsonl"])
+
+
+@dataclass
+class TirlConfig:
+    seed: int = 0
+    out_dir: str = "runs/demo"
+    threads: int = 0  # torch intra-op threads; 0 = all cores
+    model: ModelConfig = field(default_factory=ModelConfig)
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    chat: ChatConfig = field(default_factory=ChatConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    warmup: SFTConfig = field(default_factory=lambda: SFTConfig(epochs=0))  # demo: copy warm-up of the tiny model
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+
+__all__ = ["TirlConfig", "OptimConfig"]

@@ -1,0 +1,112 @@
+"""The stages a user runs from the CLI (SFT, RL, evaluation), each from a config and a model directory.
+
+Each stage writes into its own output directory: the resolved config, metrics, and its result (checkpoint or
+evaluation records). The demo chains them; `tirl sft|rl|eval` run one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tirl.chat.template import ChatRenderer
+from tirl.config import save_config
+from tirl.data import read_rows
+from tirl.eval.evaluate import evaluate, summarize_records, write_eval
+from tirl.logging import MetricsLogger
+from tirl.models.loading import load_model, load_tokenizer, save_checkpoint
+from tirl.rollout.agent import AgentLoop
+from tirl.rollout.engine import TorchEngine
+from tirl.rollout.sampling import SamplingParams
+from tirl.run_config import TirlConfig
+from tirl.sandbox.local import LocalSandbox
+from tirl.train.rl import RLTrainer
+from tirl.train.sft import SFTConfig, train_sft
+
+
+def setup_torch(cfg: TirlConfig) -> None:
+    torch.manual_seed(cfg.seed)
+    torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
+
+
+def build_agent(model: torch.nn.Module, tokenizer: Any, cfg: TirlConfig, sandbox: LocalSandbox) -> AgentLoop:
+    renderer = ChatRenderer(tokenizer, system_prompt=cfg.chat.system_prompt or None)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else renderer.eos_id
+    engine = TorchEngine(model, eos_ids=[renderer.eos_id], pad_id=pad, max_batch_size=cfg.rollout.max_batch_size)
+    agent = AgentLoop(engine, renderer, sandbox, cfg.agent)
+    engine.stop_ids = set(agent.stop_ids())
+    return agent
+
+
+def _model_path(cfg: TirlConfig, model_path: str | Path | None) -> str:
+    path = str(model_path or cfg.model.path)
+    if not path:
+        raise ValueError("no model: set model.path=DIR (a Hugging Face model directory)")
+    return path
+
+
+def run_sft(cfg: TirlConfig, out_dir: str | Path, *, model_path: str | Path | None = None,
+            rows: Sequence[dict[str, Any]] | None = None, stage: SFTConfig | None = None,
+            label: str = "SFT") -> Path:
+    """SFT from `model_path` (or model.path) on sft.data (or `stage`'s data); returns the checkpoint directory."""
+    out = Path(out_dir)
+    save_config(cfg, out / "config.yaml")
+    path = _model_path(cfg, model_path)
+    stage = stage or cfg.sft
+    rows = rows if rows is not None else read_rows(stage.data)
+    tokenizer = load_tokenizer(path)
+    model = load_model(cfg.model, path)
+    renderer = ChatRenderer(tokenizer, system_prompt=cfg.chat.system_prompt or None)
+    logger = MetricsLogger(out, backends=cfg.logging.backends)
+    try:
+        train_sft(model, renderer, rows, stage, pad_id=tokenizer.pad_token_id, seed=cfg.seed, logger=logger,
+                  label=label)
+    finally:
+        logger.close()
+    return save_checkpoint(model, tokenizer, out / "model")
+
+
+def run_rl(cfg: TirlConfig, out_dir: str | Path, *, model_path: str | Path | None = None,
+           rows: Sequence[dict[str, Any]] | None = None) -> Path:
+    """GRPO-TCR from `model_path` on rl.data; returns the final checkpoint directory."""
+    out = Path(out_dir)
+    save_config(cfg, out / "config.yaml")
+    path = _model_path(cfg, model_path)
+    rows = rows if rows is not None else read_rows(cfg.rl.data)
+    tokenizer = load_tokenizer(path)
+    model = load_model(cfg.model, path)
+    sampling = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                              top_k=cfg.rollout.top_k)
+    keys = ("reward/mean", "reward/accuracy", "rollout/tool_calls", "loss/clipfrac", "time/step")
+    logger = MetricsLogger(out, backends=cfg.logging.backends, console_keys=keys, config=asdict(cfg))
+    with LocalSandbox(cfg.sandbox) as sandbox:
+        agent = build_agent(model, tokenizer, cfg, sandbox)
+        trainer = RLTrainer(model, tokenizer, agent, rows, cfg.rl, sampling=sampling, reward=cfg.reward,
+                            out_dir=out, seed=cfg.seed, logger=logger)
+        try:
+            trainer.train()
+        finally:
+            logger.close()
+    return out / "model"
+
+
+def run_eval(cfg: TirlConfig, out_dir: str | Path, *, model_path: str | Path | None = None, label: str = "model",
+             rows: Sequence[dict[str, Any]] | None = None) -> dict[str, dict[str, float]]:
+    """n samples per problem of eval.data; writes records, trajectories and summary; returns the summary."""
+    out = Path(out_dir)
+    save_config(cfg, out / "config.yaml")
+    path = _model_path(cfg, model_path)
+    rows = rows if rows is not None else read_rows(cfg.eval.data)
+    tokenizer = load_tokenizer(path)
+    model = load_model(cfg.model, path).eval()
+    with LocalSandbox(cfg.sandbox) as sandbox:
+        agent = build_agent(model, tokenizer, cfg, sandbox)
+        records, trajs = evaluate(agent, rows, cfg.eval, model_label=label, seed=cfg.seed)
+    summary = summarize_records(records, cfg.eval.ks)
+    write_eval(out, records, trajs, summary)
+    return summary

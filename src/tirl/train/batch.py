@@ -1,0 +1,53 @@
+"""Collation: token-id lists with explicit loss masks become right-padded (B, T) tensors for the trainers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class TokenBatch:
+    """input_ids, attention_mask and loss_mask are (B, T); loss_mask[b, t] = 1 where token t is trained.
+
+    `extra` holds per-token float tensors aligned with input_ids (e.g. rollout log-probs, advantages).
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    loss_mask: torch.Tensor
+    extra: dict[str, torch.Tensor]
+
+    def to(self, device: torch.device | str) -> TokenBatch:
+        return TokenBatch(self.input_ids.to(device), self.attention_mask.to(device), self.loss_mask.to(device),
+                          {k: v.to(device) for k, v in self.extra.items()})
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.loss_mask.sum().item())
+
+
+def collate(ids: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], *, pad_id: int,
+            extra: dict[str, Sequence[Sequence[float]]] | None = None) -> TokenBatch:
+    """Right-pad sequences; padding gets attention 0 and loss 0 (never inferred from pad/EOS ids)."""
+    if len(ids) != len(masks):
+        raise ValueError(f"{len(ids)} id lists but {len(masks)} masks")
+    B, T = len(ids), max(len(x) for x in ids)
+    input_ids = torch.full((B, T), pad_id, dtype=torch.long)
+    attn = torch.zeros((B, T), dtype=torch.long)
+    loss = torch.zeros((B, T), dtype=torch.float32)
+    out_extra = {k: torch.zeros((B, T), dtype=torch.float32) for k in (extra or {})}
+    for b, (x, m) in enumerate(zip(ids, masks, strict=True)):
+        if len(x) != len(m):
+            raise ValueError(f"sequence {b}: {len(x)} ids but {len(m)} mask entries")
+        n = len(x)
+        input_ids[b, :n] = torch.as_tensor(list(x), dtype=torch.long)
+        attn[b, :n] = 1
+        loss[b, :n] = torch.as_tensor(list(m), dtype=torch.float32)
+        for k, v in (extra or {}).items():
+            if len(v[b]) != n:
+                raise ValueError(f"sequence {b}: extra {k!r} has {len(v[b])} entries for {n} ids")
+            out_extra[k][b, :n] = torch.as_tensor(list(v[b]), dtype=torch.float32)
+    return TokenBatch(input_ids, attn, loss, out_extra)

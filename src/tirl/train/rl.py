@@ -1,0 +1,215 @@
+"""RL with GRPO-TCR on multi-turn tool rollouts: a readable loop that calls its collaborators.
+
+One step: sample prompts, roll each out `n` times through the agent loop, score them, turn rewards into group
+advantages, recompute old log-probs with the policy, then take mini-batch policy-gradient steps.
+
+How this departs from textbook GRPO (the reference recipe's choices unless noted):
+1. Token-level loss (`token-mean`): every trained token in a mini-batch weighs the same (the "T").
+2. Clip-higher: asymmetric ratio clip 1-0.2 / 1+0.28 (the "C"), plus dual-clip (c = 10) for negative advantages.
+3. Overlong reward shaping (DAPO): a soft penalty as the response nears the budget (the "R").
+4. No KL penalty and no reference model by default; `kl_coef > 0` turns on a k1/k3 penalty in the loss.
+5. Tool-output tokens are in the context but never in the loss (`loss_mask`), and they count toward the budget.
+6. A group whose rewards are all equal gets zero advantage; there is no dynamic re-sampling to replace it.
+7. Old log-probs come from the policy itself before the first update (not from the engine), as verl does.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from tirl.algorithms import get_advantage_estimator, get_policy_loss, kl_penalty
+from tirl.algorithms.losses import aggregate
+from tirl.logging import MetricsLogger
+from tirl.models.loading import save_checkpoint
+from tirl.progress import progress
+from tirl.rewards.scoring import score_trajectories
+from tirl.rewards.shaping import RewardConfig
+from tirl.rollout.agent import AgentLoop
+from tirl.rollout.sampling import SamplingParams
+from tirl.rollout.types import Trajectory
+from tirl.train.batch import TokenBatch, collate
+from tirl.train.logprobs import token_logprobs
+from tirl.train.optim import OptimConfig, build_optimizer, clip_and_step
+
+
+@dataclass
+class RLConfig:
+    data: str = ""  # JSONL of RL rows (verl schema: prompt, reward_model.ground_truth, ...)
+    steps: int = 20
+    prompts_per_step: int = 32
+    n: int = 8  # rollouts per prompt (the GRPO group size G)
+    mini_batch_size: int = 64  # trajectories per optimizer update
+    ppo_epochs: int = 1
+    adv_estimator: str = "grpo"
+    policy_loss: str = "ppo"
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    clip_c: float = 10.0
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    kl_coef: float = 0.0
+    kl_estimator: Literal["k1", "k3"] = "k3"
+    entropy_coef: float = 0.0
+    logprob_batch_size: int = 64  # sequences per no-grad forward when recomputing old log-probs
+    save_every: int = 0  # steps between checkpoints; 0 = only the final one
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-6, weight_decay=0.01, grad_clip=1.0))
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "prompts_per_step", "n", "mini_batch_size", "ppo_epochs", "logprob_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        get_advantage_estimator(self.adv_estimator)  # fail at start-up, naming the valid choices
+        get_policy_loss(self.policy_loss)
+
+
+def trajectory_batch(trajs: Sequence[Trajectory], advantages: torch.Tensor, *, pad_id: int) -> TokenBatch:
+    """(B, T) tensors over prompt + response; the loss mask is 0 on the prompt, the trajectory's mask after it."""
+    ids = [t.prompt_ids + t.response_ids for t in trajs]
+    masks = [[0] * len(t.prompt_ids) + t.loss_mask for t in trajs]
+    adv = [[float(a)] * len(x) for a, x in zip(advantages.tolist(), ids, strict=True)]
+    return collate(ids, masks, pad_id=pad_id, extra={"advantages": adv})
+
+
+def rollout_metrics(trajs: Sequence[Trajectory], rewards: Sequence[float], correct: Sequence[bool]
+                    ) -> dict[str, float]:
+    n = max(1, len(trajs))
+    stops = Counter(t.stop_reason for t in trajs)
+    calls = sum(t.num_tool_calls for t in trajs)
+    out = {
+        "reward/mean": sum(rewards) / n,
+        "reward/accuracy": sum(correct) / n,
+        "rollout/tool_calls": calls / n,
+        "rollout/tool_error_rate": sum(t.num_tool_errors for t in trajs) / max(1, calls),
+        "rollout/turns": sum(t.turns for t in trajs) / n,
+        "rollout/response_len": sum(t.response_length for t in trajs) / n,
+        "rollout/sampled_tokens": sum(sum(t.loss_mask) for t in trajs) / n,
+    }
+    for reason in ("answer", "budget", "max_turns", "turn_length"):
+        out[f"rollout/stop_{reason}"] = stops.get(reason, 0) / n
+    return out
+
+
+class RLTrainer:
+    def __init__(self, policy: torch.nn.Module, tokenizer: Any, agent: AgentLoop, rows: Sequence[dict[str, Any]],
+                 cfg: RLConfig, *, sampling: SamplingParams, reward: RewardConfig, out_dir: str | Path, seed: int,
+                 logger: MetricsLogger | None = None) -> None:
+        if not rows:
+            raise ValueError("RL needs at least one prompt row")
+        self.policy, self.tokenizer, self.agent, self.rows, self.cfg = policy, tokenizer, agent, list(rows), cfg
+        self.sampling, self.reward, self.out_dir, self.logger = sampling, reward, Path(out_dir), logger
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.adv_fn = get_advantage_estimator(cfg.adv_estimator)
+        self.loss_fn = get_policy_loss(cfg.policy_loss)
+        self.ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
+        updates = cfg.steps * cfg.ppo_epochs * -(-cfg.prompts_per_step * cfg.n // cfg.mini_batch_size)
+        self.opt, self.sched = build_optimizer(policy, cfg.optim, updates)
+        self.rng = random.Random(seed)
+        self.gen = torch.Generator().manual_seed(seed)
+        self._order: list[int] = []
+
+    def _next_prompts(self) -> list[dict[str, Any]]:
+        """Epoch-wise shuffled prompts: each row is used once before any is reused."""
+        out = []
+        while len(out) < self.cfg.prompts_per_step:
+            if not self._order:
+                self._order = list(range(len(self.rows)))
+                self.rng.shuffle(self._order)
+            out.append(self.rows[self._order.pop()])
+        return out
+
+    @torch.no_grad()
+    def _logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
+        out = []
+        for s in range(0, batch.input_ids.shape[0], self.cfg.logprob_batch_size):
+            sl = slice(s, s + self.cfg.logprob_batch_size)
+            lp, _ = token_logprobs(model, batch.input_ids[sl], batch.attention_mask[sl],
+                                   temperature=self._temperature())
+            out.append(lp)
+        return torch.cat(out)
+
+    def _temperature(self) -> float:
+        return self.sampling.temperature if self.sampling.temperature > 0 else 1.0
+
+    def step(self, step: int) -> dict[str, float]:
+        cfg = self.cfg
+        t0 = time.time()
+        rows = self._next_prompts()
+        prompts = [r["prompt"] for r in rows for _ in range(cfg.n)]
+        metas = [{"group": g, "sample": k, "ground_truth": r["reward_model"]["ground_truth"],
+                  "id": r.get("extra_info", {}).get("id", "")} for g, r in enumerate(rows) for k in range(cfg.n)]
+        self.policy.eval()
+        trajs = self.agent.run(prompts, self.sampling, metas=metas, generator=self.gen)
+        t_rollout = time.time() - t0
+        scores = score_trajectories(trajs, self.reward, max_len=self.agent.config.max_response_tokens)
+        rewards = torch.tensor([s.reward for s in scores])
+        groups = torch.tensor([m["group"] for m in metas])
+        adv = self.adv_fn(rewards, groups)
+        batch = trajectory_batch(trajs, adv, pad_id=self.pad_id)
+        old_logp = self._logprobs(self.policy, batch)
+        ref_logp = self._logprobs(self.ref, batch) if self.ref is not None else None
+        metrics = rollout_metrics(trajs, rewards.tolist(), [s.correct for s in scores])
+        metrics.update(self._update(batch, old_logp, ref_logp))
+        metrics.update({"time/rollout": t_rollout, "time/step": time.time() - t0,
+                        "adv/zero_share": float((adv == 0).float().mean())})
+        return metrics
+
+    def _update(self, batch: TokenBatch, old_logp: torch.Tensor, ref_logp: torch.Tensor | None
+                ) -> dict[str, float]:
+        cfg = self.cfg
+        self.policy.train()
+        B = batch.input_ids.shape[0]
+        sums: Counter[str] = Counter()
+        updates = 0
+        for _ in range(cfg.ppo_epochs):
+            order = torch.randperm(B, generator=self.gen)
+            for s in range(0, B, cfg.mini_batch_size):
+                idx = order[s : s + cfg.mini_batch_size]
+                mask = batch.loss_mask[idx]
+                logp, ent = token_logprobs(self.policy, batch.input_ids[idx], batch.attention_mask[idx],
+                                           temperature=self._temperature(), with_entropy=cfg.entropy_coef > 0)
+                loss, stats = self.loss_fn(logp, old_logp[idx], batch.extra["advantages"][idx], mask,
+                                           clip_low=cfg.clip_low, clip_high=cfg.clip_high, clip_c=cfg.clip_c,
+                                           agg=cfg.loss_agg)
+                if ref_logp is not None:
+                    kl = aggregate(kl_penalty(logp, ref_logp[idx], estimator=cfg.kl_estimator), mask, cfg.loss_agg)
+                    loss = loss + cfg.kl_coef * kl
+                    stats["loss/kl"] = kl.item()
+                if ent is not None:
+                    entropy = aggregate(ent, mask, cfg.loss_agg)
+                    loss = loss - cfg.entropy_coef * entropy
+                    stats["loss/entropy"] = entropy.item()
+                loss.backward()
+                stats["loss/grad_norm"] = clip_and_step(self.policy, self.opt, self.sched, cfg.optim)
+                stats["loss/total"] = loss.item()
+                sums.update(stats)
+                updates += 1
+        self.policy.eval()
+        out = {k: v / updates for k, v in sums.items()}
+        out["optim/lr"] = self.sched.get_last_lr()[0]
+        return out
+
+    def train(self) -> list[dict[str, float]]:
+        history = []
+        with progress("RL", self.cfg.steps) as bar:
+            for step in range(self.cfg.steps):
+                m = self.step(step)
+                history.append(m)
+                if self.logger:
+                    self.logger.log(m, step=step)
+                bar.advance(1, info=f"reward {m['reward/mean']:+.2f}  acc {m['reward/accuracy']:.2f}")
+                if self.cfg.save_every and (step + 1) % self.cfg.save_every == 0:
+                    self.save(self.out_dir / f"checkpoint-{step + 1}", step + 1)
+        self.save(self.out_dir / "model", self.cfg.steps)
+        return history
+
+    def save(self, path: Path, step: int) -> None:
+        save_checkpoint(self.policy, self.tokenizer, path,
+                        extra={"step": step, "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict()})

@@ -1,0 +1,64 @@
+from conftest import sample_conversation
+
+from tirl.chat.template import IM_END, conversation_text
+
+
+def test_jinja_template_renders_the_same_text(tokenizer, renderer):
+    conv = sample_conversation()
+    ids, _ = renderer.render(conv)
+    assert tokenizer.decode(ids) == tokenizer.apply_chat_template(conv, tokenize=False)
+    prompt = renderer.prompt_ids(conv[:1])
+    assert tokenizer.decode(prompt) == tokenizer.apply_chat_template(conv[:1], tokenize=False,
+                                                                     add_generation_prompt=True)
+
+
+def test_layout_matches_qwen_hermes():
+    text = conversation_text(sample_conversation())
+    assert text == (
+        "<|im_start|>user\nWhat is 12 * 34?<|im_end|>\n"
+        "<|im_start|>assistant\nI will compute it with Python.\n<tool_call>\n"
+        '{"name": "code_interpreter", "arguments": {"code": "print(12 * 34)"}}\n</tool_call><|im_end|>\n'
+        "<|im_start|>user\n<tool_response>\n408\n\n</tool_response><|im_end|>\n"
+        "<|im_start|>assistant\nThe answer is \\boxed{408}.<|im_end|>\n"
+    )
+
+
+def test_loss_mask_covers_assistant_tokens_only(tokenizer, renderer):
+    conv = sample_conversation()
+    ids, mask = renderer.render(conv)
+    trained = tokenizer.decode([i for i, m in zip(ids, mask) if m])
+    assert trained == (
+        "I will compute it with Python.\n<tool_call>\n"
+        '{"name": "code_interpreter", "arguments": {"code": "print(12 * 34)"}}\n</tool_call><|im_end|>'
+        "The answer is \\boxed{408}.<|im_end|>"
+    )
+    assert "408\n\n</tool_response>" not in trained  # the tool output is never trained on
+
+
+def test_turn_by_turn_equals_whole(renderer):
+    """Prompt + sampled turn + tool response + sampled turn == the whole conversation (prefix-preserving)."""
+    conv = sample_conversation()
+    whole, _ = renderer.render(conv)
+    ids = renderer.prompt_ids(conv[:1])
+    turn1 = renderer.encode("I will compute it with Python.\n<tool_call>\n"
+                            '{"name": "code_interpreter", "arguments": {"code": "print(12 * 34)"}}\n</tool_call>')
+    ids += turn1 + renderer.tool_response_ids(["408\n"], assistant_closed=False)
+    ids += renderer.encode("The answer is \\boxed{408}.") + renderer.encode(IM_END) + renderer.encode("\n")
+    assert ids == whole
+
+
+def test_consecutive_tool_messages_share_a_user_turn():
+    conv = sample_conversation()
+    conv.insert(3, {"role": "tool", "content": "second"})
+    text = conversation_text(conv)
+    assert "</tool_response>\n<tool_response>\nsecond\n</tool_response><|im_end|>" in text
+    assert text.count("<|im_start|>user") == 2
+
+
+def test_bad_roles_raise(renderer):
+    import pytest
+
+    with pytest.raises(ValueError, match="unknown role 'robot'"):
+        renderer.render([{"role": "robot", "content": "x"}])
+    with pytest.raises(ValueError, match="only allowed first"):
+        renderer.render([{"role": "user", "content": "x"}, {"role": "system", "content": "y"}])

@@ -1,0 +1,64 @@
+"""Shared fixtures: a tiny tokenizer and Qwen2 model built by the tests themselves (no hub, a few seconds)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tirl.chat.hermes import CODE_INTERPRETER_SCHEMA
+from tirl.chat.template import ChatRenderer, conversation_text
+from tirl.models.tiny import TinyModelConfig, build_model, train_tokenizer
+from tirl.sandbox import LocalSandbox, SandboxConfig
+from tirl.tasks.arith import generate_problems
+
+TOOL = {"type": "function", "function": {"name": "code_interpreter", "arguments": {"code": "print(12 * 34)"}}}
+
+
+def sample_conversation() -> list[dict]:
+    return [
+        {"role": "user", "content": "What is 12 * 34?"},
+        {"role": "assistant", "content": "I will compute it with Python.", "tool_calls": [TOOL]},
+        {"role": "tool", "content": "408\n"},
+        {"role": "assistant", "content": "The answer is \\boxed{408}."},
+    ]
+
+
+def build_test_tokenizer():
+    texts = [conversation_text(sample_conversation())]
+    for p in generate_problems(200, seed=0):
+        texts.append(conversation_text([
+            {"role": "user", "content": p.question},
+            {"role": "assistant", "content": "I will compute it with Python.",
+             "tool_calls": [{"function": {"name": "code_interpreter", "arguments": {"code": f"print({p.expression})"}}}]},
+            {"role": "tool", "content": f"{p.answer}\n"},
+            {"role": "assistant", "content": f"The answer is \\boxed{{{p.answer}}}."},
+        ], add_generation_prompt=False))
+    assert CODE_INTERPRETER_SCHEMA["function"]["name"] == "code_interpreter"
+    return train_tokenizer(texts, vocab_size=512)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return build_test_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def renderer(tokenizer) -> ChatRenderer:
+    return ChatRenderer(tokenizer)
+
+
+def make_model(tokenizer, seed: int = 0):
+    cfg = TinyModelConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2)
+    return build_model(tokenizer, cfg, seed=seed).eval()
+
+
+@pytest.fixture()
+def model(tokenizer):
+    torch.manual_seed(0)
+    return make_model(tokenizer)
+
+
+@pytest.fixture(scope="session")
+def sandbox():
+    with LocalSandbox(SandboxConfig(timeout_s=5.0)) as sb:
+        yield sb

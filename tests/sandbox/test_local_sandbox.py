@@ -1,0 +1,252 @@
+"""LocalSandbox: each test attacks one property the module docstring promises.
+
+Hostile snippets stay bounded even if containment fails: the memory bomb asks for 4 GiB against a 256 MiB
+rlimit (the machine has more), the output flood and the infinite loop end at the sandbox's wall-clock timeout,
+and background children only sleep. There is deliberately no fork-bomb test (RLIMIT_NPROC does not bind root).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tirl.sandbox import ExecResult, LocalSandbox, SandboxConfig
+
+EXPECTED_ENV = {
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    "LANG",
+    "PYTHONIOENCODING",
+    "PYTHONDONTWRITEBYTECODE",
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+}
+
+
+@pytest.fixture
+def sandbox() -> Iterator[LocalSandbox]:
+    with LocalSandbox(SandboxConfig(timeout_s=3.0)) as sb:
+        yield sb
+
+
+def is_dead(pid: int) -> bool:
+    """Gone, or a zombie: this container's PID 1 may not reap orphans, and a zombie runs no code."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat.rsplit(")", 1)[1].split()[0] == "Z"
+
+
+def wait_dead(pid: int, within_s: float = 2.0) -> bool:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if is_dead(pid):
+            return True
+        time.sleep(0.05)
+    return is_dead(pid)
+
+
+def test_print(sandbox: LocalSandbox) -> None:
+    r = sandbox.run("print('hello', 6 * 7)")
+    assert (r.status, r.stdout, r.stderr, r.exit_code) == ("ok", "hello 42\n", "", 0)
+    assert not r.timed_out and not r.output_truncated and r.sandbox_error is None
+
+
+def test_stdin_is_passed(sandbox: LocalSandbox) -> None:
+    assert sandbox.run("print(input()[::-1])", stdin="abc\n").stdout == "cba\n"
+    r = sandbox.run("input()")  # /dev/null: EOF, not a hang
+    assert r.status == "runtime_error" and "EOFError" in r.stderr
+
+
+def test_exception_gives_traceback_and_exit_code_1(sandbox: LocalSandbox) -> None:
+    r = sandbox.run("x = 1\ny = x / 0\n")
+    assert r.status == "runtime_error"
+    assert r.exit_code == 1
+    assert 'File "snippet.py", line 2' in r.stderr
+    assert "y = x / 0" in r.stderr  # the source line is shown
+    assert r.stderr.rstrip().endswith("ZeroDivisionError: division by zero")
+    assert "tirl-sbx-" not in r.stderr  # no temporary path leaks into what the model sees
+
+
+def test_infinite_loop_times_out(sandbox: LocalSandbox) -> None:
+    t0 = time.monotonic()
+    r = sandbox.run("print('started', flush=True)\nwhile True:\n    pass\n", timeout_s=1.0)
+    elapsed = time.monotonic() - t0
+    assert r.status == "timeout" and r.timed_out
+    assert r.exit_code == -9
+    assert 1.0 <= elapsed < 2.0
+    assert r.stdout == "started\n"  # output before the timeout is kept
+
+
+def test_cpu_time_limit_ends_a_busy_loop() -> None:
+    # The wall clock is generous so that, on a loaded machine, 1 s of CPU time still comes first.
+    with LocalSandbox(SandboxConfig(timeout_s=10.0, cpu_time_s=1)) as sb:
+        r = sb.run("while True:\n    pass\n")
+    assert r.status == "timeout" and not r.timed_out  # SIGXCPU from RLIMIT_CPU, not the wall clock
+    assert r.exit_code == -24
+
+
+def test_memory_bomb_fails_under_rlimit() -> None:
+    with LocalSandbox(SandboxConfig(timeout_s=3.0, memory_mb=256)) as sb:
+        r = sb.run("x = bytearray(4 * 2**30)\nprint('allocated')\n")
+    assert r.status == "memory_exceeded"
+    assert "MemoryError" in r.stderr and "allocated" not in r.stdout
+
+
+def test_huge_output_is_truncated(sandbox: LocalSandbox) -> None:
+    cap = 10_000
+    with LocalSandbox(SandboxConfig(timeout_s=3.0, max_output_bytes=cap)) as sb:
+        t0 = time.monotonic()
+        r = sb.run("import sys\nwhile True:\n    sys.stdout.write('x' * 4096)\n")
+    assert r.status == "output_truncated" and r.output_truncated and not r.timed_out
+    assert len(r.stdout) == cap
+    assert time.monotonic() - t0 < 2.0  # killed on overflow, not at the timeout
+
+
+def test_stderr_has_its_own_cap() -> None:
+    with LocalSandbox(SandboxConfig(max_output_bytes=100)) as sb:
+        r = sb.run("import sys\nprint('ok')\nsys.stderr.write('e' * 1000)\n")
+    assert r.output_truncated and r.stdout == "ok\n" and r.stderr == "e" * 100
+
+
+def test_environment_is_scrubbed(sandbox: LocalSandbox, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TIRL_SECRET_TOKEN", "hunter2-do-not-leak")
+    r = sandbox.run("import os\nprint(dict(os.environ))\nprint(sorted(os.environ))\n")
+    assert r.status == "ok"
+    assert "TIRL_SECRET_TOKEN" not in r.stdout and "hunter2" not in r.stdout
+    assert set(eval(r.stdout.splitlines()[1])) == EXPECTED_ENV
+
+
+def test_cwd_is_fresh_empty_and_removed(sandbox: LocalSandbox) -> None:
+    code = "import os, tempfile\nprint(os.getcwd())\nprint(os.listdir('.'))\nprint(tempfile.gettempdir())\n"
+    first, second = sandbox.run(code), sandbox.run(code)
+    cwd1, listing1, tmp1 = first.stdout.splitlines()
+    cwd2, listing2, _ = second.stdout.splitlines()
+    assert cwd1 != cwd2
+    assert listing1 == listing2 == "[]"
+    assert tmp1 == cwd1
+    assert not os.path.exists(cwd1) and not os.path.exists(cwd2)
+
+
+def test_cwd_removed_after_timeout(sandbox: LocalSandbox) -> None:
+    r = sandbox.run(
+        "import os\nprint(os.getcwd(), flush=True)\nopen('f', 'w').write('x')\nwhile True: pass\n",
+        timeout_s=1.0,
+    )
+    assert r.timed_out
+    assert not os.path.exists(r.stdout.strip())
+
+
+def test_files_do_not_persist_between_runs(sandbox: LocalSandbox) -> None:
+    assert sandbox.run("open('note.txt', 'w').write('secret')").status == "ok"
+    r = sandbox.run("import os\nprint(os.path.exists('note.txt'), os.listdir('.'))")
+    assert r.stdout == "False []\n"
+
+
+def test_file_size_limit() -> None:
+    with LocalSandbox(SandboxConfig(max_file_bytes=1000)) as sb:
+        r = sb.run("with open('big', 'wb') as f:\n    f.write(b'x' * 5000)\n")
+    assert r.status == "runtime_error" and "File too large" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "popen_kwargs",
+    ["", ", stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL"],
+    ids=["holds-pipes", "detached-from-pipes"],
+)
+def test_popen_child_does_not_survive(sandbox: LocalSandbox, popen_kwargs: str) -> None:
+    r = sandbox.run(f"import subprocess\np = subprocess.Popen(['sleep', '30']{popen_kwargs})\nprint(p.pid)\n")
+    assert r.status == "ok"
+    assert wait_dead(int(r.stdout))
+    assert r.wall_time < 2.0  # a sleeper holding our pipes open did not make us wait for it
+
+
+def test_forked_child_does_not_survive(sandbox: LocalSandbox) -> None:
+    code = "import os, time\npid = os.fork()\nif pid == 0:\n    time.sleep(30)\n    os._exit(0)\nprint(pid)\n"
+    r = sandbox.run(code)
+    assert r.status == "ok"
+    assert wait_dead(int(r.stdout))
+
+
+def test_non_utf8_output_is_replaced(sandbox: LocalSandbox) -> None:
+    r = sandbox.run("import sys\nsys.stdout.buffer.write(b'a\\xff\\xfeb')\n")
+    assert r.status == "ok"
+    assert r.stdout == "a\ufffd\ufffdb"
+
+
+def test_unicode_round_trip(sandbox: LocalSandbox) -> None:
+    assert sandbox.run("print('π ≈ 3.14 ✓')").stdout == "π ≈ 3.14 ✓\n"
+
+
+def test_missing_interpreter_is_a_sandbox_error(tmp_path: Path) -> None:
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\n")
+    fake.chmod(0o755)
+    sb = LocalSandbox(SandboxConfig(python=str(fake)))
+    fake.unlink()  # disappears after validation: the run must report, not raise
+    r = sb.run("print(1)")
+    assert r.status == "sandbox_error" and r.exit_code is None and "FileNotFoundError" in r.sandbox_error
+
+
+def test_run_batch_keeps_input_order() -> None:
+    codes = [f"import time\ntime.sleep({(16 - i) * 0.01})\nprint({i})" for i in range(16)]
+    with LocalSandbox(SandboxConfig(max_workers=4)) as sb:
+        results = sb.run_batch(codes)
+    assert [r.stdout for r in results] == [f"{i}\n" for i in range(16)]
+    assert all(isinstance(r, ExecResult) and r.status == "ok" for r in results)
+
+
+def test_closed_sandbox_refuses_batches() -> None:
+    sb = LocalSandbox()
+    sb.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        sb.run_batch(["print(1)"])
+
+
+def test_to_dict_includes_status(sandbox: LocalSandbox) -> None:
+    d = sandbox.run("raise SystemExit(2)").to_dict()
+    assert d["status"] == "runtime_error" and d["exit_code"] == 2 and set(d) >= {"stdout", "wall_time"}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"timeout_s": 0}, "timeout_s"),
+        ({"cpu_time_s": 0}, "cpu_time_s"),
+        ({"memory_mb": 8}, "memory_mb"),
+        ({"max_output_bytes": 0}, "max_output_bytes"),
+        ({"max_workers": -1}, "max_workers"),
+        ({"python": "/no/such/python"}, "/no/such/python"),
+    ],
+)
+def test_config_validation(kwargs: dict, match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        SandboxConfig(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("result", "status"),
+    [
+        (ExecResult("", "", 0, False, False, 0.1), "ok"),
+        (ExecResult("", "Traceback\nValueError", 1, False, False, 0.1), "runtime_error"),
+        (ExecResult("", "", -9, True, False, 1.0), "timeout"),
+        (ExecResult("", "", -24, False, False, 1.0), "timeout"),  # SIGXCPU
+        (ExecResult("", "MemoryError", 1, False, False, 0.1), "memory_exceeded"),
+        (ExecResult("", "MemoryError", 0, False, False, 0.1), "ok"),  # caught and printed
+        (ExecResult("x", "", -9, False, True, 0.1), "output_truncated"),
+        (ExecResult("", "", None, False, False, 0.0, "OSError: x"), "sandbox_error"),
+    ],
+)
+def test_status_labels(result: ExecResult, status: str) -> None:
+    assert result.status == status

@@ -1,0 +1,213 @@
+"""Config loading: every key and type is checked, and errors name the dotted key."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from tirl.config import ConfigError, apply_overrides, from_dict, load_config, save_config, to_dict
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    betas: tuple[float, ...] = (0.9, 0.999)
+    warmup_steps: int = 0
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+
+
+@dataclass
+class RLConfig:
+    algo: Literal["grpo", "dapo"] = "grpo"
+    group_size: int = 8
+    clip_eps: float = 0.2
+    optim: OptimConfig = field(default_factory=OptimConfig)
+
+
+@dataclass
+class TrainConfig:
+    name: str = "run"
+    seed: int = 0
+    bf16: bool = True
+    tags: list[str] = field(default_factory=list)
+    max_steps: int | None = None
+    rl: RLConfig = field(default_factory=RLConfig)
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "cfg.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_nested_load_from_yaml(tmp_path: Path) -> None:
+    path = write(
+        tmp_path,
+        "name: exp1\nseed: 3\ntags: [a, b]\n"
+        "rl:\n  algo: dapo\n  optim:\n    lr: 2.0e-5\n    betas: [0.8, 0.9]\n",
+    )
+    cfg = load_config(TrainConfig, path)
+    assert cfg == TrainConfig(
+        name="exp1",
+        seed=3,
+        tags=["a", "b"],
+        rl=RLConfig(algo="dapo", optim=OptimConfig(lr=2e-5, betas=(0.8, 0.9))),
+    )
+    assert isinstance(cfg.rl.optim.betas, tuple)
+
+
+def test_missing_keys_take_defaults() -> None:
+    assert load_config(TrainConfig) == TrainConfig()
+    assert from_dict(TrainConfig, {"rl": {}}) == TrainConfig()
+
+
+def test_overrides_of_each_kind(tmp_path: Path) -> None:
+    path = write(tmp_path, "seed: 1\n")
+    cfg = load_config(
+        TrainConfig,
+        path,
+        [
+            "seed=7",
+            "rl.clip_eps=0.28",
+            "bf16=false",
+            "name=my-run",
+            "tags=[x, y]",
+            "rl.optim.warmup_steps=10",
+            "max_steps=null",
+        ],
+    )
+    assert cfg.seed == 7
+    assert cfg.rl.clip_eps == 0.28
+    assert cfg.bf16 is False
+    assert cfg.name == "my-run"
+    assert cfg.tags == ["x", "y"]
+    assert cfg.rl.optim.warmup_steps == 10
+    assert cfg.max_steps is None
+
+
+def test_override_exponent_float_without_dot() -> None:
+    # YAML 1.1 reads `1e-3` as a string; a float field must still get the number.
+    cfg = load_config(TrainConfig, None, ["rl.optim.lr=1e-3"])
+    assert cfg.rl.optim.lr == 0.001
+    assert type(cfg.rl.optim.lr) is float
+    assert apply_overrides({}, ["rl.clip_eps=2e-1"], TrainConfig) == {"rl": {"clip_eps": 0.2}}
+
+
+def test_exponent_float_in_yaml_file(tmp_path: Path) -> None:
+    cfg = load_config(TrainConfig, write(tmp_path, "rl:\n  optim:\n    lr: 1e-3\n"))
+    assert cfg.rl.optim.lr == 0.001
+
+
+def test_numeric_override_for_string_field_keeps_the_text() -> None:
+    assert load_config(TrainConfig, None, ["name=2024"]).name == "2024"
+
+
+def test_override_does_not_mutate_input() -> None:
+    data = {"rl": {"group_size": 4}}
+    out = apply_overrides(data, ["rl.group_size=16"], TrainConfig)
+    assert data == {"rl": {"group_size": 4}}
+    assert out == {"rl": {"group_size": 16}}
+
+
+def test_unknown_top_level_key_names_it_and_lists_valid_keys() -> None:
+    with pytest.raises(ConfigError, match="'sed'") as exc:
+        from_dict(TrainConfig, {"sed": 1})
+    assert "name, seed, bf16, tags, max_steps, rl" in str(exc.value)
+
+
+def test_unknown_nested_key_names_dotted_path() -> None:
+    with pytest.raises(ConfigError, match=r"'rl\.optim\.lrr'") as exc:
+        from_dict(TrainConfig, {"rl": {"optim": {"lrr": 1.0}}})
+    assert "lr, betas, warmup_steps" in str(exc.value)
+
+
+def test_unknown_override_key_names_dotted_path() -> None:
+    with pytest.raises(ConfigError, match=r"'rl\.lrr'") as exc:
+        apply_overrides({}, ["rl.lrr=1e-3"], TrainConfig)
+    assert "algo, group_size, clip_eps, optim" in str(exc.value)
+    with pytest.raises(ConfigError, match="'sed'"):
+        load_config(TrainConfig, None, ["sed=1"])
+
+
+def test_override_into_a_leaf_is_rejected() -> None:
+    with pytest.raises(ConfigError, match=r"'seed' \(int\) is not a section"):
+        apply_overrides({}, ["seed.x=1"], TrainConfig)
+
+
+def test_wrong_type_message_names_key_type_and_value() -> None:
+    with pytest.raises(ConfigError) as exc:
+        from_dict(TrainConfig, {"rl": {"group_size": "eight"}})
+    msg = str(exc.value)
+    assert "rl.group_size" in msg and "int" in msg and "'eight'" in msg
+
+
+@pytest.mark.parametrize(
+    ("data", "key"),
+    [
+        ({"seed": 1.5}, "seed"),
+        ({"seed": True}, "seed"),  # bool is an int subclass; it must not pass as one
+        ({"bf16": 1}, "bf16"),
+        ({"name": 3}, "name"),
+        ({"tags": "a"}, "tags"),
+        ({"tags": [1]}, r"tags\[0\]"),
+        ({"rl": {"clip_eps": "abc"}}, r"rl\.clip_eps"),
+        ({"rl": {"optim": {"betas": 0.9}}}, r"rl\.optim\.betas"),
+        ({"rl": 3}, "rl"),
+    ],
+)
+def test_wrong_types_are_rejected(data: dict, key: str) -> None:
+    with pytest.raises(ConfigError, match=key):
+        from_dict(TrainConfig, data)
+
+
+def test_int_accepted_for_float() -> None:
+    cfg = from_dict(TrainConfig, {"rl": {"clip_eps": 1}})
+    assert cfg.rl.clip_eps == 1.0 and type(cfg.rl.clip_eps) is float
+
+
+def test_literal_validation() -> None:
+    with pytest.raises(ConfigError, match=r"rl\.algo.*one of \['grpo', 'dapo'\].*'ppo'"):
+        load_config(TrainConfig, None, ["rl.algo=ppo"])
+
+
+def test_post_init_error_gets_the_section_path() -> None:
+    with pytest.raises(ConfigError, match=r"^rl\.optim: lr must be > 0, got -1\.0$"):
+        from_dict(TrainConfig, {"rl": {"optim": {"lr": -1.0}}})
+
+
+def test_missing_file_is_named(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(ConfigError, match="nope.yaml"):
+        load_config(TrainConfig, missing)
+
+
+def test_top_level_must_be_a_mapping(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cfg.yaml.*mapping"):
+        load_config(TrainConfig, write(tmp_path, "- 1\n- 2\n"))
+
+
+def test_override_without_equals() -> None:
+    with pytest.raises(ConfigError, match="'seed' must have the form dotted.key=value"):
+        load_config(TrainConfig, None, ["seed"])
+
+
+def test_save_load_round_trip(tmp_path: Path) -> None:
+    cfg = TrainConfig(
+        name="x",
+        seed=5,
+        bf16=False,
+        tags=["t"],
+        max_steps=100,
+        rl=RLConfig(algo="dapo", clip_eps=0.28, optim=OptimConfig(lr=1e-5, betas=(0.9, 0.95))),
+    )
+    path = save_config(cfg, tmp_path / "out" / "config.yaml")
+    assert load_config(TrainConfig, path) == cfg
+    assert to_dict(cfg)["rl"]["optim"]["betas"] == [0.9, 0.95]
+    assert list(to_dict(cfg)) == ["name", "seed", "bf16", "tags", "max_steps", "rl"]
+    assert path.read_text().startswith("name: x\n")
