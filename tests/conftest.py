@@ -26,13 +26,28 @@ def sample_conversation() -> list[dict]:
 def build_test_tokenizer():
     texts = [conversation_text(sample_conversation())]
     for p in generate_problems(200, seed=0):
-        texts.append(conversation_text([
-            {"role": "user", "content": p.question},
-            {"role": "assistant", "content": "I will compute it with Python.",
-             "tool_calls": [{"function": {"name": "code_interpreter", "arguments": {"code": f"print({p.expression})"}}}]},
-            {"role": "tool", "content": f"{p.answer}\n"},
-            {"role": "assistant", "content": f"The answer is \\boxed{{{p.answer}}}."},
-        ], add_generation_prompt=False))
+        texts.append(
+            conversation_text(
+                [
+                    {"role": "user", "content": p.question},
+                    {
+                        "role": "assistant",
+                        "content": "I will compute it with Python.",
+                        "tool_calls": [
+                            {
+                                "function": {
+                                    "name": "code_interpreter",
+                                    "arguments": {"code": f"print({p.expression})"},
+                                }
+                            }
+                        ],
+                    },
+                    {"role": "tool", "content": f"{p.answer}\n"},
+                    {"role": "assistant", "content": f"The answer is \\boxed{{{p.answer}}}."},
+                ],
+                add_generation_prompt=False,
+            )
+        )
     assert CODE_INTERPRETER_SCHEMA["function"]["name"] == "code_interpreter"
     return train_tokenizer(texts, vocab_size=512)
 

@@ -1,2 +1,3 @@
 """tirl: tool-integrated reinforcement learning."""
+
 __version__ = "0.1.0"

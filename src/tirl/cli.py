@@ -1,20 +1,20 @@
 """The `tirl` command: `demo`, `sft`, `rl`, `eval`, each taking an optional YAML config and dotted overrides.
 
-    tirl demo [--config FILE] [key=value ...]
-    tirl sft  --config FILE [model.path=DIR sft.data=FILE ...] [--out DIR]
-    tirl rl   --config FILE [model.path=DIR rl.data=FILE ...]  [--out DIR]
-    tirl eval --config FILE [model.path=DIR eval.data=FILE ...] [--out DIR] [--label NAME]
+tirl demo [--config FILE] [key=value ...]
+tirl sft  --config FILE [model.path=DIR sft.data=FILE ...] [--out DIR]
+tirl rl   --config FILE [model.path=DIR rl.data=FILE ...]  [--out DIR]
+tirl eval --config FILE [model.path=DIR eval.data=FILE ...] [--out DIR] [--label NAME]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from tirl.config import ConfigError, load_config
-
 
 DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.yaml"
 
@@ -54,21 +54,28 @@ def _cmd_stage(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tirl", description="Tool-integrated RL: train and evaluate LMs that "
-                                     "reason with a Python tool.")
+    parser = argparse.ArgumentParser(
+        prog="tirl", description="Tool-integrated RL: train and evaluate LMs that reason with a Python tool."
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, help_: str, fn) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_)
-        p.add_argument("--config", default=None, help="YAML config (default: the dataclass defaults; for demo, the packaged configs/demo.yaml)")
+        p.add_argument(
+            "--config",
+            default=None,
+            help="YAML config (default: the dataclass defaults; for demo, the packaged configs/demo.yaml)",
+        )
         p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rl.steps=10 eval.n=16")
         p.set_defaults(fn=fn)
         return p
 
     add("demo", "the whole loop on a tiny model: data, SFT, eval, RL, eval, report", _cmd_demo)
-    for name, help_ in (("sft", "supervised fine-tuning on multi-turn tool trajectories (sft.data)"),
-                        ("rl", "GRPO-TCR on prompts (rl.data) from model.path"),
-                        ("eval", "n samples per problem of eval.data: records, trajectories, pass@k")):
+    for name, help_ in (
+        ("sft", "supervised fine-tuning on multi-turn tool trajectories (sft.data)"),
+        ("rl", "GRPO-TCR on prompts (rl.data) from model.path"),
+        ("eval", "n samples per problem of eval.data: records, trajectories, pass@k"),
+    ):
         p = add(name, help_, _cmd_stage)
         p.add_argument("--out", default=None, help="output directory (default: OUT_DIR/<command>)")
         if name == "eval":
@@ -76,12 +83,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_libraries() -> None:
+    """tirl draws its own progress bars; silence transformers' per-file ones."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    _quiet_libraries()
     try:
         return args.fn(args)
     except (ConfigError, FileNotFoundError, ValueError) as e:
-        print(f"tirl {args.command}: error: {e}", file=sys.stderr)
+        if os.environ.get("TIRL_DEBUG"):
+            raise
+        print(f"tirl {args.command}: error: {e}  (TIRL_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 2
 
 

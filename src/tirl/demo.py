@@ -30,20 +30,32 @@ from tirl.tasks.solver import scripted_trajectories
 from tirl.tasks.warmup import copy_warmup_rows
 
 
-def _tokenizer_corpus(sft_rows: list[dict[str, Any]], prompt_rows: list[dict[str, Any]], system: str) -> list[str]:
+def _tokenizer_corpus(
+    sft_rows: list[dict[str, Any]], prompt_rows: list[dict[str, Any]], system: str
+) -> list[str]:
     """The text the tiny tokenizer is trained on: whole rendered conversations, so chat scaffolding compresses."""
     texts = [conversation_text(with_system(r["messages"], system)) for r in sft_rows]
-    texts += [conversation_text(with_system(r["prompt"], system), add_generation_prompt=True) for r in prompt_rows]
+    texts += [
+        conversation_text(with_system(r["prompt"], system), add_generation_prompt=True) for r in prompt_rows
+    ]
     return texts
 
 
 def prepare(cfg: TirlConfig, out: Path) -> dict[str, Any]:
     """Data and the initial tiny model; returns paths and the rows."""
     t = cfg.task
-    sft_p, rl_p, test_p = split_problems(seed=cfg.seed, num_sft=t.num_sft, num_rl=t.num_rl, num_test=t.num_test,
-                                         levels=tuple(t.levels), style=t.style)
-    console.print(f"[bold]data[/] {len(sft_p)} SFT, {len(rl_p)} RL, {len(test_p)} held-out test problems; "
-                  "running the scripted solver's tool calls in the sandbox")
+    sft_p, rl_p, test_p = split_problems(
+        seed=cfg.seed,
+        num_sft=t.num_sft,
+        num_rl=t.num_rl,
+        num_test=t.num_test,
+        levels=tuple(t.levels),
+        style=t.style,
+    )
+    console.print(
+        f"[bold]data[/] {len(sft_p)} SFT, {len(rl_p)} RL, {len(test_p)} held-out test problems; "
+        "running the scripted solver's tool calls in the sandbox"
+    )
     with LocalSandbox(cfg.sandbox) as sandbox:
         sft_rows = scripted_trajectories(sft_p, sandbox, t.solver, seed=cfg.seed)
     rl_rows, test_rows = [p.to_row() for p in rl_p], [p.to_row() for p in test_p]
@@ -56,8 +68,13 @@ def prepare(cfg: TirlConfig, out: Path) -> dict[str, Any]:
     corpus = _tokenizer_corpus(sft_rows, rl_rows + test_rows, cfg.chat.system_prompt)
     corpus += [r["prompt"] + r["completion"] for r in warmup_rows]
     init = build_tiny(out / "model-init", corpus, cfg.tiny, seed=cfg.seed)
-    return {"init": init, "sft_rows": sft_rows, "rl_rows": rl_rows, "test_rows": test_rows,
-            "warmup_rows": warmup_rows}
+    return {
+        "init": init,
+        "sft_rows": sft_rows,
+        "rl_rows": rl_rows,
+        "test_rows": test_rows,
+        "warmup_rows": warmup_rows,
+    }
 
 
 def run_demo(cfg: TirlConfig) -> dict[str, Any]:
@@ -72,9 +89,12 @@ def run_demo(cfg: TirlConfig) -> dict[str, Any]:
     t0 = time.time()
     start = prep["init"]
     if cfg.warmup.epochs:
-        console.print("[bold]warm-up[/]: the freshly built model learns to copy numbers (see tirl.tasks.warmup)")
-        start = run_sft(cfg, out / "warmup", model_path=start, rows=prep["warmup_rows"], stage=cfg.warmup,
-                        label="warm-up")
+        console.print(
+            "[bold]warm-up[/]: the freshly built model learns to copy numbers (see tirl.tasks.warmup)"
+        )
+        start = run_sft(
+            cfg, out / "warmup", model_path=start, rows=prep["warmup_rows"], stage=cfg.warmup, label="warm-up"
+        )
     times["warmup"] = time.time() - t0
     t0 = time.time()
     console.print("[bold]SFT[/] on the scripted trajectories (loss on assistant tokens only)")
@@ -86,7 +106,9 @@ def run_demo(cfg: TirlConfig) -> dict[str, Any]:
     times["eval_sft"] = time.time() - t0
 
     t0 = time.time()
-    console.print(f"[bold]RL[/] GRPO-TCR, {cfg.rl.steps} steps of {cfg.rl.prompts_per_step} prompts x {cfg.rl.n}")
+    console.print(
+        f"[bold]RL[/] GRPO-TCR, {cfg.rl.steps} steps of {cfg.rl.prompts_per_step} prompts x {cfg.rl.n}"
+    )
     rl_model = run_rl(cfg, out / "rl", model_path=sft_model, rows=prep["rl_rows"])
     times["rl"] = time.time() - t0
 
@@ -94,11 +116,17 @@ def run_demo(cfg: TirlConfig) -> dict[str, Any]:
     rl_summary = run_eval(cfg, out / "eval-rl", model_path=rl_model, label="rl", rows=prep["test_rows"])
     times["eval_rl"] = time.time() - t0
 
-    report = {"sft": _report_entry(sft_summary), "rl": _report_entry(rl_summary), "seconds": times,
-              "eval": {"temperature": cfg.eval.temperature, "top_p": cfg.eval.top_p}}
+    report = {
+        "sft": _report_entry(sft_summary),
+        "rl": _report_entry(rl_summary),
+        "seconds": times,
+        "eval": {"temperature": cfg.eval.temperature, "top_p": cfg.eval.top_p},
+    }
     atomic_write_json(out / "report.json", report)
     print_report(report)
-    console.print(f"report: {out / 'report.json'}  (records and trajectories in {out}/eval-sft, {out}/eval-rl)")
+    console.print(
+        f"report: {out / 'report.json'}  (records and trajectories in {out}/eval-sft, {out}/eval-rl)"
+    )
     return report
 
 
@@ -120,7 +148,9 @@ def _report_entry(summary: dict[str, dict[str, float]]) -> dict[str, Any]:
 
 def print_report(report: dict[str, Any]) -> None:
     sft, rl = report["sft"], report["rl"]
-    table = Table(title=f"held-out test: {sft['num_problems']} problems x {sft['samples_per_problem']} samples")
+    table = Table(
+        title=f"held-out test: {sft['num_problems']} problems x {sft['samples_per_problem']} samples"
+    )
     table.add_column("metric")
     table.add_column("SFT", justify="right")
     table.add_column("RL", justify="right")
@@ -129,7 +159,10 @@ def print_report(report: dict[str, Any]) -> None:
     rows += [(f"maj@{k}", sft["maj@k"][k], rl["maj@k"][k]) for k in sft["maj@k"] if k != "1"]
     for name, a, b in rows:
         table.add_row(name, f"{100 * a:.1f}%", f"{100 * b:.1f}%", f"{100 * (b - a):+.1f}")
-    for key, label in (("tool_calls_per_answer", "tool calls / answer"), ("no_tool_share", "answers without tool"),
-                       ("tool_error_rate", "tool error rate")):
+    for key, label in (
+        ("tool_calls_per_answer", "tool calls / answer"),
+        ("no_tool_share", "answers without tool"),
+        ("tool_error_rate", "tool error rate"),
+    ):
         table.add_row(label, f"{sft[key]:.2f}", f"{rl[key]:.2f}", f"{rl[key] - sft[key]:+.2f}")
     console.print(table)

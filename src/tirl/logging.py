@@ -20,8 +20,15 @@ BACKENDS = ("console", "jsonl", "tensorboard", "wandb")
 
 
 class MetricsLogger:
-    def __init__(self, out_dir: str | Path, *, backends: Sequence[str] = ("console", "jsonl"),
-                 console_keys: Sequence[str] = (), run_name: str = "tirl", config: dict[str, Any] | None = None):
+    def __init__(
+        self,
+        out_dir: str | Path,
+        *,
+        backends: Sequence[str] = ("console", "jsonl"),
+        console_keys: Sequence[str] = (),
+        run_name: str = "tirl",
+        config: dict[str, Any] | None = None,
+    ):
         unknown = [b for b in backends if b not in BACKENDS]
         if unknown:
             raise ValueError(f"unknown logger backends {unknown}; valid: {list(BACKENDS)}")
@@ -29,7 +36,9 @@ class MetricsLogger:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.backends = tuple(backends)
         self.console_keys = tuple(console_keys)
-        self._jsonl = open(self.out_dir / "metrics.jsonl", "a", encoding="utf-8") if "jsonl" in backends else None
+        self._jsonl = (
+            open(self.out_dir / "metrics.jsonl", "a", encoding="utf-8") if "jsonl" in backends else None
+        )
         self._tb = self._wandb = None
         if "tensorboard" in backends:
             try:
@@ -42,7 +51,9 @@ class MetricsLogger:
                 import wandb
             except ImportError as e:
                 raise RuntimeError("logger backend 'wandb' needs the wandb package") from e
-            self._wandb = wandb.init(project="tirl", name=run_name, config=config or {}, dir=str(self.out_dir))
+            self._wandb = wandb.init(
+                project="tirl", name=run_name, config=config or {}, dir=str(self.out_dir)
+            )
 
     def log(self, metrics: dict[str, float], *, step: int) -> None:
         if self._jsonl:
@@ -54,7 +65,9 @@ class MetricsLogger:
         if self._wandb:
             self._wandb.log(metrics, step=step)
         if "console" in self.backends and self.console_keys:
-            shown = "  ".join(f"{k.split('/')[-1]}={metrics[k]:.3g}" for k in self.console_keys if k in metrics)
+            shown = "  ".join(
+                f"{k.split('/')[-1]}={metrics[k]:.3g}" for k in self.console_keys if k in metrics
+            )
             console.print(f"[dim]step {step:>4}[/]  {shown}")
 
     def close(self) -> None:

@@ -6,7 +6,14 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from tirl.logging import console
 
@@ -22,8 +29,15 @@ class ProgressHandle:
 @contextmanager
 def progress(description: str, total: int) -> Iterator[ProgressHandle]:
     """A bar with count, elapsed and remaining time; closes when the block ends."""
-    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                   TimeElapsedColumn(), TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
-                   console=console, disable=bool(os.environ.get("TIRL_QUIET")))
+    bar = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TimeRemainingColumn(),
+        TextColumn("{task.fields[info]}"),
+        console=console,
+        disable=bool(os.environ.get("TIRL_QUIET")),
+    )
     with bar:
         yield ProgressHandle(bar, bar.add_task(description, total=total, info=""))

@@ -41,7 +41,9 @@ class TaskConfig:
 
 @dataclass
 class ChatConfig:
-    system_prompt: str = ""  # prepended as a system message when a conversation has none; "" = no system message
+    system_prompt: str = (
+        ""  # prepended as a system message when a conversation has none; "" = no system message
+    )
 
 
 @dataclass
@@ -72,7 +74,9 @@ class TirlConfig:
     agent: AgentConfig = field(default_factory=AgentConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
-    warmup: SFTConfig = field(default_factory=lambda: SFTConfig(epochs=0))  # demo: copy warm-up of the tiny model
+    warmup: SFTConfig = field(
+        default_factory=lambda: SFTConfig(epochs=0)
+    )  # demo: copy warm-up of the tiny model
     sft: SFTConfig = field(default_factory=SFTConfig)
     rl: RLConfig = field(default_factory=RLConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)

@@ -37,7 +37,9 @@ def setup_torch(cfg: TirlConfig) -> None:
 def build_agent(model: torch.nn.Module, tokenizer: Any, cfg: TirlConfig, sandbox: LocalSandbox) -> AgentLoop:
     renderer = ChatRenderer(tokenizer, system_prompt=cfg.chat.system_prompt or None)
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else renderer.eos_id
-    engine = TorchEngine(model, eos_ids=[renderer.eos_id], pad_id=pad, max_batch_size=cfg.rollout.max_batch_size)
+    engine = TorchEngine(
+        model, eos_ids=[renderer.eos_id], pad_id=pad, max_batch_size=cfg.rollout.max_batch_size
+    )
     agent = AgentLoop(engine, renderer, sandbox, cfg.agent)
     engine.stop_ids = set(agent.stop_ids())
     return agent
@@ -50,9 +52,15 @@ def _model_path(cfg: TirlConfig, model_path: str | Path | None) -> str:
     return path
 
 
-def run_sft(cfg: TirlConfig, out_dir: str | Path, *, model_path: str | Path | None = None,
-            rows: Sequence[dict[str, Any]] | None = None, stage: SFTConfig | None = None,
-            label: str = "SFT") -> Path:
+def run_sft(
+    cfg: TirlConfig,
+    out_dir: str | Path,
+    *,
+    model_path: str | Path | None = None,
+    rows: Sequence[dict[str, Any]] | None = None,
+    stage: SFTConfig | None = None,
+    label: str = "SFT",
+) -> Path:
     """SFT from `model_path` (or model.path) on sft.data (or `stage`'s data); returns the checkpoint directory."""
     out = Path(out_dir)
     save_config(cfg, out / "config.yaml")
@@ -64,15 +72,28 @@ def run_sft(cfg: TirlConfig, out_dir: str | Path, *, model_path: str | Path | No
     renderer = ChatRenderer(tokenizer, system_prompt=cfg.chat.system_prompt or None)
     logger = MetricsLogger(out, backends=cfg.logging.backends)
     try:
-        train_sft(model, renderer, rows, stage, pad_id=tokenizer.pad_token_id, seed=cfg.seed, logger=logger,
-                  label=label)
+        train_sft(
+            model,
+            renderer,
+            rows,
+            stage,
+            pad_id=tokenizer.pad_token_id,
+            seed=cfg.seed,
+            logger=logger,
+            label=label,
+        )
     finally:
         logger.close()
     return save_checkpoint(model, tokenizer, out / "model")
 
 
-def run_rl(cfg: TirlConfig, out_dir: str | Path, *, model_path: str | Path | None = None,
-           rows: Sequence[dict[str, Any]] | None = None) -> Path:
+def run_rl(
+    cfg: TirlConfig,
+    out_dir: str | Path,
+    *,
+    model_path: str | Path | None = None,
+    rows: Sequence[dict[str, Any]] | None = None,
+) -> Path:
     """GRPO-TCR from `model_path` on rl.data; returns the final checkpoint directory."""
     out = Path(out_dir)
     save_config(cfg, out / "config.yaml")
@@ -80,14 +101,25 @@ def run_rl(cfg: TirlConfig, out_dir: str | Path, *, model_path: str | Path | Non
     rows = rows if rows is not None else read_rows(cfg.rl.data)
     tokenizer = load_tokenizer(path)
     model = load_model(cfg.model, path)
-    sampling = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                              top_k=cfg.rollout.top_k)
+    sampling = SamplingParams(
+        temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k
+    )
     keys = ("reward/mean", "reward/accuracy", "rollout/tool_calls", "loss/clipfrac", "time/step")
     logger = MetricsLogger(out, backends=cfg.logging.backends, console_keys=keys, config=asdict(cfg))
     with LocalSandbox(cfg.sandbox) as sandbox:
         agent = build_agent(model, tokenizer, cfg, sandbox)
-        trainer = RLTrainer(model, tokenizer, agent, rows, cfg.rl, sampling=sampling, reward=cfg.reward,
-                            out_dir=out, seed=cfg.seed, logger=logger)
+        trainer = RLTrainer(
+            model,
+            tokenizer,
+            agent,
+            rows,
+            cfg.rl,
+            sampling=sampling,
+            reward=cfg.reward,
+            out_dir=out,
+            seed=cfg.seed,
+            logger=logger,
+        )
         try:
             trainer.train()
         finally:
@@ -95,8 +127,14 @@ def run_rl(cfg: TirlConfig, out_dir: str | Path, *, model_path: str | Path | Non
     return out / "model"
 
 
-def run_eval(cfg: TirlConfig, out_dir: str | Path, *, model_path: str | Path | None = None, label: str = "model",
-             rows: Sequence[dict[str, Any]] | None = None) -> dict[str, dict[str, float]]:
+def run_eval(
+    cfg: TirlConfig,
+    out_dir: str | Path,
+    *,
+    model_path: str | Path | None = None,
+    label: str = "model",
+    rows: Sequence[dict[str, Any]] | None = None,
+) -> dict[str, dict[str, float]]:
     """n samples per problem of eval.data; writes records, trajectories and summary; returns the summary."""
     out = Path(out_dir)
     save_config(cfg, out / "config.yaml")

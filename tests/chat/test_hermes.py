@@ -4,7 +4,7 @@ from tirl.chat.hermes import parse_tool_call, prepare_code, tool_call_json, trun
 
 
 def test_well_formed_call():
-    text = 'Let me compute.\n<tool_call>\n' + tool_call_json("print(1 + 1)") + "\n</tool_call>"
+    text = "Let me compute.\n<tool_call>\n" + tool_call_json("print(1 + 1)") + "\n</tool_call>"
     call = parse_tool_call(text)
     assert call is not None and call.error is None
     assert call.name == "code_interpreter" and call.code == "print(1 + 1)"

@@ -1,5 +1,4 @@
 from conftest import sample_conversation
-
 from tirl.chat.template import IM_END, conversation_text
 
 
@@ -8,8 +7,9 @@ def test_jinja_template_renders_the_same_text(tokenizer, renderer):
     ids, _ = renderer.render(conv)
     assert tokenizer.decode(ids) == tokenizer.apply_chat_template(conv, tokenize=False)
     prompt = renderer.prompt_ids(conv[:1])
-    assert tokenizer.decode(prompt) == tokenizer.apply_chat_template(conv[:1], tokenize=False,
-                                                                     add_generation_prompt=True)
+    assert tokenizer.decode(prompt) == tokenizer.apply_chat_template(
+        conv[:1], tokenize=False, add_generation_prompt=True
+    )
 
 
 def test_layout_matches_qwen_hermes():
@@ -40,8 +40,10 @@ def test_turn_by_turn_equals_whole(renderer):
     conv = sample_conversation()
     whole, _ = renderer.render(conv)
     ids = renderer.prompt_ids(conv[:1])
-    turn1 = renderer.encode("I will compute it with Python.\n<tool_call>\n"
-                            '{"name": "code_interpreter", "arguments": {"code": "print(12 * 34)"}}\n</tool_call>')
+    turn1 = renderer.encode(
+        "I will compute it with Python.\n<tool_call>\n"
+        '{"name": "code_interpreter", "arguments": {"code": "print(12 * 34)"}}\n</tool_call>'
+    )
     ids += turn1 + renderer.tool_response_ids(["408\n"], assistant_closed=False)
     ids += renderer.encode("The answer is \\boxed{408}.") + renderer.encode(IM_END) + renderer.encode("\n")
     assert ids == whole

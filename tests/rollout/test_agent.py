@@ -46,10 +46,14 @@ def make_loop(renderer, sandbox, turns_by_prompt, **cfg):
 
 
 def test_tool_round_trip_and_masks(renderer, sandbox):
-    loop, engine, prompts = make_loop(renderer, sandbox, [
-        [call("print(6 * 7)"), "The answer is \\boxed{42}."],
-        ["The answer is \\boxed{1}."],
-    ])
+    loop, engine, prompts = make_loop(
+        renderer,
+        sandbox,
+        [
+            [call("print(6 * 7)"), "The answer is \\boxed{42}."],
+            ["The answer is \\boxed{1}."],
+        ],
+    )
     trajs = loop.run(prompts, SamplingParams())
     t, u = trajs
     assert t.stop_reason == "answer" and t.turns == 2 and t.num_tool_calls == 1
@@ -59,13 +63,18 @@ def test_tool_round_trip_and_masks(renderer, sandbox):
     for k, traj in enumerate(trajs):
         sampled = [i for i, m in zip(traj.response_ids, traj.loss_mask) if m]
         assert sampled == engine.sampled[k]  # ids in the trajectory are the ids sampled, mask 1 exactly there
-        assert [lp for lp, m in zip(traj.logprobs, traj.loss_mask) if not m] == [0.0] * traj.loss_mask.count(0)
+        assert [lp for lp, m in zip(traj.logprobs, traj.loss_mask) if not m] == [0.0] * traj.loss_mask.count(
+            0
+        )
     tool_ids = [i for i, m in zip(t.response_ids, t.loss_mask) if not m]
     assert tool_ids == renderer.tool_response_ids(["42\n"], assistant_closed=False)
     # the whole trajectory is the conversation rendered at once (token-in/token-out, prefix-preserving)
     conv = prompts[0] + [
-        {"role": "assistant", "content": "Let me run it.",
-         "tool_calls": [{"function": {"name": "code_interpreter", "arguments": {"code": "print(6 * 7)"}}}]},
+        {
+            "role": "assistant",
+            "content": "Let me run it.",
+            "tool_calls": [{"function": {"name": "code_interpreter", "arguments": {"code": "print(6 * 7)"}}}],
+        },
         {"role": "tool", "content": "42\n"},
         {"role": "assistant", "content": "The answer is \\boxed{42}."},
     ]
@@ -92,8 +101,9 @@ def test_malformed_calls_get_errors_not_crashes(renderer, sandbox):
 
 
 def test_runtime_errors_and_truncation_reach_the_model(renderer, sandbox):
-    loop, _, prompts = make_loop(renderer, sandbox, [[call("1/0"), call("print('x' * 1000)"), "done"]],
-                                 max_tool_response_chars=64)
+    loop, _, prompts = make_loop(
+        renderer, sandbox, [[call("1/0"), call("print('x' * 1000)"), "done"]], max_tool_response_chars=64
+    )
     (t,) = loop.run(prompts, SamplingParams())
     assert t.tool_calls[0].status == "runtime_error" and "division by zero" in t.tool_calls[0].response
     assert len(t.tool_calls[1].response) == 64 + len("...(truncated)...")
@@ -107,11 +117,18 @@ def test_max_turns(renderer, sandbox):
 
 
 def test_budget_counts_tool_tokens(renderer, sandbox):
-    loop, _, prompts = make_loop(renderer, sandbox, [[call("print('y' * 200)"), "unused"]],
-                                 max_response_tokens=60, max_tokens_per_turn=60)
+    loop, _, prompts = make_loop(
+        renderer,
+        sandbox,
+        [[call("print('y' * 200)"), "unused"]],
+        max_response_tokens=60,
+        max_tokens_per_turn=60,
+    )
     (t,) = loop.run(prompts, SamplingParams())
     assert t.stop_reason == "budget" and t.turns == 1
-    assert t.response_length <= 60 and t.loss_mask[-1] == 1  # the tool result did not fit and was not appended
+    assert (
+        t.response_length <= 60 and t.loss_mask[-1] == 1
+    )  # the tool result did not fit and was not appended
     loop, _, prompts = make_loop(renderer, sandbox, [["x " * 100]], max_response_tokens=20)
     (t,) = loop.run(prompts, SamplingParams())
     assert t.stop_reason == "budget" and t.response_length == 20

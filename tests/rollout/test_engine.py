@@ -12,16 +12,25 @@ def _engine(model, tokenizer, **kw):
 
 
 def _prompts(renderer):
-    return [renderer.prompt_ids([{"role": "user", "content": q}])
-            for q in ("What is 12 * 34?", "What is 1 + 2 + 3?", "A shop has 964 boxes with 59 pens each. How many?")]
+    return [
+        renderer.prompt_ids([{"role": "user", "content": q}])
+        for q in (
+            "What is 12 * 34?",
+            "What is 1 + 2 + 3?",
+            "A shop has 964 boxes with 59 pens each. How many?",
+        )
+    ]
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_engine_logprobs_equal_trainer_recomputation(model, tokenizer, renderer, temperature):
     prompts = _prompts(renderer)
     gens = _engine(model, tokenizer, max_batch_size=2).generate(
-        prompts, SamplingParams(temperature=temperature), max_new_tokens=[20, 7, 13],
-        generator=torch.Generator().manual_seed(0))
+        prompts,
+        SamplingParams(temperature=temperature),
+        max_new_tokens=[20, 7, 13],
+        generator=torch.Generator().manual_seed(0),
+    )
     assert [len(g.token_ids) for g in gens] == [len(g.logprobs) for g in gens]
     assert all(len(g.token_ids) <= m for g, m in zip(gens, [20, 7, 13]))
     ids = [p + g.token_ids for p, g in zip(prompts, gens)]
@@ -30,14 +39,21 @@ def test_engine_logprobs_equal_trainer_recomputation(model, tokenizer, renderer,
     with torch.no_grad():
         lp, _ = token_logprobs(model, batch.input_ids, batch.attention_mask, temperature=temperature)
     for b, (p, g) in enumerate(zip(prompts, gens)):
-        recomputed = lp[b, len(p): len(p) + len(g.token_ids)]
+        recomputed = lp[b, len(p) : len(p) + len(g.token_ids)]
         torch.testing.assert_close(recomputed, torch.tensor(g.logprobs), atol=1e-4, rtol=0)
 
 
 def test_same_seed_same_samples(model, tokenizer, renderer):
     engine = _engine(model, tokenizer)
-    runs = [engine.generate(_prompts(renderer), SamplingParams(), max_new_tokens=16,
-                            generator=torch.Generator().manual_seed(3)) for _ in range(2)]
+    runs = [
+        engine.generate(
+            _prompts(renderer),
+            SamplingParams(),
+            max_new_tokens=16,
+            generator=torch.Generator().manual_seed(3),
+        )
+        for _ in range(2)
+    ]
     assert [g.token_ids for g in runs[0]] == [g.token_ids for g in runs[1]]
 
 
@@ -61,8 +77,9 @@ def test_stops_at_stop_token(model, tokenizer, renderer):
     stop = tokenizer.convert_tokens_to_ids("</tool_call>")
     handle = _force(model, stop)
     try:
-        gens = _engine(model, tokenizer, stop_ids=[stop]).generate(_prompts(renderer), SamplingParams(),
-                                                                   max_new_tokens=10)
+        gens = _engine(model, tokenizer, stop_ids=[stop]).generate(
+            _prompts(renderer), SamplingParams(), max_new_tokens=10
+        )
         assert all(g.token_ids == [stop] and g.finish_reason == "stop" for g in gens)
         gens = _engine(model, tokenizer).generate(_prompts(renderer), SamplingParams(), max_new_tokens=5)
         assert all(g.token_ids == [stop] * 5 and g.finish_reason == "length" for g in gens)

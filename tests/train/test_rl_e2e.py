@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from conftest import make_model
 
+from conftest import make_model
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentConfig, AgentLoop
 from tirl.rollout.engine import TorchEngine
@@ -20,17 +20,35 @@ def test_rl_raises_mean_reward(tokenizer, renderer, sandbox, tmp_path):
     torch.manual_seed(0)
     model = make_model(tokenizer).train()
     # SFT: answer with a uniformly random digit, so the target digit starts at about 10%
-    sft_rows = [{"messages": PROMPT + [{"role": "assistant", "content": f"\\boxed{{{d}}}"}]}
-                for d in list(range(10)) * 20]
-    train_sft(model, renderer, sft_rows, SFTConfig(epochs=8, batch_size=20, optim=OptimConfig(lr=3e-3)),
-              pad_id=tokenizer.pad_token_id, seed=0)
+    sft_rows = [
+        {"messages": PROMPT + [{"role": "assistant", "content": f"\\boxed{{{d}}}"}]}
+        for d in list(range(10)) * 20
+    ]
+    train_sft(
+        model,
+        renderer,
+        sft_rows,
+        SFTConfig(epochs=8, batch_size=20, optim=OptimConfig(lr=3e-3)),
+        pad_id=tokenizer.pad_token_id,
+        seed=0,
+    )
     engine = TorchEngine(model, eos_ids=[renderer.eos_id], pad_id=tokenizer.pad_token_id)
     agent = AgentLoop(engine, renderer, sandbox, AgentConfig(max_response_tokens=16, max_tokens_per_turn=16))
     rows = [{"prompt": PROMPT, "reward_model": {"ground_truth": "7"}}] * 8
-    cfg = RLConfig(steps=10, prompts_per_step=8, n=8, mini_batch_size=32,
-                   optim=OptimConfig(lr=1e-3, weight_decay=0.0))
-    trainer = RLTrainer(model, tokenizer, agent, rows, cfg, sampling=SamplingParams(), reward=RewardConfig(),
-                        out_dir=tmp_path, seed=0)
+    cfg = RLConfig(
+        steps=10, prompts_per_step=8, n=8, mini_batch_size=32, optim=OptimConfig(lr=1e-3, weight_decay=0.0)
+    )
+    trainer = RLTrainer(
+        model,
+        tokenizer,
+        agent,
+        rows,
+        cfg,
+        sampling=SamplingParams(),
+        reward=RewardConfig(),
+        out_dir=tmp_path,
+        seed=0,
+    )
     history = trainer.train()
     first, last = history[0]["reward/mean"], sum(h["reward/mean"] for h in history[-2:]) / 2
     assert first < -0.5, first

@@ -1,14 +1,14 @@
 import pytest
 import torch
-from conftest import sample_conversation
 
+from conftest import sample_conversation
 from tirl.train.batch import collate
-from tirl.train.sft import SFTConfig, render_rows, sft_loss, train_sft
 from tirl.train.optim import OptimConfig
+from tirl.train.sft import SFTConfig, render_rows, sft_loss, train_sft
 
 
 def test_sft_loss_ignores_masked_tokens(model, tokenizer, renderer):
-    (ids, mask), = render_rows([{"messages": sample_conversation()}], renderer, max_length=512)
+    ((ids, mask),) = render_rows([{"messages": sample_conversation()}], renderer, max_length=512)
     batch = collate([ids], [mask], pad_id=tokenizer.pad_token_id)
     loss, n = sft_loss(model, batch)
     assert n == sum(mask[1:])

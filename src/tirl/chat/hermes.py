@@ -61,10 +61,14 @@ def parse_tool_call(text: str) -> ToolCall | None:
     except json.JSONDecodeError as e:
         return ToolCall(raw=raw, error=f"Error: the tool call is not valid JSON ({e.msg} at char {e.pos}).")
     if not isinstance(obj, dict):
-        return ToolCall(raw=raw, error="Error: the tool call must be a JSON object with 'name' and 'arguments'.")
+        return ToolCall(
+            raw=raw, error="Error: the tool call must be a JSON object with 'name' and 'arguments'."
+        )
     name = obj.get("name")
     if name != TOOL_NAME:
-        return ToolCall(raw=raw, name=str(name), error=f"Error: unknown tool {name!r}; available: {TOOL_NAME}.")
+        return ToolCall(
+            raw=raw, name=str(name), error=f"Error: unknown tool {name!r}; available: {TOOL_NAME}."
+        )
     args = obj.get("arguments")
     if isinstance(args, str):  # some models send the arguments as a JSON string
         try:

@@ -79,7 +79,9 @@ def generation_prompt() -> Piece:
     return Piece(f"{IM_START}assistant\n", False)
 
 
-def conversation_pieces(messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool = False) -> list[Piece]:
+def conversation_pieces(
+    messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool = False
+) -> list[Piece]:
     """The pieces of a whole conversation; validates roles so that a malformed row fails loudly."""
     pieces: list[Piece] = []
     i = 0
@@ -94,7 +96,12 @@ def conversation_pieces(messages: Sequence[dict[str, Any]], *, add_generation_pr
             i = j
             continue
         if role == "assistant":
-            pieces += [generation_prompt(), Piece(assistant_body(m), True), Piece(IM_END, True), Piece("\n", False)]
+            pieces += [
+                generation_prompt(),
+                Piece(assistant_body(m), True),
+                Piece(IM_END, True),
+                Piece("\n", False),
+            ]
         elif role in ("system", "user"):
             if role == "system" and i != 0:
                 raise ValueError(f"message {i}: a system message is only allowed first")
@@ -152,7 +159,9 @@ class ChatRenderer:
 
     def prompt_ids(self, messages: Sequence[dict[str, Any]]) -> list[int]:
         """The prompt a rollout starts from: the conversation plus the assistant generation header."""
-        return self.encode_pieces(conversation_pieces(self.with_system(messages), add_generation_prompt=True))[0]
+        return self.encode_pieces(
+            conversation_pieces(self.with_system(messages), add_generation_prompt=True)
+        )[0]
 
     def tool_response_ids(self, contents: Sequence[str], *, assistant_closed: bool) -> list[int]:
         """Tokens appended after an assistant turn that called a tool, up to the next generation header.

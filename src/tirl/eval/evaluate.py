@@ -36,7 +36,9 @@ class EvalConfig:
 
     def __post_init__(self) -> None:
         if self.n < 1 or self.batch_problems < 1:
-            raise ValueError(f"eval.n and eval.batch_problems must be >= 1, got {self.n}, {self.batch_problems}")
+            raise ValueError(
+                f"eval.n and eval.batch_problems must be >= 1, got {self.n}, {self.batch_problems}"
+            )
         if any(k < 1 or k > self.n for k in self.ks):
             raise ValueError(f"eval.ks must lie in [1, n={self.n}], got {self.ks}")
 
@@ -61,8 +63,15 @@ class SampleRecord:
     stop_reason: str
 
 
-def evaluate(agent: AgentLoop, rows: Sequence[dict[str, Any]], cfg: EvalConfig, *, model_label: str, seed: int,
-             reward: RewardConfig | None = None) -> tuple[list[SampleRecord], list[Trajectory]]:
+def evaluate(
+    agent: AgentLoop,
+    rows: Sequence[dict[str, Any]],
+    cfg: EvalConfig,
+    *,
+    model_label: str,
+    seed: int,
+    reward: RewardConfig | None = None,
+) -> tuple[list[SampleRecord], list[Trajectory]]:
     """Roll out every row n times and grade each sample (reward shaping off unless given: accuracy is the verdict)."""
     rows = list(rows)[: cfg.max_problems or None]
     params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p)
@@ -74,17 +83,38 @@ def evaluate(agent: AgentLoop, rows: Sequence[dict[str, Any]], cfg: EvalConfig, 
         for s in range(0, len(rows), cfg.batch_problems):
             chunk = rows[s : s + cfg.batch_problems]
             prompts = [r["prompt"] for r in chunk for _ in range(cfg.n)]
-            metas = [{"id": _problem_id(r, s + i), "data_source": r.get("data_source", "unknown"), "sample": k,
-                      "ground_truth": r["reward_model"]["ground_truth"]}
-                     for i, r in enumerate(chunk) for k in range(cfg.n)]
+            metas = [
+                {
+                    "id": _problem_id(r, s + i),
+                    "data_source": r.get("data_source", "unknown"),
+                    "sample": k,
+                    "ground_truth": r["reward_model"]["ground_truth"],
+                }
+                for i, r in enumerate(chunk)
+                for k in range(cfg.n)
+            ]
             out = agent.run(prompts, params, metas=metas, generator=gen)
             scores = score_trajectories(out, reward, max_len=agent.config.max_response_tokens)
             for t, sc in zip(out, scores, strict=True):
                 t.meta.update({"correct": sc.correct, "score": sc.reward, "pred": sc.pred})
-                records.append(SampleRecord(
-                    model_label, t.meta["id"], t.meta["data_source"], t.meta["sample"], cfg.temperature, cfg.top_p,
-                    sc.correct, sc.reward, sc.pred, t.num_tool_calls, t.num_tool_errors, t.turns,
-                    t.response_length, t.stop_reason))
+                records.append(
+                    SampleRecord(
+                        model_label,
+                        t.meta["id"],
+                        t.meta["data_source"],
+                        t.meta["sample"],
+                        cfg.temperature,
+                        cfg.top_p,
+                        sc.correct,
+                        sc.reward,
+                        sc.pred,
+                        t.num_tool_calls,
+                        t.num_tool_errors,
+                        t.turns,
+                        t.response_length,
+                        t.stop_reason,
+                    )
+                )
             trajs += out
             bar.advance(len(chunk))
     return records, trajs
@@ -115,15 +145,18 @@ def _summary(records: Sequence[SampleRecord], ks: Sequence[int]) -> dict[str, fl
     out = summarize(problems, list(ks) or default_ks(n))
     total = max(1, len(records))
     out["tool_calls_per_answer"] = sum(r.num_tool_calls for r in records) / total
-    out["tool_error_rate"] = sum(r.num_tool_errors for r in records) / max(1, sum(r.num_tool_calls for r in records))
+    out["tool_error_rate"] = sum(r.num_tool_errors for r in records) / max(
+        1, sum(r.num_tool_calls for r in records)
+    )
     out["turns"] = sum(r.turns for r in records) / total
     out["response_tokens"] = sum(r.response_tokens for r in records) / total
     out["no_tool_share"] = sum(r.num_tool_calls == 0 for r in records) / total
     return out
 
 
-def write_eval(out_dir: str | Path, records: Sequence[SampleRecord], trajs: Sequence[Trajectory],
-               summary: dict[str, Any]) -> Path:
+def write_eval(
+    out_dir: str | Path, records: Sequence[SampleRecord], trajs: Sequence[Trajectory], summary: dict[str, Any]
+) -> Path:
     out = Path(out_dir)
     atomic_write_jsonl(out / "records.jsonl", [asdict(r) for r in records])
     atomic_write_jsonl(out / "trajectories.jsonl", [t.to_dict() for t in trajs])

@@ -31,13 +31,15 @@ def load_model(cfg: ModelConfig, path: str | Path | None = None) -> torch.nn.Mod
     """`path` overrides cfg.path (e.g. a checkpoint written by a previous stage)."""
     p = path or cfg.path
     _check_path(p)
-    model = AutoModelForCausalLM.from_pretrained(str(p), dtype=_DTYPES[cfg.dtype],
-                                                 attn_implementation=cfg.attn_implementation)
+    model = AutoModelForCausalLM.from_pretrained(
+        str(p), dtype=_DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation
+    )
     return model.to(cfg.device)
 
 
-def save_checkpoint(model: torch.nn.Module, tokenizer: Any, path: str | Path, *,
-                    extra: dict[str, Any] | None = None) -> Path:
+def save_checkpoint(
+    model: torch.nn.Module, tokenizer: Any, path: str | Path, *, extra: dict[str, Any] | None = None
+) -> Path:
     """Model and tokenizer as a Hugging Face directory, written whole or not at all."""
     with atomic_dir(path) as stage:
         model.save_pretrained(stage)
@@ -51,4 +53,6 @@ def _check_path(path: str | Path | None) -> None:
     if not path:
         raise ValueError("model.path is empty: set it to a local Hugging Face model directory")
     if not Path(path).is_dir():
-        raise FileNotFoundError(f"model.path {str(path)!r} is not a directory (tirl loads local checkpoints only)")
+        raise FileNotFoundError(
+            f"model.path {str(path)!r} is not a directory (tirl loads local checkpoints only)"
+        )

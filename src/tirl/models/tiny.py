@@ -38,9 +38,13 @@ class TinyModelConfig:
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.num_kv_heads}")
+            raise ValueError(
+                f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.num_kv_heads}"
+            )
         if self.vocab_size < 300:
-            raise ValueError(f"vocab_size {self.vocab_size} is below the 256 byte symbols plus special tokens")
+            raise ValueError(
+                f"vocab_size {self.vocab_size} is below the 256 byte symbols plus special tokens"
+            )
 
 
 def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 1024) -> PreTrainedTokenizerFast:
@@ -49,11 +53,13 @@ def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 1024) -> PreTrain
     # One token per digit, a preceding space glued to the first digit (" 954" -> " 9" "5" "4"); otherwise split
     # only before whitespace, so scaffolding such as `{"name":` can become single tokens and sequences stay short.
     # A bare space token before every number makes copying numbers far slower to learn for a tiny model.
-    tok.pre_tokenizer = pre_tokenizers.Sequence([
-        pre_tokenizers.Split(Regex(r" ?[0-9]"), behavior="isolated"),
-        pre_tokenizers.Split(Regex(r"\s+"), behavior="merged_with_next"),
-        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
-    ])
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex(r" ?[0-9]"), behavior="isolated"),
+            pre_tokenizers.Split(Regex(r"\s+"), behavior="merged_with_next"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+        ]
+    )
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
@@ -63,16 +69,24 @@ def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 1024) -> PreTrain
     )
     # Special tokens are atoms: train on the text between them, so no merge can spell one out of characters.
     split = re.compile("|".join(re.escape(t) for t in SPECIAL_TOKENS))
-    tok.train_from_iterator((piece for text in texts for piece in split.split(text) if piece), trainer=trainer)
+    tok.train_from_iterator(
+        (piece for text in texts for piece in split.split(text) if piece), trainer=trainer
+    )
     fast = PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token=EOS, pad_token=PAD, bos_token=None, unk_token=None,
+        tokenizer_object=tok,
+        eos_token=EOS,
+        pad_token=PAD,
+        bos_token=None,
+        unk_token=None,
         additional_special_tokens=SPECIAL_TOKENS[1:2] + SPECIAL_TOKENS[3:],
     )
     fast.chat_template = CHATML_JINJA
     return fast
 
 
-def build_model(tokenizer: PreTrainedTokenizerFast, config: TinyModelConfig, *, seed: int = 0) -> Qwen2ForCausalLM:
+def build_model(
+    tokenizer: PreTrainedTokenizerFast, config: TinyModelConfig, *, seed: int = 0
+) -> Qwen2ForCausalLM:
     """A freshly initialised Qwen2 causal LM sized by `config` (vocabulary from the tokenizer)."""
     torch.manual_seed(seed)
     hf_config = Qwen2Config(

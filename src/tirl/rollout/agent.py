@@ -43,9 +43,14 @@ class AgentConfig:
 
 
 class Engine(Protocol):
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *,
-                 max_new_tokens: Sequence[int] | int | None = None,
-                 generator: torch.Generator | None = None) -> list[Generation]: ...
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        *,
+        max_new_tokens: Sequence[int] | int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> list[Generation]: ...
 
 
 class Sandbox(Protocol):
@@ -66,17 +71,26 @@ class AgentLoop:
         end = self.renderer.tool_call_end_id
         return [end] if self.config.stop_at_tool_call_end and end is not None else []
 
-    def run(self, prompts: Sequence[Sequence[dict[str, Any]]], params: SamplingParams, *,
-            metas: Sequence[dict[str, Any]] | None = None,
-            generator: torch.Generator | None = None) -> list[Trajectory]:
+    def run(
+        self,
+        prompts: Sequence[Sequence[dict[str, Any]]],
+        params: SamplingParams,
+        *,
+        metas: Sequence[dict[str, Any]] | None = None,
+        generator: torch.Generator | None = None,
+    ) -> list[Trajectory]:
         """One trajectory per prompt (a list of chat messages); `metas` are copied into each trajectory."""
         cfg = self.config
-        trajs = [Trajectory(self.renderer.prompt_ids(m), [], [], [], meta=dict(metas[i]) if metas else {})
-                 for i, m in enumerate(prompts)]
+        trajs = [
+            Trajectory(self.renderer.prompt_ids(m), [], [], [], meta=dict(metas[i]) if metas else {})
+            for i, m in enumerate(prompts)
+        ]
         live = list(range(len(trajs)))
         while live:
             ctx = [trajs[i].prompt_ids + trajs[i].response_ids for i in live]
-            budget = [min(cfg.max_tokens_per_turn, cfg.max_response_tokens - trajs[i].response_length) for i in live]
+            budget = [
+                min(cfg.max_tokens_per_turn, cfg.max_response_tokens - trajs[i].response_length) for i in live
+            ]
             gens = self.engine.generate(ctx, params, max_new_tokens=budget, generator=generator)
             pending: list[tuple[int, Any, bool]] = []  # (trajectory index, ToolCall, turn closed by EOS)
             for i, g in zip(live, gens, strict=True):
@@ -88,7 +102,9 @@ class AgentLoop:
                 call = parse_tool_call(t.turn_texts[-1])
                 spent = t.response_length >= cfg.max_response_tokens
                 if call is None:
-                    t.stop_reason = "answer" if g.finish_reason == "eos" else ("budget" if spent else "turn_length")
+                    t.stop_reason = (
+                        "answer" if g.finish_reason == "eos" else ("budget" if spent else "turn_length")
+                    )
                 elif spent:
                     t.stop_reason = "budget"
                 elif t.turns >= cfg.max_turns:
@@ -100,8 +116,9 @@ class AgentLoop:
             for (i, call, closed), (response, status, result) in zip(pending, outputs, strict=True):
                 t = trajs[i]
                 ids = self.renderer.tool_response_ids([response], assistant_closed=closed)
-                t.tool_calls.append(ToolCallRecord(t.turns, call.code, response, status,
-                                                   result.to_dict() if result else None))
+                t.tool_calls.append(
+                    ToolCallRecord(t.turns, call.code, response, status, result.to_dict() if result else None)
+                )
                 if t.response_length + len(ids) >= cfg.max_response_tokens:
                     t.stop_reason = "budget"  # the result would not fit: end on model tokens
                     continue
@@ -117,7 +134,9 @@ class AgentLoop:
         """Run the valid calls as one sandbox batch; malformed ones get their error text without running."""
         cfg = self.config
         runnable = [k for k, c in enumerate(calls) if c.error is None]
-        results = self.sandbox.run_batch([prepare_code(calls[k].code, auto_print=cfg.auto_print) for k in runnable])
+        results = self.sandbox.run_batch(
+            [prepare_code(calls[k].code, auto_print=cfg.auto_print) for k in runnable]
+        )
         by_call = dict(zip(runnable, results, strict=True))
         out: list[tuple[str, str, ExecResult | None]] = []
         for k, c in enumerate(calls):

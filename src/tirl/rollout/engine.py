@@ -33,8 +33,15 @@ class Generation:
 class TorchEngine:
     """Generation over an in-process torch model (CPU or GPU)."""
 
-    def __init__(self, model: torch.nn.Module, *, eos_ids: Sequence[int], pad_id: int,
-                 stop_ids: Sequence[int] = (), max_batch_size: int = 256) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        *,
+        eos_ids: Sequence[int],
+        pad_id: int,
+        stop_ids: Sequence[int] = (),
+        max_batch_size: int = 256,
+    ) -> None:
         if not eos_ids:
             raise ValueError("at least one EOS id is needed to know when a turn ends")
         self.model = model
@@ -48,9 +55,14 @@ class TorchEngine:
         return next(self.model.parameters()).device
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], params: SamplingParams, *,
-                 max_new_tokens: Sequence[int] | int | None = None,
-                 generator: torch.Generator | None = None) -> list[Generation]:
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        *,
+        max_new_tokens: Sequence[int] | int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> list[Generation]:
         """Sample one continuation per prompt; `max_new_tokens` may differ per prompt (token budgets)."""
         n = len(prompts)
         if isinstance(max_new_tokens, int) or max_new_tokens is None:
@@ -66,13 +78,20 @@ class TorchEngine:
         order = sorted(range(n), key=lambda i: len(prompts[i]))
         for s in range(0, n, self.max_batch_size):
             idx = order[s : s + self.max_batch_size]
-            outs = self._generate_chunk([prompts[i] for i in idx], [limits[i] for i in idx], params, generator)
+            outs = self._generate_chunk(
+                [prompts[i] for i in idx], [limits[i] for i in idx], params, generator
+            )
             for i, g in zip(idx, outs, strict=True):
                 results[i] = g
         return results  # type: ignore[return-value]
 
-    def _generate_chunk(self, prompts: list[Sequence[int]], limits: list[int], params: SamplingParams,
-                        generator: torch.Generator | None) -> list[Generation]:
+    def _generate_chunk(
+        self,
+        prompts: list[Sequence[int]],
+        limits: list[int],
+        params: SamplingParams,
+        generator: torch.Generator | None,
+    ) -> list[Generation]:
         dev = self.device
         B = len(prompts)
         gens = [Generation([], [], "length") for _ in range(B)]
@@ -88,8 +107,14 @@ class TorchEngine:
         ids, attn = ids[live].to(dev), attn[live].to(dev)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)  # (B, L)
         cache = DynamicCache()
-        out = self.model(input_ids=ids, attention_mask=attn, position_ids=pos, past_key_values=cache,
-                         use_cache=True, logits_to_keep=1)
+        out = self.model(
+            input_ids=ids,
+            attention_mask=attn,
+            position_ids=pos,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
         logits = out.logits[:, -1, :].float()  # (B, V)
         next_pos = pos[:, -1:] + 1  # (B, 1)
         while live:
@@ -116,8 +141,13 @@ class TorchEngine:
                 attn, next_pos, tok = attn[k], next_pos[k], tok[k]
                 live = [live[j] for j in keep]
             attn = torch.cat([attn, attn.new_ones((len(live), 1))], dim=1)
-            out = self.model(input_ids=tok[:, None], attention_mask=attn, position_ids=next_pos,
-                             past_key_values=cache, use_cache=True)
+            out = self.model(
+                input_ids=tok[:, None],
+                attention_mask=attn,
+                position_ids=next_pos,
+                past_key_values=cache,
+                use_cache=True,
+            )
             logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
         return gens

@@ -25,8 +25,9 @@ class SamplingParams:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
 
 
-def sample_next(logits: torch.Tensor, params: SamplingParams,
-                generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def sample_next(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row of `logits` (B, V); return ids (B,) and their log-probs (B,).
 
     The log-prob is taken under softmax(logits / T) before top-k/top-p truncation (T = 1 when greedy), which is

@@ -34,7 +34,9 @@ class Trajectory:
     response_ids: list[int]  # (R,)
     loss_mask: list[int]  # (R,)
     logprobs: list[float]  # (R,)
-    turn_texts: list[str] = field(default_factory=list)  # decoded assistant turns, for grading and viewing only
+    turn_texts: list[str] = field(
+        default_factory=list
+    )  # decoded assistant turns, for grading and viewing only
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     stop_reason: str = ""  # "answer" | "max_turns" | "budget" | "turn_length"
     meta: dict[str, Any] = field(default_factory=dict)  # problem id, sample index, ground truth, ...
@@ -69,8 +71,9 @@ class Trajectory:
         """Raise if the per-token lists disagree in length (a broken trajectory must never reach the trainer)."""
         n = len(self.response_ids)
         if len(self.loss_mask) != n or len(self.logprobs) != n:
-            raise ValueError(f"trajectory lists differ: ids {n}, mask {len(self.loss_mask)}, "
-                             f"logprobs {len(self.logprobs)}")
+            raise ValueError(
+                f"trajectory lists differ: ids {n}, mask {len(self.loss_mask)}, logprobs {len(self.logprobs)}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

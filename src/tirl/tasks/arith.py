@@ -22,11 +22,17 @@ _PLAIN: dict[str, tuple[str, str]] = {
     "mod": ("What is {a} * {b} mod {m}?", "({a} * {b}) % {m}"),
 }
 _WORD: dict[str, list[tuple[str, str]]] = {
-    "mul": [("A shop has {a} boxes with {b} pens each. How many pens are there?", "{a} * {b}"),
-            ("A field has {a} rows of {b} trees. How many trees are there?", "{a} * {b}")],
-    "sum": [("A train goes {a} km, then {b} km, then {c} km. How far does it go?", "{a} + {b} + {c}"),
-            ("Three farms grow {a}, {b} and {c} apples. How many apples in total?", "{a} + {b} + {c}")],
-    "muladd": [("There are {a} crates of {b} eggs and {c} loose eggs. How many eggs are there?", "{a} * {b} + {c}")],
+    "mul": [
+        ("A shop has {a} boxes with {b} pens each. How many pens are there?", "{a} * {b}"),
+        ("A field has {a} rows of {b} trees. How many trees are there?", "{a} * {b}"),
+    ],
+    "sum": [
+        ("A train goes {a} km, then {b} km, then {c} km. How far does it go?", "{a} + {b} + {c}"),
+        ("Three farms grow {a}, {b} and {c} apples. How many apples in total?", "{a} + {b} + {c}"),
+    ],
+    "muladd": [
+        ("There are {a} crates of {b} eggs and {c} loose eggs. How many eggs are there?", "{a} * {b} + {c}")
+    ],
     "mod": [("What is the remainder when {a} * {b} is divided by {m}?", "({a} * {b}) % {m}")],
 }
 STYLES = ("plain", "word", "mixed")
@@ -59,7 +65,12 @@ class Problem:
             "prompt": [{"role": "user", "content": self.question}],
             "ability": "math",
             "reward_model": {"ground_truth": str(self.answer), "style": "rule"},
-            "extra_info": {"id": self.id, "kind": self.kind, "level": self.level, "expression": self.expression},
+            "extra_info": {
+                "id": self.id,
+                "kind": self.kind,
+                "level": self.level,
+                "expression": self.expression,
+            },
         }
 
 
@@ -92,8 +103,15 @@ def make_problem(rng: random.Random, *, level: int, kind: str, pid: str, style: 
     return Problem(pid, question.format(**values), expression, int(answer), kind, level)
 
 
-def generate_problems(n: int, *, seed: int, levels: tuple[int, ...] = LEVELS, prefix: str = "p",
-                      style: str = "plain", exclude: set[str] | frozenset[str] = frozenset()) -> list[Problem]:
+def generate_problems(
+    n: int,
+    *,
+    seed: int,
+    levels: tuple[int, ...] = LEVELS,
+    prefix: str = "p",
+    style: str = "plain",
+    exclude: set[str] | frozenset[str] = frozenset(),
+) -> list[Problem]:
     """`n` distinct problems, cycling over levels and kinds; questions in `exclude` are never produced."""
     rng = random.Random(seed)
     seen = set(exclude)
@@ -111,8 +129,15 @@ def generate_problems(n: int, *, seed: int, levels: tuple[int, ...] = LEVELS, pr
     return out
 
 
-def split_problems(*, seed: int, num_sft: int, num_rl: int, num_test: int, levels: tuple[int, ...] = LEVELS,
-                   style: str = "plain") -> tuple[list[Problem], list[Problem], list[Problem]]:
+def split_problems(
+    *,
+    seed: int,
+    num_sft: int,
+    num_rl: int,
+    num_test: int,
+    levels: tuple[int, ...] = LEVELS,
+    style: str = "plain",
+) -> tuple[list[Problem], list[Problem], list[Problem]]:
     """Disjoint SFT, RL and held-out test problems (no question text in common)."""
     test = generate_problems(num_test, seed=seed + 2, levels=levels, prefix="test-", style=style)
     held = {p.question for p in test}

@@ -77,35 +77,48 @@ def choose_styles(n: int, config: SolverConfig, *, seed: int) -> list[str]:
     return out
 
 
-def scripted_trajectories(problems: Sequence[Problem], sandbox: Sandbox, config: SolverConfig, *,
-                          seed: int) -> list[dict[str, Any]]:
+def scripted_trajectories(
+    problems: Sequence[Problem], sandbox: Sandbox, config: SolverConfig, *, seed: int
+) -> list[dict[str, Any]]:
     """SFT rows (`messages`, `tools`, plus `style` and `problem_id`) in the Open-AgentRL SFT schema."""
     rng = random.Random(seed)
     styles = choose_styles(len(problems), config, seed=seed + 1)
-    first = [(_typo(rng, p.expression) if s == "fix" else f"print({p.expression})") for p, s in zip(problems, styles,
-                                                                                                   strict=True)]
+    first = [
+        (_typo(rng, p.expression) if s == "fix" else f"print({p.expression})")
+        for p, s in zip(problems, styles, strict=True)
+    ]
     fixes = [k for k, s in enumerate(styles) if s == "fix"]
     results = sandbox.run_batch(first + [f"print({problems[k].expression})" for k in fixes])
-    first_res, fix_res = results[: len(problems)], dict(zip(fixes, results[len(problems):], strict=True))
+    first_res, fix_res = results[: len(problems)], dict(zip(fixes, results[len(problems) :], strict=True))
 
     def shown(r: Any) -> str:
-        return truncate_middle(format_tool_output(r.stdout, r.stderr, timed_out=r.timed_out),
-                               config.max_tool_response_chars)
+        return truncate_middle(
+            format_tool_output(r.stdout, r.stderr, timed_out=r.timed_out), config.max_tool_response_chars
+        )
 
     rows = []
     for k, (p, style) in enumerate(zip(problems, styles, strict=True)):
         msgs: list[dict[str, Any]] = [{"role": "user", "content": p.question}]
         if style == "no_tool":
-            msgs.append({"role": "assistant", "content": f"I can do this in my head. The answer is "
-                                                         f"\\boxed{{{_guess(rng, p.answer)}}}."})
+            msgs.append(
+                {
+                    "role": "assistant",
+                    "content": f"I can do this in my head. The answer is \\boxed{{{_guess(rng, p.answer)}}}.",
+                }
+            )
         else:
             # no preamble: the code follows the question closely, which a tiny model learns to copy much sooner
             msgs.append({"role": "assistant", "content": "", "tool_calls": [_call(first[k])]})
             msgs.append({"role": "tool", "content": shown(first_res[k])})
             out = first_res[k]
             if style == "fix":
-                msgs.append({"role": "assistant", "content": "The code failed. Let me fix it.",
-                             "tool_calls": [_call(f"print({p.expression})")]})
+                msgs.append(
+                    {
+                        "role": "assistant",
+                        "content": "The code failed. Let me fix it.",
+                        "tool_calls": [_call(f"print({p.expression})")],
+                    }
+                )
                 out = fix_res[k]
                 msgs.append({"role": "tool", "content": shown(out)})
             value = out.stdout.strip()
@@ -114,5 +127,7 @@ def scripted_trajectories(problems: Sequence[Problem], sandbox: Sandbox, config:
             if style == "copy_error":
                 value = _corrupt_digit(rng, value)
             msgs.append({"role": "assistant", "content": f"The answer is \\boxed{{{value}}}."})
-        rows.append({"messages": msgs, "tools": [CODE_INTERPRETER_SCHEMA], "style": style, "problem_id": p.id})
+        rows.append(
+            {"messages": msgs, "tools": [CODE_INTERPRETER_SCHEMA], "style": style, "problem_id": p.id}
+        )
     return rows

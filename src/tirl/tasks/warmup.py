@@ -20,6 +20,10 @@ def copy_warmup_rows(problems: Sequence[Problem]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for p in problems:
         rows.append({"prompt": f"{p.question}\n", "completion": f"{p.expression}\n"})
-        rows.append({"prompt": f"<tool_response>\n{p.answer}\n</tool_response>\n\\boxed{{",
-                     "completion": f"{p.answer}}}"})
+        rows.append(
+            {
+                "prompt": f"<tool_response>\n{p.answer}\n</tool_response>\n\\boxed{{",
+                "completion": f"{p.answer}}}",
+            }
+        )
     return rows

@@ -21,16 +21,25 @@ class TokenBatch:
     extra: dict[str, torch.Tensor]
 
     def to(self, device: torch.device | str) -> TokenBatch:
-        return TokenBatch(self.input_ids.to(device), self.attention_mask.to(device), self.loss_mask.to(device),
-                          {k: v.to(device) for k, v in self.extra.items()})
+        return TokenBatch(
+            self.input_ids.to(device),
+            self.attention_mask.to(device),
+            self.loss_mask.to(device),
+            {k: v.to(device) for k, v in self.extra.items()},
+        )
 
     @property
     def num_tokens(self) -> int:
         return int(self.loss_mask.sum().item())
 
 
-def collate(ids: Sequence[Sequence[int]], masks: Sequence[Sequence[int]], *, pad_id: int,
-            extra: dict[str, Sequence[Sequence[float]]] | None = None) -> TokenBatch:
+def collate(
+    ids: Sequence[Sequence[int]],
+    masks: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    extra: dict[str, Sequence[Sequence[float]]] | None = None,
+) -> TokenBatch:
     """Right-pad sequences; padding gets attention 0 and loss 0 (never inferred from pad/EOS ids)."""
     if len(ids) != len(masks):
         raise ValueError(f"{len(ids)} id lists but {len(masks)} masks")

@@ -5,9 +5,14 @@ from __future__ import annotations
 import torch
 
 
-def token_logprobs(model: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor, *,
-                   temperature: float = 1.0, with_entropy: bool = False
-                   ) -> tuple[torch.Tensor, torch.Tensor | None]:
+def token_logprobs(
+    model: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    temperature: float = 1.0,
+    with_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(x_t | x_<t) for t >= 1, aligned with input_ids (B, T); position 0 gets 0.
 
     Sequences are right-padded, so positions are 0..T-1 and padding only follows real tokens. `temperature` scales

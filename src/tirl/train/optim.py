@@ -42,8 +42,9 @@ def lr_factor(step: int, total: int, cfg: OptimConfig) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * decay
 
 
-def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int
-                    ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
+def build_optimizer(
+    model: torch.nn.Module, cfg: OptimConfig, total_steps: int
+) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
     """AdamW (no weight decay on biases and norms) and its schedule over `total_steps` optimizer steps."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
@@ -55,8 +56,12 @@ def build_optimizer(model: torch.nn.Module, cfg: OptimConfig, total_steps: int
     return opt, sched
 
 
-def clip_and_step(model: torch.nn.Module, opt: torch.optim.Optimizer,
-                  sched: torch.optim.lr_scheduler.LambdaLR, cfg: OptimConfig) -> float:
+def clip_and_step(
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    sched: torch.optim.lr_scheduler.LambdaLR,
+    cfg: OptimConfig,
+) -> float:
     """Clip gradients, step optimizer and schedule, zero the gradients; returns the pre-clip grad norm."""
     params = [p for p in model.parameters() if p.grad is not None]
     max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")

@@ -78,8 +78,9 @@ def trajectory_batch(trajs: Sequence[Trajectory], advantages: torch.Tensor, *, p
     return collate(ids, masks, pad_id=pad_id, extra={"advantages": adv})
 
 
-def rollout_metrics(trajs: Sequence[Trajectory], rewards: Sequence[float], correct: Sequence[bool]
-                    ) -> dict[str, float]:
+def rollout_metrics(
+    trajs: Sequence[Trajectory], rewards: Sequence[float], correct: Sequence[bool]
+) -> dict[str, float]:
     n = max(1, len(trajs))
     stops = Counter(t.stop_reason for t in trajs)
     calls = sum(t.num_tool_calls for t in trajs)
@@ -98,12 +99,29 @@ def rollout_metrics(trajs: Sequence[Trajectory], rewards: Sequence[float], corre
 
 
 class RLTrainer:
-    def __init__(self, policy: torch.nn.Module, tokenizer: Any, agent: AgentLoop, rows: Sequence[dict[str, Any]],
-                 cfg: RLConfig, *, sampling: SamplingParams, reward: RewardConfig, out_dir: str | Path, seed: int,
-                 logger: MetricsLogger | None = None) -> None:
+    def __init__(
+        self,
+        policy: torch.nn.Module,
+        tokenizer: Any,
+        agent: AgentLoop,
+        rows: Sequence[dict[str, Any]],
+        cfg: RLConfig,
+        *,
+        sampling: SamplingParams,
+        reward: RewardConfig,
+        out_dir: str | Path,
+        seed: int,
+        logger: MetricsLogger | None = None,
+    ) -> None:
         if not rows:
             raise ValueError("RL needs at least one prompt row")
-        self.policy, self.tokenizer, self.agent, self.rows, self.cfg = policy, tokenizer, agent, list(rows), cfg
+        self.policy, self.tokenizer, self.agent, self.rows, self.cfg = (
+            policy,
+            tokenizer,
+            agent,
+            list(rows),
+            cfg,
+        )
         self.sampling, self.reward, self.out_dir, self.logger = sampling, reward, Path(out_dir), logger
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.adv_fn = get_advantage_estimator(cfg.adv_estimator)
@@ -130,8 +148,9 @@ class RLTrainer:
         out = []
         for s in range(0, batch.input_ids.shape[0], self.cfg.logprob_batch_size):
             sl = slice(s, s + self.cfg.logprob_batch_size)
-            lp, _ = token_logprobs(model, batch.input_ids[sl], batch.attention_mask[sl],
-                                   temperature=self._temperature())
+            lp, _ = token_logprobs(
+                model, batch.input_ids[sl], batch.attention_mask[sl], temperature=self._temperature()
+            )
             out.append(lp)
         return torch.cat(out)
 
@@ -143,8 +162,16 @@ class RLTrainer:
         t0 = time.time()
         rows = self._next_prompts()
         prompts = [r["prompt"] for r in rows for _ in range(cfg.n)]
-        metas = [{"group": g, "sample": k, "ground_truth": r["reward_model"]["ground_truth"],
-                  "id": r.get("extra_info", {}).get("id", "")} for g, r in enumerate(rows) for k in range(cfg.n)]
+        metas = [
+            {
+                "group": g,
+                "sample": k,
+                "ground_truth": r["reward_model"]["ground_truth"],
+                "id": r.get("extra_info", {}).get("id", ""),
+            }
+            for g, r in enumerate(rows)
+            for k in range(cfg.n)
+        ]
         self.policy.eval()
         trajs = self.agent.run(prompts, self.sampling, metas=metas, generator=self.gen)
         t_rollout = time.time() - t0
@@ -157,12 +184,18 @@ class RLTrainer:
         ref_logp = self._logprobs(self.ref, batch) if self.ref is not None else None
         metrics = rollout_metrics(trajs, rewards.tolist(), [s.correct for s in scores])
         metrics.update(self._update(batch, old_logp, ref_logp))
-        metrics.update({"time/rollout": t_rollout, "time/step": time.time() - t0,
-                        "adv/zero_share": float((adv == 0).float().mean())})
+        metrics.update(
+            {
+                "time/rollout": t_rollout,
+                "time/step": time.time() - t0,
+                "adv/zero_share": float((adv == 0).float().mean()),
+            }
+        )
         return metrics
 
-    def _update(self, batch: TokenBatch, old_logp: torch.Tensor, ref_logp: torch.Tensor | None
-                ) -> dict[str, float]:
+    def _update(
+        self, batch: TokenBatch, old_logp: torch.Tensor, ref_logp: torch.Tensor | None
+    ) -> dict[str, float]:
         cfg = self.cfg
         self.policy.train()
         B = batch.input_ids.shape[0]
@@ -173,13 +206,27 @@ class RLTrainer:
             for s in range(0, B, cfg.mini_batch_size):
                 idx = order[s : s + cfg.mini_batch_size]
                 mask = batch.loss_mask[idx]
-                logp, ent = token_logprobs(self.policy, batch.input_ids[idx], batch.attention_mask[idx],
-                                           temperature=self._temperature(), with_entropy=cfg.entropy_coef > 0)
-                loss, stats = self.loss_fn(logp, old_logp[idx], batch.extra["advantages"][idx], mask,
-                                           clip_low=cfg.clip_low, clip_high=cfg.clip_high, clip_c=cfg.clip_c,
-                                           agg=cfg.loss_agg)
+                logp, ent = token_logprobs(
+                    self.policy,
+                    batch.input_ids[idx],
+                    batch.attention_mask[idx],
+                    temperature=self._temperature(),
+                    with_entropy=cfg.entropy_coef > 0,
+                )
+                loss, stats = self.loss_fn(
+                    logp,
+                    old_logp[idx],
+                    batch.extra["advantages"][idx],
+                    mask,
+                    clip_low=cfg.clip_low,
+                    clip_high=cfg.clip_high,
+                    clip_c=cfg.clip_c,
+                    agg=cfg.loss_agg,
+                )
                 if ref_logp is not None:
-                    kl = aggregate(kl_penalty(logp, ref_logp[idx], estimator=cfg.kl_estimator), mask, cfg.loss_agg)
+                    kl = aggregate(
+                        kl_penalty(logp, ref_logp[idx], estimator=cfg.kl_estimator), mask, cfg.loss_agg
+                    )
                     loss = loss + cfg.kl_coef * kl
                     stats["loss/kl"] = kl.item()
                 if ent is not None:
@@ -211,5 +258,9 @@ class RLTrainer:
         return history
 
     def save(self, path: Path, step: int) -> None:
-        save_checkpoint(self.policy, self.tokenizer, path,
-                        extra={"step": step, "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict()})
+        save_checkpoint(
+            self.policy,
+            self.tokenizer,
+            path,
+            extra={"step": step, "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict()},
+        )

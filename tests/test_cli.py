@@ -1,0 +1,38 @@
+import pytest
+import yaml
+
+from tirl.cli import main
+from tirl.config import ConfigError, load_config
+from tirl.run_config import TirlConfig
+
+
+def test_unknown_key_names_it(capsys):
+    assert main(["eval", "rl.lrr=3"]) == 2
+    err = capsys.readouterr().err
+    assert "rl.lrr" in err and "valid" in err
+
+
+def test_missing_model_path_is_a_clear_error(capsys, tmp_path):
+    assert main(["eval", f"out_dir={tmp_path}"]) == 2
+    assert "no model: set model.path" in capsys.readouterr().err
+
+
+def test_demo_config_loads_and_overrides(tmp_path):
+    from tirl.cli import DEMO_CONFIG
+
+    cfg = load_config(TirlConfig, DEMO_CONFIG, ["rl.steps=3", "rl.optim.lr=1e-3", "eval.n=4"])
+    assert cfg.rl.steps == 3 and cfg.rl.optim.lr == 1e-3 and cfg.eval.n == 4
+    assert cfg.tiny.num_layers == 2 and cfg.reward.tool_call_bonus
+    with pytest.raises(ConfigError, match="rl: unknown advantage estimator .ppo2.; valid"):
+        load_config(TirlConfig, DEMO_CONFIG, ["rl.adv_estimator=ppo2"])
+
+
+def test_bad_data_file_is_reported(tmp_path, capsys):
+    bad = tmp_path / "rows.jsonl"
+    bad.write_text('{"prompt": []}\nnot json\n')
+    model_dir = tmp_path / "m"
+    model_dir.mkdir()
+    assert main(["eval", f"eval.data={bad}", f"model.path={model_dir}", f"out_dir={tmp_path}"]) == 2
+    assert "rows.jsonl:2: not valid JSON" in capsys.readouterr().err
+    saved = yaml.safe_load((tmp_path / "eval" / "config.yaml").read_text())
+    assert saved["eval"]["data"] == str(bad)  # the resolved config is written beside the outputs

@@ -1,0 +1,43 @@
+"""`tirl demo` end to end at toy size: every stage runs and the report has the promised shape."""
+
+import json
+
+import pytest
+
+from tirl.cli import main
+
+
+@pytest.mark.slow
+def test_demo_pipeline_writes_report(tmp_path, monkeypatch):
+    monkeypatch.setenv("TIRL_QUIET", "1")
+    out = tmp_path / "demo"
+    code = main(
+        [
+            "demo",
+            f"out_dir={out}",
+            "task.num_sft=64",
+            "task.num_rl=32",
+            "task.num_test=6",
+            "warmup.epochs=1",
+            "sft.epochs=1",
+            "rl.steps=2",
+            "rl.prompts_per_step=4",
+            "rl.n=4",
+            "rl.mini_batch_size=8",
+            "eval.n=4",
+            "agent.max_response_tokens=96",
+            "agent.max_tokens_per_turn=48",
+        ]
+    )
+    assert code == 0
+    report = json.loads((out / "report.json").read_text())
+    for key in ("sft", "rl"):
+        entry = report[key]
+        assert 0.0 <= entry["pass@1"] <= 1.0
+        assert entry["num_problems"] == 6 and entry["samples_per_problem"] == 4
+        assert set(entry["pass@k"]) == {"1", "2", "4"}
+    for stage in ("warmup", "sft", "rl", "eval-sft", "eval-rl"):
+        assert (out / stage / "config.yaml").is_file()
+    records = [json.loads(line) for line in (out / "eval-rl" / "records.jsonl").read_text().splitlines()]
+    assert len(records) == 24 and {r["model"] for r in records} == {"rl"}
+    assert (out / "rl" / "model" / "config.json").is_file()
