@@ -10,7 +10,8 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
 4. No KL penalty and no reference model by default; `kl_coef > 0` turns on a k1/k3 penalty in the loss.
 5. Tool-output tokens are in the context but never in the loss (`loss_mask`), and they count toward the budget.
 6. A group whose rewards are all equal gets zero advantage; there is no dynamic re-sampling to replace it.
-7. Old log-probs come from the policy itself before the first update (not from the engine), as verl does.
+7. Old log-probs come from the policy itself before the first update (not from the engine), as verl does; with a
+   single update per step they are the detached log-probs of that update's own forward pass (identical values).
 """
 
 from __future__ import annotations
@@ -180,7 +181,10 @@ class RLTrainer:
         groups = torch.tensor([m["group"] for m in metas])
         adv = self.adv_fn(rewards, groups)
         batch = trajectory_batch(trajs, adv, pad_id=self.pad_id)
-        old_logp = self._logprobs(self.policy, batch)
+        # One update per step on the whole batch is exactly on-policy: the old log-probs are the policy's own log-probs
+        # of this forward pass (detached), so the separate recomputation is skipped (as verl does).
+        on_policy = cfg.ppo_epochs == 1 and cfg.mini_batch_size >= len(trajs)
+        old_logp = None if on_policy else self._logprobs(self.policy, batch)
         ref_logp = self._logprobs(self.ref, batch) if self.ref is not None else None
         metrics = rollout_metrics(trajs, rewards.tolist(), [s.correct for s in scores])
         metrics.update(self._update(batch, old_logp, ref_logp))
@@ -194,8 +198,9 @@ class RLTrainer:
         return metrics
 
     def _update(
-        self, batch: TokenBatch, old_logp: torch.Tensor, ref_logp: torch.Tensor | None
+        self, batch: TokenBatch, old_logp: torch.Tensor | None, ref_logp: torch.Tensor | None
     ) -> dict[str, float]:
+        """Policy-gradient updates; `old_logp` None means on-policy (one update over the whole batch)."""
         cfg = self.cfg
         self.policy.train()
         B = batch.input_ids.shape[0]
@@ -215,7 +220,7 @@ class RLTrainer:
                 )
                 loss, stats = self.loss_fn(
                     logp,
-                    old_logp[idx],
+                    logp.detach() if old_logp is None else old_logp[idx],
                     batch.extra["advantages"][idx],
                     mask,
                     clip_low=cfg.clip_low,
