@@ -24,14 +24,17 @@ SPECIAL_TOKENS = [PAD, IM_START, EOS, "<tool_call>", "</tool_call>", "<tool_resp
 
 @dataclass
 class TinyModelConfig:
-    """Shape of the tiny Qwen2 model; the defaults give about 1.9M parameters with a 1k vocabulary."""
+    """Shape of the tiny Qwen2 model: the defaults (the demo's) give about 1.0M parameters with its ~600 tokens.
 
-    vocab_size: int = 1024
+    Two wide layers learned to copy numbers several times sooner (in steps and seconds) than four narrow ones.
+    """
+
+    vocab_size: int = 1024  # the BPE target; a small corpus may yield fewer tokens
     hidden_size: int = 192
-    intermediate_size: int = 512
-    num_layers: int = 4
+    intermediate_size: int = 576
+    num_layers: int = 2
     num_heads: int = 6
-    num_kv_heads: int = 2
+    num_kv_heads: int = 6
     max_positions: int = 1024
 
     def __post_init__(self) -> None:

@@ -18,7 +18,7 @@ from tirl.chat.hermes import CODE_INTERPRETER_SCHEMA, TOOL_NAME, format_tool_out
 from tirl.rollout.agent import Sandbox
 from tirl.tasks.arith import Problem
 
-STYLES = ("clean", "no_tool", "fix", "copy_error")
+TRAJECTORY_STYLES = ("clean", "no_tool", "fix", "copy_error")
 
 
 @dataclass
@@ -68,7 +68,7 @@ def choose_styles(n: int, config: SolverConfig, *, seed: int) -> list[str]:
     out = []
     for _ in range(n):
         u, style = rng.random(), "clean"
-        for name, share in zip(STYLES[1:], cuts, strict=True):
+        for name, share in zip(TRAJECTORY_STYLES[1:], cuts, strict=True):
             if u < share:
                 style = name
                 break
