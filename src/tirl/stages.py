@@ -6,6 +6,7 @@ evaluation records). The demo chains them; `tirl sft|rl|eval` run one.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -36,9 +37,11 @@ def setup_torch(cfg: TirlConfig) -> None:
 
 def build_agent(model: torch.nn.Module, tokenizer: Any, cfg: TirlConfig, sandbox: LocalSandbox) -> AgentLoop:
     renderer = ChatRenderer(tokenizer, system_prompt=cfg.chat.system_prompt or None)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else renderer.eos_id
     engine = TorchEngine(
-        model, eos_ids=[renderer.eos_id], pad_id=pad, max_batch_size=cfg.rollout.max_batch_size
+        model,
+        eos_ids=[renderer.eos_id],
+        pad_id=renderer.pad_id,
+        max_batch_size=cfg.rollout.max_batch_size,
     )
     agent = AgentLoop(engine, renderer, sandbox, cfg.agent)
     engine.stop_ids = set(agent.stop_ids())
@@ -77,7 +80,7 @@ def run_sft(
             renderer,
             rows,
             stage,
-            pad_id=tokenizer.pad_token_id,
+            pad_id=renderer.pad_id,
             seed=cfg.seed,
             logger=logger,
             label=label,
@@ -106,7 +109,7 @@ def run_rl(
     )
     keys = ("reward/mean", "reward/accuracy", "rollout/tool_calls", "loss/clipfrac", "time/step")
     logger = MetricsLogger(out, backends=cfg.logging.backends, console_keys=keys, config=asdict(cfg))
-    with LocalSandbox(cfg.sandbox) as sandbox:
+    with LocalSandbox(cfg.sandbox) as sandbox, contextlib.closing(logger):
         agent = build_agent(model, tokenizer, cfg, sandbox)
         trainer = RLTrainer(
             model,
@@ -120,10 +123,7 @@ def run_rl(
             seed=cfg.seed,
             logger=logger,
         )
-        try:
-            trainer.train()
-        finally:
-            logger.close()
+        trainer.train()
     return out / "model"
 
 

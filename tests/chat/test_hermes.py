@@ -48,6 +48,8 @@ def test_prepare_code_fence_and_auto_print():
     assert prepare_code("print(1") == "print(1"  # a syntax error is the sandbox's to report
     assert prepare_code("x = 1\nx", auto_print=False) == "x = 1\nx"
     assert prepare_code("(1 +\n 2)") == "print((1 +\n 2))"
+    assert prepare_code("x = 2\nx  # show") == "x = 2\nprint(x)  # show"  # a trailing comment stays outside
+    assert prepare_code("x;") == "print(x);"
 
 
 def test_truncate_middle():

@@ -64,3 +64,28 @@ def test_bad_roles_raise(renderer):
         renderer.render([{"role": "robot", "content": "x"}])
     with pytest.raises(ValueError, match="only allowed first"):
         renderer.render([{"role": "user", "content": "x"}, {"role": "system", "content": "y"}])
+
+
+def test_tokenizer_without_chatml_is_refused():
+    import pytest
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from tirl.chat.template import ChatRenderer
+
+    tok = Tokenizer(models.WordLevel({"a": 0, "[UNK]": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]")
+    with pytest.raises(ValueError, match="no <\\|im_end\\|> token"):
+        ChatRenderer(fast)
+
+
+def test_pad_falls_back_to_end_of_turn(tokenizer):
+    import copy
+
+    from tirl.chat.template import ChatRenderer
+
+    no_pad = copy.deepcopy(tokenizer)
+    no_pad.pad_token = None
+    r = ChatRenderer(no_pad)
+    assert r.pad_id == r.eos_id and ChatRenderer(tokenizer).pad_id == tokenizer.pad_token_id

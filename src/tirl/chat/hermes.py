@@ -101,12 +101,13 @@ def prepare_code(code: str, *, auto_print: bool = True) -> str:
     last = tree.body[-1]
     if isinstance(last.value, ast.Call) and getattr(last.value.func, "id", None) == "print":
         return code
-    lines = code.splitlines()
-    start, end = last.lineno - 1, (last.end_lineno or last.lineno) - 1
     if last.col_offset != 0:  # e.g. `x = 1; x` on one line: leave it alone
         return code
-    expr = "\n".join(lines[start : end + 1])
-    return "\n".join([*lines[:start], f"print({expr})", *lines[end + 1 :]])
+    lines = code.splitlines()
+    start, end = last.lineno - 1, (last.end_lineno or last.lineno) - 1
+    expr = ast.get_source_segment(code, last)
+    rest = lines[end][last.end_col_offset :]  # a trailing comment or `;` stays outside the print()
+    return "\n".join([*lines[:start], f"print({expr}){rest}", *lines[end + 1 :]])
 
 
 def format_tool_output(stdout: str, stderr: str, *, timed_out: bool = False) -> str:
@@ -125,6 +126,11 @@ def truncate_middle(text: str, max_chars: int = 256, *, marker: str = "...(trunc
     return text[:half] + marker + text[len(text) - (max_chars - half) :]
 
 
+def call_json(name: str, arguments: dict) -> str:
+    """The JSON body of a call, laid out as Qwen's template writes it (`{"name": ..., "arguments": {...}}`)."""
+    return json.dumps({"name": name, "arguments": arguments}, ensure_ascii=False)
+
+
 def tool_call_json(code: str) -> str:
-    """The JSON a well-formed call carries (used by the scripted solver and the chat renderer)."""
-    return json.dumps({"name": TOOL_NAME, "arguments": {"code": code}}, ensure_ascii=False)
+    """The body of a well-formed code_interpreter call."""
+    return call_json(TOOL_NAME, {"code": code})

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tirl.chat.hermes import TOOL_CALL_END, TOOL_CALL_START
+from tirl.chat.hermes import TOOL_CALL_END, TOOL_CALL_START, call_json
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 
@@ -53,8 +53,7 @@ def _tool_call_text(call: dict[str, Any]) -> str:
     args = fn["arguments"]
     if isinstance(args, str):
         args = json.loads(args)
-    body = '{"name": "' + fn["name"] + '", "arguments": ' + json.dumps(args, ensure_ascii=False) + "}"
-    return f"{TOOL_CALL_START}\n{body}\n{TOOL_CALL_END}"
+    return f"{TOOL_CALL_START}\n{call_json(fn['name'], args)}\n{TOOL_CALL_END}"
 
 
 def assistant_body(message: dict[str, Any]) -> str:
@@ -133,10 +132,20 @@ class ChatRenderer:
     def __init__(self, tokenizer: Any, *, system_prompt: str | None = None) -> None:
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
-        self.eos_id = tokenizer.convert_tokens_to_ids(IM_END)
-        end = tokenizer.convert_tokens_to_ids(TOOL_CALL_END)
         unk = getattr(tokenizer, "unk_token_id", None)
+        self.eos_id = tokenizer.convert_tokens_to_ids(IM_END)
+        if not isinstance(self.eos_id, int) or self.eos_id == unk:
+            raise ValueError(
+                f"the tokenizer has no {IM_END} token: tirl's chat format is ChatML (Qwen-style)"
+            )
+        end = tokenizer.convert_tokens_to_ids(TOOL_CALL_END)
         self.tool_call_end_id = end if isinstance(end, int) and end != unk else None
+
+    @property
+    def pad_id(self) -> int:
+        """Padding id for collation: the tokenizer's pad token, else the end-of-turn token (masks are explicit)."""
+        pad = self.tokenizer.pad_token_id
+        return pad if pad is not None else self.eos_id
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer.encode(text, add_special_tokens=False) if text else []

@@ -137,10 +137,12 @@ def summarize_records(records: Sequence[SampleRecord], ks: Sequence[int] = ()) -
 
 
 def _summary(records: Sequence[SampleRecord], ks: Sequence[int]) -> dict[str, float]:
+    # keyed by source and id: two data sources may both number their problems 0..N
     problems: dict[str, tuple[list[bool], list[str | None]]] = defaultdict(lambda: ([], []))
     for r in records:
-        problems[r.problem_id][0].append(r.correct)
-        problems[r.problem_id][1].append(r.pred)
+        key = f"{r.data_source}/{r.problem_id}"
+        problems[key][0].append(r.correct)
+        problems[key][1].append(r.pred)
     n = len(next(iter(problems.values()))[0])
     out = summarize(problems, list(ks) or default_ks(n))
     total = max(1, len(records))

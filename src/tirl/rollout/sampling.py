@@ -49,5 +49,8 @@ def sample_next(
             sorted_lp = sorted_lp.masked_fill(drop, float("-inf"))
             filtered = torch.full_like(filtered, float("-inf")).scatter(-1, sorted_idx, sorted_lp)
         probs = filtered.softmax(dim=-1)
-        tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        if generator is not None and generator.device != probs.device:  # a CPU generator with a GPU model
+            tok = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(probs.device)
+        else:
+            tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)

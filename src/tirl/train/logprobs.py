@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from tirl.algorithms import entropy_from_logits
+
 
 def token_logprobs(
     model: torch.nn.Module,
@@ -22,11 +24,11 @@ def token_logprobs(
     logits = logits[:, :-1].float()
     if temperature != 1.0:
         logits = logits / temperature
-    logp_all = torch.log_softmax(logits, dim=-1)  # (B, T-1, V)
-    logp = logp_all.gather(-1, input_ids[:, 1:, None]).squeeze(-1)  # (B, T-1)
+    lse = logits.logsumexp(dim=-1)  # (B, T-1); no second (B, T, V) tensor as log_softmax would make
+    logp = logits.gather(-1, input_ids[:, 1:, None]).squeeze(-1) - lse  # (B, T-1)
     logp = torch.cat([logp.new_zeros(logp.shape[0], 1), logp], dim=1)  # (B, T)
     ent = None
     if with_entropy:
-        ent = -(logp_all.exp() * logp_all).sum(-1)
+        ent = entropy_from_logits(logits)
         ent = torch.cat([ent.new_zeros(ent.shape[0], 1), ent], dim=1)
     return logp, ent

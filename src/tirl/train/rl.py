@@ -124,7 +124,7 @@ class RLTrainer:
             cfg,
         )
         self.sampling, self.reward, self.out_dir, self.logger = sampling, reward, Path(out_dir), logger
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.pad_id = agent.renderer.pad_id
         self.adv_fn = get_advantage_estimator(cfg.adv_estimator)
         self.loss_fn = get_policy_loss(cfg.policy_loss)
         self.ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
@@ -158,7 +158,7 @@ class RLTrainer:
     def _temperature(self) -> float:
         return self.sampling.temperature if self.sampling.temperature > 0 else 1.0
 
-    def step(self, step: int) -> dict[str, float]:
+    def step(self) -> dict[str, float]:
         cfg = self.cfg
         t0 = time.time()
         rows = self._next_prompts()
@@ -180,7 +180,7 @@ class RLTrainer:
         rewards = torch.tensor([s.reward for s in scores])
         groups = torch.tensor([m["group"] for m in metas])
         adv = self.adv_fn(rewards, groups)
-        batch = trajectory_batch(trajs, adv, pad_id=self.pad_id)
+        batch = trajectory_batch(trajs, adv, pad_id=self.pad_id).to(next(self.policy.parameters()).device)
         # One update per step on the whole batch is exactly on-policy: the old log-probs are the policy's own log-probs
         # of this forward pass (detached), so the separate recomputation is skipped (as verl does).
         on_policy = cfg.ppo_epochs == 1 and cfg.mini_batch_size >= len(trajs)
@@ -252,7 +252,7 @@ class RLTrainer:
         history = []
         with progress("RL", self.cfg.steps) as bar:
             for step in range(self.cfg.steps):
-                m = self.step(step)
+                m = self.step()
                 history.append(m)
                 if self.logger:
                     self.logger.log(m, step=step)
