@@ -14,9 +14,9 @@ $(STAMP): pyproject.toml
 	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then \
 		echo "GPU found: installing torch from the package's dependencies"; \
 	else \
-		$(PY) -m pip install -q --disable-pip-version-check "$(TORCH_SPEC)"; \
+		$(PY) -m pip install -qq --disable-pip-version-check "$(TORCH_SPEC)"; \
 	fi
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]'
+	$(PY) -m pip install -qq --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)
 
 demo: install

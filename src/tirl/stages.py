@@ -21,7 +21,7 @@ from tirl.data import read_rows
 from tirl.eval.evaluate import evaluate, summarize_records, write_eval
 from tirl.logging import MetricsLogger
 from tirl.models.loading import load_model, load_tokenizer, save_checkpoint
-from tirl.rollout.agent import AgentLoop
+from tirl.rollout.agent import AgentLoop, stop_token_ids
 from tirl.rollout.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.run_config import TirlConfig
@@ -41,11 +41,10 @@ def build_agent(model: torch.nn.Module, tokenizer: Any, cfg: TirlConfig, sandbox
         model,
         eos_ids=[renderer.eos_id],
         pad_id=renderer.pad_id,
+        stop_ids=stop_token_ids(renderer, cfg.agent),
         max_batch_size=cfg.rollout.max_batch_size,
     )
-    agent = AgentLoop(engine, renderer, sandbox, cfg.agent)
-    engine.stop_ids = set(agent.stop_ids())
-    return agent
+    return AgentLoop(engine, renderer, sandbox, cfg.agent)
 
 
 def _model_path(cfg: TirlConfig, model_path: str | Path | None) -> str:

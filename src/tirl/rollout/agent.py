@@ -42,6 +42,12 @@ class AgentConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
+def stop_token_ids(renderer: ChatRenderer, config: AgentConfig) -> list[int]:
+    """Token ids the engine should stop a turn at besides EOS (`</tool_call>` when configured and single-token)."""
+    end = renderer.tool_call_end_id
+    return [end] if config.stop_at_tool_call_end and end is not None else []
+
+
 class Engine(Protocol):
     def generate(
         self,
@@ -67,9 +73,7 @@ class AgentLoop:
         self.config = config
 
     def stop_ids(self) -> list[int]:
-        """Token ids the engine should stop at besides EOS."""
-        end = self.renderer.tool_call_end_id
-        return [end] if self.config.stop_at_tool_call_end and end is not None else []
+        return stop_token_ids(self.renderer, self.config)
 
     def run(
         self,

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tirl.chat.hermes import CODE_INTERPRETER_SCHEMA, TOOL_NAME, format_tool_output, truncate_middle
+from tirl.progress import progress
 from tirl.rollout.agent import Sandbox
 from tirl.tasks.arith import Problem
 
@@ -62,6 +63,15 @@ def _typo(rng: random.Random, expression: str) -> str:
     return f"print({expression}"  # SyntaxError
 
 
+def _run_with_progress(sandbox: Sandbox, codes: list[str], chunk: int = 256) -> list[Any]:
+    results: list[Any] = []
+    with progress("solver tool calls", len(codes)) as bar:
+        for s in range(0, len(codes), chunk):
+            results += sandbox.run_batch(codes[s : s + chunk])
+            bar.advance(len(codes[s : s + chunk]))
+    return results
+
+
 def choose_styles(n: int, config: SolverConfig, *, seed: int) -> list[str]:
     rng = random.Random(seed)
     cuts = [config.share_no_tool, config.share_fix, config.share_copy_error]
@@ -88,7 +98,7 @@ def scripted_trajectories(
         for p, s in zip(problems, styles, strict=True)
     ]
     fixes = [k for k, s in enumerate(styles) if s == "fix"]
-    results = sandbox.run_batch(first + [f"print({problems[k].expression})" for k in fixes])
+    results = _run_with_progress(sandbox, first + [f"print({problems[k].expression})" for k in fixes])
     first_res, fix_res = results[: len(problems)], dict(zip(fixes, results[len(problems) :], strict=True))
 
     def shown(r: Any) -> str:
