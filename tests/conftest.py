@@ -8,6 +8,8 @@ import torch
 from tirl.chat.hermes import CODE_INTERPRETER_SCHEMA
 from tirl.chat.template import ChatRenderer, conversation_text
 from tirl.models.tiny import TinyModelConfig, build_model, train_tokenizer
+from tirl.rollout.agent import AgentConfig, AgentLoop
+from tirl.rollout.engine import TorchEngine
 from tirl.sandbox import LocalSandbox, SandboxConfig
 from tirl.tasks.arith import generate_problems
 
@@ -65,6 +67,14 @@ def renderer(tokenizer) -> ChatRenderer:
 def make_model(tokenizer, seed: int = 0):
     cfg = TinyModelConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2)
     return build_model(tokenizer, cfg, seed=seed).eval()
+
+
+def make_agent(model, renderer, sandbox, max_tokens: int):
+    """A real engine and agent loop over `model`, with one token budget for the turn and the whole response."""
+    engine = TorchEngine(model, eos_ids=[renderer.eos_id], pad_id=renderer.pad_id)
+    return AgentLoop(
+        engine, renderer, sandbox, AgentConfig(max_response_tokens=max_tokens, max_tokens_per_turn=max_tokens)
+    )
 
 
 @pytest.fixture()

@@ -35,8 +35,12 @@ def setup_torch(cfg: TirlConfig) -> None:
     torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
 
 
+def build_renderer(tokenizer: Any, cfg: TirlConfig) -> ChatRenderer:
+    return ChatRenderer(tokenizer, system_prompt=cfg.chat.system_prompt or None)
+
+
 def build_agent(model: torch.nn.Module, tokenizer: Any, cfg: TirlConfig, sandbox: LocalSandbox) -> AgentLoop:
-    renderer = ChatRenderer(tokenizer, system_prompt=cfg.chat.system_prompt or None)
+    renderer = build_renderer(tokenizer, cfg)
     engine = TorchEngine(
         model,
         eos_ids=[renderer.eos_id],
@@ -71,7 +75,7 @@ def run_sft(
     rows = rows if rows is not None else read_rows(stage.data)
     tokenizer = load_tokenizer(path)
     model = load_model(cfg.model, path)
-    renderer = ChatRenderer(tokenizer, system_prompt=cfg.chat.system_prompt or None)
+    renderer = build_renderer(tokenizer, cfg)
     logger = MetricsLogger(out, backends=cfg.logging.backends)
     try:
         train_sft(

@@ -3,10 +3,8 @@
 import pytest
 import torch
 
-from conftest import make_model
+from conftest import make_agent, make_model
 from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.agent import AgentConfig, AgentLoop
-from tirl.rollout.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.train.optim import OptimConfig
 from tirl.train.rl import RLConfig, RLTrainer
@@ -32,8 +30,7 @@ def test_rl_raises_mean_reward(tokenizer, renderer, sandbox, tmp_path):
         pad_id=tokenizer.pad_token_id,
         seed=0,
     )
-    engine = TorchEngine(model, eos_ids=[renderer.eos_id], pad_id=tokenizer.pad_token_id)
-    agent = AgentLoop(engine, renderer, sandbox, AgentConfig(max_response_tokens=16, max_tokens_per_turn=16))
+    agent = make_agent(model, renderer, sandbox, max_tokens=16)
     rows = [{"prompt": PROMPT, "reward_model": {"ground_truth": "7"}}] * 8
     cfg = RLConfig(
         steps=10, prompts_per_step=8, n=8, mini_batch_size=32, optim=OptimConfig(lr=1e-3, weight_decay=0.0)

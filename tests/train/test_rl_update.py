@@ -4,18 +4,15 @@ import copy
 
 import torch
 
-from conftest import make_model
+from conftest import make_agent, make_model
 from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.agent import AgentConfig, AgentLoop
-from tirl.rollout.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.train.optim import OptimConfig
 from tirl.train.rl import RLConfig, RLTrainer, trajectory_batch
 
 
 def _trainer(model, tokenizer, renderer, sandbox, tmp_path, mini_batch):
-    engine = TorchEngine(model, eos_ids=[renderer.eos_id], pad_id=tokenizer.pad_token_id)
-    agent = AgentLoop(engine, renderer, sandbox, AgentConfig(max_response_tokens=12, max_tokens_per_turn=12))
+    agent = make_agent(model, renderer, sandbox, max_tokens=12)
     rows = [
         {"prompt": [{"role": "user", "content": "What is 2 * 3?"}], "reward_model": {"ground_truth": "6"}}
     ]

@@ -16,6 +16,11 @@ class SamplingParams:
     top_k: int = -1
     max_new_tokens: int = 256
 
+    @property
+    def logprob_temperature(self) -> float:
+        """The temperature log-probs are taken at: the sampling one, or 1 when greedy."""
+        return self.temperature if self.temperature > 0 else 1.0
+
     def __post_init__(self) -> None:
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature}")
@@ -33,8 +38,7 @@ def sample_next(
     The log-prob is taken under softmax(logits / T) before top-k/top-p truncation (T = 1 when greedy), which is
     what the trainer recomputes from the same ids.
     """
-    t = params.temperature if params.temperature > 0 else 1.0
-    logp = torch.log_softmax(logits.float() / t, dim=-1)  # (B, V)
+    logp = torch.log_softmax(logits.float() / params.logprob_temperature, dim=-1)  # (B, V)
     if params.temperature == 0:
         tok = logp.argmax(dim=-1)
     else:

@@ -150,13 +150,13 @@ class RLTrainer:
         for s in range(0, batch.input_ids.shape[0], self.cfg.logprob_batch_size):
             sl = slice(s, s + self.cfg.logprob_batch_size)
             lp, _ = token_logprobs(
-                model, batch.input_ids[sl], batch.attention_mask[sl], temperature=self._temperature()
+                model,
+                batch.input_ids[sl],
+                batch.attention_mask[sl],
+                temperature=self.sampling.logprob_temperature,
             )
             out.append(lp)
         return torch.cat(out)
-
-    def _temperature(self) -> float:
-        return self.sampling.temperature if self.sampling.temperature > 0 else 1.0
 
     def step(self) -> dict[str, float]:
         cfg = self.cfg
@@ -215,7 +215,7 @@ class RLTrainer:
                     self.policy,
                     batch.input_ids[idx],
                     batch.attention_mask[idx],
-                    temperature=self._temperature(),
+                    temperature=self.sampling.logprob_temperature,
                     with_entropy=cfg.entropy_coef > 0,
                 )
                 loss, stats = self.loss_fn(
