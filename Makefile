@@ -5,9 +5,21 @@ STAMP   := $(VENV)/.tirl-installed
 # The CPU build of torch; on this kind of machine pip takes it from local disk. Override on GPU machines.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install demo test test-fast lint bench clean
+.PHONY: install system-deps demo test test-fast lint bench clean
 
-install: $(STAMP)
+install: system-deps $(STAMP)
+
+# bubblewrap: the sandbox's namespaces; chromium: the report tests open report.html headless. Installed where we
+# are root on Debian/Ubuntu; elsewhere a warning (the sandbox then refuses its default mode, browser tests skip).
+SYSTEM_PKGS := bubblewrap chromium chromium-driver
+system-deps:
+	@if command -v bwrap >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing $(SYSTEM_PKGS) (apt)"; \
+		apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PKGS) >/dev/null; \
+	else \
+		echo "warning: bubblewrap/chromium missing and apt-get not usable as root; install $(SYSTEM_PKGS) yourself"; \
+	fi
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
