@@ -23,7 +23,7 @@ from tirl.io import atomic_write_json
 from tirl.logging import console
 from tirl.models.tiny import build_tiny
 from tirl.run_config import TirlConfig
-from tirl.sandbox.local import LocalSandbox
+from tirl.sandbox import build_sandbox
 from tirl.stages import run_eval, run_rl, run_sft, setup_torch
 from tirl.tasks.arith import split_problems
 from tirl.tasks.solver import scripted_trajectories
@@ -56,7 +56,7 @@ def prepare(cfg: TirlConfig, out: Path) -> dict[str, Any]:
         f"[bold]data[/] {len(sft_p)} SFT, {len(rl_p)} RL, {len(test_p)} held-out test problems; "
         "running the scripted solver's tool calls in the sandbox"
     )
-    with LocalSandbox(cfg.sandbox) as sandbox:
+    with build_sandbox(cfg.sandbox) as sandbox:
         sft_rows = scripted_trajectories(sft_p, sandbox, t.solver, seed=cfg.seed)
     rl_rows, test_rows = [p.to_row() for p in rl_p], [p.to_row() for p in test_p]
     data = out / "data"

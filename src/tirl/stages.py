@@ -21,11 +21,11 @@ from tirl.data import read_rows
 from tirl.eval.evaluate import evaluate, summarize_records, write_eval
 from tirl.logging import MetricsLogger
 from tirl.models.loading import load_model, load_tokenizer, save_checkpoint
-from tirl.rollout.agent import AgentLoop, stop_token_ids
+from tirl.rollout.agent import AgentLoop, Sandbox, stop_token_ids
 from tirl.rollout.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.run_config import TirlConfig
-from tirl.sandbox.local import LocalSandbox
+from tirl.sandbox import build_sandbox
 from tirl.train.rl import RLTrainer
 from tirl.train.sft import SFTConfig, train_sft
 
@@ -39,7 +39,7 @@ def build_renderer(tokenizer: Any, cfg: TirlConfig) -> ChatRenderer:
     return ChatRenderer(tokenizer, system_prompt=cfg.chat.system_prompt or None)
 
 
-def build_agent(model: torch.nn.Module, tokenizer: Any, cfg: TirlConfig, sandbox: LocalSandbox) -> AgentLoop:
+def build_agent(model: torch.nn.Module, tokenizer: Any, cfg: TirlConfig, sandbox: Sandbox) -> AgentLoop:
     renderer = build_renderer(tokenizer, cfg)
     engine = TorchEngine(
         model,
@@ -112,7 +112,7 @@ def run_rl(
     )
     keys = ("reward/mean", "reward/accuracy", "rollout/tool_calls", "loss/clipfrac", "time/step")
     logger = MetricsLogger(out, backends=cfg.logging.backends, console_keys=keys, config=asdict(cfg))
-    with LocalSandbox(cfg.sandbox) as sandbox, contextlib.closing(logger):
+    with build_sandbox(cfg.sandbox) as sandbox, contextlib.closing(logger):
         agent = build_agent(model, tokenizer, cfg, sandbox)
         trainer = RLTrainer(
             model,
@@ -145,7 +145,7 @@ def run_eval(
     rows = rows if rows is not None else read_rows(cfg.eval.data)
     tokenizer = load_tokenizer(path)
     model = load_model(cfg.model, path).eval()
-    with LocalSandbox(cfg.sandbox) as sandbox:
+    with build_sandbox(cfg.sandbox) as sandbox:
         agent = build_agent(model, tokenizer, cfg, sandbox)
         records, trajs = evaluate(agent, rows, cfg.eval, model_label=label, seed=cfg.seed)
     summary = summarize_records(records, cfg.eval.ks)

@@ -69,6 +69,14 @@ def test_stdin_is_passed(sandbox: LocalSandbox) -> None:
     assert r.status == "runtime_error" and "EOFError" in r.stderr
 
 
+def test_run_batch_passes_one_stdin_per_snippet(sandbox: LocalSandbox) -> None:
+    code = "print(input()[::-1])"
+    results = sandbox.run_batch([code, code, "print('none')"], stdins=["abc", "xyz", None])
+    assert [r.stdout for r in results] == ["cba\n", "zyx\n", "none\n"]
+    with pytest.raises(ValueError, match="2 snippets but 1 stdins"):
+        sandbox.run_batch([code, code], stdins=["a"])
+
+
 def test_exception_gives_traceback_and_exit_code_1(sandbox: LocalSandbox) -> None:
     r = sandbox.run("x = 1\ny = x / 0\n")
     assert r.status == "runtime_error"

@@ -60,7 +60,13 @@ class Engine(Protocol):
 
 
 class Sandbox(Protocol):
-    def run_batch(self, codes: Sequence[str]) -> list[ExecResult]: ...
+    def run_batch(
+        self,
+        codes: Sequence[str],
+        *,
+        stdins: Sequence[str | None] | None = None,
+        timeout_s: float | None = None,
+    ) -> list[ExecResult]: ...
 
 
 class AgentLoop:

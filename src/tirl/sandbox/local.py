@@ -277,10 +277,22 @@ class LocalSandbox:
                             drain_until = time.monotonic() + _DRAIN_S
         return bytes(bufs["stdout"]), bytes(bufs["stderr"]), timed_out, truncated
 
-    def run_batch(self, codes: Sequence[str], *, timeout_s: float | None = None) -> list[ExecResult]:
-        """Run snippets in parallel threads (each waits on its own process); results in input order."""
+    def run_batch(
+        self,
+        codes: Sequence[str],
+        *,
+        stdins: Sequence[str | None] | None = None,
+        timeout_s: float | None = None,
+    ) -> list[ExecResult]:
+        """Run snippets in parallel threads (each waits on its own process); results in input order.
+
+        `stdins`, if given, holds one stdin text (or None) per snippet, as code tests with stdin/stdout need.
+        """
+        if stdins is not None and len(stdins) != len(codes):
+            raise ValueError(f"run_batch: {len(codes)} snippets but {len(stdins)} stdins")
         pool = self._executor()
-        return list(pool.map(lambda code: self.run(code, timeout_s=timeout_s), codes))
+        inputs = stdins if stdins is not None else [None] * len(codes)
+        return list(pool.map(lambda c, s: self.run(c, stdin=s, timeout_s=timeout_s), codes, inputs))
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._lock:
