@@ -153,3 +153,30 @@ def summarize(
     out["num_problems"] = float(len(problems))
     out["samples_per_problem"] = float(n)
     return out
+
+
+def pass_at_k_table(n: int, correct_counts: Sequence[int]) -> np.ndarray:
+    """Unbiased pass@k for every k in 1..n and every problem: (P, n), column k-1 holds pass@k.
+
+    Uses C(n-c, k) / C(n, k) = prod_{i<k} (n-c-i) / (n-i) as a running product, so the whole table costs
+    O(distinct c x n) and never overflows.
+    """
+    if n < 1:
+        raise ValueError(f"need n >= 1, got n={n}")
+    cs = np.asarray(correct_counts, dtype=np.int64)
+    if cs.size and (cs.min() < 0 or cs.max() > n):
+        raise ValueError(f"correct counts must lie in [0, n={n}], got {cs.min()}..{cs.max()}")
+    out = np.empty((cs.size, n), dtype=np.float64)
+    i = np.arange(n, dtype=np.float64)
+    for c in np.unique(cs):
+        fail_ratio = np.cumprod(np.clip((n - c - i) / (n - i), 0.0, None))  # C(n-c, k)/C(n, k) for k = 1..n
+        out[cs == c] = 1.0 - fail_ratio
+    return out
+
+
+def cover_at_tau(success_rates: Sequence[float], taus: Sequence[float]) -> dict[float, float]:
+    """Cover@tau: share of problems whose success rate is at least tau (Dragoi et al. 2025), for each tau."""
+    rates = np.asarray(success_rates, dtype=np.float64)
+    if rates.size == 0:
+        raise ValueError("cover_at_tau needs at least one problem")
+    return {float(t): float((rates >= t - 1e-12).mean()) for t in taus}
