@@ -8,9 +8,13 @@ grading one against the other as ground truth says correct (math-verify, integer
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Sequence
+from fractions import Fraction
 
 from tirl.rewards.math import grade, last_boxed
+
+_PLAIN_NUMBER = re.compile(r"[-+]?\d+(\.\d+)?(/\d+)?")
 
 
 def extract_answer(text: str) -> str | None:
@@ -23,6 +27,13 @@ def equivalent(a: str, b: str) -> bool:
     """True if answer `b` grades correct against `a` as ground truth (cached: one problem's answers repeat)."""
     if a == b:
         return True
+    if (
+        _PLAIN_NUMBER.fullmatch(a)
+        and _PLAIN_NUMBER.fullmatch(b)
+        and not a.endswith("/0")
+        and not b.endswith("/0")
+    ):
+        return Fraction(a) == Fraction(b)  # fast path for plain numbers, where math-verify agrees
     return grade(f"\\boxed{{{b}}}", a, timeout_s=2.0).correct
 
 

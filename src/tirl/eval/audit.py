@@ -173,7 +173,7 @@ def answer_value(answer: str | None) -> Fraction | None:
 
 
 def answer_source(answer: str | None, tool_outputs: list[str]) -> str:
-    """"tool" if the final number appears in a successful tool output, "text" otherwise, "n/a" if not a number."""
+    """ "tool" if the final number appears in a successful tool output, "text" otherwise, "n/a" if not a number."""
     value = answer_value(answer)
     if value is None:
         return "n/a"

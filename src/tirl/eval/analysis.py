@@ -1,0 +1,406 @@
+"""The comparison behind `tirl analyze`: every number of the report, from loaded runs, as one JSON-ready dict.
+
+Per data source and per model (and temperature): avg@n, pass@k for every k in 1..n, maj@k at k = 1, 2, 4, ..., n
+(answers grouped by the verifier's equivalence), Cover@tau, the per-problem accuracy histogram, each curve with a
+bootstrap interval over problems. With several temperatures, the best temperature per k and the envelope curve.
+For each model against the first (the baseline), on the problems both have: the paired difference at each k,
+the crossover k with its bootstrap interval, and the solvable sets. Per model: tool-use statistics split by
+correct / incorrect, and the lucky-guess audit of correct answers.
+
+Choices worth knowing: the envelope picks each k's best temperature on the full data and then bootstraps with
+that choice fixed (so its interval ignores the selection; it is optimistic by construction). Samples of
+different temperatures are never pooled into one pass@k; the envelope comparison's solvable sets pool them
+("solved at any temperature").
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from tirl.eval import audit
+from tirl.eval.answers import canonical_answers
+from tirl.eval.bootstrap import (
+    bootstrap_curve,
+    crossover_index,
+    crossover_interval,
+    paired_difference,
+    resample_weights,
+)
+from tirl.eval.metrics import default_ks, maj_at_k, pass_at_k_table
+from tirl.eval.samples import Run, Sample
+from tirl.eval.toolstats import tool_use_stats
+
+
+@dataclass
+class AnalysisConfig:
+    num_resamples: int = 1000  # bootstrap replicates over problems
+    seed: int = 0
+    level: float = 0.95  # interval coverage
+    taus: list[float] = field(default_factory=lambda: [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0])
+    maj_exact_limit: int = 20000  # enumerate k-subsets up to this many, else Monte Carlo
+    maj_samples: int = 500  # Monte Carlo subsets per problem and k
+    max_examples: int = 5  # audit examples kept per model
+
+    def __post_init__(self) -> None:
+        if self.num_resamples < 10:
+            raise ValueError(f"num_resamples must be >= 10, got {self.num_resamples}")
+        if not 0.5 < self.level < 1.0:
+            raise ValueError(f"level must lie in (0.5, 1), got {self.level}")
+        if not self.taus or any(not 0.0 < t <= 1.0 for t in self.taus):
+            raise ValueError(f"taus must lie in (0, 1], got {self.taus}")
+
+
+@dataclass
+class Table:
+    """One model's samples on one data source at one temperature: (P, n) grades, answers per problem."""
+
+    ids: list[str]
+    correct: np.ndarray  # (P, n) bool
+    answers: list[list[str | None]]
+
+    @property
+    def n(self) -> int:
+        return self.correct.shape[1]
+
+    def subset(self, ids: Sequence[str], n: int) -> Table:
+        pos = {pid: i for i, pid in enumerate(self.ids)}
+        rows = [pos[pid] for pid in ids]
+        return Table(list(ids), self.correct[rows, :n], [self.answers[r][:n] for r in rows])
+
+
+def temperature_key(t: float | None) -> str:
+    return "unknown" if t is None else f"{t:g}"
+
+
+def build_tables(run: Run) -> dict[str, dict[str, Table]]:
+    """source -> temperature key -> Table; every problem must have the same number of samples."""
+    groups: dict[tuple[str, str], dict[str, list[Sample]]] = defaultdict(lambda: defaultdict(list))
+    for s in run.samples:
+        r = s.record
+        groups[(r.data_source, temperature_key(r.temperature))][r.problem_id].append(s)
+    out: dict[str, dict[str, Table]] = defaultdict(dict)
+    for (source, tkey), problems in sorted(groups.items()):
+        sizes = {pid: len(v) for pid, v in problems.items()}
+        n = min(sizes.values())
+        if n != max(sizes.values()):
+            odd = next(pid for pid, m in sizes.items() if m != n)
+            raise ValueError(
+                f"{run.path}: model {run.label!r}, source {source!r}, T={tkey}: problems have different sample "
+                f"counts ({n}..{max(sizes.values())}; e.g. problem {odd!r} has {sizes[odd]}); pass@k needs one n"
+            )
+        ids = sorted(problems)
+        ordered = [sorted(problems[pid], key=lambda s: s.record.sample_index) for pid in ids]
+        correct = np.array([[s.record.correct for s in ss] for ss in ordered], dtype=bool)
+        out[source][tkey] = Table(ids, correct, [[s.record.pred for s in ss] for ss in ordered])
+    return out
+
+
+def _histogram(correct_counts: np.ndarray, n: int) -> dict[str, list]:
+    rates = correct_counts / n
+    if n <= 32:
+        return {
+            "labels": [f"{c}/{n}" for c in range(n + 1)],
+            "counts": np.bincount(correct_counts, minlength=n + 1).tolist(),
+        }
+    inner = rates[(rates > 0) & (rates < 1)]
+    counts, edges = np.histogram(inner, bins=10, range=(0.0, 1.0))
+    labels = ["0"] + [f"{a:.1f}-{b:.1f}" for a, b in zip(edges[:-1], edges[1:], strict=True)] + ["1"]
+    return {"labels": labels, "counts": [int((rates == 0).sum()), *counts.tolist(), int((rates == 1).sum())]}
+
+
+def _maj_table(table: Table, cfg: AnalysisConfig) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """maj@k per problem at k = 1, 2, 4, ..., n: (ks, values (P, K), Monte Carlo standard errors (P, K))."""
+    ks = default_ks(table.n)
+    vals = np.zeros((len(table.ids), len(ks)))
+    ses = np.zeros_like(vals)
+    for i, answers in enumerate(table.answers):
+        canon = canonical_answers(answers)
+        for j, k in enumerate(ks):
+            vals[i, j], ses[i, j] = maj_at_k(
+                canon,
+                table.correct[i].tolist(),
+                k,
+                exact_limit=cfg.maj_exact_limit,
+                num_samples=cfg.maj_samples,
+                seed=cfg.seed + i,
+            )
+    return ks, vals, ses
+
+
+def model_block(table: Table, cfg: AnalysisConfig) -> tuple[dict, np.ndarray]:
+    """One model at one temperature on one source: the report entry and the (P, n) per-problem pass@k table."""
+    P, n = table.correct.shape
+    counts = table.correct.sum(axis=1)
+    pk = pass_at_k_table(n, counts)
+    w = resample_weights(P, cfg.num_resamples, cfg.seed)
+    maj_ks, maj, maj_se = _maj_table(table, cfg)
+    taus = np.asarray(cfg.taus)
+    cover = (counts[:, None] / n >= taus[None, :] - 1e-12).astype(np.float64)  # (P, len(taus))
+    block = {
+        "num_problems": P,
+        "n": n,
+        "avg@n": float(counts.sum() / (P * n)),
+        "ks": list(range(1, n + 1)),
+        "pass@k": bootstrap_curve(pk, w, level=cfg.level).to_dict(),
+        "maj_ks": maj_ks,
+        "maj@k": {
+            **bootstrap_curve(maj, w, level=cfg.level).to_dict(),
+            "mc_stderr": (np.sqrt((maj_se**2).sum(axis=0)) / P).tolist(),
+        },
+        "cover": {"taus": list(cfg.taus), **bootstrap_curve(cover, w, level=cfg.level).to_dict()},
+        "histogram": _histogram(counts, n),
+        "solved_ids": [pid for pid, c in zip(table.ids, counts, strict=True) if c > 0],
+    }
+    return block, pk
+
+
+def envelope(
+    tables: dict[str, Table], pks: dict[str, np.ndarray], cfg: AnalysisConfig
+) -> tuple[dict, np.ndarray, list[str], np.ndarray]:
+    """Best temperature per k and the envelope curve, on the problems every temperature has.
+
+    Returns (report entry, per-problem envelope values (P, n_min), problem ids, per-problem correct counts pooled
+    over temperatures).
+    """
+    common = sorted(set.intersection(*(set(t.ids) for t in tables.values())))
+    n = min(t.n for t in tables.values())
+    per_t = {}
+    for tkey, t in tables.items():
+        pos = {pid: i for i, pid in enumerate(t.ids)}
+        per_t[tkey] = (
+            pks[tkey][[pos[pid] for pid in common], :n]
+            if t.n == n
+            else pass_at_k_table(n, t.subset(common, n).correct.sum(axis=1))
+        )
+    tkeys = sorted(per_t)
+    means = np.stack([per_t[t].mean(axis=0) for t in tkeys])  # (T, n)
+    best = means.argmax(axis=0)  # (n,)
+    values = np.stack([per_t[tkeys[b]][:, j] for j, b in enumerate(best)], axis=1)  # (P, n)
+    w = resample_weights(len(common), cfg.num_resamples, cfg.seed)
+    pooled = sum(tables[t].subset(common, tables[t].n).correct.sum(axis=1) for t in tkeys)
+    entry = {
+        "num_problems": len(common),
+        "n": n,
+        "ks": list(range(1, n + 1)),
+        "temperatures": tkeys,
+        "best_temperature": [tkeys[b] for b in best],
+        "pass@k": bootstrap_curve(values, w, level=cfg.level).to_dict(),
+    }
+    return entry, values, common, np.asarray(pooled)
+
+
+def compare(
+    base: str,
+    other: str,
+    a: tuple[np.ndarray, list[str], np.ndarray],
+    b: tuple[np.ndarray, list[str], np.ndarray],
+    condition: str,
+    cfg: AnalysisConfig,
+) -> dict:
+    """Paired comparison of two models: a and b are (per-problem pass@k (P, n), ids, correct counts (P,))."""
+    (pa, ids_a, ca), (pb, ids_b, cb) = a, b
+    common = sorted(set(ids_a) & set(ids_b))
+    if not common:
+        return {
+            "base": base,
+            "other": other,
+            "condition": condition,
+            "num_problems": 0,
+            "note": "no shared problems",
+        }
+    ia = {pid: i for i, pid in enumerate(ids_a)}
+    ib = {pid: i for i, pid in enumerate(ids_b)}
+    ra, rb = [ia[p] for p in common], [ib[p] for p in common]
+    n = min(pa.shape[1], pb.shape[1])
+    xa, xb = pa[ra, :n], pb[rb, :n]
+    w = resample_weights(len(common), cfg.num_resamples, cfg.seed + 1)
+    diff, share_better, reps = paired_difference(xa, xb, w, level=cfg.level)
+    ks = np.arange(1, n + 1)
+    sign = float(np.sign(diff.mean[0]))
+    idx = crossover_index(diff.mean)
+    ahead = other if sign > 0 else base if sign < 0 else None
+    crossover = {"k": None if idx is None else int(ks[idx]), "ahead_at_k1": ahead}
+    if sign != 0:
+        crossover["interval"] = crossover_interval(reps, sign, ks, level=cfg.level)
+    sa, sb = ca[ra] > 0, cb[rb] > 0
+    sets = {
+        "base_only": [p for p, x, y in zip(common, sa, sb, strict=True) if x and not y],
+        "other_only": [p for p, x, y in zip(common, sa, sb, strict=True) if y and not x],
+        "both": [p for p, x, y in zip(common, sa, sb, strict=True) if x and y],
+        "neither": [p for p, x, y in zip(common, sa, sb, strict=True) if not x and not y],
+    }
+    return {
+        "base": base,
+        "other": other,
+        "condition": condition,
+        "num_problems": len(common),
+        "dropped": {base: len(ids_a) - len(common), other: len(ids_b) - len(common)},
+        "n": n,
+        "ks": ks.tolist(),
+        "diff": diff.to_dict(),
+        "share_other_better": share_better.tolist(),
+        "crossover": crossover,
+        "solvable": {**{f"{k}_count": len(v) for k, v in sets.items()}, **sets},
+    }
+
+
+def crossover_sentence(c: dict) -> str:
+    """One line a reader can quote: who leads at k = 1 and where (if anywhere within n) the curves meet."""
+    if not c.get("num_problems"):
+        return f"{c['base']} vs {c['other']} ({c['condition']}): no shared problems"
+    x = c["crossover"]
+    where = f"{c['base']} vs {c['other']} ({c['condition']}, {c['num_problems']} problems, n={c['n']})"
+    if x["ahead_at_k1"] is None:
+        return f"{where}: equal at k=1"
+    behind = c["base"] if x["ahead_at_k1"] == c["other"] else c["other"]
+    iv = x.get("interval", {})
+    bound = {None: f">{c['n']}"}
+    lo, hi = iv.get("lo"), iv.get("hi")
+    ci = f"{bound.get(lo, lo and int(lo))}..{bound.get(hi, hi and int(hi))}"
+    share = iv.get("share_with_crossover", 0.0)
+    if x["k"] is None:
+        return (
+            f"{where}: {x['ahead_at_k1']} leads at k=1 and stays ahead up to k={c['n']} (no crossover; "
+            f"{100 * share:.0f}% of bootstrap replicates cross, 95% interval {ci})"
+        )
+    return (
+        f"{where}: {x['ahead_at_k1']} leads at k=1; {behind} catches up at k={x['k']} "
+        f"(bootstrap interval {ci}; {100 * share:.0f}% of replicates cross within n)"
+    )
+
+
+def audit_block(samples: Sequence[Sample], cfg: AnalysisConfig) -> dict:
+    """Among correct answers with text: share with >= 1 false arithmetic statement, examples, answer source."""
+    correct = [s for s in samples if s.record.correct and (s.reasoning or s.raw_output)]
+    with_false, checked, statements = 0, 0, 0
+    examples = []
+    sources = {"tool": 0, "text": 0, "n/a": 0}
+    for s in correct:
+        found = audit.find_statements(s.reasoning)
+        statements += len(found)
+        checked += bool(found)
+        false = [st for st in found if not st.true]
+        if false:
+            with_false += 1
+            if len(examples) < cfg.max_examples:
+                st = false[0]
+                examples.append(
+                    {
+                        "problem_id": s.record.problem_id,
+                        "sample_index": s.record.sample_index,
+                        "statement": st.text,
+                        "values": [str(v) for v in st.values],
+                        "answer": s.record.pred,
+                    }
+                )
+        sources[audit.answer_source(s.record.pred, s.tool_outputs)] += 1
+    m = max(1, len(correct))
+    return {
+        "correct_answers": len(correct),
+        "with_statements": checked,
+        "statements": statements,
+        "with_false_statement": with_false,
+        "false_share": with_false / m,
+        "examples": examples,
+        "answer_source": {k: v / m for k, v in sources.items()},
+    }
+
+
+def tool_block(samples: Sequence[Sample]) -> dict[str, float]:
+    rs = [s.record for s in samples]
+    return tool_use_stats(
+        [r.num_tool_calls for r in rs],
+        [r.num_tool_errors for r in rs],
+        [r.turns for r in rs],
+        [r.response_tokens for r in rs],
+        [r.stop_reason for r in rs],
+        [r.correct for r in rs],
+    )
+
+
+def analyze_runs(runs: Sequence[Run], cfg: AnalysisConfig) -> dict:
+    """The whole report; runs[0] is the baseline every other run is compared with."""
+    labels = [r.label for r in runs]
+    if len(set(labels)) != len(labels):
+        raise ValueError(f"model labels must be distinct, got {labels} (use --labels)")
+    tables = {r.label: build_tables(r) for r in runs}
+    sources = sorted({s for t in tables.values() for s in t})
+    report: dict = {
+        "meta": {
+            "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+            "config": asdict(cfg),
+            "runs": [
+                {
+                    "label": r.label,
+                    "path": r.path,
+                    "kind": r.kind,
+                    "samples": len(r.samples),
+                    "tokenizer": r.tokenizer_path,
+                    "notes": r.notes,
+                }
+                for r in runs
+            ],
+            "baseline": labels[0],
+        },
+        "models": labels,
+        "sources": {},
+        "findings": [],
+    }
+    for source in sources:
+        entry: dict = {"models": {}, "comparisons": []}
+        data: dict[str, dict] = {}  # label -> condition -> (pk, ids, counts)
+        for label in labels:
+            by_t = tables[label].get(source, {})
+            if not by_t:
+                continue
+            blocks, pks = {}, {}
+            for tkey, t in by_t.items():
+                blocks[tkey], pks[tkey] = model_block(t, cfg)
+            model_entry = {"temperatures": blocks}
+            data[label] = {tkey: (pks[tkey], by_t[tkey].ids, by_t[tkey].correct.sum(axis=1)) for tkey in by_t}
+            if len(by_t) > 1:
+                env, values, ids, pooled = envelope(by_t, pks, cfg)
+                model_entry["envelope"] = env
+                data[label]["envelope"] = (values, ids, pooled)
+            entry["models"][label] = model_entry
+        base = labels[0]
+        for other in labels[1:]:
+            if base not in data or other not in data:
+                continue
+            temps_a = [t for t in data[base] if t != "envelope"]
+            temps_b = [t for t in data[other] if t != "envelope"]
+            shared = sorted(set(temps_a) & set(temps_b))
+            pairs = [(f"T={t}", t, t) for t in shared] or [
+                (f"T={temps_a[0]} vs T={temps_b[0]}", temps_a[0], temps_b[0])
+            ]
+            if len(temps_a) > 1 or len(temps_b) > 1:
+                pairs.append(
+                    (
+                        "best T per k (envelope)",
+                        "envelope" if len(temps_a) > 1 else temps_a[0],
+                        "envelope" if len(temps_b) > 1 else temps_b[0],
+                    )
+                )
+            for name, ta, tb in pairs:
+                c = compare(base, other, data[base][ta], data[other][tb], name, cfg)
+                entry["comparisons"].append(c)
+                report["findings"].append(f"[{source}] {crossover_sentence(c)}")
+        report["sources"][source] = entry
+    report["tool_use"] = {
+        r.label: {
+            src: tool_block([s for s in r.samples if s.record.data_source == src])
+            for src in sorted({s.record.data_source for s in r.samples})
+        }
+        for r in runs
+    }
+    report["audit"] = {
+        r.label: audit_block(r.samples, cfg)
+        for r in runs
+        if any(s.reasoning or s.raw_output for s in r.samples)
+    }
+    return report

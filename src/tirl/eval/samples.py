@@ -1,0 +1,193 @@
+"""Load evaluated samples for the analysis: a `tirl eval` directory or a verl / Open-AgentRL validation dump.
+
+tirl eval directories hold `records.jsonl` (one `SampleRecord` per line, the schema in docs/eval-records.md)
+and `trajectories.jsonl` (the full `Trajectory` of each record, same order). verl's trainer, with
+`trainer.validation_data_dir` set, writes `<step>.jsonl` files whose lines carry `input` (prompt text), `output`
+(response text, tool responses included for multi-turn rollouts), `score`, `step`, usually `gts`, and every
+reward-extra-info key (`acc`, `pred`, `data_source`, ... when the reward function returns them). From those:
+problem = identical input text (id: a hash of it, so two dumps of one validation set pair up); correct = `acc`
+when present, else score > 0; answer = `pred` when present, else the last \\boxed{} of the output; tool calls =
+`<tool_call>` blocks, tool errors = `<tool_response>` blocks containing a traceback or "Error" (a heuristic:
+verl does not record execution status). Response tokens, temperature and stop reason are unknown there (None).
+
+Not here: computing any metric (see analysis.py).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tirl.eval.answers import extract_answer
+from tirl.eval.evaluate import SampleRecord
+
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)
+_TOOL_RESPONSE = re.compile(r"<tool_response>(.*?)(?:</tool_response>|$)", re.S)
+_ERROR = re.compile(r"Traceback \(most recent call last\)|\b\w*Error\b")
+_RECORD_KEYS = [f.name for f in fields(SampleRecord)]
+_OPTIONAL_RECORD_KEYS = {"num_tool_errors", "turns", "response_tokens", "stop_reason", "top_p", "score"}
+
+
+@dataclass
+class Sample:
+    """One graded sample: its record, plus the text the audit and the viewer need."""
+
+    record: SampleRecord
+    reasoning: str = ""  # the model's own text, all turns (tool outputs excluded)
+    tool_outputs: list[str] = field(default_factory=list)  # outputs of the calls that ran without error
+    ground_truth: str | None = None
+    trajectory: dict[str, Any] | None = None  # the stored Trajectory dict (tirl runs), for the viewer
+    raw_output: str | None = None  # the whole response text (verl dumps), for the viewer
+
+
+@dataclass
+class Run:
+    label: str
+    path: str
+    kind: str  # "tirl" | "verl"
+    samples: list[Sample]
+    tokenizer_path: str | None = None  # where the run's tokenizer lives, when known
+    notes: list[str] = field(default_factory=list)
+
+
+def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from e
+            if not isinstance(row, dict):
+                raise ValueError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
+            rows.append(row)
+    if not rows:
+        raise ValueError(f"{path}: the file has no rows")
+    return rows
+
+
+def load_run(path: str | Path, label: str | None = None) -> Run:
+    """A tirl eval directory, a verl dump file, or a verl dump directory (its latest step is used)."""
+    p = Path(path)
+    if p.is_dir() and (p / "records.jsonl").is_file():
+        return _load_tirl(p, label)
+    if p.is_file() and p.suffix == ".jsonl":
+        return _load_verl(p, label)
+    if p.is_dir():
+        steps = sorted((f for f in p.glob("*.jsonl") if f.stem.isdigit()), key=lambda f: int(f.stem))
+        if steps:
+            run = _load_verl(steps[-1], label)
+            run.notes.append(f"verl dump directory: used its latest step file {steps[-1].name}")
+            return run
+    raise FileNotFoundError(
+        f"{p}: not a tirl eval directory (records.jsonl), a verl dump (.jsonl) or a directory of <step>.jsonl"
+    )
+
+
+def _record(row: dict[str, Any], where: str) -> SampleRecord:
+    missing = [k for k in _RECORD_KEYS if k not in row and k not in _OPTIONAL_RECORD_KEYS]
+    if missing:
+        raise ValueError(f"{where}: record lacks {missing} (see docs/eval-records.md)")
+    values = {k: row.get(k) for k in _RECORD_KEYS}
+    if not isinstance(values["correct"], bool):
+        raise ValueError(f"{where}: 'correct' must be true or false, got {values['correct']!r}")
+    values["problem_id"] = str(values["problem_id"])
+    values["num_tool_errors"] = values["num_tool_errors"] or 0
+    values["stop_reason"] = values["stop_reason"] or "unknown"
+    return SampleRecord(**values)
+
+
+def _tokenizer_from_config(run_dir: Path) -> str | None:
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.is_file():
+        return None
+    model_path = ((yaml.safe_load(cfg_path.read_text()) or {}).get("model") or {}).get("path") or ""
+    for candidate in (Path(model_path), run_dir / model_path):
+        if model_path and (candidate / "tokenizer.json").is_file():
+            return str(candidate)
+    return None
+
+
+def _load_tirl(run_dir: Path, label: str | None) -> Run:
+    rows = _read_jsonl(run_dir / "records.jsonl")
+    records = [_record(r, f"{run_dir / 'records.jsonl'}:{i + 1}") for i, r in enumerate(rows)]
+    traj_path = run_dir / "trajectories.jsonl"
+    notes = []
+    trajs: list[dict[str, Any] | None] = [None] * len(records)
+    if traj_path.is_file():
+        trajs = _read_jsonl(traj_path)
+        if len(trajs) != len(records):
+            raise ValueError(f"{traj_path}: {len(trajs)} trajectories for {len(records)} records")
+    else:
+        notes.append("no trajectories.jsonl: the audit and the viewer skip this run")
+    samples = []
+    for i, (rec, t) in enumerate(zip(records, trajs, strict=True)):
+        if t is None:
+            samples.append(Sample(rec))
+            continue
+        meta = t.get("meta") or {}
+        if str(meta.get("id", rec.problem_id)) != rec.problem_id:
+            raise ValueError(
+                f"{traj_path}:{i + 1}: trajectory is for problem {meta.get('id')!r}, record for {rec.problem_id!r}"
+            )
+        t.pop("logprobs", None)  # not shown; halves the memory
+        calls = t.get("tool_calls") or []
+        samples.append(
+            Sample(
+                rec,
+                reasoning="".join(t.get("turn_texts") or []),
+                tool_outputs=[c.get("response", "") for c in calls if c.get("status") == "ok"],
+                ground_truth=None if meta.get("ground_truth") is None else str(meta["ground_truth"]),
+                trajectory=t,
+            )
+        )
+    if label:
+        for s in samples:
+            s.record.model = label
+    return Run(
+        label or records[0].model, str(run_dir), "tirl", samples, _tokenizer_from_config(run_dir), notes
+    )
+
+
+def _load_verl(path: Path, label: str | None) -> Run:
+    rows = _read_jsonl(path)
+    seen: dict[str, int] = {}
+    samples = []
+    name = label or path.parent.name or "model"
+    for i, row in enumerate(rows):
+        where = f"{path}:{i + 1}"
+        for key in ("input", "output", "score"):
+            if key not in row:
+                raise ValueError(f"{where}: verl dump line lacks {key!r} (has {sorted(row)})")
+        output, source = str(row["output"]), str(row.get("data_source", "unknown"))
+        pid = "p-" + hashlib.sha1(f"{source}\n{row['input']}".encode()).hexdigest()[:10]
+        k = seen[pid] = seen.get(pid, -1) + 1
+        score = float(row["score"])
+        correct = float(row["acc"]) > 0 if "acc" in row else score > 0
+        pred = row.get("pred")
+        pred = extract_answer(output) if pred is None else str(pred)
+        responses = _TOOL_RESPONSE.findall(output)
+        errors = [r for r in responses if _ERROR.search(r)]
+        calls = len(_TOOL_CALL.findall(output))
+        rec = SampleRecord(
+            name, pid, source, k, row.get("temperature"), row.get("top_p"), correct, score, pred,
+            calls, len(errors), calls + 1, row.get("response_length"), "unknown",
+        )  # fmt: skip
+        samples.append(
+            Sample(
+                rec,
+                reasoning=_TOOL_RESPONSE.sub(" ", output),
+                tool_outputs=[r for r in responses if not _ERROR.search(r)],
+                ground_truth=None if row.get("gts") is None else str(row["gts"]),
+                raw_output=output,
+            )
+        )
+    return Run(name, str(path), "verl", samples, None, [])
