@@ -4,6 +4,7 @@ tirl demo [--config FILE] [key=value ...]
 tirl sft  --config FILE [model.path=DIR sft.data=FILE ...] [--out DIR]
 tirl rl   --config FILE [model.path=DIR rl.data=FILE ...]  [--out DIR]
 tirl eval --config FILE [model.path=DIR eval.data=FILE ...] [--out DIR] [--label NAME]
+tirl analyze RUN_A RUN_B [...] [--labels base,rl] [--out DIR]   (eval dirs or verl validation dumps)
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ def _cmd_stage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_analyze(args: argparse.Namespace) -> int:
+    from tirl.eval.analyze import main_analyze
+
+    return main_analyze(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tirl", description="Tool-integrated RL: train and evaluate LMs that reason with a Python tool."
@@ -80,6 +87,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--out", default=None, help="output directory (default: OUT_DIR/<command>)")
         if name == "eval":
             p.add_argument("--label", default="model", help="model label written into every record")
+    from tirl.eval.analyze import add_analyze_arguments
+
+    add_analyze_arguments(sub.add_parser("analyze", help="pass@k analysis, report and trajectory viewer"))
+    sub.choices["analyze"].set_defaults(fn=_cmd_analyze)
     return parser
 
 

@@ -5,7 +5,8 @@
    answer).
 2. A BPE tokenizer trained on that text and a ~2M-parameter Qwen2 model built from a config.
 3. SFT, evaluation (n samples per test problem), GRPO-TCR, evaluation again.
-4. A table of pass@1, pass@k, maj@k and tool use, SFT against RL, and `report.json`.
+4. A table of pass@1, pass@k, maj@k and tool use, SFT against RL, and `report.json`; then `tirl analyze` of the two
+   evaluations (curves with intervals, crossover, solvable sets, audit, trajectory viewer) in `analysis/`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from rich.table import Table
 from tirl.chat.template import conversation_text, with_system
 from tirl.config import save_config
 from tirl.data import write_rows
+from tirl.eval.analyze import print_summary, run_analyze
 from tirl.io import atomic_write_json
 from tirl.logging import console
 from tirl.models.tiny import build_tiny
@@ -116,6 +118,13 @@ def run_demo(cfg: TirlConfig) -> dict[str, Any]:
     rl_summary = run_eval(cfg, out / "eval-rl", model_path=rl_model, label="rl", rows=prep["test_rows"])
     times["eval_rl"] = time.time() - t0
 
+    t0 = time.time()
+    console.print(
+        "[bold]analysis[/]: pass@k curves with bootstrap intervals, crossover, solvable sets, audit, viewer"
+    )
+    analysis = run_analyze([out / "eval-sft", out / "eval-rl"], out / "analysis", labels=["sft", "rl"])
+    times["analyze"] = time.time() - t0
+
     report = {
         "sft": _report_entry(sft_summary),
         "rl": _report_entry(rl_summary),
@@ -127,6 +136,7 @@ def run_demo(cfg: TirlConfig) -> dict[str, Any]:
     console.print(
         f"report: {out / 'report.json'}  (records and trajectories in {out}/eval-sft, {out}/eval-rl)"
     )
+    print_summary(analysis, out / "analysis")
     return report
 
 

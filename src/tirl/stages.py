@@ -7,6 +7,7 @@ evaluation records). The demo chains them; `tirl sft|rl|eval` run one.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -140,8 +141,11 @@ def run_eval(
 ) -> dict[str, dict[str, float]]:
     """n samples per problem of eval.data; writes records, trajectories and summary; returns the summary."""
     out = Path(out_dir)
-    save_config(cfg, out / "config.yaml")
     path = _model_path(cfg, model_path)
+    # the model actually evaluated, so `tirl analyze` finds its tokenizer
+    save_config(
+        dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(path))), out / "config.yaml"
+    )
     rows = rows if rows is not None else read_rows(cfg.eval.data)
     tokenizer = load_tokenizer(path)
     model = load_model(cfg.model, path).eval()

@@ -9,10 +9,14 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from tirl.eval.analysis import AnalysisConfig, analyze_runs
-from tirl.eval.samples import load_run
 from tirl.io import atomic_write_json, atomic_write_text
+
+if (
+    TYPE_CHECKING
+):  # the analysis imports math-verify (sympy): only when a command runs, not to build the parser
+    from tirl.eval.analysis import AnalysisConfig
 
 
 def run_analyze(
@@ -25,6 +29,9 @@ def run_analyze(
     viewer: bool = True,
 ) -> dict:
     """Analyse the runs (the first is the baseline); returns the report dict (with "seconds" per phase)."""
+    from tirl.eval.analysis import AnalysisConfig, analyze_runs
+    from tirl.eval.samples import load_run
+
     if not paths:
         raise ValueError("analyze needs at least one run")
     if labels is not None and len(labels) != len(paths):
@@ -57,3 +64,66 @@ def run_analyze(
     report["seconds"] = times
     atomic_write_json(out / "report.json", report)
     return report
+
+
+def add_analyze_arguments(p) -> None:
+    """The `tirl analyze` options (kept here so cli.py stays a thin dispatcher)."""
+    p.add_argument(
+        "runs", nargs="+", help="tirl eval directories or verl validation dumps; the first is the baseline"
+    )
+    p.add_argument(
+        "--labels", default=None, help="comma-separated model names, one per run (default: from the records)"
+    )
+    p.add_argument("--out", default="runs/analysis", help="output directory (default: runs/analysis)")
+    p.add_argument(
+        "--tokenizer",
+        default=None,
+        help="model directory whose tokenizer decodes mask spans when a run names none",
+    )
+    p.add_argument(
+        "--bootstrap", type=int, default=1000, help="bootstrap replicates over problems (default 1000)"
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and Monte Carlo maj@k")
+    p.add_argument("--no-viewer", action="store_true", help="skip trajectories.html")
+
+
+def main_analyze(args) -> int:
+    from tirl.eval.analysis import AnalysisConfig
+
+    labels = [x.strip() for x in args.labels.split(",")] if args.labels else None
+    report = run_analyze(
+        args.runs,
+        args.out,
+        labels=labels,
+        tokenizer=args.tokenizer,
+        config=AnalysisConfig(num_resamples=args.bootstrap, seed=args.seed),
+        viewer=not args.no_viewer,
+    )
+    print_summary(report, Path(args.out))
+    return 0
+
+
+def print_summary(report: dict, out: Path) -> None:
+    """The findings and where the report is, on the console."""
+    from tirl.logging import console
+
+    for line in report["findings"]:
+        console.print(line, markup=False)
+    for src, entry in report["sources"].items():
+        for c in entry["comparisons"]:
+            if c.get("num_problems"):
+                s = c["solvable"]
+                console.print(
+                    f"[{src}] solvable within n ({c['condition']}): only {c['base']} {s['base_only_count']}, "
+                    f"only {c['other']} {s['other_only_count']}, both {s['both_count']}, neither {s['neither_count']}",
+                    markup=False,
+                )
+    for label, a in report["audit"].items():
+        console.print(
+            f"audit {label}: {100 * a['false_share']:.1f}% of {a['correct_answers']} correct answers have a false "
+            f"arithmetic statement; final number from the tool in {100 * a['answer_source']['tool']:.1f}%",
+            markup=False,
+        )
+    console.print(
+        f"report: {out / 'report.html'}  (numbers: {out / 'report.json'}; trajectories: {out / 'trajectories.html'})"
+    )

@@ -29,6 +29,7 @@ class EvalConfig:
     data: str = ""  # JSONL of rows in the RL schema
     n: int = 8  # samples per problem
     temperature: float = 1.0
+    temperatures: list[float] = field(default_factory=list)  # several in one call; empty = [temperature]
     top_p: float = 1.0
     max_problems: int = 0  # 0 = all rows
     batch_problems: int = 32  # problems rolled out together (each with its n samples)
@@ -41,25 +42,37 @@ class EvalConfig:
             )
         if any(k < 1 or k > self.n for k in self.ks):
             raise ValueError(f"eval.ks must lie in [1, n={self.n}], got {self.ks}")
+        if any(t < 0 for t in [self.temperature, *self.temperatures]):
+            raise ValueError(f"eval temperatures must be >= 0, got {self.temperature}, {self.temperatures}")
+        if len(set(self.temperatures)) != len(self.temperatures):
+            raise ValueError(f"eval.temperatures has duplicates: {self.temperatures}")
+
+    @property
+    def all_temperatures(self) -> list[float]:
+        return list(self.temperatures) or [self.temperature]
 
 
 @dataclass
 class SampleRecord:
-    """One evaluated sample; the unit every metric is computed from."""
+    """One evaluated sample; the unit every metric is computed from. Schema: docs/eval-records.md.
+
+    `records.jsonl` holds one of these per line, in the same order as `trajectories.jsonl`. Fields that an
+    imported run (a verl dump) cannot know are None there: temperature, top_p, response_tokens.
+    """
 
     model: str
     problem_id: str
     data_source: str
     sample_index: int
-    temperature: float
-    top_p: float
+    temperature: float | None
+    top_p: float | None
     correct: bool
     score: float
     pred: str | None
     num_tool_calls: int
     num_tool_errors: int
     turns: int
-    response_tokens: int
+    response_tokens: int | None
     stop_reason: str
 
 
@@ -72,14 +85,38 @@ def evaluate(
     seed: int,
     reward: RewardConfig | None = None,
 ) -> tuple[list[SampleRecord], list[Trajectory]]:
-    """Roll out every row n times and grade each sample (reward shaping off unless given: accuracy is the verdict)."""
+    """Roll out every row n times per temperature and grade each sample (reward shaping off unless given).
+
+    Records and trajectories come temperature by temperature, problem by problem, sample by sample.
+    """
     rows = list(rows)[: cfg.max_problems or None]
-    params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p)
     reward = reward or RewardConfig()
     gen = torch.Generator().manual_seed(seed)
     records: list[SampleRecord] = []
     trajs: list[Trajectory] = []
-    with progress(f"eval {model_label}", len(rows)) as bar:
+    for temperature in cfg.all_temperatures:
+        params = SamplingParams(temperature=temperature, top_p=cfg.top_p)
+        label = model_label if len(cfg.all_temperatures) == 1 else f"{model_label} T={temperature:g}"
+        recs, out = _evaluate_at(agent, rows, cfg, params, reward, gen, label=label, model_label=model_label)
+        records += recs
+        trajs += out
+    return records, trajs
+
+
+def _evaluate_at(
+    agent: AgentLoop,
+    rows: list[dict[str, Any]],
+    cfg: EvalConfig,
+    params: SamplingParams,
+    reward: RewardConfig,
+    gen: torch.Generator,
+    *,
+    label: str,
+    model_label: str,
+) -> tuple[list[SampleRecord], list[Trajectory]]:
+    records: list[SampleRecord] = []
+    trajs: list[Trajectory] = []
+    with progress(f"eval {label}", len(rows)) as bar:
         for s in range(0, len(rows), cfg.batch_problems):
             chunk = rows[s : s + cfg.batch_problems]
             prompts = [r["prompt"] for r in chunk for _ in range(cfg.n)]
@@ -89,6 +126,7 @@ def evaluate(
                     "data_source": r.get("data_source", "unknown"),
                     "sample": k,
                     "ground_truth": r["reward_model"]["ground_truth"],
+                    "temperature": params.temperature,
                 }
                 for i, r in enumerate(chunk)
                 for k in range(cfg.n)
@@ -103,7 +141,7 @@ def evaluate(
                         t.meta["id"],
                         t.meta["data_source"],
                         t.meta["sample"],
-                        cfg.temperature,
+                        params.temperature,
                         cfg.top_p,
                         sc.correct,
                         sc.reward,
@@ -126,13 +164,23 @@ def _problem_id(row: dict[str, Any], index: int) -> str:
 
 
 def summarize_records(records: Sequence[SampleRecord], ks: Sequence[int] = ()) -> dict[str, dict[str, float]]:
-    """Per data source and overall: avg@n, pass@k, maj@k (answers grouped by their extracted string), tool use."""
-    by_source: dict[str, list[SampleRecord]] = defaultdict(list)
+    """Per data source and overall: avg@n, pass@k, maj@k (answers grouped by their extracted string), tool use.
+
+    With several temperatures, each source is summarised per temperature under "<source> T=<t>" (samples of
+    different temperatures are never pooled into one pass@k).
+    """
+    by_temp: dict[float | None, list[SampleRecord]] = defaultdict(list)
     for r in records:
-        by_source[r.data_source].append(r)
-    out = {src: _summary(rs, ks) for src, rs in sorted(by_source.items())}
-    if len(by_source) > 1:
-        out["all"] = _summary(records, ks)
+        by_temp[r.temperature].append(r)
+    out: dict[str, dict[str, float]] = {}
+    for t, recs in by_temp.items():
+        suffix = "" if len(by_temp) == 1 else f" T={t:g}"
+        by_source: dict[str, list[SampleRecord]] = defaultdict(list)
+        for r in recs:
+            by_source[r.data_source].append(r)
+        out.update({src + suffix: _summary(rs, ks) for src, rs in sorted(by_source.items())})
+        if len(by_source) > 1:
+            out["all" + suffix] = _summary(recs, ks)
     return out
 
 

@@ -9,6 +9,7 @@ import base64
 import html
 from pathlib import Path
 
+from tirl.eval.analysis import crossover_sentence
 from tirl.eval.metrics import default_ks
 
 _CSS = """body{font:14px/1.45 system-ui,sans-serif;margin:1em 2em;color:#222;max-width:1200px}
@@ -65,8 +66,6 @@ def _model_tables(entry: dict) -> str:
 
 
 def _comparison(c: dict) -> str:
-    from tirl.eval.analysis import crossover_sentence
-
     if not c.get("num_problems"):
         return f"<p>{_e(c['base'])} vs {_e(c['other'])} ({_e(c['condition'])}): no shared problems.</p>"
     ks = default_ks(c["n"])

@@ -29,6 +29,7 @@ import torch
 
 from tirl.algorithms import get_advantage_estimator, get_policy_loss, kl_penalty
 from tirl.algorithms.losses import aggregate
+from tirl.eval.toolstats import tool_use_stats
 from tirl.logging import MetricsLogger
 from tirl.models.loading import save_checkpoint
 from tirl.progress import progress
@@ -96,6 +97,16 @@ def rollout_metrics(
     }
     for reason in ("answer", "budget", "max_turns", "turn_length"):
         out[f"rollout/stop_{reason}"] = stops.get(reason, 0) / n
+    split = tool_use_stats(
+        [t.num_tool_calls for t in trajs],
+        [t.num_tool_errors for t in trajs],
+        [t.turns for t in trajs],
+        [t.response_length for t in trajs],
+        [t.stop_reason for t in trajs],
+        correct,
+    )  # the same numbers `tirl analyze` reports, split by correct / incorrect
+    out.update({f"rollout/{k}": v for k, v in split.items() if "/" in k and not k.endswith("/responses")})
+    out["rollout/budget_share"] = split["budget_share"]
     return out
 
 
