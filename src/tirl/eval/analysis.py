@@ -16,7 +16,7 @@ different temperatures are never pooled into one pass@k; the envelope comparison
 from __future__ import annotations
 
 import datetime
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -86,12 +86,12 @@ def build_tables(run: Run) -> dict[str, dict[str, Table]]:
     out: dict[str, dict[str, Table]] = defaultdict(dict)
     for (source, tkey), problems in sorted(groups.items()):
         sizes = {pid: len(v) for pid, v in problems.items()}
-        n = min(sizes.values())
-        if n != max(sizes.values()):
+        n = Counter(sizes.values()).most_common(1)[0][0]
+        if len(set(sizes.values())) > 1:
             odd = next(pid for pid, m in sizes.items() if m != n)
             raise ValueError(
                 f"{run.path}: model {run.label!r}, source {source!r}, T={tkey}: problems have different sample "
-                f"counts ({n}..{max(sizes.values())}; e.g. problem {odd!r} has {sizes[odd]}); pass@k needs one n"
+                f"counts (most have {n}; problem {odd!r} has {sizes[odd]}); pass@k needs one n per problem"
             )
         ids = sorted(problems)
         ordered = [sorted(problems[pid], key=lambda s: s.record.sample_index) for pid in ids]
@@ -255,6 +255,7 @@ def crossover_sentence(c: dict) -> str:
         return f"{c['base']} vs {c['other']} ({c['condition']}): no shared problems"
     x = c["crossover"]
     where = f"{c['base']} vs {c['other']} ({c['condition']}, {c['num_problems']} problems, n={c['n']})"
+    # "catches up" means strictly overtakes: ties (both curves saturated at 1) are not a crossover
     if x["ahead_at_k1"] is None:
         return f"{where}: equal at k=1"
     behind = c["base"] if x["ahead_at_k1"] == c["other"] else c["other"]
@@ -269,7 +270,7 @@ def crossover_sentence(c: dict) -> str:
             f"{100 * share:.0f}% of bootstrap replicates cross, 95% interval {ci})"
         )
     return (
-        f"{where}: {x['ahead_at_k1']} leads at k=1; {behind} catches up at k={x['k']} "
+        f"{where}: {x['ahead_at_k1']} leads at k=1; {behind} overtakes it at k={x['k']} "
         f"(bootstrap interval {ci}; {100 * share:.0f}% of replicates cross within n)"
     )
 

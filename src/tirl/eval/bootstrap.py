@@ -65,16 +65,17 @@ def paired_difference(
 
 
 def crossover_index(diff: np.ndarray, sign: float | None = None) -> int | None:
-    """First index where diff (K,) reaches zero or changes sign relative to `sign` (default: the sign at 0).
+    """First index where diff (K,) has the opposite sign of `sign` (default: the sign at index 0).
 
-    With diff = other - base over k = 1..n, this is where the base model's curve meets the other's. None if the
-    curves never meet; 0 if they start equal.
+    With diff = other - base over k = 1..n, this is where the model behind at k = 1 overtakes the leader. A tie
+    is not a crossover: both curves saturate at 1 once k > n - c for every problem, which says nothing about who
+    is better. None if the leader is never overtaken; 0 if the curves start equal.
     """
     diff = np.asarray(diff, dtype=np.float64)
     s = np.sign(diff[0]) if sign is None else np.sign(sign)
     if s == 0:
         return 0
-    hits = np.nonzero(s * diff <= 0)[0]
+    hits = np.nonzero(s * diff < 0)[0]
     return int(hits[0]) if hits.size else None
 
 
