@@ -121,22 +121,31 @@ def _equal(a: Fraction, b: Fraction, a_text: str, b_text: str) -> bool:
     return tol > 0 and abs(a - b) <= tol
 
 
+def _unwrap(side: str, paren: str, other: str) -> str:
+    """Drop parentheses that open a chain (or close it) without a partner inside the same side."""
+    while side and (side[0] if paren == "(" else side[-1]) == paren and side.count(paren) > side.count(other):
+        side = (side[1:] if paren == "(" else side[:-1]).strip(" .")
+    return side
+
+
 def find_statements(text: str) -> list[Statement]:
     """Every arithmetic chain in `text` that can be checked, each with its verdict."""
     text = normalise(text)
     out = []
     for m in _RUN.finditer(text):
         raw = m.group(0)
-        run = raw.strip(" ").rstrip(" .")
+        run = raw.lstrip(" ")
+        start = m.start() + len(raw) - len(run)
+        run = run.rstrip(" .(")
         if "=" not in run or not _OPERATOR.search(run):
             continue
-        start = m.start() + len(raw) - len(raw.lstrip(" "))
         end = start + len(run)
         before = text[start - 1] if start > 0 else ""
         after = text[end] if end < len(text) else ""
         if before and _BAD_BEFORE.match(before) or after and _BAD_AFTER.match(after):
             continue
         sides = [s.strip() for s in run.split("=")]
+        sides[0], sides[-1] = _unwrap(sides[0], "(", ")"), _unwrap(sides[-1], ")", "(")  # "(2 * 3 = 6)"
         if len(sides) < 2 or any(not s for s in sides) or sides[0][0] in "+*/)":
             continue
         try:

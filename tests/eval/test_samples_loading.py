@@ -1,0 +1,139 @@
+"""Loading runs: tirl eval directories and verl validation dumps, with errors that name file and line."""
+
+import json
+
+import pytest
+
+from tirl.eval.evaluate import SampleRecord, write_eval
+from tirl.eval.samples import load_run
+from tirl.eval.toolstats import tool_use_stats
+from tirl.rollout.types import ToolCallRecord, Trajectory
+
+
+def _traj(pid: str, k: int, correct: bool) -> Trajectory:
+    return Trajectory(
+        prompt_ids=[1, 2],
+        response_ids=[5, 6, 7, 8],
+        loss_mask=[1, 0, 0, 1],
+        logprobs=[-0.1, 0.0, 0.0, -0.2],
+        turn_texts=[
+            '<tool_call>{"name": "code_interpreter", "arguments": {"code": "print(6*7)"}}</tool_call>',
+            "6 * 7 = 42 so \\boxed{42}",
+        ],
+        tool_calls=[ToolCallRecord(1, "print(6*7)", "42\n", "ok")],
+        stop_reason="answer",
+        meta={"id": pid, "sample": k, "ground_truth": "42", "correct": correct},
+    )
+
+
+def write_tirl_run(path, label="m", n=2, problems=("a", "b")):
+    recs, trajs = [], []
+    for pid in problems:
+        for k in range(n):
+            ok = k == 0
+            recs.append(
+                SampleRecord(
+                    label,
+                    pid,
+                    "src",
+                    k,
+                    1.0,
+                    1.0,
+                    ok,
+                    1.0 if ok else -1.0,
+                    "42" if ok else "7",
+                    1,
+                    0,
+                    2,
+                    4,
+                    "answer",
+                )
+            )
+            trajs.append(_traj(pid, k, ok))
+    write_eval(path, recs, trajs, {})
+    return path
+
+
+def test_tirl_run_round_trip(tmp_path) -> None:
+    run = load_run(write_tirl_run(tmp_path / "run"), label="renamed")
+    assert run.kind == "tirl" and run.label == "renamed" and len(run.samples) == 4
+    s = run.samples[0]
+    assert s.record.model == "renamed" and s.tool_outputs == ["42\n"] and s.ground_truth == "42"
+    assert "6 * 7 = 42" in s.reasoning and "logprobs" not in s.trajectory
+
+
+def test_tirl_run_errors_name_the_file_and_line(tmp_path) -> None:
+    run_dir = write_tirl_run(tmp_path / "run")
+    lines = (run_dir / "records.jsonl").read_text().splitlines()
+    bad = json.loads(lines[1])
+    del bad["correct"]
+    lines[1] = json.dumps(bad)
+    (run_dir / "records.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=r"records.jsonl:2: record lacks \['correct'\]"):
+        load_run(run_dir)
+    with pytest.raises(FileNotFoundError, match="not a tirl eval directory"):
+        load_run(tmp_path / "nothing")
+
+
+def test_verl_dump_import(tmp_path) -> None:
+    out = "Let me compute. <tool_call>...</tool_call><tool_response>84\n</tool_response> So \\boxed{84}"
+    err = "<tool_call>...</tool_call><tool_response>Traceback (most recent call last):\nNameError: x</tool_response> \\boxed{3}"
+    rows = [
+        {"input": "Q1", "output": out, "gts": "84", "score": 1.0, "step": 10},
+        {"input": "Q1", "output": err, "gts": "84", "score": 0.0, "step": 10},
+        {
+            "input": "Q2",
+            "output": "\\boxed{5}",
+            "gts": "5",
+            "score": 0.0,
+            "acc": True,
+            "pred": "5",
+            "data_source": "aime",
+            "step": 10,
+        },
+        {
+            "input": "Q2",
+            "output": "\\boxed{6}",
+            "gts": "5",
+            "score": 0.0,
+            "acc": False,
+            "pred": "6",
+            "data_source": "aime",
+            "step": 10,
+        },
+    ]
+    dump = tmp_path / "val"
+    dump.mkdir()
+    (dump / "2.jsonl").write_text("{}\n")  # an older step: ignored
+    (dump / "10.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = load_run(dump, label="base")
+    assert run.kind == "verl" and "10.jsonl" in run.notes[0]
+    r = [s.record for s in run.samples]
+    assert [x.correct for x in r] == [True, False, True, False]  # score > 0, or acc when present
+    assert [x.pred for x in r] == ["84", "3", "5", "6"]
+    assert r[0].problem_id == r[1].problem_id != r[2].problem_id and [x.sample_index for x in r] == [
+        0,
+        1,
+        0,
+        1,
+    ]
+    assert [x.data_source for x in r] == ["unknown", "unknown", "aime", "aime"]
+    assert (r[0].num_tool_calls, r[0].num_tool_errors, r[1].num_tool_errors) == (1, 0, 1)
+    assert run.samples[0].tool_outputs == ["84\n"] and "84\n" not in run.samples[0].reasoning
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"input": "Q", "score": 1}) + "\n")
+    with pytest.raises(ValueError, match=r"bad.jsonl:1: verl dump line lacks 'output'"):
+        load_run(tmp_path / "bad.jsonl")
+
+
+def test_tool_use_stats_split_by_correctness() -> None:
+    stats = tool_use_stats(
+        calls=[2, 0, 1, 1], errors=[1, 0, 0, 1], turns=[3, 1, 2, 2], lengths=[100, 20, None, 60],
+        stops=["answer", "answer", "budget", "max_turns"], correct=[True, True, False, False],
+    )  # fmt: skip
+    assert stats["tool_calls_per_response"] == 1.0 and stats["tool_error_rate"] == 0.5
+    assert stats["budget_share"] == 0.5 and stats["response_tokens"] == 60.0  # unknown lengths skipped
+    assert stats["correct/no_tool_share"] == 0.5 and stats["correct/tool_error_rate"] == 0.5
+    assert stats["incorrect/budget_share"] == 1.0 and stats["incorrect/tool_error_rate"] == 0.5
+    assert stats["incorrect/response_tokens"] == 60.0
+    with pytest.raises(ValueError):
+        tool_use_stats([1], [0], [1], [1], ["answer"], [True, False])
