@@ -41,3 +41,11 @@ def test_demo_pipeline_writes_report(tmp_path, monkeypatch):
     records = [json.loads(line) for line in (out / "eval-rl" / "records.jsonl").read_text().splitlines()]
     assert len(records) == 24 and {r["model"] for r in records} == {"rl"}
     assert (out / "rl" / "model" / "config.json").is_file()
+    analysis = json.loads((out / "analysis" / "report.json").read_text())
+    (comparison,) = analysis["sources"]["tirl/arith"]["comparisons"]
+    assert comparison["base"] == "sft" and comparison["other"] == "rl" and comparison["num_problems"] == 6
+    assert (
+        sum(comparison["solvable"][f"{k}_count"] for k in ("base_only", "other_only", "both", "neither")) == 6
+    )
+    assert (out / "analysis" / "report.html").is_file() and (out / "analysis" / "trajectories.html").is_file()
+    assert analysis["meta"]["runs"][0]["tokenizer"]  # run_eval records the model, so mask spans are decoded
