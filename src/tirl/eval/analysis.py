@@ -324,6 +324,58 @@ def tool_block(samples: Sequence[Sample]) -> dict[str, float]:
     )
 
 
+Curves = tuple[
+    np.ndarray, list[str], np.ndarray
+]  # per-problem pass@k (P, n), problem ids, correct counts (P,)
+
+
+def _model_entry(by_t: dict[str, Table], cfg: AnalysisConfig) -> tuple[dict, dict[str, Curves]]:
+    """One model on one source: its report entry, and its curves per temperature key (and "envelope")."""
+    blocks, pks = {}, {}
+    for tkey, t in by_t.items():
+        blocks[tkey], pks[tkey] = model_block(t, cfg)
+    entry: dict = {"temperatures": blocks}
+    curves = {tkey: (pks[tkey], by_t[tkey].ids, by_t[tkey].correct.sum(axis=1)) for tkey in by_t}
+    if len(by_t) > 1:
+        env, values, ids, pooled = envelope(by_t, pks, cfg)
+        entry["envelope"] = env
+        curves["envelope"] = (values, ids, pooled)
+    return entry, curves
+
+
+def conditions(temps_a: Sequence[str], temps_b: Sequence[str]) -> list[tuple[str, str, str]]:
+    """(name, base key, other key) to compare: each shared temperature (else each model's first one), plus the
+    envelope when either model has several temperatures."""
+    shared = sorted(set(temps_a) & set(temps_b))
+    pairs = [(f"T={t}", t, t) for t in shared] or [
+        (f"T={temps_a[0]} vs T={temps_b[0]}", temps_a[0], temps_b[0])
+    ]
+    if len(temps_a) > 1 or len(temps_b) > 1:
+        env_a = "envelope" if len(temps_a) > 1 else temps_a[0]
+        env_b = "envelope" if len(temps_b) > 1 else temps_b[0]
+        pairs.append(("best T per k (envelope)", env_a, env_b))
+    return pairs
+
+
+def _source_entry(
+    source: str, tables: dict[str, dict[str, dict[str, Table]]], labels: list[str], cfg: AnalysisConfig
+) -> dict:
+    entry: dict = {"models": {}, "comparisons": []}
+    curves: dict[str, dict[str, Curves]] = {}
+    for label in labels:
+        if tables[label].get(source):
+            entry["models"][label], curves[label] = _model_entry(tables[label][source], cfg)
+    base = labels[0]
+    for other in labels[1:]:
+        if base not in curves or other not in curves:
+            continue
+        temps_a = [t for t in curves[base] if t != "envelope"]
+        temps_b = [t for t in curves[other] if t != "envelope"]
+        for name, ta, tb in conditions(temps_a, temps_b):
+            entry["comparisons"].append(compare(base, other, curves[base][ta], curves[other][tb], name, cfg))
+    return entry
+
+
 def analyze_runs(runs: Sequence[Run], cfg: AnalysisConfig) -> dict:
     """The whole report; runs[0] is the baseline every other run is compared with."""
     labels = [r.label for r in runs]
@@ -331,67 +383,30 @@ def analyze_runs(runs: Sequence[Run], cfg: AnalysisConfig) -> dict:
         raise ValueError(f"model labels must be distinct, got {labels} (use --labels)")
     tables = {r.label: build_tables(r) for r in runs}
     sources = sorted({s for t in tables.values() for s in t})
+    run_meta = [
+        {
+            "label": r.label,
+            "path": r.path,
+            "kind": r.kind,
+            "samples": len(r.samples),
+            "tokenizer": r.tokenizer_path,
+            "notes": r.notes,
+        }
+        for r in runs
+    ]
     report: dict = {
         "meta": {
             "created": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "config": asdict(cfg),
-            "runs": [
-                {
-                    "label": r.label,
-                    "path": r.path,
-                    "kind": r.kind,
-                    "samples": len(r.samples),
-                    "tokenizer": r.tokenizer_path,
-                    "notes": r.notes,
-                }
-                for r in runs
-            ],
+            "runs": run_meta,
             "baseline": labels[0],
         },
         "models": labels,
-        "sources": {},
-        "findings": [],
+        "sources": {src: _source_entry(src, tables, labels, cfg) for src in sources},
     }
-    for source in sources:
-        entry: dict = {"models": {}, "comparisons": []}
-        data: dict[str, dict] = {}  # label -> condition -> (pk, ids, counts)
-        for label in labels:
-            by_t = tables[label].get(source, {})
-            if not by_t:
-                continue
-            blocks, pks = {}, {}
-            for tkey, t in by_t.items():
-                blocks[tkey], pks[tkey] = model_block(t, cfg)
-            model_entry = {"temperatures": blocks}
-            data[label] = {tkey: (pks[tkey], by_t[tkey].ids, by_t[tkey].correct.sum(axis=1)) for tkey in by_t}
-            if len(by_t) > 1:
-                env, values, ids, pooled = envelope(by_t, pks, cfg)
-                model_entry["envelope"] = env
-                data[label]["envelope"] = (values, ids, pooled)
-            entry["models"][label] = model_entry
-        base = labels[0]
-        for other in labels[1:]:
-            if base not in data or other not in data:
-                continue
-            temps_a = [t for t in data[base] if t != "envelope"]
-            temps_b = [t for t in data[other] if t != "envelope"]
-            shared = sorted(set(temps_a) & set(temps_b))
-            pairs = [(f"T={t}", t, t) for t in shared] or [
-                (f"T={temps_a[0]} vs T={temps_b[0]}", temps_a[0], temps_b[0])
-            ]
-            if len(temps_a) > 1 or len(temps_b) > 1:
-                pairs.append(
-                    (
-                        "best T per k (envelope)",
-                        "envelope" if len(temps_a) > 1 else temps_a[0],
-                        "envelope" if len(temps_b) > 1 else temps_b[0],
-                    )
-                )
-            for name, ta, tb in pairs:
-                c = compare(base, other, data[base][ta], data[other][tb], name, cfg)
-                entry["comparisons"].append(c)
-                report["findings"].append(f"[{source}] {crossover_sentence(c)}")
-        report["sources"][source] = entry
+    report["findings"] = [
+        f"[{src}] {crossover_sentence(c)}" for src, e in report["sources"].items() for c in e["comparisons"]
+    ]
     report["tool_use"] = {
         r.label: {
             src: tool_block([s for s in r.samples if s.record.data_source == src])

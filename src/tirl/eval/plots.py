@@ -40,85 +40,83 @@ def _curves(ax, entry: dict, key: str, xs_key: str, *, log: bool) -> None:
     if log:
         ax.set_xscale("log", base=2)
     ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
 
 
-def plot_source(source: str, entry: dict, out_dir: Path) -> list[tuple[str, Path]]:
-    """The figures of one data source: [(title, path)]."""
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    slug, made = _slug(source), []
+    return plt
 
+
+def _finish(ax, title: str, xlabel: str, ylabel: str) -> None:
+    ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+
+
+def plot_passk(source: str, entry: dict, path: Path) -> Path:
+    """pass@k with bands per model and temperature (and envelope); paired differences with the crossover."""
+    plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     _curves(axes[0], entry, "pass@k", "ks", log=True)
-    axes[0].set(title=f"{source}: pass@k (unbiased), 95% bootstrap bands", xlabel="k", ylabel="pass@k")
+    _finish(axes[0], f"{source}: pass@k (unbiased), 95% bootstrap bands", "k", "pass@k")
     ax = axes[1]
-    for i, c in enumerate(entry["comparisons"]):
-        if not c.get("num_problems"):
-            continue
-        d = c["diff"]
+    for i, c in enumerate(c for c in entry["comparisons"] if c.get("num_problems")):
+        d, color = c["diff"], f"C{i + 1}"
         ax.plot(
             c["ks"],
             d["mean"],
             marker="o",
             ms=3,
-            color=f"C{i + 1}",
+            color=color,
             label=f"{c['other']} - {c['base']} ({c['condition']})",
         )
-        ax.fill_between(c["ks"], d["lo"], d["hi"], color=f"C{i + 1}", alpha=0.15)
+        ax.fill_between(c["ks"], d["lo"], d["hi"], color=color, alpha=0.15)
         if c["crossover"]["k"] is not None:
-            ax.axvline(c["crossover"]["k"], color=f"C{i + 1}", ls=":", lw=1)
+            ax.axvline(c["crossover"]["k"], color=color, ls=":", lw=1)
     ax.axhline(0, color="k", lw=0.8)
     ax.set_xscale("log", base=2)
-    ax.set(title="paired difference of pass@k (crossover dotted)", xlabel="k", ylabel="difference")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    made.append(("pass@k curves and paired difference", _save(fig, out_dir / f"passk-{slug}.png")))
+    _finish(ax, "paired difference of pass@k (crossover dotted)", "k", "difference")
+    _save(fig, path)
     plt.close(fig)
+    return path
 
+
+def plot_maj_cover(source: str, entry: dict, path: Path) -> Path:
+    plt = _pyplot()
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     _curves(axes[0], entry, "maj@k", "maj_ks", log=True)
-    axes[0].set(title=f"{source}: maj@k (verifier-equivalent answers)", xlabel="k", ylabel="maj@k")
-    for i, (label, m) in enumerate(entry["models"].items()):
+    _finish(axes[0], f"{source}: maj@k (verifier-equivalent answers)", "k", "maj@k")
+    for i, m in enumerate(entry["models"].values()):
         for j, (tkey, b) in enumerate(sorted(m["temperatures"].items())):
             c = b["cover"]
-            axes[1].plot(
-                c["taus"],
-                c["mean"],
-                ["-", "--", ":", "-."][j % 4],
-                marker="o",
-                ms=3,
-                color=f"C{i}",
-                label=f"{label} T={tkey}",
-            )
+            style = ["-", "--", ":", "-."][j % 4]
+            label = f"{list(entry['models'])[i]} T={tkey}"
+            axes[1].plot(c["taus"], c["mean"], style, marker="o", ms=3, color=f"C{i}", label=label)
             axes[1].fill_between(c["taus"], c["lo"], c["hi"], color=f"C{i}", alpha=0.15)
-    axes[1].set(
-        title="Cover@tau: share of problems with success rate >= tau",
-        xlabel="tau",
-        ylabel="Cover@tau",
-        ylim=(-0.02, 1.02),
-    )
-    axes[1].grid(alpha=0.3)
-    axes[1].legend(fontsize=7)
-    made.append(("maj@k and Cover@tau", _save(fig, out_dir / f"majk-cover-{slug}.png")))
+    axes[1].set_ylim(-0.02, 1.02)
+    _finish(axes[1], "Cover@tau: share of problems with success rate >= tau", "tau", "Cover@tau")
+    _save(fig, path)
     plt.close(fig)
+    return path
 
+
+def plot_histograms(source: str, entry: dict, path: Path) -> Path:
+    """Per-problem accuracy, one bar group per accuracy level: does RL push problems to 0 as well as to 1?"""
+    plt = _pyplot()
     bars = [
-        (f"{label} T={tkey}", b["histogram"])
+        (f"{label} T={t}", b["histogram"])
         for label, m in entry["models"].items()
-        for tkey, b in sorted(m["temperatures"].items())
+        for t, b in sorted(m["temperatures"].items())
     ]
-    if bars:
-        fig, ax = plt.subplots(figsize=(11, 3.6))
-        labels = bars[0][1]["labels"]
-        width = 0.8 / len(bars)
-        for i, (name, h) in enumerate(bars):
-            if h["labels"] != labels:
-                continue  # a different n: its histogram is in report.json, not on this axis
+    fig, ax = plt.subplots(figsize=(11, 3.6))
+    labels = bars[0][1]["labels"]
+    width = 0.8 / len(bars)
+    for i, (name, h) in enumerate(bars):
+        if h["labels"] == labels:  # a different n has other levels: its histogram is in report.json only
             ax.bar(
                 [x + i * width for x in range(len(labels))],
                 h["counts"],
@@ -126,16 +124,21 @@ def plot_source(source: str, entry: dict, out_dir: Path) -> list[tuple[str, Path
                 label=name,
                 color=f"C{i}",
             )
-        ax.set_xticks([x + 0.4 - width / 2 for x in range(len(labels))], labels)
-        ax.set(
-            title=f"{source}: per-problem accuracy (correct samples / n)",
-            xlabel="accuracy",
-            ylabel="problems",
-        )
-        ax.legend(fontsize=7)
-        made.append(("per-problem accuracy histogram", _save(fig, out_dir / f"hist-{slug}.png")))
-        plt.close(fig)
-    return made
+    ax.set_xticks([x + 0.4 - width / 2 for x in range(len(labels))], labels)
+    _finish(ax, f"{source}: per-problem accuracy (correct samples / n)", "accuracy", "problems")
+    _save(fig, path)
+    plt.close(fig)
+    return path
+
+
+def plot_source(source: str, entry: dict, out_dir: Path) -> list[tuple[str, Path]]:
+    """The figures of one data source: [(title, path)]."""
+    slug = _slug(source)
+    return [
+        ("pass@k curves and paired difference", plot_passk(source, entry, out_dir / f"passk-{slug}.png")),
+        ("maj@k and Cover@tau", plot_maj_cover(source, entry, out_dir / f"majk-cover-{slug}.png")),
+        ("per-problem accuracy histogram", plot_histograms(source, entry, out_dir / f"hist-{slug}.png")),
+    ]
 
 
 def plot_report(report: dict, out_dir: str | Path) -> dict[str, list[tuple[str, Path]]]:
