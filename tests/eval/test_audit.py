@@ -77,3 +77,11 @@ def test_answer_source() -> None:
 def test_statements_inside_parentheses() -> None:
     assert [s.text for s in find_statements("(so 3 + 4 = 7) and (2 * 3 = 6).")] == ["3 + 4 = 7", "2 * 3 = 6"]
     assert [s.true for s in find_statements("we get 5 * 5 = 24 (oops)")] == [False]
+
+
+def test_latex_math_delimiters() -> None:
+    got = [
+        (s.text, s.true)
+        for s in find_statements(r"\[12 \times 34 = 418\] and \(2^{10}=1024\), 5\sqrt{2} = 7")
+    ]
+    assert got == [("12 * 34 = 418", False), ("2**(10) = 1024", True)]

@@ -30,6 +30,7 @@ _LATEX = [
     (re.compile(r"\\[dt]?frac\s*\{([^{}]*)\}\s*\{([^{}]*)\}"), r"((\1)/(\2))"),
     (re.compile(r"\^\s*\{([^{}]*)\}"), r"**(\1)"),
     (re.compile(r"\\left|\\right|\\,|\\;|\\!|\$"), ""),
+    (re.compile(r"\\[\[\]()]"), " "),  # display and inline math delimiters
     (re.compile(r"\\times|\\cdot|×|·|⋅|∗"), "*"),
     (re.compile(r"\\div|÷"), "/"),
     (re.compile(r"−|–"), "-"),
