@@ -135,6 +135,7 @@ def test_viewer_loads_chunks_lazily_and_filters(analysed) -> None:
     root, out = analysed
     runs = [load_run(root / "a", "base"), load_run(root / "b", "rl")]
     runs[0].tokenizer_path = str(root / "tok")  # rl has none: its spans come from turn_texts
+    write_viewer(runs, root / "viewer", chunk_size=2)  # 32 chunks; the next call must drop the extra 19
     page = write_viewer(runs, root / "viewer", chunk_size=5)  # 64 samples -> 13 chunk files
     assert len(list((root / "viewer" / "trajectories-data").glob("chunk-*.js"))) == 13
 

@@ -130,6 +130,9 @@ def write_viewer(runs: Sequence[Run], out_dir: str | Path, *, chunk_size: int = 
                 flush()
     flush()
     atomic_write_text(data / "index.js", _jsonp("tirlViewer.index", INDEX_COLUMNS, rows))
+    for stale in data.glob("chunk-*.js"):  # left by an earlier, larger analysis in the same directory
+        if not stale.stem[6:].isdigit() or int(stale.stem[6:]) >= num_chunks:
+            stale.unlink()
     page = out / "trajectories.html"
     atomic_write_text(page, _PAGE.replace("__DATA_DIR__", DATA_DIR))
     return page
