@@ -38,8 +38,16 @@ def _curves(ax, entry: dict, key: str, xs_key: str, *, log: bool) -> None:
                 e["ks"], e["pass@k"]["mean"], color=color, lw=2.5, alpha=0.6, label=f"{label} best T per k"
             )
     if log:
-        ax.set_xscale("log", base=2)
+        _log_k_axis(ax)
     ax.set_ylim(-0.02, 1.02)
+
+
+def _log_k_axis(ax) -> None:
+    """Log-2 k axis labelled with plain numbers (1, 2, 4, ...) rather than powers."""
+    from matplotlib.ticker import FuncFormatter
+
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
 
 
 def _pyplot():
@@ -78,7 +86,7 @@ def plot_passk(source: str, entry: dict, path: Path) -> Path:
         if c["crossover"]["k"] is not None:
             ax.axvline(c["crossover"]["k"], color=color, ls=":", lw=1)
     ax.axhline(0, color="k", lw=0.8)
-    ax.set_xscale("log", base=2)
+    _log_k_axis(ax)
     _finish(ax, "paired difference of pass@k (crossover dotted)", "k", "difference")
     _save(fig, path)
     plt.close(fig)
