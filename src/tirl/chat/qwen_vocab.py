@@ -19,7 +19,7 @@ PAT_STR = (
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
     r"|\s+(?!\S)|\s+"
 )
-SPECIAL_TOKENS = (  # ids 151643.. in this order (Qwen2.5's added_tokens; Qwen3 appends the last four)
+SPECIAL_TOKENS = (  # ids 151643.. in this order (Qwen2.5 has the first 22; Qwen3 adds the last four)
     "<|endoftext|>",
     "<|im_start|>",
     "<|im_end|>",
@@ -67,32 +67,38 @@ def vocab_file() -> Path:
     return path
 
 
-def _build_backend(path: Path) -> Any:
+def _build_backend(path: Path, specials: tuple[str, ...]) -> Any:
     from tokenizers import AddedToken, normalizers
     from transformers.convert_slow_tokenizer import TikTokenConverter
 
     tok = TikTokenConverter(vocab_file=str(path), pattern=PAT_STR).converted()
     tok.normalizer = normalizers.NFC()
-    tok.add_tokens([AddedToken(t, normalized=False, special=t not in _NOT_SPECIAL) for t in SPECIAL_TOKENS])
+    tok.add_tokens([AddedToken(t, normalized=False, special=t not in _NOT_SPECIAL) for t in specials])
     return tok
 
 
-@lru_cache(maxsize=1)
-def qwen_tokenizer() -> Any:
-    """A transformers fast tokenizer with Qwen2.5/Qwen3's vocabulary and special-token ids."""
+VERSIONS = {"qwen2.5": 22, "qwen3": 26}  # how many of SPECIAL_TOKENS each generation's tokenizer has
+
+
+@lru_cache(maxsize=2)
+def qwen_tokenizer(version: str = "qwen3") -> Any:
+    """A transformers fast tokenizer with Qwen2.5's or Qwen3's vocabulary and special-token ids."""
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
-    cache = Path(os.environ.get("TIRL_CACHE", Path.home() / ".cache" / "tirl")) / "qwen-tokenizer.json"
+    if version not in VERSIONS:
+        raise ValueError(f"unknown Qwen tokenizer version {version!r}; valid: {', '.join(VERSIONS)}")
+    specials = SPECIAL_TOKENS[: VERSIONS[version]]
+    cache = Path(os.environ.get("TIRL_CACHE", Path.home() / ".cache" / "tirl")) / f"{version}-tokenizer.json"
     if cache.is_file():
         backend = Tokenizer.from_file(str(cache))
     else:
         from tirl.io import atomic_write_text
 
-        backend = _build_backend(vocab_file())
+        backend = _build_backend(vocab_file(), specials)
         atomic_write_text(cache, backend.to_str())
     tok = PreTrainedTokenizerFast(tokenizer_object=backend, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    ids = [tok.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS]
-    if ids != list(range(FIRST_SPECIAL_ID, FIRST_SPECIAL_ID + len(SPECIAL_TOKENS))):
+    ids = [tok.convert_tokens_to_ids(t) for t in specials]
+    if ids != list(range(FIRST_SPECIAL_ID, FIRST_SPECIAL_ID + len(specials))):
         raise RuntimeError(f"Qwen special tokens landed at unexpected ids {ids[:3]}...")
     return tok
