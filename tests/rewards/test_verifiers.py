@@ -51,7 +51,9 @@ def test_missing_or_unparsable_code_scores_minus_one(humaneval, sandbox):
 
 def test_stdin_tests_score_the_fraction_passed_with_a_per_test_timeout(sandbox):
     spec = {"inputs": ["1 2\n", "3 4\n", "5 6\n", "0 0\n"], "outputs": ["3\n", "7\n", "11\n", "0"]}
-    code = "a, b = map(int, input().split())\nif a == 5:\n    while True: pass\nprint(a + b if a != 3 else 0)\n"
+    code = (
+        "a, b = map(int, input().split())\nif a == 5:\n    while True: pass\nprint(a + b if a != 3 else 0)\n"
+    )
     g = grade_code(f"```python\n{code}```", json.dumps(spec), sandbox=sandbox, timeout_s=1.0)
     assert (g.score, g.correct, g.details["passed"]) == (0.5, False, 2)
     assert g.details["statuses"] == {"ok": 3, "timeout": 1}
@@ -88,7 +90,10 @@ def test_aime_answers_grade_with_or_without_zero_padding():
     items = []
     for a in raw:
         items += [("integer", f"\\boxed{{{int(a)}}}", a), ("integer", f"\\boxed{{{int(a):03d}}}", a)]
-        items += [("integer", f"\\boxed{{{int(a):03d}}}", str(int(a))), ("integer", f"\\boxed{{{int(a) + 1}}}", a)]
+        items += [
+            ("integer", f"\\boxed{{{int(a):03d}}}", str(int(a))),
+            ("integer", f"\\boxed{{{int(a) + 1}}}", a),
+        ]
     graded = grade_many(items, workers=1)
     assert [g.correct for g in graded] == [True, True, True, False] * len(raw)
     assert grade_many([("integer", "\\boxed{27}", 27.0)], workers=1)[0].correct  # AMC's float answers
@@ -98,7 +103,9 @@ def test_gsm8k_gold_comes_after_the_hashes():
     row = prepare("gsm8k")[0]
     assert row["reward_model"]["ground_truth"] == "18"
     raw = "Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\n#### 1,018"
-    assert [g.correct for g in grade_many([("gsm8k", "so \\boxed{1018}", raw), ("gsm8k", "\\boxed{18}", raw)])] == [
+    assert [
+        g.correct for g in grade_many([("gsm8k", "so \\boxed{1018}", raw), ("gsm8k", "\\boxed{18}", raw)])
+    ] == [
         True,
         False,
     ]
@@ -142,7 +149,9 @@ def test_score_trajectories_routes_each_row_and_shapes(humaneval, sandbox):
     trajs = [
         _traj("\\boxed{025}", data_source="aime24", ground_truth="25"),
         _traj("\\boxed{B}", data_source="gpqa_diamond", ability="Physics", ground_truth="A"),
-        _traj(_humaneval_answer(he), data_source="humaneval", ground_truth=he["reward_model"]["ground_truth"]),
+        _traj(
+            _humaneval_answer(he), data_source="humaneval", ground_truth=he["reward_model"]["ground_truth"]
+        ),
         _traj("no answer", data_source="humaneval", ground_truth=he["reward_model"]["ground_truth"]),
     ]
     cfg = RewardConfig(tool_call_bonus=True)

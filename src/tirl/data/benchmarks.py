@@ -103,7 +103,9 @@ def _aime(source: str, files: list[str], wording: str) -> list[dict[str, Any]]:
     for name in files:
         for i, r in enumerate(_jsonl(FILES / name)):
             info = {"id": f"{source}-{r.get('id', i)}", "raw_answer": str(r["answer"])}
-            rows.append(_row(source, math_prompt(r["problem"], wording), "math", integer_answer(r["answer"]), info))
+            rows.append(
+                _row(source, math_prompt(r["problem"], wording), "math", integer_answer(r["answer"]), info)
+            )
     return rows
 
 
@@ -134,7 +136,13 @@ def prepare_math500(wording: str) -> list[dict[str, Any]]:
 
 def prepare_gsm8k(wording: str) -> list[dict[str, Any]]:
     return [
-        _row("gsm8k", math_prompt(r["question"], wording), "math", gsm8k_answer(r["answer"]), {"id": f"gsm8k-{i}"})
+        _row(
+            "gsm8k",
+            math_prompt(r["question"], wording),
+            "math",
+            gsm8k_answer(r["answer"]),
+            {"id": f"gsm8k-{i}"},
+        )
         for i, r in enumerate(_jsonl(FILES / "gsm8k/test.jsonl"))
     ]
 
@@ -149,7 +157,13 @@ def prepare_humaneval(wording: str) -> list[dict[str, Any]]:
     return rows
 
 
-GPQA_COLUMNS = ("Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3")
+GPQA_COLUMNS = (
+    "Question",
+    "Correct Answer",
+    "Incorrect Answer 1",
+    "Incorrect Answer 2",
+    "Incorrect Answer 3",
+)
 
 
 def prepare_gpqa(wording: str, path: str | Path, *, seed: int = 0) -> list[dict[str, Any]]:
@@ -173,7 +187,13 @@ def prepare_gpqa(wording: str, path: str | Path, *, seed: int = 0) -> list[dict[
             domain = (r.get("High-level domain") or "science").strip()
             info = {"id": r.get("Record ID") or f"gpqa-{n}", "domain": domain}
             rows.append(
-                _row("gpqa_diamond", choice_prompt(problem, domain, wording), domain, letters[order.index(0)], info)
+                _row(
+                    "gpqa_diamond",
+                    choice_prompt(problem, domain, wording),
+                    domain,
+                    letters[order.index(0)],
+                    info,
+                )
             )
     return rows
 
@@ -194,7 +214,9 @@ def prepare_livecodebench(wording: str, path: str | Path) -> list[dict[str, Any]
             truth = row["reward_model"]["ground_truth"]
             tests = json.loads(truth) if isinstance(truth, str) else truth
             if not isinstance(tests, dict) or "inputs" not in tests or "outputs" not in tests:
-                raise SchemaError("reward_model.ground_truth", "expected a JSON object with inputs and outputs")
+                raise SchemaError(
+                    "reward_model.ground_truth", "expected a JSON object with inputs and outputs"
+                )
         except SchemaError as e:
             raise RowError(str(path), n, e.column, e.message) from None
         row["reward_model"] = {**row["reward_model"], "ground_truth": json.dumps(tests)}

@@ -43,7 +43,9 @@ def _check_path(path: str | Path) -> Path:
     if not p.is_file():
         raise FileNotFoundError(f"data file {str(p)!r} does not exist")
     if p.suffix not in SUFFIXES:
-        raise ValueError(f"{p}: unsupported data file type {p.suffix!r}; expected one of {', '.join(SUFFIXES)}")
+        raise ValueError(
+            f"{p}: unsupported data file type {p.suffix!r}; expected one of {', '.join(SUFFIXES)}"
+        )
     return p
 
 

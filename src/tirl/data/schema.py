@@ -113,7 +113,9 @@ def validate_rl_row(row: dict[str, Any]) -> dict[str, Any]:
         raise SchemaError("data_source", f"expected a non-empty str, got {source!r}")
     out["prompt"] = _messages(_require(row, "prompt"), "prompt", sft=False)
     if out["prompt"][-1]["role"] != "user":
-        raise SchemaError("prompt", f"the last prompt message must be a user turn, got {out['prompt'][-1]['role']!r}")
+        raise SchemaError(
+            "prompt", f"the last prompt message must be a user turn, got {out['prompt'][-1]['role']!r}"
+        )
     ability = row.get("ability", "")
     if not isinstance(ability, str):
         raise SchemaError("ability", f"expected str, got {_type_name(ability)}")
@@ -145,7 +147,9 @@ def validate_sft_row(row: dict[str, Any]) -> dict[str, Any]:
         if isinstance(tools, str):
             tools = _maybe_json(tools, "tools", list)
         if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
-            raise SchemaError("tools", f"expected a list of function schemas (dicts), got {_type_name(tools)}")
+            raise SchemaError(
+                "tools", f"expected a list of function schemas (dicts), got {_type_name(tools)}"
+            )
         out["tools"] = tools
     return out
 
@@ -171,5 +175,6 @@ def detect_kind(row: dict[str, Any]) -> str:
     if "prompt" in row:
         return "rl"
     raise SchemaError(
-        "prompt", f"neither an RL row (`prompt`) nor an SFT row (`messages`); columns: {', '.join(sorted(row))}"
+        "prompt",
+        f"neither an RL row (`prompt`) nor an SFT row (`messages`); columns: {', '.join(sorted(row))}",
     )

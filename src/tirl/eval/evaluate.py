@@ -100,7 +100,9 @@ def evaluate(
                 out, reward, max_len=agent.config.max_response_tokens, sandbox=agent.sandbox
             )
             for t, sc in zip(out, scores, strict=True):
-                t.meta.update({"correct": sc.correct, "score": sc.reward, "pred": sc.pred, "verdict": sc.verdict})
+                t.meta.update(
+                    {"correct": sc.correct, "score": sc.reward, "pred": sc.pred, "verdict": sc.verdict}
+                )
                 records.append(
                     SampleRecord(
                         model_label,

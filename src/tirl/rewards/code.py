@@ -38,7 +38,11 @@ print(_tirl_json.dumps(_tirl_fn(*_tirl_args)))
 
 class BatchSandbox(Protocol):
     def run_batch(
-        self, codes: Sequence[str], *, stdins: Sequence[str | None] | None = None, timeout_s: float | None = None
+        self,
+        codes: Sequence[str],
+        *,
+        stdins: Sequence[str | None] | None = None,
+        timeout_s: float | None = None,
     ) -> list[ExecResult]: ...
 
 
@@ -67,7 +71,9 @@ def extract_code(response: str) -> tuple[str | None, str | None]:
 
 def parse_tests(ground_truth: Any) -> dict[str, Any]:
     spec = json.loads(ground_truth) if isinstance(ground_truth, str) else ground_truth
-    if isinstance(spec, dict) and isinstance(spec.get("ground_truth"), (str, dict)):  # verl nests it once more
+    if isinstance(spec, dict) and isinstance(
+        spec.get("ground_truth"), (str, dict)
+    ):  # verl nests it once more
         return parse_tests(spec["ground_truth"])
     if isinstance(spec, dict) and {"test", "entry_point"} <= spec.keys():
         return spec
@@ -87,7 +93,10 @@ def build_tests(code: str, spec: dict[str, Any]) -> list[CodeTest]:
         if not str(fn).isidentifier():
             raise ValueError(f"code tests: fn_name {fn!r} is not an identifier")
         program = code + _FN_HARNESS.format(fn=fn)
-        return [CodeTest(program, str(i), str(o), True) for i, o in zip(spec["inputs"], spec["outputs"], strict=True)]
+        return [
+            CodeTest(program, str(i), str(o), True)
+            for i, o in zip(spec["inputs"], spec["outputs"], strict=True)
+        ]
     return [CodeTest(code, str(i), str(o)) for i, o in zip(spec["inputs"], spec["outputs"], strict=True)]
 
 
@@ -131,7 +140,9 @@ def grade_code_batch(
             continue
         plan.append((i, code, build_tests(code, parse_tests(truth))))
     flat = [t for _, _, tests in plan for t in tests]
-    results = sandbox.run_batch([t.program for t in flat], stdins=[t.stdin for t in flat], timeout_s=timeout_s)
+    results = sandbox.run_batch(
+        [t.program for t in flat], stdins=[t.stdin for t in flat], timeout_s=timeout_s
+    )
     k = 0
     for i, code, tests in plan:
         out[i] = _summary(code, tests, results[k : k + len(tests)])
@@ -139,5 +150,7 @@ def grade_code_batch(
     return [r for r in out if r is not None]
 
 
-def grade_code(response: str, ground_truth: Any, *, sandbox: BatchSandbox, timeout_s: float = 10.0) -> GradeResult:
+def grade_code(
+    response: str, ground_truth: Any, *, sandbox: BatchSandbox, timeout_s: float = 10.0
+) -> GradeResult:
     return grade_code_batch([response], [ground_truth], sandbox=sandbox, timeout_s=timeout_s)[0]

@@ -1,0 +1,87 @@
+"""`tirl data prepare` and `tirl data inspect`: the command implementations (argument parsing lives in cli.py)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tirl.data.benchmarks import prepare
+from tirl.data.readers import ReadReport, iter_rows
+
+MAX_ERRORS_SHOWN = 20
+
+
+def prepare_command(name: str, out: str, *, wording: str = "recipe", source: str | None = None) -> int:
+    from tirl.data import write_rows
+    from tirl.logging import console
+
+    rows = prepare(name, wording=wording, source=source)
+    path = write_rows(out, rows)
+    console.print(f"{name}: {len(rows)} rows ({wording} wording) -> {path}")
+    return 0
+
+
+def _schema_text(path: Path, rows: list[dict[str, Any]]) -> str:
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return str(pq.read_schema(path))
+    types: dict[str, Counter] = {}
+    for r in rows:
+        for k, v in r.items():
+            types.setdefault(k, Counter())[type(v).__name__] += 1
+    return "\n".join(f"{k}: {', '.join(sorted(c))}" for k, c in types.items())
+
+
+def build_inspect_renderer(model: str | None, fmt: str) -> Any:
+    """A renderer over the model's own tokenizer, or over the Qwen vocabulary when no model is given."""
+    from tirl.chat.template import ChatRenderer
+
+    if model:
+        from tirl.models.loading import load_tokenizer
+
+        return ChatRenderer(load_tokenizer(model), fmt=fmt)
+    from tirl.chat.qwen_vocab import qwen_tokenizer
+
+    if fmt == "chatml":
+        raise ValueError("the chatml format needs the tiny model's tokenizer: pass --model DIR")
+    return ChatRenderer(qwen_tokenizer("qwen2.5" if fmt == "qwen2.5" else "qwen3"), fmt=fmt)
+
+
+def inspect_command(file: str, *, model: str | None = None, fmt: str = "qwen3", example: int = 0) -> int:
+    """Schema, rows per data_source, one rendered example with its token count, invalid rows. 1 if any invalid."""
+    from tirl.logging import console
+
+    report = ReadReport(file)
+    rows = list(iter_rows(file, on_error="skip", report=report))
+    console.print(f"[bold]{file}[/]: {report.rows} valid {report.kind} rows, {report.skipped} invalid")
+    console.print("[bold]schema[/]", markup=True)
+    console.print(_schema_text(Path(file), rows), markup=False)
+    if report.kind == "rl":
+        counts = Counter(r["data_source"] for r in rows)
+        console.print("[bold]rows per data_source[/]")
+        for source, n in sorted(counts.items()):
+            console.print(f"  {source}: {n}", markup=False)
+    if rows:
+        row = rows[min(example, len(rows) - 1)]
+        renderer = build_inspect_renderer(model, fmt)
+        if report.kind == "rl":
+            text = renderer.text(row["prompt"], add_generation_prompt=True)
+            ids = renderer.prompt_ids(row["prompt"])
+        elif report.kind == "sft":
+            text = "".join(p.text for p in renderer.pieces(row["messages"], tools=row.get("tools")))
+            ids = renderer.render(row["messages"], tools=row.get("tools"))[0]
+        else:
+            text = row["prompt"] + row["completion"]
+            ids = renderer.encode(text)
+        console.print(f"[bold]example row {rows.index(row) + 1}[/] ({fmt}): {len(ids)} tokens")
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+    if report.errors:
+        console.print(f"[bold red]{report.skipped} invalid rows[/]")
+        for e in report.errors[:MAX_ERRORS_SHOWN]:
+            console.print(f"  {e}", markup=False, highlight=False)
+        if report.skipped > MAX_ERRORS_SHOWN:
+            console.print(f"  ... and {report.skipped - MAX_ERRORS_SHOWN} more")
+        return 1
+    return 0
