@@ -53,16 +53,19 @@ def inspect_command(file: str, *, model: str | None = None, fmt: str = "qwen3", 
     """Schema, rows per data_source, one rendered example with its token count, invalid rows. 1 if any invalid."""
     from tirl.logging import console
 
+    def say(*args: Any, **kw: Any) -> None:
+        console.print(*args, soft_wrap=True, **kw)
+
     report = ReadReport(file)
     rows = list(iter_rows(file, on_error="skip", report=report))
-    console.print(f"[bold]{file}[/]: {report.rows} valid {report.kind} rows, {report.skipped} invalid")
-    console.print("[bold]schema[/]", markup=True)
-    console.print(_schema_text(Path(file), rows), markup=False)
+    say(f"[bold]{file}[/]: {report.rows} valid {report.kind} rows, {report.skipped} invalid")
+    say("[bold]schema[/]", markup=True)
+    say(_schema_text(Path(file), rows), markup=False)
     if report.kind == "rl":
         counts = Counter(r["data_source"] for r in rows)
-        console.print("[bold]rows per data_source[/]")
+        say("[bold]rows per data_source[/]")
         for source, n in sorted(counts.items()):
-            console.print(f"  {source}: {n}", markup=False)
+            say(f"  {source}: {n}", markup=False)
     if rows:
         row = rows[min(example, len(rows) - 1)]
         renderer = build_inspect_renderer(model, fmt)
@@ -75,13 +78,13 @@ def inspect_command(file: str, *, model: str | None = None, fmt: str = "qwen3", 
         else:
             text = row["prompt"] + row["completion"]
             ids = renderer.encode(text)
-        console.print(f"[bold]example row {rows.index(row) + 1}[/] ({fmt}): {len(ids)} tokens")
-        console.print(text, markup=False, highlight=False, soft_wrap=True)
+        say(f"[bold]example row {rows.index(row) + 1}[/] ({fmt}): {len(ids)} tokens")
+        say(text, markup=False, highlight=False)
     if report.errors:
-        console.print(f"[bold red]{report.skipped} invalid rows[/]")
+        say(f"[bold red]{report.skipped} invalid rows[/]")
         for e in report.errors[:MAX_ERRORS_SHOWN]:
-            console.print(f"  {e}", markup=False, highlight=False)
+            say(f"  {e}", markup=False, highlight=False)
         if report.skipped > MAX_ERRORS_SHOWN:
-            console.print(f"  ... and {report.skipped - MAX_ERRORS_SHOWN} more")
+            say(f"  ... and {report.skipped - MAX_ERRORS_SHOWN} more")
         return 1
     return 0
