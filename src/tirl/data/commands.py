@@ -46,7 +46,10 @@ def build_inspect_renderer(model: str | None, fmt: str) -> Any:
 
     if fmt == "chatml":
         raise ValueError("the chatml format needs the tiny model's tokenizer: pass --model DIR")
-    return ChatRenderer(qwen_tokenizer("qwen2.5" if fmt == "qwen2.5" else "qwen3"), fmt=fmt)
+    try:
+        return ChatRenderer(qwen_tokenizer("qwen2.5" if fmt == "qwen2.5" else "qwen3"), fmt=fmt)
+    except ImportError as e:
+        raise ValueError(f"{e}; or pass --model DIR to count tokens with that model's tokenizer") from None
 
 
 def inspect_command(file: str, *, model: str | None = None, fmt: str = "qwen3", example: int = 0) -> int:
