@@ -154,3 +154,15 @@ def test_turn_by_turn_equals_whole_with_qwen_vocab(fmt, thinking, qwen3, qwen25)
     ids += r.tool_response_ids(["408\n"], assistant_closed=True)
     ids += r.encode("The answer is \\boxed{408}." + IM_END + "\n")
     assert ids == whole
+
+
+def test_chat_format_comes_from_the_config(qwen3):
+    from tirl.config import ConfigError, load_config
+    from tirl.run_config import TirlConfig
+    from tirl.stages import build_renderer
+
+    cfg = load_config(TirlConfig, None, ["chat.format=qwen3", "chat.enable_thinking=false"])
+    r = build_renderer(qwen3, cfg)
+    assert (r.fmt, r.enable_thinking) == ("qwen3", False)
+    with pytest.raises(ConfigError, match="unknown chat.format 'llama'; valid: chatml, qwen2.5, qwen3"):
+        load_config(TirlConfig, None, ["chat.format=llama"])

@@ -158,3 +158,29 @@ def test_score_trajectories_routes_each_row_and_shapes(humaneval, sandbox):
     scores = score_trajectories(trajs, cfg, max_len=100, sandbox=sandbox)
     assert [s.verdict for s in scores] == ["correct", "wrong", "correct", "no_answer"]
     assert [s.reward for s in scores] == [1.0, -1.0, 1.0, -1.0]  # no tool calls: the tool term adds nothing
+
+
+class _AnswerWith:
+    """An engine that answers every prompt with one fixed text (canonical ids), closing the turn."""
+
+    def __init__(self, renderer, text):
+        self.r, self.text = renderer, text
+
+    def generate(self, prompts, params, *, max_new_tokens=None, generator=None):
+        from tirl.rollout.engine import Generation
+
+        ids = self.r.encode(self.text) + [self.r.eos_id]
+        return [Generation(list(ids), [-0.1] * len(ids), "eos") for _ in prompts]
+
+
+def test_evaluate_routes_code_rows_through_the_agents_sandbox(humaneval, renderer, sandbox):
+    """The evaluator's trajectories carry data_source and ability, and code answers run in the agent's sandbox."""
+    from tirl.eval.evaluate import EvalConfig, evaluate
+    from tirl.rollout.agent import AgentConfig, AgentLoop
+
+    row = humaneval[2]
+    agent = AgentLoop(_AnswerWith(renderer, _humaneval_answer(row)), renderer, sandbox, AgentConfig())
+    records, trajs = evaluate(agent, [row], EvalConfig(n=2), model_label="scripted", seed=0)
+    assert [r.correct for r in records] == [True, True] and [r.score for r in records] == [1.0, 1.0]
+    assert trajs[0].meta["verdict"] == "correct" and trajs[0].meta["ability"] == "code"
+    assert trajs[0].meta["prompt"] == row["prompt"]
