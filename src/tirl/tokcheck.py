@@ -32,10 +32,13 @@ class Divergence:
     stored: list[int]  # stored ids (or mask bits) around `index`
     expected: list[int]  # re-rendered ids (or mask bits) around `index`
     context: tuple[str, str] = ("", "")  # decoded text around index: (stored, re-rendered)
+    token: str = ""  # for mask divergences: the token whose mask bit differs
 
     def describe(self) -> str:
         s, e = self.context
         head = f"row {self.row}: first {self.what} divergence at token {self.index}"
+        if self.token:
+            head += f" ({self.token!r})"
         return f"{head}\n  stored      : {self.stored}  {s!r}\n  re-rendered : {self.expected}  {e!r}"
 
 
@@ -61,14 +64,21 @@ def first_divergence(
     for i in range(len(mask)):
         if mask[i] != exp_mask[i]:
             s, e = list(mask[lo(i) : hi(i)]), list(exp_mask[lo(i) : hi(i)])
-            return Divergence(row, "mask", i, s, e, (decode(list(ids[lo(i) : hi(i)])), f"token {ids[i]}"))
+            text = decode(list(ids[lo(i) : hi(i)]))
+            return Divergence(row, "mask", i, s, e, (text, text), decode([ids[i]]))
     return None
 
 
 def _segment_divergence(
-    row: int, offset: int, stored: Sequence[int], expected: Sequence[int], what: str, decode: Any
+    row: int,
+    offset: int,
+    stored: Sequence[int],
+    expected: Sequence[int],
+    what: str,
+    decode: Any,
+    ids: Sequence[int] = (),
 ) -> Divergence | None:
-    """First difference of a segment that must match exactly (`what` names the quantity: ids or mask)."""
+    """First difference of a segment that must match exactly (`what`: ids, or mask with the segment's `ids`)."""
     for i in range(max(len(stored), len(expected))):
         a = stored[i] if i < len(stored) else None
         b = expected[i] if i < len(expected) else None
@@ -76,9 +86,11 @@ def _segment_divergence(
             s = list(stored[max(0, i - CONTEXT_TOKENS) : i + CONTEXT_TOKENS + 1])
             e = list(expected[max(0, i - CONTEXT_TOKENS) : i + CONTEXT_TOKENS + 1])
             kind = what if a is not None and b is not None else "length"
-            return Divergence(
-                row, kind, offset + i, s, e, (decode(s), decode(e)) if what == "ids" else ("", "")
-            )
+            if what == "ids":
+                return Divergence(row, kind, offset + i, s, e, (decode(s), decode(e)))
+            text = decode(list(ids[max(0, i - CONTEXT_TOKENS) : i + CONTEXT_TOKENS + 1]))
+            token = decode([ids[i]]) if i < len(ids) else ""
+            return Divergence(row, kind, offset + i, s, e, (text, text), token)
     return None
 
 
@@ -116,16 +128,17 @@ def check_rollout(
             if n is None:
                 return _segment_divergence(row, pos, ids[pos : pos + len(canon)], canon, "ids", decode), drift
             drift += 1
-        if d := _segment_divergence(row, pos, mask[pos : pos + n], [1] * n, "mask", decode):
+        if d := _segment_divergence(
+            row, pos, mask[pos : pos + n], [1] * n, "mask", decode, ids[pos : pos + n]
+        ):
             return d, drift
         pos += n
         if k + 1 in responses and k + 1 < len(turns):  # the last turn's result was never appended
             tool = renderer.tool_response_ids([responses[k + 1]], assistant_closed=text.endswith(IM_END))
             if d := _segment_divergence(row, pos, ids[pos : pos + len(tool)], tool, "ids", decode):
                 return d, drift
-            if d := _segment_divergence(
-                row, pos, mask[pos : pos + len(tool)], [0] * len(tool), "mask", decode
-            ):
+            seg = slice(pos, pos + len(tool))
+            if d := _segment_divergence(row, pos, mask[seg], [0] * len(tool), "mask", decode, ids[seg]):
                 return d, drift
             pos += len(tool)
     if pos != len(ids):

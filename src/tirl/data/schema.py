@@ -61,7 +61,7 @@ def _require(row: dict[str, Any], column: str) -> Any:
     return row[column]
 
 
-def _message(msg: Any, column: str, *, sft: bool) -> dict[str, Any]:
+def _message(msg: Any, column: str) -> dict[str, Any]:
     if not isinstance(msg, dict):
         raise SchemaError(column, f"expected a chat message (dict), got {_type_name(msg)}")
     m = {k: v for k, v in msg.items() if v is not None}  # parquet structs fill absent fields with null
@@ -93,12 +93,12 @@ def _tool_call(call: Any, column: str) -> dict[str, Any]:
     return {"type": "function", "function": {"name": fn["name"], "arguments": args}}
 
 
-def _messages(value: Any, column: str, *, sft: bool) -> list[dict[str, Any]]:
+def _messages(value: Any, column: str) -> list[dict[str, Any]]:
     if hasattr(value, "tolist"):  # numpy arrays from pandas-written parquet
         value = value.tolist()
     if not isinstance(value, list) or not value:
         raise SchemaError(column, f"expected a non-empty list of chat messages, got {_type_name(value)}")
-    msgs = [_message(m, f"{column}[{i}]", sft=sft) for i, m in enumerate(value)]
+    msgs = [_message(m, f"{column}[{i}]") for i, m in enumerate(value)]
     for i, m in enumerate(msgs):
         if m["role"] == "system" and i != 0:
             raise SchemaError(f"{column}[{i}].role", "a system message is only allowed first")
@@ -111,7 +111,7 @@ def validate_rl_row(row: dict[str, Any]) -> dict[str, Any]:
     source = _require(row, "data_source")
     if not isinstance(source, str) or not source:
         raise SchemaError("data_source", f"expected a non-empty str, got {source!r}")
-    out["prompt"] = _messages(_require(row, "prompt"), "prompt", sft=False)
+    out["prompt"] = _messages(_require(row, "prompt"), "prompt")
     if out["prompt"][-1]["role"] != "user":
         raise SchemaError(
             "prompt", f"the last prompt message must be a user turn, got {out['prompt'][-1]['role']!r}"
@@ -136,7 +136,7 @@ def validate_rl_row(row: dict[str, Any]) -> dict[str, Any]:
 
 def validate_sft_row(row: dict[str, Any]) -> dict[str, Any]:
     out = dict(row)
-    msgs = _messages(_require(row, "messages"), "messages", sft=True)
+    msgs = _messages(_require(row, "messages"), "messages")
     if not any(m["role"] == "assistant" for m in msgs):
         raise SchemaError("messages", "no assistant message: nothing to train on")
     out["messages"] = msgs
@@ -150,8 +150,18 @@ def validate_sft_row(row: dict[str, Any]) -> dict[str, Any]:
             raise SchemaError(
                 "tools", f"expected a list of function schemas (dicts), got {_type_name(tools)}"
             )
-        out["tools"] = tools
+        out["tools"] = [_drop_nulls(t) for t in tools]
     return out
+
+
+def _drop_nulls(value: Any) -> Any:
+    """Parquet stores a list of schemas as one struct type, filling each schema's absent fields with null; the
+    chat template must list the schemas as written, so the nulls go."""
+    if isinstance(value, dict):
+        return {k: _drop_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_drop_nulls(v) for v in value]
+    return value
 
 
 def validate_completion_row(row: dict[str, Any]) -> dict[str, Any]:
