@@ -109,3 +109,16 @@ def test_inspect_lists_invalid_rows_and_fails(tmp_path, capsys):
 def test_user_supplied_benchmarks_need_a_source(capsys, tmp_path):
     assert main(["data", "prepare", "gpqa", "--out", str(tmp_path / "g.parquet")]) == 2
     assert "pass --source FILE" in capsys.readouterr().err
+
+
+def test_inspect_renders_an_sft_row_with_its_own_tools(tmp_path, capsys):
+    tool = {"type": "function", "function": {"name": "calculator", "description": "Adds.", "parameters": {}}}
+    row = {
+        "messages": [{"role": "user", "content": "1+1?"}, {"role": "assistant", "content": "\\boxed{2}"}],
+        "tools": [tool],
+    }
+    path = tmp_path / "sft.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    assert main(["data", "inspect", str(path), "--format", "qwen2.5"]) == 0
+    out = capsys.readouterr().out
+    assert "1 valid sft rows" in out and '"name": "calculator"' in out and "You are Qwen" in out

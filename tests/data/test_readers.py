@@ -96,3 +96,26 @@ def test_completion_rows_and_unknown_suffix(tmp_path):
     (tmp_path / "x.csv").write_text("a,b\n")
     with pytest.raises(ValueError, match="unsupported data file type '.csv'"):
         read_rows(tmp_path / "x.csv")
+
+
+def test_sft_parquet_tools_lose_the_nulls_parquet_adds(tmp_path):
+    tool_a = {
+        "type": "function",
+        "function": {"name": "a", "parameters": {"type": "object", "required": ["x"]}},
+    }
+    tool_b = {"type": "function", "function": {"name": "b", "parameters": {"type": "object"}}}
+    row = {
+        "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {"name": "a", "arguments": '{"x": 1}'}}]},
+            {"role": "tool", "content": "1"},
+            {"role": "assistant", "content": "done"},
+        ],
+        "tools": [tool_a, tool_b],
+    }  # fmt: skip
+    path = tmp_path / "sft.parquet"
+    pq.write_table(pa.Table.from_pylist([row]), path)
+    (back,) = read_rows(path)
+    assert back["tools"] == [tool_a, tool_b]  # tool_b's missing "required" is not a null
+    assert back["messages"][1]["tool_calls"][0]["function"]["arguments"] == {"x": 1}  # JSON string decoded
+    assert "tool_calls" not in back["messages"][0]
