@@ -122,3 +122,16 @@ def test_inspect_renders_an_sft_row_with_its_own_tools(tmp_path, capsys):
     assert main(["data", "inspect", str(path), "--format", "qwen2.5"]) == 0
     out = capsys.readouterr().out
     assert "1 valid sft rows" in out and '"name": "calculator"' in out and "You are Qwen" in out
+
+
+def test_packaged_files_are_the_recorded_bytes():
+    """The copies match the sha256 sums recorded with their provenance in files/SOURCE.md."""
+    import hashlib
+    import re
+
+    from tirl.data.benchmarks import FILES
+
+    sums = re.findall(r"^([0-9a-f]{64})  (\S+)$", (FILES / "SOURCE.md").read_text(), re.MULTILINE)
+    assert len(sums) == 7
+    for digest, name in sums:
+        assert hashlib.sha256((FILES / name).read_bytes()).hexdigest() == digest, name
