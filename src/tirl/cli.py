@@ -56,52 +56,6 @@ def _cmd_stage(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_data(args: argparse.Namespace) -> int:
-    from tirl.data.commands import inspect_command, prepare_command
-
-    if args.data_command == "prepare":
-        return prepare_command(args.name, args.out, wording=args.wording, source=args.source)
-    return inspect_command(args.file, model=args.model, fmt=args.format)
-
-
-def _cmd_check_tokens(args: argparse.Namespace) -> int:
-    from tirl.tokcheck import check_tokens_command
-
-    return check_tokens_command(
-        args.file, model=args.model, fmt=args.format, config=args.config, data=args.data, strict=args.strict
-    )
-
-
-def _add_data_commands(sub: argparse._SubParsersAction) -> None:
-    from tirl.chat.template import FORMATS
-    from tirl.data.benchmarks import NAMES, WORDINGS
-
-    data = sub.add_parser("data", help="prepare benchmark files; inspect a dataset").add_subparsers(
-        dest="data_command", required=True
-    )
-    p = data.add_parser("prepare", help="write a benchmark as RL-schema rows (.parquet or .jsonl)")
-    p.add_argument("name", choices=NAMES)
-    p.add_argument("--out", required=True, help="output file (.parquet or .jsonl)")
-    p.add_argument(
-        "--wording", choices=WORDINGS, default="recipe", help="prompt wording (default: the recipe's)"
-    )
-    p.add_argument("--source", default=None, help="gpqa: GPQA's CSV; livecodebench: the Open-AgentRL parquet")
-    p.set_defaults(fn=_cmd_data)
-    p = data.add_parser("inspect", help="schema, rows per data_source, a rendered example, invalid rows")
-    p.add_argument("file")
-    p.add_argument("--model", default=None, help="tokenizer directory (default: the Qwen vocabulary)")
-    p.add_argument("--format", choices=FORMATS, default="qwen3")
-    p.set_defaults(fn=_cmd_data)
-    p = sub.add_parser("check-tokens", help="re-render rollouts or SFT rows; compare ids and loss masks")
-    p.add_argument("file", help="trajectories.jsonl (tirl eval) or an SFT file")
-    p.add_argument("--model", default=None, help="tokenizer directory (default: the config's model.path)")
-    p.add_argument("--format", choices=FORMATS, default=None, help="chat format (default: the config's)")
-    p.add_argument("--config", default=None, help="run config (default: config.yaml next to FILE, if any)")
-    p.add_argument("--data", default=None, help="the evaluated rows, for trajectories without meta.prompt")
-    p.add_argument("--strict", action="store_true", help="also fail on sampled turns split non-canonically")
-    p.set_defaults(fn=_cmd_check_tokens)
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tirl", description="Tool-integrated RL: train and evaluate LMs that reason with a Python tool."
@@ -129,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--out", default=None, help="output directory (default: OUT_DIR/<command>)")
         if name == "eval":
             p.add_argument("--label", default="model", help="model label written into every record")
-    _add_data_commands(sub)
+    from tirl.data.commands import add_parsers
+
+    add_parsers(sub)  # tirl data prepare|inspect, tirl check-tokens
     return parser
 
 
