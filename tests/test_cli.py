@@ -33,6 +33,6 @@ def test_bad_data_file_is_reported(tmp_path, capsys):
     model_dir = tmp_path / "m"
     model_dir.mkdir()
     assert main(["eval", f"eval.data={bad}", f"model.path={model_dir}", f"out_dir={tmp_path}"]) == 2
-    assert "rows.jsonl:2: not valid JSON" in capsys.readouterr().err
+    assert "rows.jsonl: row 1, column 'data_source': missing column" in capsys.readouterr().err
     saved = yaml.safe_load((tmp_path / "eval" / "config.yaml").read_text())
     assert saved["eval"]["data"] == str(bad)  # the resolved config is written beside the outputs

@@ -5,6 +5,9 @@ tirl sft  --config FILE [model.path=DIR sft.data=FILE ...] [--out DIR]
 tirl rl   --config FILE [model.path=DIR rl.data=FILE ...]  [--out DIR]
 tirl eval --config FILE [model.path=DIR eval.data=FILE ...] [--out DIR] [--label NAME]
 tirl analyze RUN_A RUN_B [...] [--labels base,rl] [--out DIR]   (eval dirs or verl validation dumps)
+tirl data prepare NAME --out FILE.parquet [--wording recipe|plain] [--source FILE]
+tirl data inspect FILE [--model DIR] [--format qwen3]
+tirl check-tokens FILE [--model DIR] [--format F] [--config FILE] [--data FILE] [--strict]
 """
 
 from __future__ import annotations
@@ -91,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_analyze_arguments(sub.add_parser("analyze", help="pass@k analysis, report and trajectory viewer"))
     sub.choices["analyze"].set_defaults(fn=_cmd_analyze)
+
+    from tirl.data.commands import add_parsers
+
+    add_parsers(sub)  # tirl data prepare|inspect, tirl check-tokens
     return parser
 
 

@@ -44,6 +44,14 @@ class ChatConfig:
     system_prompt: str = (
         ""  # prepended as a system message when a conversation has none; "" = no system message
     )
+    format: str = "chatml"  # chatml (tiny models) | qwen2.5 | qwen3: see tirl.chat.template
+    enable_thinking: bool = True  # qwen3 only: False puts an empty <think> block in every assistant header
+
+    def __post_init__(self) -> None:
+        from tirl.chat.template import FORMATS
+
+        if self.format not in FORMATS:
+            raise ValueError(f"unknown chat.format {self.format!r}; valid: {', '.join(FORMATS)}")
 
 
 @dataclass

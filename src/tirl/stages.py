@@ -37,7 +37,12 @@ def setup_torch(cfg: TirlConfig) -> None:
 
 
 def build_renderer(tokenizer: Any, cfg: TirlConfig) -> ChatRenderer:
-    return ChatRenderer(tokenizer, system_prompt=cfg.chat.system_prompt or None)
+    return ChatRenderer(
+        tokenizer,
+        system_prompt=cfg.chat.system_prompt or None,
+        fmt=cfg.chat.format,
+        enable_thinking=cfg.chat.enable_thinking,
+    )
 
 
 def build_agent(model: torch.nn.Module, tokenizer: Any, cfg: TirlConfig, sandbox: Sandbox) -> AgentLoop:

@@ -1,12 +1,21 @@
-"""ChatML rendering with Hermes tool calls, token by token, so that rollouts never re-tokenize their history.
+"""Chat rendering with Hermes tool calls, token by token, so that rollouts never re-tokenize their history.
 
 A conversation is rendered as a list of text pieces, each encoded on its own and tagged trainable or not. The agent
 loop builds its tool-response tokens from the same piece functions, so the ids of a conversation rendered turn by
 turn equal the ids of the whole conversation rendered at once (prefix-preserving), and `loss_mask` is explicit:
 1 on assistant content and its closing `<|im_end|>`, 0 on headers, system, user and tool turns.
 
-The layout matches Qwen2.5's template (ChatML, tool results as `<tool_response>` inside a user turn). The Jinja
-version below is stored with the tiny tokenizer so that `tokenizer.apply_chat_template` renders the same text.
+Formats (`chat.format`), all ChatML with tool results as `<tool_response>` inside a user turn:
+  - "chatml": the tiny models' layout, no tool block (their vocabulary is trained on this; the Jinja version
+    below is stored with the tiny tokenizer so `apply_chat_template` renders the same text);
+  - "qwen2.5": Qwen2.5-Instruct's template: the "# Tools" system block listing the function schemas, and
+    Qwen's default system line when the conversation has no system message;
+  - "qwen3": Qwen3's template: the same tool block without a default system line, and `<think>` handling.
+    Departures from Qwen3's Jinja, both for token-in/token-out training: an assistant turn is rendered as the
+    text the model generated (its own `<think>...</think>` included; a `reasoning_content` field is rendered as
+    `<think>\n...\n</think>\n\n` before the content), never with earlier turns' reasoning stripped; and with
+    `enable_thinking=False` every assistant header carries the empty think block the model was prompted with,
+    not only the last one.
 """
 
 from __future__ import annotations
@@ -16,9 +25,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tirl.chat.hermes import TOOL_CALL_END, TOOL_CALL_START, call_json
+from tirl.chat.hermes import CODE_INTERPRETER_SCHEMA, TOOL_CALL_END, TOOL_CALL_START, call_json
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+FORMATS = ("chatml", "qwen2.5", "qwen3")
+QWEN25_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+EMPTY_THINK = "<think>\n\n</think>\n\n"
 
 CHATML_JINJA = (
     "{%- for message in messages %}"
@@ -74,16 +86,62 @@ def tool_turn_pieces(contents: Sequence[str]) -> list[Piece]:
     return [Piece(text + IM_END, False), Piece("\n", False)]
 
 
-def generation_prompt() -> Piece:
-    return Piece(f"{IM_START}assistant\n", False)
+def generation_prompt(fmt: str = "chatml", *, enable_thinking: bool = True) -> Piece:
+    """The assistant header a turn is generated from (Qwen3 without thinking: with an empty think block)."""
+    think = EMPTY_THINK if fmt == "qwen3" and not enable_thinking else ""
+    return Piece(f"{IM_START}assistant\n{think}", False)
+
+
+def tools_block(tools: Sequence[dict[str, Any]]) -> str:
+    """Qwen's "# Tools" system text; schemas serialized like the Jinja `tojson` filter (json.dumps defaults)."""
+    listing = "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools)
+    return (
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+        + listing
+        + "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+        '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
+        "<args-json-object>}\n</tool_call>"
+    )
+
+
+def system_text(fmt: str, system: str | None, tools: Sequence[dict[str, Any]] | None) -> str | None:
+    """The system turn's content in format `fmt` (None: no system turn)."""
+    if fmt == "chatml":
+        return system
+    if fmt == "qwen2.5" and system is None:
+        system = QWEN25_DEFAULT_SYSTEM
+    if not tools:
+        return system
+    return (system + "\n\n" if system is not None else "") + tools_block(tools)
+
+
+def assistant_text(message: dict[str, Any], fmt: str) -> str:
+    body = assistant_body(message)
+    reasoning = message.get("reasoning_content")
+    if fmt == "qwen3" and isinstance(reasoning, str):
+        body = f"<think>\n{reasoning.strip(chr(10))}\n</think>\n\n" + body.lstrip("\n")
+    return body
 
 
 def conversation_pieces(
-    messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool = False
+    messages: Sequence[dict[str, Any]],
+    *,
+    add_generation_prompt: bool = False,
+    fmt: str = "chatml",
+    tools: Sequence[dict[str, Any]] | None = None,
+    enable_thinking: bool = True,
 ) -> list[Piece]:
     """The pieces of a whole conversation; validates roles so that a malformed row fails loudly."""
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown chat format {fmt!r}; valid: {', '.join(FORMATS)}")
+    header = generation_prompt(fmt, enable_thinking=enable_thinking)
+    has_system = bool(messages) and messages[0].get("role") == "system"
+    system = system_text(fmt, str(messages[0].get("content", "")) if has_system else None, tools)
     pieces: list[Piece] = []
-    i = 0
+    if system is not None:
+        pieces += [Piece(f"{IM_START}system\n{system}{IM_END}", False), Piece("\n", False)]
+    i = 1 if has_system else 0
     while i < len(messages):
         m = messages[i]
         role = m.get("role")
@@ -95,22 +153,17 @@ def conversation_pieces(
             i = j
             continue
         if role == "assistant":
-            pieces += [
-                generation_prompt(),
-                Piece(assistant_body(m), True),
-                Piece(IM_END, True),
-                Piece("\n", False),
-            ]
-        elif role in ("system", "user"):
-            if role == "system" and i != 0:
-                raise ValueError(f"message {i}: a system message is only allowed first")
+            pieces += [header, Piece(assistant_text(m, fmt), True), Piece(IM_END, True), Piece("\n", False)]
+        elif role == "user":
             pieces.append(Piece(f"{IM_START}{role}\n{m.get('content', '')}{IM_END}", False))
             pieces.append(Piece("\n", False))
+        elif role == "system":
+            raise ValueError(f"message {i}: a system message is only allowed first")
         else:
             raise ValueError(f"message {i}: unknown role {role!r}; expected system, user, assistant or tool")
         i += 1
     if add_generation_prompt:
-        pieces.append(generation_prompt())
+        pieces.append(header)
     return pieces
 
 
@@ -121,17 +174,38 @@ def with_system(messages: Sequence[dict[str, Any]], system_prompt: str | None) -
     return list(messages)
 
 
-def conversation_text(messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool = False) -> str:
+def conversation_text(
+    messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool = False, fmt: str = "chatml"
+) -> str:
     """The rendered text (for tokenizer training and display; token ids always come from the pieces)."""
-    return "".join(p.text for p in conversation_pieces(messages, add_generation_prompt=add_generation_prompt))
+    return "".join(
+        p.text for p in conversation_pieces(messages, add_generation_prompt=add_generation_prompt, fmt=fmt)
+    )
 
 
 class ChatRenderer:
-    """Encodes pieces with a tokenizer; the single place where chat text becomes token ids."""
+    """Encodes pieces with a tokenizer; the single place where chat text becomes token ids.
 
-    def __init__(self, tokenizer: Any, *, system_prompt: str | None = None) -> None:
+    `tools` are the function schemas put in the system turn (Qwen formats; default: the code interpreter); a
+    row's own `tools` (SFT files) override them per call.
+    """
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        system_prompt: str | None = None,
+        fmt: str = "chatml",
+        tools: Sequence[dict[str, Any]] | None = None,
+        enable_thinking: bool = True,
+    ) -> None:
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown chat format {fmt!r}; valid: {', '.join(FORMATS)}")
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
+        self.fmt = fmt
+        self.tools = list(tools) if tools is not None else [CODE_INTERPRETER_SCHEMA]
+        self.enable_thinking = enable_thinking
         unk = getattr(tokenizer, "unk_token_id", None)
         self.eos_id = tokenizer.convert_tokens_to_ids(IM_END)
         if not isinstance(self.eos_id, int) or self.eos_id == unk:
@@ -162,15 +236,33 @@ class ChatRenderer:
     def with_system(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         return with_system(messages, self.system_prompt)
 
-    def render(self, messages: Sequence[dict[str, Any]]) -> tuple[list[int], list[int]]:
+    def pieces(
+        self,
+        messages: Sequence[dict[str, Any]],
+        *,
+        add_generation_prompt: bool = False,
+        tools: Sequence[dict[str, Any]] | None = None,
+    ) -> list[Piece]:
+        return conversation_pieces(
+            self.with_system(messages),
+            add_generation_prompt=add_generation_prompt,
+            fmt=self.fmt,
+            tools=self.tools if tools is None else tools,
+            enable_thinking=self.enable_thinking,
+        )
+
+    def render(
+        self, messages: Sequence[dict[str, Any]], *, tools: Sequence[dict[str, Any]] | None = None
+    ) -> tuple[list[int], list[int]]:
         """ids and loss_mask of a whole conversation (SFT)."""
-        return self.encode_pieces(conversation_pieces(self.with_system(messages)))
+        return self.encode_pieces(self.pieces(messages, tools=tools))
+
+    def text(self, messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool = False) -> str:
+        return "".join(p.text for p in self.pieces(messages, add_generation_prompt=add_generation_prompt))
 
     def prompt_ids(self, messages: Sequence[dict[str, Any]]) -> list[int]:
         """The prompt a rollout starts from: the conversation plus the assistant generation header."""
-        return self.encode_pieces(
-            conversation_pieces(self.with_system(messages), add_generation_prompt=True)
-        )[0]
+        return self.encode_pieces(self.pieces(messages, add_generation_prompt=True))[0]
 
     def tool_response_ids(self, contents: Sequence[str], *, assistant_closed: bool) -> list[int]:
         """Tokens appended after an assistant turn that called a tool, up to the next generation header.
@@ -178,5 +270,6 @@ class ChatRenderer:
         If the turn stopped at `</tool_call>` (not at `<|im_end|>`), the closing `<|im_end|>` is added here too.
         """
         pieces = [] if assistant_closed else [Piece(IM_END, False)]
-        pieces += [Piece("\n", False), *tool_turn_pieces(contents), generation_prompt()]
+        header = generation_prompt(self.fmt, enable_thinking=self.enable_thinking)
+        pieces += [Piece("\n", False), *tool_turn_pieces(contents), header]
         return self.encode_pieces(pieces)[0]

@@ -124,17 +124,23 @@ def _evaluate_at(
                 {
                     "id": _problem_id(r, s + i),
                     "data_source": r.get("data_source", "unknown"),
+                    "ability": r.get("ability", ""),
                     "sample": k,
                     "ground_truth": r["reward_model"]["ground_truth"],
                     "temperature": params.temperature,
+                    "prompt": r["prompt"],  # to re-render the ids (tirl check-tokens)
                 }
                 for i, r in enumerate(chunk)
                 for k in range(cfg.n)
             ]
             out = agent.run(prompts, params, metas=metas, generator=gen)
-            scores = score_trajectories(out, reward, max_len=agent.config.max_response_tokens)
+            scores = score_trajectories(
+                out, reward, max_len=agent.config.max_response_tokens, sandbox=agent.sandbox
+            )
             for t, sc in zip(out, scores, strict=True):
-                t.meta.update({"correct": sc.correct, "score": sc.reward, "pred": sc.pred})
+                t.meta.update(
+                    {"correct": sc.correct, "score": sc.reward, "pred": sc.pred, "verdict": sc.verdict}
+                )
                 records.append(
                     SampleRecord(
                         model_label,

@@ -1,6 +1,8 @@
-"""Rewards: grading a response against its ground truth, and shaping terms added on top."""
+"""Rewards: a verifier per data source (registry.py) grading a response against its ground truth, batch grading in
+worker processes (batch.py), code tests in the sandbox (code.py), and shaping terms added on top (shaping.py)."""
 
 from tirl.rewards.math import GradeResult, grade, last_boxed
+from tirl.rewards.registry import register, verifier_name
 from tirl.rewards.shaping import RewardConfig, overlong_penalty, shape_reward, tool_call_term
 
 __all__ = [
@@ -9,6 +11,8 @@ __all__ = [
     "grade",
     "last_boxed",
     "overlong_penalty",
+    "register",
     "shape_reward",
     "tool_call_term",
+    "verifier_name",
 ]

@@ -134,10 +134,13 @@ def grade(response: str, ground_truth: str, *, timeout_s: float = 5.0) -> GradeR
     pred = last_boxed(response)
     if pred is None:
         return GradeResult(-1.0, False, None, {"no_boxed": True})
+    shown = pred
+    # an escaped dollar is a currency sign (MATH's "\\$18.90"), not a math delimiter
+    ground_truth, pred = ground_truth.replace("\\$", "").strip(), pred.replace("\\$", "").strip()
     gold_int, pred_int = _as_int(ground_truth), _as_int(pred)
     if gold_int is not None and pred_int is not None:  # AIME-style: "025" == "25", no sympy needed
         correct = gold_int == pred_int
-        return GradeResult(1.0 if correct else -1.0, correct, pred)
+        return GradeResult(1.0 if correct else -1.0, correct, shown)
 
     gold_text = ground_truth if ("$" in ground_truth or "\\boxed" in ground_truth) else f"${ground_truth}$"
     pred_text = f"$\\boxed{{{pred}}}$"
@@ -160,4 +163,4 @@ def grade(response: str, ground_truth: str, *, timeout_s: float = 5.0) -> GradeR
             correct, error = False, repr(e)
     if error is not None:
         details["error"] = error
-    return GradeResult(1.0 if correct else -1.0, correct, pred, details)
+    return GradeResult(1.0 if correct else -1.0, correct, shown, details)

@@ -1,11 +1,21 @@
-"""Score finished trajectories: the task verdict on the assistant's text, then the recipe's shaping terms."""
+"""Score finished trajectories: the task verdict on the assistant's text, then the recipe's shaping terms.
+
+Each trajectory is routed by its meta (`data_source`, `ability`) through the registry to its verifier; math and
+multiple-choice items are graded in parallel worker processes (batch.py), code items in one sandbox batch
+(code.py). The verdict says what happened: correct, wrong, no_answer, timeout or error, so a timed-out check is
+never mistaken for a wrong answer when reading results (its task score is still -1: the trainer needs a number).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from tirl.rewards.math import grade
+from tirl.rewards.batch import grade_many
+from tirl.rewards.code import BatchSandbox, grade_code_batch
+from tirl.rewards.math import GradeResult
+from tirl.rewards.registry import CODE, verifier_name
 from tirl.rewards.shaping import RewardConfig, shape_reward
 from tirl.rollout.types import Trajectory
 
@@ -16,24 +26,67 @@ class TrajectoryScore:
     correct: bool
     pred: str | None
     parts: dict[str, float] = field(default_factory=dict)
+    verdict: str = ""  # correct | wrong | no_answer | timeout | error
+    details: dict[str, Any] = field(default_factory=dict)
 
 
-def score_trajectory(traj: Trajectory, config: RewardConfig, *, max_len: int) -> TrajectoryScore:
-    """Grades the model's own text (tool output is not searched for an answer) against meta['ground_truth']."""
-    if "ground_truth" not in traj.meta:
-        raise KeyError("trajectory meta has no 'ground_truth' to grade against")
-    g = grade(traj.assistant_text, str(traj.meta["ground_truth"]))
-    reward, parts = shape_reward(
-        g.score,
-        num_tool_calls=traj.num_executed_calls,
-        response_len=traj.response_length,
-        config=config,
-        max_len=max_len,
-    )
-    return TrajectoryScore(reward, g.correct, g.pred, parts)
+def verdict(g: GradeResult) -> str:
+    d = g.details or {}
+    if d.get("timeout"):
+        return "timeout"
+    if "error" in d:
+        return "error"
+    if d.get("no_boxed") or d.get("no_code"):
+        return "no_answer"
+    return "correct" if g.correct else "wrong"
+
+
+def grade_trajectories(
+    trajs: Sequence[Trajectory], config: RewardConfig, *, sandbox: BatchSandbox | None = None
+) -> list[GradeResult]:
+    """Task verdicts only (no shaping), graded from the model's own text: tool output is not searched."""
+    for t in trajs:
+        if "ground_truth" not in t.meta:
+            raise KeyError("trajectory meta has no 'ground_truth' to grade against")
+    names = [verifier_name(str(t.meta.get("data_source", "")), str(t.meta.get("ability", ""))) for t in trajs]
+    out: list[GradeResult | None] = [None] * len(trajs)
+    code = [i for i, n in enumerate(names) if n == CODE]
+    if code:
+        if sandbox is None:
+            from tirl.sandbox import SandboxConfig, build_sandbox
+
+            with build_sandbox(SandboxConfig()) as sb:
+                return grade_trajectories(trajs, config, sandbox=sb)
+        graded = grade_code_batch(
+            [trajs[i].assistant_text for i in code],
+            [trajs[i].meta["ground_truth"] for i in code],
+            sandbox=sandbox,
+            timeout_s=config.code_timeout_s,
+        )
+        for i, g in zip(code, graded, strict=True):
+            out[i] = g
+    rest = [i for i, n in enumerate(names) if n != CODE]
+    items = [(names[i], trajs[i].assistant_text, trajs[i].meta["ground_truth"]) for i in rest]
+    for i, g in zip(rest, grade_many(items, workers=config.workers, timeout_s=config.timeout_s), strict=True):
+        out[i] = g
+    return [g for g in out if g is not None]
 
 
 def score_trajectories(
-    trajs: Sequence[Trajectory], config: RewardConfig, *, max_len: int
+    trajs: Sequence[Trajectory], config: RewardConfig, *, max_len: int, sandbox: BatchSandbox | None = None
 ) -> list[TrajectoryScore]:
-    return [score_trajectory(t, config, max_len=max_len) for t in trajs]
+    scores = []
+    for t, g in zip(trajs, grade_trajectories(trajs, config, sandbox=sandbox), strict=True):
+        reward, parts = shape_reward(
+            g.score,
+            num_tool_calls=t.num_executed_calls,
+            response_len=t.response_length,
+            config=config,
+            max_len=max_len,
+        )
+        scores.append(TrajectoryScore(reward, g.correct, g.pred, parts, verdict(g), dict(g.details)))
+    return scores
+
+
+def score_trajectory(traj: Trajectory, config: RewardConfig, *, max_len: int) -> TrajectoryScore:
+    return score_trajectories([traj], config, max_len=max_len)[0]

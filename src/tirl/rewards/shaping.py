@@ -45,8 +45,16 @@ class RewardConfig:
     overlong_buffer: int = 64
     overlong_max_len: int = 0  # 0 = the rollout's response budget, passed to shape_reward as max_len
     overlong_penalty_factor: float = 1.0
+    workers: int = 0  # processes grading math/choice answers in parallel; 0 = all cores
+    timeout_s: float = 5.0  # per math check (math-verify); a check over it is reported as a timeout
+    code_timeout_s: float = 10.0  # per code test run in the sandbox
 
     def __post_init__(self) -> None:
+        if self.workers < 0 or self.timeout_s <= 0 or self.code_timeout_s <= 0:
+            raise ValueError(
+                f"reward.workers must be >= 0 and timeouts > 0, got {self.workers}, {self.timeout_s}, "
+                f"{self.code_timeout_s}"
+            )
         if self.tool_call_per_call < 0:
             raise ValueError(f"tool_call_per_call must be >= 0, got {self.tool_call_per_call}")
         if self.tool_call_cap > 0:

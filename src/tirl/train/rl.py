@@ -180,6 +180,8 @@ class RLTrainer:
                 "sample": k,
                 "ground_truth": r["reward_model"]["ground_truth"],
                 "id": r.get("extra_info", {}).get("id", ""),
+                "data_source": r.get("data_source", ""),
+                "ability": r.get("ability", ""),
             }
             for g, r in enumerate(rows)
             for k in range(cfg.n)
@@ -187,7 +189,9 @@ class RLTrainer:
         self.policy.eval()
         trajs = self.agent.run(prompts, self.sampling, metas=metas, generator=self.gen)
         t_rollout = time.time() - t0
-        scores = score_trajectories(trajs, self.reward, max_len=self.agent.config.max_response_tokens)
+        scores = score_trajectories(
+            trajs, self.reward, max_len=self.agent.config.max_response_tokens, sandbox=self.agent.sandbox
+        )
         rewards = torch.tensor([s.reward for s in scores])
         groups = torch.tensor([m["group"] for m in metas])
         adv = self.adv_fn(rewards, groups)

@@ -59,7 +59,7 @@ def render_rows(
                     f"'completion' strings), got {type(msgs).__name__}"
                 )
             try:
-                ids, mask = renderer.render(msgs)
+                ids, mask = renderer.render(msgs, tools=row.get("tools"))
             except (ValueError, KeyError, TypeError) as e:
                 raise ValueError(f"SFT row {i}: {e}") from e
         if len(ids) > max_length:

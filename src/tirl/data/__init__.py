@@ -1,0 +1,47 @@
+"""Datasets in the verl / Open-AgentRL schema: validated streaming readers, writers, and the packaged benchmarks.
+
+`read_rows` / `write_rows` are what the stages and the demo use; `iter_rows` / `read_dataset` stream large files
+and can skip-and-report bad rows instead of stopping at the first (see readers.py).
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from tirl.data.readers import ReadReport, iter_rows, read_dataset
+from tirl.data.schema import RowError, SchemaError, validate_rl_row, validate_sft_row
+from tirl.io import atomic_write_bytes, atomic_write_jsonl
+
+
+def read_rows(path: str | Path, *, kind: str = "auto") -> list[dict[str, Any]]:
+    """Every row of a .jsonl or .parquet file, validated; the first bad row raises a RowError."""
+    return read_dataset(path, kind=kind)[0]
+
+
+def write_rows(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
+    """JSONL or parquet by the file's suffix, written atomically."""
+    p = Path(path)
+    if p.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        buf = io.BytesIO()
+        pq.write_table(pa.Table.from_pylist(list(rows)), buf)
+        return atomic_write_bytes(p, buf.getvalue())
+    return atomic_write_jsonl(p, rows)
+
+
+__all__ = [
+    "ReadReport",
+    "RowError",
+    "SchemaError",
+    "iter_rows",
+    "read_dataset",
+    "read_rows",
+    "validate_rl_row",
+    "validate_sft_row",
+    "write_rows",
+]

@@ -1,0 +1,139 @@
+"""`tirl data prepare` and `tirl data inspect`: the command implementations (argument parsing lives in cli.py)."""
+
+from __future__ import annotations
+
+import argparse
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from tirl.data.benchmarks import prepare
+from tirl.data.readers import ReadReport, iter_rows
+
+MAX_ERRORS_SHOWN = 20
+
+
+def prepare_command(name: str, out: str, *, wording: str = "recipe", source: str | None = None) -> int:
+    from tirl.data import write_rows
+    from tirl.logging import console
+
+    rows = prepare(name, wording=wording, source=source)
+    path = write_rows(out, rows)
+    console.print(f"{name}: {len(rows)} rows ({wording} wording) -> {path}")
+    return 0
+
+
+def _schema_text(path: Path, rows: list[dict[str, Any]]) -> str:
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        return str(pq.read_schema(path))
+    types: dict[str, Counter] = {}
+    for r in rows:
+        for k, v in r.items():
+            types.setdefault(k, Counter())[type(v).__name__] += 1
+    return "\n".join(f"{k}: {', '.join(sorted(c))}" for k, c in types.items())
+
+
+def build_inspect_renderer(model: str | None, fmt: str) -> Any:
+    """A renderer over the model's own tokenizer, or over the Qwen vocabulary when no model is given."""
+    from tirl.chat.template import ChatRenderer
+
+    if model:
+        from tirl.models.loading import load_tokenizer
+
+        return ChatRenderer(load_tokenizer(model), fmt=fmt)
+    from tirl.chat.qwen_vocab import qwen_tokenizer
+
+    if fmt == "chatml":
+        raise ValueError("the chatml format needs the tiny model's tokenizer: pass --model DIR")
+    try:
+        return ChatRenderer(qwen_tokenizer("qwen2.5" if fmt == "qwen2.5" else "qwen3"), fmt=fmt)
+    except ImportError as e:
+        raise ValueError(f"{e}; or pass --model DIR to count tokens with that model's tokenizer") from None
+
+
+def inspect_command(file: str, *, model: str | None = None, fmt: str = "qwen3", example: int = 0) -> int:
+    """Schema, rows per data_source, one rendered example with its token count, invalid rows. 1 if any invalid."""
+    from tirl.logging import console
+
+    def say(*args: Any, **kw: Any) -> None:
+        console.print(*args, soft_wrap=True, **kw)
+
+    report = ReadReport(file)
+    rows = list(iter_rows(file, on_error="skip", report=report))
+    say(f"[bold]{file}[/]: {report.rows} valid {report.kind} rows, {report.skipped} invalid")
+    say("[bold]schema[/]", markup=True)
+    say(_schema_text(Path(file), rows), markup=False)
+    if report.kind == "rl":
+        counts = Counter(r["data_source"] for r in rows)
+        say("[bold]rows per data_source[/]")
+        for source, n in sorted(counts.items()):
+            say(f"  {source}: {n}", markup=False)
+    if rows:
+        row = rows[min(example, len(rows) - 1)]
+        renderer = build_inspect_renderer(model, fmt)
+        if report.kind == "rl":
+            text = renderer.text(row["prompt"], add_generation_prompt=True)
+            ids = renderer.prompt_ids(row["prompt"])
+        elif report.kind == "sft":
+            text = "".join(p.text for p in renderer.pieces(row["messages"], tools=row.get("tools")))
+            ids = renderer.render(row["messages"], tools=row.get("tools"))[0]
+        else:
+            text = row["prompt"] + row["completion"]
+            ids = renderer.encode(text)
+        say(f"[bold]example row {rows.index(row) + 1}[/] ({fmt}): {len(ids)} tokens")
+        say(text, markup=False, highlight=False)
+    if report.errors:
+        say(f"[bold red]{report.skipped} invalid rows[/]")
+        for e in report.errors[:MAX_ERRORS_SHOWN]:
+            say(f"  {e}", markup=False, highlight=False)
+        if report.skipped > MAX_ERRORS_SHOWN:
+            say(f"  ... and {report.skipped - MAX_ERRORS_SHOWN} more")
+        return 1
+    return 0
+
+
+def _cmd_data(args: argparse.Namespace) -> int:
+    if args.data_command == "prepare":
+        return prepare_command(args.name, args.out, wording=args.wording, source=args.source)
+    return inspect_command(args.file, model=args.model, fmt=args.format)
+
+
+def _cmd_check_tokens(args: argparse.Namespace) -> int:
+    from tirl.tokcheck import check_tokens_command
+
+    return check_tokens_command(
+        args.file, model=args.model, fmt=args.format, config=args.config, data=args.data, strict=args.strict
+    )
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """The `data` and `check-tokens` subcommands, added to tirl's parser by cli.py."""
+    from tirl.chat.template import FORMATS
+    from tirl.data.benchmarks import NAMES, WORDINGS
+
+    data = sub.add_parser("data", help="prepare benchmark files; inspect a dataset").add_subparsers(
+        dest="data_command", required=True
+    )
+    p = data.add_parser("prepare", help="write a benchmark as RL-schema rows (.parquet or .jsonl)")
+    p.add_argument("name", choices=NAMES)
+    p.add_argument("--out", required=True, help="output file (.parquet or .jsonl)")
+    p.add_argument(
+        "--wording", choices=WORDINGS, default="recipe", help="prompt wording (default: the recipe's)"
+    )
+    p.add_argument("--source", default=None, help="gpqa: GPQA's CSV; livecodebench: the Open-AgentRL parquet")
+    p.set_defaults(fn=_cmd_data)
+    p = data.add_parser("inspect", help="schema, rows per data_source, a rendered example, invalid rows")
+    p.add_argument("file")
+    p.add_argument("--model", default=None, help="tokenizer directory (default: the Qwen vocabulary)")
+    p.add_argument("--format", choices=FORMATS, default="qwen3")
+    p.set_defaults(fn=_cmd_data)
+    p = sub.add_parser("check-tokens", help="re-render rollouts or SFT rows; compare ids and loss masks")
+    p.add_argument("file", help="trajectories.jsonl (tirl eval) or an SFT file")
+    p.add_argument("--model", default=None, help="tokenizer directory (default: the config's model.path)")
+    p.add_argument("--format", choices=FORMATS, default=None, help="chat format (default: the config's)")
+    p.add_argument("--config", default=None, help="run config (default: config.yaml next to FILE, if any)")
+    p.add_argument("--data", default=None, help="the evaluated rows, for trajectories without meta.prompt")
+    p.add_argument("--strict", action="store_true", help="also fail on sampled turns split non-canonically")
+    p.set_defaults(fn=_cmd_check_tokens)

@@ -1,0 +1,186 @@
+"""The reward registry on real benchmark rows: HumanEval through the sandbox, MATH-500, AIME, GSM8K, GPQA letters."""
+
+import json
+
+import pytest
+
+from tirl.data.benchmarks import prepare
+from tirl.rewards.batch import grade_many
+from tirl.rewards.choice import grade_choice
+from tirl.rewards.code import extract_code, grade_code, grade_code_batch
+from tirl.rewards.registry import register, verifier_name
+from tirl.rewards.scoring import score_trajectories
+from tirl.rewards.shaping import RewardConfig
+from tirl.rollout.types import Trajectory
+
+
+def _humaneval_answer(row, body=None):
+    spec = json.loads(row["reward_model"]["ground_truth"])
+    return f"Here it is.\n```python\n{spec['prompt']}{body or row['extra_info']['canonical_solution']}```"
+
+
+@pytest.fixture(scope="module")
+def humaneval():
+    return prepare("humaneval")
+
+
+def test_all_humaneval_canonical_solutions_pass_and_a_mutant_fails(humaneval, sandbox):
+    assert len(humaneval) == 164
+    graded = grade_code_batch(
+        [_humaneval_answer(r) for r in humaneval],
+        [r["reward_model"]["ground_truth"] for r in humaneval],
+        sandbox=sandbox,
+        timeout_s=10,
+    )
+    failed = [r["extra_info"]["id"] for r, g in zip(humaneval, graded) if not (g.correct and g.score == 1.0)]
+    assert failed == []
+    row = humaneval[0]  # has_close_elements: flip the comparison
+    mutant = row["extra_info"]["canonical_solution"].replace("distance < threshold", "distance > threshold")
+    g = grade_code(_humaneval_answer(row, mutant), row["reward_model"]["ground_truth"], sandbox=sandbox)
+    assert (g.score, g.correct, g.details["statuses"]) == (0.0, False, {"runtime_error": 1})
+
+
+def test_missing_or_unparsable_code_scores_minus_one(humaneval, sandbox):
+    truth = humaneval[0]["reward_model"]["ground_truth"]
+    assert grade_code("no code here", truth, sandbox=sandbox).score == -1.0
+    g = grade_code("```python\ndef f(:\n```", truth, sandbox=sandbox)
+    assert g.score == -1.0 and "does not parse" in g.details["no_code"]
+    code, _ = extract_code("<think>```python\nx = 1\n```</think>\n```python\nprint(2)\n```")
+    assert code == "print(2)\n"  # the last block after the reasoning
+
+
+def test_stdin_tests_score_the_fraction_passed_with_a_per_test_timeout(sandbox):
+    spec = {"inputs": ["1 2\n", "3 4\n", "5 6\n", "0 0\n"], "outputs": ["3\n", "7\n", "11\n", "0"]}
+    code = (
+        "a, b = map(int, input().split())\nif a == 5:\n    while True: pass\nprint(a + b if a != 3 else 0)\n"
+    )
+    g = grade_code(f"```python\n{code}```", json.dumps(spec), sandbox=sandbox, timeout_s=1.0)
+    assert (g.score, g.correct, g.details["passed"]) == (0.5, False, 2)
+    assert g.details["statuses"] == {"ok": 3, "timeout": 1}
+    good = "a, b = map(int, input().split())\nprint(a + b)   \n"
+    g = grade_code(f"```python\n{good}```", spec, sandbox=sandbox, timeout_s=5.0)
+    assert g.correct and g.score == 1.0
+
+
+def test_fn_name_tests_call_the_solution_method(sandbox):
+    spec = {"fn_name": "twoSum", "inputs": ["[2, 7, 11]\n9", "[3, 3]\n6"], "outputs": ["[0, 1]", "[0, 1]"]}
+    code = (
+        "class Solution:\n    def twoSum(self, nums, target):\n        seen = {}\n"
+        "        for i, x in enumerate(nums):\n            if target - x in seen:\n"
+        "                return [seen[target - x], i]\n            seen[x] = i\n"
+    )
+    assert grade_code(f"```python\n{code}```", spec, sandbox=sandbox).correct
+    plain = "def twoSum(nums, target):\n    return [0, 1] if target == 9 else [1, 0]\n"
+    g = grade_code(f"```python\n{plain}```", json.dumps({"ground_truth": json.dumps(spec)}), sandbox=sandbox)
+    assert (g.score, g.correct) == (0.5, False)
+
+
+def test_math500_reference_solutions_grade_correct():
+    rows = prepare("math500")
+    items = [("math", r["extra_info"]["solution"], r["reward_model"]["ground_truth"]) for r in rows]
+    graded = grade_many(items, workers=2, timeout_s=10)
+    wrong = [(r["extra_info"]["id"], g.pred, g.details) for r, g in zip(rows, graded) if not g.correct]
+    assert wrong == []
+    assert not grade_many([("math", "\\boxed{\\frac{1}{3}}", "\\frac12")], workers=1)[0].correct
+
+
+def test_aime_answers_grade_with_or_without_zero_padding():
+    raw = [r["extra_info"]["raw_answer"] for r in prepare("aime24")]
+    assert any(a.startswith("0") for a in raw)
+    items = []
+    for a in raw:
+        items += [("integer", f"\\boxed{{{int(a)}}}", a), ("integer", f"\\boxed{{{int(a):03d}}}", a)]
+        items += [
+            ("integer", f"\\boxed{{{int(a):03d}}}", str(int(a))),
+            ("integer", f"\\boxed{{{int(a) + 1}}}", a),
+        ]
+    graded = grade_many(items, workers=1)
+    assert [g.correct for g in graded] == [True, True, True, False] * len(raw)
+    assert grade_many([("integer", "\\boxed{27}", 27.0)], workers=1)[0].correct  # AMC's float answers
+
+
+def test_gsm8k_gold_comes_after_the_hashes():
+    row = prepare("gsm8k")[0]
+    assert row["reward_model"]["ground_truth"] == "18"
+    raw = "Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\n#### 1,018"
+    assert [
+        g.correct for g in grade_many([("gsm8k", "so \\boxed{1018}", raw), ("gsm8k", "\\boxed{18}", raw)])
+    ] == [
+        True,
+        False,
+    ]
+
+
+def test_boxed_letter_for_multiple_choice():
+    assert grade_choice("The answer is \\boxed{C}.", "C").correct
+    assert grade_choice("\\boxed{(b)}", "B").correct
+    assert grade_choice("\\boxed{\\text{D}}", "D").correct
+    assert grade_choice("\\boxed{A. 12 eV}", "A").correct
+    assert not grade_choice("\\boxed{A}", "B").correct
+    g = grade_choice("\\boxed{12 eV}", "A")
+    assert (g.score, g.details) == (-1.0, {"not_a_letter": True})
+    with pytest.raises(ValueError, match="one letter"):
+        grade_choice("\\boxed{A}", "AB")
+
+
+def test_registry_routes_by_source_then_ability_then_recipe_rule():
+    assert verifier_name("aime25") == "integer" and verifier_name("GPQA_diamond", "Physics") == "choice"
+    assert verifier_name("my_set", "choice") == "choice"
+    assert verifier_name("skywork_code_contests") == "code" and verifier_name("dapo") == "math"
+    register("my_mcq", "choice")
+    assert verifier_name("my_mcq") == "choice"
+    with pytest.raises(ValueError, match="valid: math, integer"):
+        register("x", "nope")
+
+
+def test_a_pathological_expression_is_reported_as_a_timeout():
+    items = [("math", "\\boxed{(10^{10^{10^{10}}})!}", "3"), ("math", "\\boxed{\\frac{1}{2}}", "0.5")]
+    slow, fine = grade_many(items, workers=2, timeout_s=1.0)
+    assert slow.details == {"timeout": True} and not slow.correct
+    assert fine.correct
+
+
+def _traj(text, **meta):
+    return Trajectory([1], [2, 3], [1, 1], [0.0, 0.0], turn_texts=[text], meta=meta)
+
+
+def test_score_trajectories_routes_each_row_and_shapes(humaneval, sandbox):
+    he = humaneval[2]
+    trajs = [
+        _traj("\\boxed{025}", data_source="aime24", ground_truth="25"),
+        _traj("\\boxed{B}", data_source="gpqa_diamond", ability="Physics", ground_truth="A"),
+        _traj(
+            _humaneval_answer(he), data_source="humaneval", ground_truth=he["reward_model"]["ground_truth"]
+        ),
+        _traj("no answer", data_source="humaneval", ground_truth=he["reward_model"]["ground_truth"]),
+    ]
+    cfg = RewardConfig(tool_call_bonus=True)
+    scores = score_trajectories(trajs, cfg, max_len=100, sandbox=sandbox)
+    assert [s.verdict for s in scores] == ["correct", "wrong", "correct", "no_answer"]
+    assert [s.reward for s in scores] == [1.0, -1.0, 1.0, -1.0]  # no tool calls: the tool term adds nothing
+
+
+class _AnswerWith:
+    """An engine that answers every prompt with one fixed text (canonical ids), closing the turn."""
+
+    def __init__(self, renderer, text):
+        self.r, self.text = renderer, text
+
+    def generate(self, prompts, params, *, max_new_tokens=None, generator=None):
+        from tirl.rollout.engine import Generation
+
+        ids = self.r.encode(self.text) + [self.r.eos_id]
+        return [Generation(list(ids), [-0.1] * len(ids), "eos") for _ in prompts]
+
+
+def test_evaluate_routes_code_rows_through_the_agents_sandbox(humaneval, renderer, sandbox):
+    """The evaluator's trajectories carry data_source and ability, and code answers run in the agent's sandbox."""
+    from tirl.eval.evaluate import EvalConfig, evaluate
+    from tirl.rollout.agent import AgentConfig, AgentLoop
+
+    row = humaneval[2]
+    agent = AgentLoop(_AnswerWith(renderer, _humaneval_answer(row)), renderer, sandbox, AgentConfig())
+    records, trajs = evaluate(agent, [row], EvalConfig(n=2), model_label="scripted", seed=0)
+    assert [r.correct for r in records] == [True, True] and [r.score for r in records] == [1.0, 1.0]
+    assert trajs[0].meta["verdict"] == "correct" and trajs[0].meta["ability"] == "code"
+    assert trajs[0].meta["prompt"] == row["prompt"]
