@@ -36,7 +36,8 @@ def _traj(tokenizer, pid: str, k: int, ok: bool, answer: str) -> Trajectory:
         ids += piece
         mask += [m] * len(piece)
     return Trajectory([1], ids, mask, [0.0] * len(ids), [call, final], [ToolCallRecord(1, "print(6 * 7)", "42\n", "ok")],
-                      "answer", {"id": pid, "sample": k, "ground_truth": "42"})  # fmt: skip
+                      "answer", {"id": pid, "sample": k, "ground_truth": "42",
+                                 "prompt": [{"role": "user", "content": f"Question {pid}: what is 6 * 7?"}]})  # fmt: skip
 
 
 def write_run(tokenizer, path: Path, label: str, rates: list[int], n: int = 4) -> Path:
@@ -149,6 +150,7 @@ def test_viewer_loads_chunks_lazily_and_filters(analysed) -> None:
     html = dom(page, "#model=base&problem=q06&page=0")
     got = cards(html)
     assert len(got) == 4 and {c["problem"] for c in got} == {"q06"}
+    assert "Question q06: what is 6 * 7?" in html  # the prompt is shown above the response
     assert "decoded from response_ids" in html and 'class="span m0"' in html and "tool_response" in html
 
     html = dom(page, "#page=2")  # rows 41-60: loaded from chunks 8..11 only when that page is shown

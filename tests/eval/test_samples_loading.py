@@ -22,7 +22,16 @@ def _traj(pid: str, k: int, correct: bool) -> Trajectory:
         ],
         tool_calls=[ToolCallRecord(1, "print(6*7)", "42\n", "ok")],
         stop_reason="answer",
-        meta={"id": pid, "sample": k, "ground_truth": "42", "correct": correct},
+        meta={
+            "id": pid,
+            "sample": k,
+            "ground_truth": "42",
+            "correct": correct,
+            "prompt": [
+                {"role": "system", "content": "S"},
+                {"role": "user", "content": f"What is 6*7? ({pid})"},
+            ],
+        },
     )
 
 
@@ -60,6 +69,7 @@ def test_tirl_run_round_trip(tmp_path) -> None:
     s = run.samples[0]
     assert s.record.model == "renamed" and s.tool_outputs == ["42\n"] and s.ground_truth == "42"
     assert "6 * 7 = 42" in s.reasoning and "logprobs" not in s.trajectory
+    assert s.question == "What is 6*7? (a)"  # the last user message, shown by the viewer
 
 
 def test_tirl_run_errors_name_the_file_and_line(tmp_path) -> None:
@@ -118,6 +128,7 @@ def test_verl_dump_import(tmp_path) -> None:
         1,
     ]
     assert [x.data_source for x in r] == ["unknown", "unknown", "aime", "aime"]
+    assert [s.question for s in run.samples] == ["Q1", "Q1", "Q2", "Q2"]
     assert (r[0].num_tool_calls, r[0].num_tool_errors, r[1].num_tool_errors) == (1, 0, 1)
     assert run.samples[0].tool_outputs == ["84\n"] and "84\n" not in run.samples[0].reasoning
     (tmp_path / "bad.jsonl").write_text(json.dumps({"input": "Q", "score": 1}) + "\n")

@@ -44,6 +44,7 @@ class Sample:
     ground_truth: str | None = None
     trajectory: dict[str, Any] | None = None  # the stored Trajectory dict (tirl runs), for the viewer
     raw_output: str | None = None  # the whole response text (verl dumps), for the viewer
+    question: str | None = None  # the prompt as the model saw it (last user message, or verl's input text)
 
 
 @dataclass
@@ -54,6 +55,14 @@ class Run:
     samples: list[Sample]
     tokenizer_path: str | None = None  # where the run's tokenizer lives, when known
     notes: list[str] = field(default_factory=list)
+
+
+def _last_user_message(prompt: Any) -> str | None:
+    """The question of a stored prompt (meta.prompt, a list of chat messages); None for older runs."""
+    if not isinstance(prompt, list):
+        return None
+    users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+    return str(users[-1]) if users else None
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -147,6 +156,7 @@ def _load_tirl(run_dir: Path, label: str | None) -> Run:
                 tool_outputs=[c.get("response", "") for c in calls if c.get("status") == "ok"],
                 ground_truth=None if meta.get("ground_truth") is None else str(meta["ground_truth"]),
                 trajectory=t,
+                question=_last_user_message(meta.get("prompt")),
             )
         )
     if label:
@@ -188,6 +198,7 @@ def _load_verl(path: Path, label: str | None) -> Run:
                 tool_outputs=[r for r in responses if not _ERROR.search(r)],
                 ground_truth=None if row.get("gts") is None else str(row["gts"]),
                 raw_output=output,
+                question=str(row["input"]),
             )
         )
     return Run(name, str(path), "verl", samples, None, [])

@@ -78,7 +78,14 @@ def _entry(i: int, s: Sample, decode) -> dict[str, Any]:
         }
         for c in t.get("tool_calls") or []
     ]
-    return {"i": i, "gt": s.ground_truth, "spans": spans, "mask_from": source, "calls": calls}
+    return {
+        "i": i,
+        "gt": s.ground_truth,
+        "q": s.question,
+        "spans": spans,
+        "mask_from": source,
+        "calls": calls,
+    }
 
 
 def _row(i: int, s: Sample, chunk: int) -> list[Any]:
@@ -147,6 +154,7 @@ body{font:14px/1.4 system-ui,sans-serif;margin:1em 2em;color:#222}
 .card{border:1px solid #ccc;border-radius:6px;margin:1em 0;padding:.6em .8em}
 .card.ok{border-left:6px solid #2a2}.card.bad{border-left:6px solid #c33}
 .head{font-weight:600}.meta{color:#555;font-size:12px}
+.question{white-space:pre-wrap;margin:6px 0;padding:4px 6px;border-left:3px solid #5b7bd5;background:#f3f6fd}
 .span{white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:12.5px;padding:2px 4px;margin:2px 0;border-radius:3px}
 .m1{background:#fff;border:1px dashed #9bc}.m0{background:#e4e4e4;color:#444;border:1px solid #bbb}
 .list .m0::before{content:"tool output (loss_mask 0, not trained) ";font-size:10px;color:#777;display:block}
@@ -224,6 +232,7 @@ function cardHtml(r, e) {
   <div class="head">${esc(r.model)} &middot; problem ${esc(r.problem)} &middot; sample ${r.sample} &middot; ${r.correct ? "correct" : "incorrect"} (reward ${esc(r.score)})</div>
   <div class="meta">${esc(r.source)} &middot; T=${esc(r.temperature)} &middot; answer ${esc(r.pred)} &middot; ground truth ${esc(e.gt)} &middot;
   ${r.calls} tool calls, ${r.errors} errors &middot; ${r.turns} turns &middot; ${esc(r.tokens)} tokens &middot; stop: ${esc(r.stop)} &middot; ${how}</div>
+  ${e.q == null ? "" : `<div class="question">${esc(e.q)}</div>`}
   ${e.spans.map(spanHtml).join("")}${calls}</div>`;
 }
 function render() {
