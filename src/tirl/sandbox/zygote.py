@@ -1,0 +1,291 @@
+"""The warm worker: runs INSIDE the isolation boundary, imports common modules once, forks once per snippet.
+
+Started as a script (`python -I zygote.py CONFIG_JSON`) by tirl.sandbox.pool; it must import only the standard
+library (plus the modules it preloads for snippets) and never tirl, so it starts fast and owns no host state.
+
+Protocol on fds 0 (requests) and 1 (responses), binary and compact so a run costs a fork, not Python framing:
+  ready:    b"R" once the preloads are imported
+  request:  REQ header (code length, stdin length or NO_STDIN, timeout s, memory MB or 0) + code + stdin
+  response: RESP header (exit code, flags, wall s, stdout length, stderr length) + stdout + stderr
+
+Per run: a fresh directory under /tmp (its cwd, HOME and TMPDIR), pipes for stdout/stderr read here up to the
+cap, a memfd for stdin, rlimits (CPU, address space, file size, no core, process count) set in the child, and,
+when the zygote is root, the snippet switched to its own unprivileged uid (so it cannot signal the zygote, write
+root-owned files, or read 0700 ones). When the snippet's main process exits, times out or floods its output,
+every other process in the worker's pid namespace is SIGKILLed (kill(-1) spares only us and the namespace init),
+so daemons and setsid() escapes die with the run. The directory (and, without a uid switch, all of /tmp) is
+wiped before the next request. The child is a fresh fork of a zygote that never runs snippets: no Python state
+carries over from one run to the next.
+"""
+
+from __future__ import annotations
+
+import gc
+import io
+import json
+import os
+import resource
+import select
+import shutil
+import signal
+import struct
+import sys
+import time
+import traceback
+import types
+
+REQ = struct.Struct("!IIdI")
+RESP = struct.Struct("!iBdII")
+NO_STDIN = 0xFFFFFFFF
+F_TIMEOUT, F_TRUNCATED, F_MEMORY, F_CRASH = 1, 2, 4, 8
+_CHUNK = 65536
+_DRAIN_S = 0.5
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    parts, left = [], n
+    while left:
+        b = os.read(fd, min(left, 1 << 20))
+        if not b:
+            raise EOFError
+        parts.append(b)
+        left -= len(b)
+    return b"".join(parts)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _snippet_main(code: bytes) -> int:
+    """Runs in the forked child: `code` as __main__ in a fresh module, traceback without our frames."""
+    src = code.decode("utf-8", errors="replace")
+    import linecache
+
+    linecache.cache["snippet.py"] = (len(src), None, src.splitlines(True), "snippet.py")
+    main = types.ModuleType("__main__")
+    main.__file__ = "snippet.py"
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    sys.argv[:] = ["snippet.py"]
+    try:
+        exec(compile(src, "snippet.py", "exec"), main.__dict__)
+    except SystemExit as e:
+        if e.code is None:
+            return 0
+        if isinstance(e.code, int):
+            return e.code & 0xFF
+        print(e.code, file=sys.stderr)
+        return 1
+    except BaseException as e:
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != "snippet.py":
+            tb = tb.tb_next
+        traceback.print_exception(type(e), e, tb)
+        return 1
+    return 0
+
+
+class Zygote:
+    def __init__(self, cfg: dict) -> None:
+        self.cfg = cfg
+        self.uid = cfg["uid"]  # -1: keep ours
+        self.n = 0
+        self.base_vm = 0
+
+    def preload(self) -> None:
+        for name in self.cfg["preload"]:
+            try:
+                __import__(name)
+            except ImportError:
+                pass
+        if "numpy" in sys.modules:
+            __import__("numpy.random")  # lazily imported otherwise: 15 ms in every child that reseeds it
+        with open("/proc/self/statm") as f:
+            self.base_vm = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        gc.collect()
+        gc.freeze()  # children then never touch (copy) the preloaded objects' pages to collect them
+
+    def child(self, code: bytes, stdin_fd: int, out_w: int, err_w: int, rundir: str, mem_mb: int) -> None:
+        status = 1
+        try:
+            os.dup2(stdin_fd, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.closerange(3, 65536)
+            os.chdir(rundir)
+            if not self.cfg["pidns"]:
+                os.setsid()  # so the zygote can kill the run's process group
+            cfg = self.cfg
+            mem = self.base_vm + mem_mb * 2**20
+            limits = [
+                (resource.RLIMIT_CPU, (cfg["cpu_time_s"], cfg["cpu_time_s"] + 1)),
+                (resource.RLIMIT_AS, (mem, mem)),
+                (resource.RLIMIT_FSIZE, (cfg["max_file_bytes"], cfg["max_file_bytes"])),
+                (resource.RLIMIT_CORE, (0, 0)),
+                (resource.RLIMIT_NPROC, (cfg["max_processes"], cfg["max_processes"])),
+            ]
+            for res, lim in limits:
+                resource.setrlimit(res, lim)
+            if self.uid >= 0:
+                os.setgroups([])
+                os.setresgid(self.uid, self.uid, self.uid)
+                os.setresuid(self.uid, self.uid, self.uid)
+            os.environ["HOME"] = os.environ["TMPDIR"] = rundir
+            if "tempfile" in sys.modules:
+                sys.modules["tempfile"].tempdir = None
+            if "numpy" in sys.modules:
+                # `random` reseeds itself after fork; numpy's global generator does not
+                sys.modules["numpy"].random.seed(int.from_bytes(os.urandom(4), "little"))
+            enc = {"encoding": "utf-8", "errors": "backslashreplace"}
+            sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
+            sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True, **enc)
+            sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True, **enc)
+            status = _snippet_main(code)
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except BaseException:
+                    pass
+        except BaseException:
+            try:
+                traceback.print_exc()
+            except BaseException:
+                pass
+        finally:
+            os._exit(status)
+
+    def run(self, code: bytes, stdin: bytes | None, timeout: float, mem_mb: int) -> bytes:
+        cap = self.cfg["max_output_bytes"]
+        self.n += 1
+        rundir = f"/tmp/run{self.n}"
+        os.mkdir(rundir, 0o700)
+        if self.uid >= 0:
+            os.chown(rundir, self.uid, self.uid)
+        if stdin is None:
+            stdin_fd = os.open("/dev/null", os.O_RDONLY)
+        else:
+            stdin_fd = os.memfd_create("stdin")
+            _write_all(stdin_fd, stdin)
+            os.lseek(stdin_fd, 0, os.SEEK_SET)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        t0 = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            self.child(code, stdin_fd, out_w, err_w, rundir, mem_mb or self.cfg["memory_mb"])
+        for fd in (stdin_fd, out_w, err_w):
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        bufs = {out_r: bytearray(), err_r: bytearray()}
+        flags = 0
+        deadline = t0 + timeout
+        drain_until = 0.0
+        poller = select.poll()
+        for fd in (out_r, err_r, pidfd):
+            poller.register(fd, select.POLLIN)
+        open_fds = 2
+        while open_fds:
+            now = time.monotonic()
+            if not drain_until and now >= deadline:
+                flags |= F_TIMEOUT
+                drain_until = self._kill_all(now, pid)
+            if drain_until and now >= drain_until:
+                break  # a process we cannot see still holds a pipe: give up on it
+            wait_ms = max(0.0, (drain_until or deadline) - now) * 1000
+            for fd, _ev in poller.poll(wait_ms):
+                if fd == pidfd:
+                    poller.unregister(pidfd)
+                    if not drain_until:
+                        drain_until = self._kill_all(time.monotonic(), pid)  # main exited: no stragglers
+                    continue
+                chunk = os.read(fd, _CHUNK)
+                if not chunk:
+                    poller.unregister(fd)
+                    open_fds -= 1
+                    continue
+                buf = bufs[fd]
+                room = cap - len(buf)
+                buf += chunk[:room]
+                if len(chunk) > room and not flags & F_TRUNCATED:
+                    flags |= F_TRUNCATED
+                    if not drain_until:
+                        drain_until = self._kill_all(time.monotonic(), pid)
+        self._kill_all(0.0, pid)  # the loop may have ended on EOF with a background process still running
+        _, wstatus = os.waitpid(pid, 0)
+        wall = time.monotonic() - t0
+        for fd in (out_r, err_r, pidfd):
+            os.close(fd)
+        self._reap()
+        self._wipe(rundir)
+        code_ = os.waitstatus_to_exitcode(wstatus)
+        if code_ == -signal.SIGKILL and not flags & (F_TIMEOUT | F_TRUNCATED):
+            flags |= F_MEMORY  # killed by nobody we know of: the memory cgroup's OOM killer
+        out, err = bytes(bufs[out_r]), bytes(bufs[err_r])
+        return RESP.pack(code_, flags, wall, len(out), len(err)) + out + err
+
+    def _kill_all(self, now: float, pid: int) -> float:
+        try:
+            if self.cfg["pidns"]:
+                os.kill(-1, signal.SIGKILL)  # every process of our pid namespace but us (its init)
+            else:
+                os.killpg(pid, signal.SIGKILL)  # no namespace: only the run's session
+        except (ProcessLookupError, PermissionError):
+            pass
+        return now + _DRAIN_S
+
+    def _reap(self) -> None:
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+
+    def _wipe(self, rundir: str) -> None:
+        shutil.rmtree(rundir, ignore_errors=True)
+        if self.uid < 0:  # the snippet ran as us: it may have written anywhere we can
+            for d in ("/tmp", "/dev/shm"):
+                try:
+                    entries = os.listdir(d)
+                except OSError:
+                    continue
+                for e in entries:
+                    p = os.path.join(d, e)
+                    if os.path.isdir(p) and not os.path.islink(p):
+                        shutil.rmtree(p, ignore_errors=True)
+                    else:
+                        try:
+                            os.unlink(p)
+                        except OSError:
+                            pass
+
+    def serve(self) -> None:
+        max_runs = self.cfg["max_runs"]
+        _write_all(1, b"R")
+        while max_runs <= 0 or self.n < max_runs:
+            try:
+                head = _read_exact(0, REQ.size)
+            except EOFError:
+                return
+            code_len, stdin_len, timeout, mem_mb = REQ.unpack(head)
+            code = _read_exact(0, code_len)
+            stdin = None if stdin_len == NO_STDIN else _read_exact(0, stdin_len)
+            _write_all(1, self.run(code, stdin, timeout, mem_mb))
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    if cfg["pidns"] and os.getpid() != 1:
+        # kill(-1) outside a fresh pid namespace would hit every process we may signal: refuse
+        sys.exit(f"zygote: expected pid 1 in a new pid namespace, got pid {os.getpid()}")
+    z = Zygote(cfg)
+    z.preload()
+    z.serve()
+
+
+if __name__ == "__main__":
+    main()
