@@ -4,6 +4,7 @@ tirl demo [--config FILE] [key=value ...]
 tirl sft  --config FILE [model.path=DIR sft.data=FILE ...] [--out DIR]
 tirl rl   --config FILE [model.path=DIR rl.data=FILE ...]  [--out DIR]
 tirl eval --config FILE [model.path=DIR eval.data=FILE ...] [--out DIR] [--label NAME]
+tirl sandbox serve [--host H] [--port P] [--workers N] [--config FILE] [sandbox.key=value ...]
 """
 
 from __future__ import annotations
@@ -80,6 +81,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--out", default=None, help="output directory (default: OUT_DIR/<command>)")
         if name == "eval":
             p.add_argument("--label", default="model", help="model label written into every record")
+    from tirl.sandbox.cli import add_sandbox_parser
+
+    add_sandbox_parser(sub, _config)
     return parser
 
 
