@@ -25,7 +25,8 @@ _BACKOFF_MAX_S = 2.0
 
 
 class SandboxClient:
-    def __init__(self, config: SandboxConfig) -> None:
+    def __init__(self, config: SandboxConfig, *, transport: httpx.BaseTransport | None = None) -> None:
+        """`transport` replaces the network (tests use httpx.MockTransport)."""
         if not config.urls:
             raise ValueError("SandboxClient needs sandbox.urls (one or more http://host:port)")
         self.config = config
@@ -34,7 +35,7 @@ class SandboxClient:
         self._url_lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.concurrency)
         limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
-        self._http = httpx.Client(limits=limits, headers={"Accept": "application/json"})
+        self._http = httpx.Client(limits=limits, headers={"Accept": "application/json"}, transport=transport)
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
 

@@ -14,8 +14,10 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import sys
 import sysconfig
+import time
 from pathlib import Path
 
 from tirl.sandbox.config import SandboxConfig
@@ -136,10 +138,24 @@ class WorkerCgroup:
         script = "".join(f'echo $$ > "{d}/cgroup.procs" && ' for d in self.dirs) + 'exec "$@"'
         return ["/bin/sh", "-c", script, "sh"]
 
-    def close(self) -> None:
+    def close(self, wait_s: float = 5.0) -> None:
+        """Kill what is left inside, then remove the directories (a dying process keeps them busy a moment)."""
+        deadline = time.monotonic() + wait_s
         for d in self.dirs:
-            with contextlib.suppress(OSError):
-                d.rmdir()
+            while True:
+                with contextlib.suppress(OSError, ValueError):
+                    for pid in (d / "cgroup.procs").read_text().split():
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(int(pid), signal.SIGKILL)
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.01)
         self.dirs = []
 
 

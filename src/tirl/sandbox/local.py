@@ -85,8 +85,11 @@ class _Worker:
         try:
             self._read(1, time.monotonic() + _READY_TIMEOUT_S)
         except WorkerDied as e:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            self.proc.wait()
+            err = self.proc.stderr.read(4096).decode("utf-8", "replace").strip() if self.proc.stderr else ""
             self.kill()
-            err = self.proc.stderr.read().decode("utf-8", "replace").strip() if self.proc.stderr else ""
             raise WorkerDied(f"worker failed to start: {err or e}") from None
 
     def _read(self, n: int, deadline: float) -> bytes:
@@ -117,15 +120,15 @@ class _Worker:
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()
+            self.proc.kill()  # bwrap; its namespace's init (the zygote) gets SIGKILL as its parent dies
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
+        if self.cgroup is not None:  # kills anything left inside, then removes it
+            self.cgroup.close()
         for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             if stream is not None:
                 with contextlib.suppress(OSError):
                     stream.close()
-        if self.cgroup is not None:
-            self.cgroup.close()
 
 
 class LocalSandbox:

@@ -134,6 +134,7 @@ class Zygote:
                 os.setresgid(self.uid, self.uid, self.uid)
                 os.setresuid(self.uid, self.uid, self.uid)
             os.environ["HOME"] = os.environ["TMPDIR"] = rundir
+            os.environ.pop("PWD", None)  # set by bwrap; the old sandbox did not have it either
             if "tempfile" in sys.modules:
                 sys.modules["tempfile"].tempdir = None
             if "numpy" in sys.modules:
@@ -237,13 +238,19 @@ class Zygote:
         return now + _DRAIN_S
 
     def _reap(self) -> None:
+        """Wait for every process the run left (we are their init); re-kill any forked during the kill."""
+        deadline = time.monotonic() + 2.0
         while True:
             try:
                 pid, _ = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
-            if pid == 0:
-                return
+            if pid:
+                continue
+            if not self.cfg["pidns"] or time.monotonic() > deadline:
+                return  # without a namespace, the host-side group kill is all we can do
+            self._kill_all(0.0, 0)
+            time.sleep(0.001)
 
     def _wipe(self, rundir: str) -> None:
         shutil.rmtree(rundir, ignore_errors=True)
