@@ -85,15 +85,17 @@ def bwrap_prefix(python: str, tmp_bytes: int) -> list[str]:
     return cmd
 
 
-def unshare_prefix() -> list[str]:
+def unshare_prefix(tmp_bytes: int) -> list[str]:
     binary = shutil.which("unshare")
     if binary is None:
         raise SandboxUnavailable("isolation 'unshare' requested but util-linux unshare is not installed")
     cmd = [binary, "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--ipc", "--uts", "--mount"]
     if os.geteuid() != 0:
         cmd[1:1] = ["--user", "--map-root-user"]
-    env = shutil.which("env") or "/usr/bin/env"
-    return cmd + [env, "-i", *(f"{k}={v}" for k, v in ENV.items())]
+    # private tmpfs /tmp and /dev/shm in the new mount namespace: the worker wipes them after each run
+    mounts = f"mount -t tmpfs -o size={tmp_bytes},mode=1777 tirl /tmp && mount -t tmpfs -o size={tmp_bytes} tirl /dev/shm"
+    env = " ".join(f"{k}={v}" for k, v in ENV.items())
+    return [*cmd, "/bin/sh", "-c", f'{mounts} && cd /tmp && exec env -i {env} "$@"', "sh"]
 
 
 def none_prefix() -> list[str]:
@@ -106,7 +108,7 @@ def worker_command(config: SandboxConfig, python: str, zygote_cfg: str) -> list[
     tmp_bytes = max(64 * 2**20, 4 * config.max_file_bytes)
     prefix = {
         "bwrap": lambda: bwrap_prefix(python, tmp_bytes),
-        "unshare": unshare_prefix,
+        "unshare": lambda: unshare_prefix(tmp_bytes),
         "none": none_prefix,
     }[config.isolation]()
     flags = ["-I", "-B", "-X", "utf8"] + ([] if config.import_site else ["-S"])

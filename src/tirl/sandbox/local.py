@@ -170,8 +170,11 @@ class LocalSandbox:
     def _spawn(self, slot: int, raise_errors: bool = False) -> _Worker | None:
         cfg = self.config
         zcfg = {
-            "uid": snippet_uid(slot) if cfg.isolation != "none" else -1,
+            # unshare: no uid switch (root's 0700 home holding the interpreter stays unreadable otherwise);
+            # the worker is the namespace's init, which its snippets cannot signal either way
+            "uid": snippet_uid(slot) if cfg.isolation == "bwrap" else -1,
             "pidns": cfg.isolation != "none",
+            "private_tmp": cfg.isolation != "none",  # /tmp and /dev/shm are the worker's own tmpfs
             "preload": list(cfg.preload),
             "cpu_time_s": cfg.cpu_time_s,
             "memory_mb": cfg.memory_mb,

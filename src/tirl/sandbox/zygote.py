@@ -161,7 +161,7 @@ class Zygote:
     def run(self, code: bytes, stdin: bytes | None, timeout: float, mem_mb: int) -> bytes:
         cap = self.cfg["max_output_bytes"]
         self.n += 1
-        rundir = f"/tmp/run{self.n}"
+        rundir = f"/tmp/tirl-run-{os.getpid()}-{self.n}"  # pid: unique on a shared /tmp (isolation none)
         os.mkdir(rundir, 0o700)
         if self.uid >= 0:
             os.chown(rundir, self.uid, self.uid)
@@ -254,7 +254,7 @@ class Zygote:
 
     def _wipe(self, rundir: str) -> None:
         shutil.rmtree(rundir, ignore_errors=True)
-        if self.uid < 0:  # the snippet ran as us: it may have written anywhere we can
+        if self.uid < 0 and self.cfg["private_tmp"]:  # the snippet ran as us: it may have written there
             for d in ("/tmp", "/dev/shm"):
                 try:
                     entries = os.listdir(d)
