@@ -159,7 +159,9 @@ def test_cwd_is_fresh_empty_and_removed(single: LocalSandbox) -> None:
     assert cwd1 != cwd2
     assert listing1 == listing2 == "[]"
     assert tmp1 == cwd1
-    assert single.run(f"import os\nprint(os.path.exists({cwd1!r}), os.listdir('/tmp'))").stdout.startswith("False [")
+    assert single.run(f"import os\nprint(os.path.exists({cwd1!r}), os.listdir('/tmp'))").stdout.startswith(
+        "False ["
+    )
 
 
 def test_cwd_removed_after_timeout(single: LocalSandbox) -> None:
@@ -208,7 +210,9 @@ def test_forked_and_setsid_children_do_not_survive(single: LocalSandbox) -> None
 
 def test_no_state_is_visible_to_the_next_run(single: LocalSandbox) -> None:
     assert single.run("import math, builtins\nmath.leak = 1\nbuiltins.leak = 2\nx = 3").status == "ok"
-    r = single.run("import math, builtins\nprint(hasattr(math, 'leak'), hasattr(builtins, 'leak'), 'x' in globals())")
+    r = single.run(
+        "import math, builtins\nprint(hasattr(math, 'leak'), hasattr(builtins, 'leak'), 'x' in globals())"
+    )
     assert r.stdout == "False False False\n"
 
 

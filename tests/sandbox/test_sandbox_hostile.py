@@ -157,7 +157,10 @@ def test_infinite_loop_times_out(server: Server) -> None:
 
 
 def test_memory_bomb_is_stopped(server: Server) -> None:
-    for code in ("x = bytearray(8 * 2**30)\nprint('allocated')", "xs = []\nwhile True:\n    xs.append(b'x' * 2**24)"):
+    for code in (
+        "x = bytearray(8 * 2**30)\nprint('allocated')",
+        "xs = []\nwhile True:\n    xs.append(b'x' * 2**24)",
+    ):
         out = server.run(code)
         assert out["tirl"]["status"] == "memory_exceeded", out
         assert "allocated" not in out["run_result"]["stdout"]
@@ -268,7 +271,9 @@ def test_background_processes_do_not_survive_the_run(server: Server) -> None:
 
 
 def test_non_utf8_output_is_returned_safely(server: Server) -> None:
-    out = server.run("import sys\nsys.stdout.buffer.write(b'a\\xff\\xfeb')\nsys.stderr.buffer.write(b'\\x80')")
+    out = server.run(
+        "import sys\nsys.stdout.buffer.write(b'a\\xff\\xfeb')\nsys.stderr.buffer.write(b'\\x80')"
+    )
     assert out["status"] == "Success"
     assert out["run_result"]["stdout"] == "a\ufffd\ufffdb" and out["run_result"]["stderr"] == "\ufffd"
     server.assert_healthy()
@@ -283,7 +288,9 @@ def test_bad_requests_get_clear_4xx(server: Server) -> None:
     assert r.status_code == 422 and "run_timeout" in r.text
     r = server.http.post("/run_code", json={"code": "print(1)", "files": {"a.txt": "eA=="}})
     assert r.status_code == 400 and "files" in r.json()["detail"]
-    r = server.http.post("/run_code", content=b"x" * (5 * 2**20), headers={"content-type": "application/json"})
+    r = server.http.post(
+        "/run_code", content=b"x" * (5 * 2**20), headers={"content-type": "application/json"}
+    )
     assert r.status_code == 413
     server.assert_healthy()
 
@@ -293,7 +300,9 @@ def test_metrics_count_runs_by_status(server: Server) -> None:
     text = server.http.get("/metrics").text
     assert 'tirl_sandbox_runs_total{status="runtime_error"}' in text
     assert "tirl_sandbox_run_seconds_bucket" in text and "tirl_sandbox_queue_depth 0" in text
-    line = next(x for x in text.splitlines() if x.startswith('tirl_sandbox_runs_total{status="runtime_error"}'))
+    line = next(
+        x for x in text.splitlines() if x.startswith('tirl_sandbox_runs_total{status="runtime_error"}')
+    )
     assert int(line.split()[-1]) >= 1
 
 
@@ -311,7 +320,11 @@ def test_load_500_requests_at_concurrency_32(server: Server) -> None:
     after = server.http.get("/metrics").text
 
     def ok_count(text: str) -> int:
-        return int(next(x for x in text.splitlines() if x.startswith('tirl_sandbox_runs_total{status="ok"}')).split()[-1])
+        return int(
+            next(
+                x for x in text.splitlines() if x.startswith('tirl_sandbox_runs_total{status="ok"}')
+            ).split()[-1]
+        )
 
     assert ok_count(after) - ok_count(before) == 500  # none dropped, none retried into a duplicate
     assert elapsed < 30

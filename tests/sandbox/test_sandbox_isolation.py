@@ -39,7 +39,9 @@ def test_none_mode_warns_loudly_and_still_runs() -> None:
         leftover = sb.run("import os, subprocess\np = subprocess.Popen(['sleep', '30'])\nprint(p.pid)")
     assert r.stdout == "42\n"
     pid = int(leftover.stdout)
-    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z"
+    assert (
+        not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z"
+    )
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")

@@ -14,7 +14,9 @@ def add_sandbox_parser(sub: Any, load_config: Callable[[argparse.Namespace], Any
     p = sub.add_parser("sandbox", help="the code sandbox as an HTTP service (SandboxFusion API)")
     ssub = p.add_subparsers(dest="sandbox_command", required=True)
     s = ssub.add_parser("serve", help="serve POST /run_code, GET /health, GET /metrics from a warm pool")
-    s.add_argument("--config", default=None, help="YAML config; its sandbox: section sets limits and isolation")
+    s.add_argument(
+        "--config", default=None, help="YAML config; its sandbox: section sets limits and isolation"
+    )
     s.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8080, help="port (default 8080)")
     s.add_argument("--workers", type=int, default=None, help="warm workers (default: sandbox.max_workers)")
@@ -48,5 +50,7 @@ def _serve(args: argparse.Namespace, load_config: Callable[[argparse.Namespace],
             file=sys.stderr,
             flush=True,
         )
-        serve(sandbox, host=args.host, port=args.port, max_body_bytes=args.max_body_bytes, max_queue=args.queue)
+        serve(
+            sandbox, host=args.host, port=args.port, max_body_bytes=args.max_body_bytes, max_queue=args.queue
+        )
     return 0

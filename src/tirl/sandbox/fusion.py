@@ -64,7 +64,9 @@ def to_response(r: ExecResult) -> dict[str, Any]:
 def from_response(payload: dict[str, Any], *, wall_time: float) -> ExecResult:
     """SandboxFusion (or tirl) RunCodeResponse -> ExecResult; a malformed answer is a sandbox_error."""
     if not isinstance(payload, dict) or "status" not in payload:
-        return ExecResult("", "", None, False, False, wall_time, f"malformed sandbox response: {payload!r:.200}")
+        return ExecResult(
+            "", "", None, False, False, wall_time, f"malformed sandbox response: {payload!r:.200}"
+        )
     run = payload.get("run_result")
     ext = payload.get("tirl") or {}
     if payload["status"] == "SandboxError" or not isinstance(run, dict):

@@ -60,7 +60,9 @@ def _hidden_homes() -> list[str]:
 def bwrap_prefix(python: str, tmp_bytes: int) -> list[str]:
     binary = shutil.which("bwrap")
     if binary is None:
-        raise SandboxUnavailable("isolation 'bwrap' requested but bwrap is not installed (apt install bubblewrap)")
+        raise SandboxUnavailable(
+            "isolation 'bwrap' requested but bwrap is not installed (apt install bubblewrap)"
+        )
     cmd = [binary, "--ro-bind", "/", "/"]
     needed = _interpreter_dirs(python)
     for home in _hidden_homes():  # tokens and keys usually live here; hide them, bind the interpreter back

@@ -147,7 +147,9 @@ class LocalSandbox:
         self.workers = cfg.max_workers or max(2, os.cpu_count() or 1)
         self._use_cgroups = cfg.cgroups == "required" or (cfg.cgroups == "auto" and cgroups_writable())
         if cfg.cgroups == "required" and not cgroups_writable():
-            raise SandboxUnavailable("sandbox.cgroups 'required' but the v1 pids/memory cgroups are not writable")
+            raise SandboxUnavailable(
+                "sandbox.cgroups 'required' but the v1 pids/memory cgroups are not writable"
+            )
         self._idle: queue.Queue[_Worker] = queue.Queue()
         self._lock = threading.Lock()
         self._waiting = 0

@@ -41,14 +41,26 @@ class Metrics:
                 self.buckets[i] += 1
 
     def render(self, stats: dict[str, int], inflight: int) -> str:
-        lines = ["# HELP tirl_sandbox_runs_total Runs finished, by result status.", "# TYPE tirl_sandbox_runs_total counter"]
+        lines = [
+            "# HELP tirl_sandbox_runs_total Runs finished, by result status.",
+            "# TYPE tirl_sandbox_runs_total counter",
+        ]
         lines += [f'tirl_sandbox_runs_total{{status="{s}"}} {n}' for s, n in self.runs.items()]
         lines += ["# HELP tirl_sandbox_run_seconds Run latency seen by the server (queueing included).",
                   "# TYPE tirl_sandbox_run_seconds histogram"]  # fmt: skip
-        lines += [f'tirl_sandbox_run_seconds_bucket{{le="{le}"}} {n}' for le, n in zip(LATENCY_BUCKETS, self.buckets)]
+        lines += [
+            f'tirl_sandbox_run_seconds_bucket{{le="{le}"}} {n}'
+            for le, n in zip(LATENCY_BUCKETS, self.buckets)
+        ]
         lines += [f'tirl_sandbox_run_seconds_bucket{{le="+Inf"}} {self.latency_count}']
-        lines += [f"tirl_sandbox_run_seconds_sum {self.latency_sum}", f"tirl_sandbox_run_seconds_count {self.latency_count}"]
-        lines += ["# HELP tirl_sandbox_rejected_total Requests refused before running.", "# TYPE tirl_sandbox_rejected_total counter"]
+        lines += [
+            f"tirl_sandbox_run_seconds_sum {self.latency_sum}",
+            f"tirl_sandbox_run_seconds_count {self.latency_count}",
+        ]
+        lines += [
+            "# HELP tirl_sandbox_rejected_total Requests refused before running.",
+            "# TYPE tirl_sandbox_rejected_total counter",
+        ]
         lines += [f'tirl_sandbox_rejected_total{{reason="{r}"}} {n}' for r, n in self.rejected.items()]
         for name, value, help_ in (
             ("queue_depth", stats["waiting"], "Runs waiting for a free worker."),
@@ -56,7 +68,11 @@ class Metrics:
             ("workers", stats["workers"], "Warm workers in the pool."),
             ("idle_workers", stats["idle"], "Workers ready for a run."),
         ):
-            lines += [f"# HELP tirl_sandbox_{name} {help_}", f"# TYPE tirl_sandbox_{name} gauge", f"tirl_sandbox_{name} {value}"]
+            lines += [
+                f"# HELP tirl_sandbox_{name} {help_}",
+                f"# TYPE tirl_sandbox_{name} gauge",
+                f"tirl_sandbox_{name} {value}",
+            ]
         return "\n".join(lines) + "\n"
 
 
