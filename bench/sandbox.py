@@ -2,7 +2,8 @@
 
   (a) tirl's isolated warm pool (LocalSandbox, bubblewrap, math/numpy/sympy preloaded, one fork per run);
   (b) a fresh bubblewrap-isolated interpreter per run (same namespaces and mounts, `python -I -c`);
-  (c) a fresh `python -c` per run without isolation (how SandboxFusion's runner executes a snippet).
+  (c) a fresh `python -c` per run without isolation (how SandboxFusion's runner executes a snippet);
+  (b2) as (b), but importing the modules the pool preloads (math, numpy, sympy) first: the same service as (a).
 
 Writes bench/results/sandbox.json. Latency is what the caller sees, from the call to the result. Usage:
   python bench/sandbox.py [--quick]
@@ -69,20 +70,26 @@ def main(quick: bool = False) -> dict:
         pool = out["results"]["a_isolated_warm_pool"] = {}
         for c in (1, 16):
             pool[f"c{c}"] = measure(lambda: sb.run(CODE).stdout, n_pool if c > 1 else n_pool // 3, c)
-    bwrap_argv = worker_command(config, sys.executable, "{}")[:-2] + [
-        "-c",
-        CODE,
-    ]  # drop zygote.py and its cfg
+    time.sleep(1)  # the pool's workers are gone before the fresh-process runs start
+    head = worker_command(config, sys.executable, "{}")[:-2]  # bwrap ... python flags, without zygote.py
+    preload = f"import {', '.join(config.preload)}\n"
     fresh = {
-        "b_fresh_bwrap_interpreter": (bwrap_argv, None),
-        "c_fresh_python_c": ([sys.executable, "-c", CODE], ENV),
+        "b_fresh_bwrap_interpreter": ([*head, "-c", CODE], None, n_fresh),
+        "b2_fresh_bwrap_interpreter_same_preloads": (
+            [*head, "-c", preload + CODE],
+            None,
+            max(8, n_fresh // 10),
+        ),
+        "c_fresh_python_c": ([sys.executable, "-c", CODE], ENV, n_fresh),
     }
-    for name, (argv, env) in fresh.items():
+    for name, (argv, env, n) in fresh.items():
         res = out["results"][name] = {}
         for c in (1, 16):
-            res[f"c{c}"] = measure(fresh_process(argv, env), n_fresh, c)
+            res[f"c{c}"] = measure(fresh_process(argv, env), n if c == 1 else 2 * n, c)
     a, b = out["results"]["a_isolated_warm_pool"], out["results"]["b_fresh_bwrap_interpreter"]
+    b2 = out["results"]["b2_fresh_bwrap_interpreter_same_preloads"]
     out["speedup_a_over_b"] = {k: round(a[k]["runs_per_s"] / b[k]["runs_per_s"], 1) for k in ("c1", "c16")}
+    out["speedup_a_over_b2"] = {k: round(a[k]["runs_per_s"] / b2[k]["runs_per_s"], 1) for k in ("c1", "c16")}
     return out
 
 

@@ -41,38 +41,28 @@ class Metrics:
                 self.buckets[i] += 1
 
     def render(self, stats: dict[str, int], inflight: int) -> str:
-        lines = [
-            "# HELP tirl_sandbox_runs_total Runs finished, by result status.",
-            "# TYPE tirl_sandbox_runs_total counter",
-        ]
-        lines += [f'tirl_sandbox_runs_total{{status="{s}"}} {n}' for s, n in self.runs.items()]
-        lines += ["# HELP tirl_sandbox_run_seconds Run latency seen by the server (queueing included).",
-                  "# TYPE tirl_sandbox_run_seconds histogram"]  # fmt: skip
-        lines += [
-            f'tirl_sandbox_run_seconds_bucket{{le="{le}"}} {n}'
-            for le, n in zip(LATENCY_BUCKETS, self.buckets)
-        ]
-        lines += [f'tirl_sandbox_run_seconds_bucket{{le="+Inf"}} {self.latency_count}']
-        lines += [
-            f"tirl_sandbox_run_seconds_sum {self.latency_sum}",
-            f"tirl_sandbox_run_seconds_count {self.latency_count}",
-        ]
-        lines += [
-            "# HELP tirl_sandbox_rejected_total Requests refused before running.",
-            "# TYPE tirl_sandbox_rejected_total counter",
-        ]
-        lines += [f'tirl_sandbox_rejected_total{{reason="{r}"}} {n}' for r, n in self.rejected.items()]
+        def block(name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> list[str]:
+            return [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"] + [
+                f"{name}{k} {v}" for k, v in samples
+            ]
+
+        runs = [(f'{{status="{s}"}}', n) for s, n in self.runs.items()]
+        hist = [(f'_bucket{{le="{le}"}}', n) for le, n in zip(LATENCY_BUCKETS, self.buckets, strict=True)]
+        hist += [('_bucket{le="+Inf"}', self.latency_count), ("_sum", self.latency_sum)]
+        hist += [("_count", self.latency_count)]
+        rejected = [(f'{{reason="{r}"}}', n) for r, n in self.rejected.items()]
+        lines = block("tirl_sandbox_runs_total", "counter", "Runs finished, by result status.", runs)
+        lines += block(
+            "tirl_sandbox_run_seconds", "histogram", "Run latency at the server, queueing included.", hist
+        )
+        lines += block("tirl_sandbox_rejected_total", "counter", "Requests refused before running.", rejected)
         for name, value, help_ in (
             ("queue_depth", stats["waiting"], "Runs waiting for a free worker."),
             ("inflight", inflight, "Requests being run or waiting."),
             ("workers", stats["workers"], "Warm workers in the pool."),
             ("idle_workers", stats["idle"], "Workers ready for a run."),
         ):
-            lines += [
-                f"# HELP tirl_sandbox_{name} {help_}",
-                f"# TYPE tirl_sandbox_{name} gauge",
-                f"tirl_sandbox_{name} {value}",
-            ]
+            lines += block(f"tirl_sandbox_{name}", "gauge", help_, [("", value)])
         return "\n".join(lines) + "\n"
 
 
@@ -108,8 +98,8 @@ class BodyLimit:
     async def _reject(self, send: Any) -> None:
         self.metrics.rejected["too_large"] += 1
         body = f'{{"detail":"request body larger than {self.max_bytes} bytes"}}'.encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})  # fmt: skip
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})
 
 

@@ -82,17 +82,30 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _snippet_main(code: bytes) -> int:
-    """Runs in the forked child: `code` as __main__ in a fresh module, traceback without our frames."""
+def _prepare(code: bytes) -> tuple[types.ModuleType, types.CodeType | BaseException]:
+    """In the zygote, before the fork: the fresh __main__ and the compiled code (or the SyntaxError to show).
+
+    Compiling here rather than in the child saves it the copy-on-write faults the compiler would cause.
+    """
     src = code.decode("utf-8", errors="replace")
     linecache.cache["snippet.py"] = (len(src), None, src.splitlines(True), "snippet.py")
     main = types.ModuleType("__main__")
     main.__file__ = "snippet.py"
     main.__builtins__ = __builtins__
+    try:
+        return main, compile(src, "snippet.py", "exec")
+    except (SyntaxError, ValueError) as e:  # ValueError: a NUL byte in the source
+        return main, e
+
+
+def _snippet_main(main: types.ModuleType, compiled: types.CodeType | BaseException) -> int:
+    """Runs in the forked child: the code as __main__, an uncaught exception's traceback without our frames."""
     sys.modules["__main__"] = main
     sys.argv[:] = ["snippet.py"]
     try:
-        exec(compile(src, "snippet.py", "exec"), main.__dict__)
+        if isinstance(compiled, BaseException):
+            raise compiled
+        exec(compiled, main.__dict__)
     except SystemExit as e:
         if e.code is None:
             return 0
@@ -131,10 +144,11 @@ class Zygote:
         sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
         sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True, **enc)
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True, **enc)
+        os.environ.pop("PWD", None)  # set by bwrap; meaningless for a snippet in its own directory
         gc.collect()
         gc.freeze()  # children then never touch (copy) the preloaded objects' pages to collect them
 
-    def child(self, code: bytes, stdin_fd: int, out_w: int, err_w: int, rundir: str, mem_mb: int) -> None:
+    def child(self, prepared: tuple, stdin_fd: int, out_w: int, err_w: int, rundir: str, mem_mb: int) -> None:
         status = 1
         try:
             os.dup2(stdin_fd, 0)
@@ -159,15 +173,7 @@ class Zygote:
                 os.setgroups([])
                 os.setresgid(self.uid, self.uid, self.uid)
                 os.setresuid(self.uid, self.uid, self.uid)
-            os.environ["HOME"] = os.environ["TMPDIR"] = rundir
-            os.environ.pop("PWD", None)  # set by bwrap; the old sandbox did not have it either
-            random.seed()
-            if "tempfile" in sys.modules:
-                sys.modules["tempfile"].tempdir = None
-            if "numpy" in sys.modules:
-                # `random` reseeds itself after fork; numpy's global generator does not
-                sys.modules["numpy"].random.seed(int.from_bytes(os.urandom(4), "little"))
-            status = _snippet_main(code)
+            status = _snippet_main(*prepared)
             for stream in (sys.stdout, sys.stderr):
                 try:
                     stream.flush()
@@ -196,10 +202,12 @@ class Zygote:
             os.lseek(stdin_fd, 0, os.SEEK_SET)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        prepared = _prepare(code)
+        self._fresh_state(rundir)
         t0 = time.monotonic()
         pid = _raw_fork()
         if pid == 0:
-            self.child(code, stdin_fd, out_w, err_w, rundir, mem_mb or self.cfg["memory_mb"])
+            self.child(prepared, stdin_fd, out_w, err_w, rundir, mem_mb or self.cfg["memory_mb"])
         for fd in (stdin_fd, out_w, err_w):
             os.close(fd)
         pidfd = os.pidfd_open(pid)
@@ -250,6 +258,15 @@ class Zygote:
         out, err = bytes(bufs[out_r]), bytes(bufs[err_r])
         return RESP.pack(code_, flags, wall, len(out), len(err)) + out + err
 
+    def _fresh_state(self, rundir: str) -> None:
+        """Set here, before the fork, what each child must not share with the previous one (cheaper than after)."""
+        os.environ["HOME"] = os.environ["TMPDIR"] = rundir
+        random.seed()  # os.fork would reseed it in the child; the raw fork does not
+        if "numpy" in sys.modules:  # numpy's global generator is never reseeded after a fork
+            sys.modules["numpy"].random.seed(int.from_bytes(os.urandom(4), "little"))
+        if "tempfile" in sys.modules:
+            sys.modules["tempfile"].tempdir = None
+
     def _kill_all(self, now: float, pid: int) -> float:
         try:
             if self.cfg["pidns"]:
@@ -276,7 +293,10 @@ class Zygote:
             time.sleep(0.001)
 
     def _wipe(self, rundir: str) -> None:
-        shutil.rmtree(rundir, ignore_errors=True)
+        try:
+            os.rmdir(rundir)  # the common case: the snippet wrote no file
+        except OSError:
+            shutil.rmtree(rundir, ignore_errors=True)
         if self.uid < 0 and self.cfg["private_tmp"]:  # the snippet ran as us: it may have written there
             for d in ("/tmp", "/dev/shm"):
                 try:
