@@ -239,6 +239,16 @@ def test_unicode_round_trip(sandbox: LocalSandbox) -> None:
     assert sandbox.run("print('π ≈ 3.14 ✓')").stdout == "π ≈ 3.14 ✓\n"
 
 
+def test_a_worker_killed_from_outside_is_replaced() -> None:
+    with LocalSandbox(SandboxConfig(max_workers=1)) as sb:
+        assert sb.run("print(1)").stdout == "1\n"
+        (worker,) = sb._all
+        worker.proc.kill()
+        worker.proc.wait()
+        assert sb.run("print(2)").stdout == "2\n"  # on a fresh worker, not a sandbox_error
+        assert sb._all and worker not in sb._all
+
+
 def test_missing_interpreter_refuses_to_start(tmp_path: Path) -> None:
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\n")

@@ -167,6 +167,20 @@ def test_memory_bomb_is_stopped(server: Server) -> None:
     server.assert_healthy()
 
 
+def test_memory_bomb_across_processes_meets_the_cgroup(server: Server) -> None:
+    # Each process stays under its address-space rlimit; together they pass the worker's memory cgroup
+    # (256 + 512 MiB), whose OOM killer picks the largest: the main process.
+    code = (
+        "import os, time\nfor _ in range(10):\n    if os.fork() == 0:\n"
+        "        b = bytearray(60 * 2**20)\n        b[::4096] = b'x' * len(b[::4096])\n"
+        "        time.sleep(5)\n        os._exit(0)\n"
+        "big = bytearray(230 * 2**20)\nbig[::4096] = b'x' * len(big[::4096])\ntime.sleep(5)\nprint('survived')\n"
+    )
+    out = server.run(code, run_timeout=8)
+    assert out["tirl"]["status"] == "memory_exceeded" and "survived" not in out["run_result"]["stdout"], out
+    server.assert_healthy()
+
+
 def test_fork_bomb_is_contained(server: Server) -> None:
     baseline = len(server.cgroup.pids())
     code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"

@@ -137,6 +137,15 @@ class WorkerCgroup:
             self.close()
             raise
 
+    def oom_kills(self) -> int:
+        """Processes the memory cgroup's OOM killer has killed (the worker is replaced after any kill)."""
+        for d in self.dirs:
+            if (d / "memory.oom_control").exists():
+                for line in (d / "memory.oom_control").read_text().splitlines():
+                    if line.startswith("oom_kill "):
+                        return int(line.split()[1])
+        return 0
+
     def enter_command(self) -> list[str]:
         """A shell prefix that moves itself into the cgroups, then execs the worker (which inherits them)."""
         script = "".join(f'echo $$ > "{d}/cgroup.procs" && ' for d in self.dirs) + 'exec "$@"'

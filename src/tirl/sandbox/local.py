@@ -169,7 +169,7 @@ class LocalSandbox:
             self._spawner.submit(self._spawn, slot)
 
     # -- workers ------------------------------------------------------------------------------------------
-    def _spawn(self, slot: int, raise_errors: bool = False) -> _Worker | None:
+    def _spawn(self, slot: int, raise_errors: bool = False, attempt: int = 0) -> _Worker | None:
         cfg = self.config
         zcfg = {
             # unshare: no uid switch (root's 0700 home holding the interpreter stays unreadable otherwise);
@@ -202,6 +202,10 @@ class LocalSandbox:
             self._last_spawn_error = str(e)
             if raise_errors:
                 raise WorkerDied(str(e)) from None
+            time.sleep(min(5.0, 0.1 * 2**attempt))  # a transient failure (fork, memory): try again, slower
+            if not self._closed:
+                with contextlib.suppress(RuntimeError):  # the spawner is shutting down
+                    self._spawner.submit(self._spawn, slot, False, attempt + 1)
             return None
         with self._lock:
             if self._closed:
@@ -242,11 +246,15 @@ class LocalSandbox:
                 raise SandboxOverloaded(f"{self._waiting} runs already waiting for {self.workers} workers")
             self._waiting += 1
         try:
-            try:
-                worker = self._idle.get(timeout=_READY_TIMEOUT_S)
-            except queue.Empty:
-                msg = f"no sandbox worker ready after {_READY_TIMEOUT_S:.0f} s: {self._last_spawn_error}"
-                return ExecResult("", "", None, False, False, time.monotonic() - start, msg)
+            while True:
+                try:
+                    worker = self._idle.get(timeout=_READY_TIMEOUT_S)
+                except queue.Empty:
+                    msg = f"no sandbox worker ready after {_READY_TIMEOUT_S:.0f} s: {self._last_spawn_error}"
+                    return ExecResult("", "", None, False, False, time.monotonic() - start, msg)
+                if worker.proc.poll() is None:
+                    break
+                self._retire(worker)  # died while idle (killed from outside): not this run's fault
         finally:
             with self._lock:
                 self._waiting -= 1
@@ -262,7 +270,8 @@ class LocalSandbox:
         except WorkerDied as e:
             self._retire(worker)
             return ExecResult("", "", None, False, False, time.monotonic() - start, f"sandbox worker: {e}")
-        killed = flags & (proto.F_TIMEOUT | proto.F_TRUNCATED | proto.F_MEMORY) or exit_code < 0
+        killed = flags & (proto.F_TIMEOUT | proto.F_TRUNCATED | proto.F_KILLED) or exit_code < 0
+        oom = bool(flags & proto.F_KILLED) and worker.cgroup is not None and worker.cgroup.oom_kills() > 0
         if killed or worker.runs >= self.config.max_runs_per_worker:
             self._retire(worker)
         else:
@@ -274,7 +283,7 @@ class LocalSandbox:
             timed_out=bool(flags & proto.F_TIMEOUT),
             output_truncated=bool(flags & proto.F_TRUNCATED),
             wall_time=wall,
-            memory_exceeded=bool(flags & proto.F_MEMORY),
+            memory_exceeded=oom,
         )
 
     def run_batch(

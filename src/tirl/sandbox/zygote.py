@@ -40,7 +40,7 @@ import types
 REQ = struct.Struct("!IIdI")
 RESP = struct.Struct("!iBdII")
 NO_STDIN = 0xFFFFFFFF
-F_TIMEOUT, F_TRUNCATED, F_MEMORY, F_CRASH = 1, 2, 4, 8
+F_TIMEOUT, F_TRUNCATED, F_KILLED = 1, 2, 4  # F_KILLED: SIGKILL from outside the run (e.g. the OOM killer)
 _CHUNK = 65536
 _DRAIN_S = 0.5
 
@@ -74,6 +74,15 @@ def _read_exact(fd: int, n: int) -> bytes:
         parts.append(b)
         left -= len(b)
     return b"".join(parts)
+
+
+def _write_quietly(path: str, text: str) -> bool:
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+        return True
+    except OSError:
+        return False
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -128,6 +137,7 @@ class Zygote:
         self.uid = cfg["uid"]  # -1: keep ours
         self.n = 0
         self.base_vm = 0
+        self.oom_protected = False
 
     def preload(self) -> None:
         for name in self.cfg["preload"]:
@@ -145,6 +155,7 @@ class Zygote:
         sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True, **enc)
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True, **enc)
         os.environ.pop("PWD", None)  # set by bwrap; meaningless for a snippet in its own directory
+        self.oom_protected = _write_quietly("/proc/self/oom_score_adj", "-1000")  # the OOM killer spares us
         gc.collect()
         gc.freeze()  # children then never touch (copy) the preloaded objects' pages to collect them
 
@@ -169,6 +180,8 @@ class Zygote:
             ]
             for res, lim in limits:
                 resource.setrlimit(res, lim)
+            if self.oom_protected:
+                _write_quietly("/proc/self/oom_score_adj", "500")  # and picks the snippet
             if self.uid >= 0:
                 os.setgroups([])
                 os.setresgid(self.uid, self.uid, self.uid)
@@ -218,8 +231,10 @@ class Zygote:
         poller = select.poll()
         for fd in (out_r, err_r, pidfd):
             poller.register(fd, select.POLLIN)
-        open_fds = 2
-        while open_fds:
+        open_fds, exited = 2, False
+        while (
+            open_fds or not exited
+        ):  # a snippet that closes its stdout still runs until it exits or times out
             now = time.monotonic()
             if not drain_until and now >= deadline:
                 flags |= F_TIMEOUT
@@ -230,6 +245,7 @@ class Zygote:
             for fd, _ev in poller.poll(wait_ms):
                 if fd == pidfd:
                     poller.unregister(pidfd)
+                    exited = True
                     if not drain_until:
                         drain_until = self._kill_all(time.monotonic(), pid)  # main exited: no stragglers
                     continue
@@ -254,7 +270,7 @@ class Zygote:
         self._wipe(rundir)
         code_ = os.waitstatus_to_exitcode(wstatus)
         if code_ == -signal.SIGKILL and not flags & (F_TIMEOUT | F_TRUNCATED):
-            flags |= F_MEMORY  # killed by nobody we know of: the memory cgroup's OOM killer
+            flags |= F_KILLED  # not by us: the host checks the memory cgroup's OOM counter
         out, err = bytes(bufs[out_r]), bytes(bufs[err_r])
         return RESP.pack(code_, flags, wall, len(out), len(err)) + out + err
 
