@@ -72,3 +72,11 @@ def test_unshare_mode_isolates_pids_network_and_tmp() -> None:
 def test_config_errors_name_the_key(data: dict, match: str) -> None:
     with pytest.raises((ConfigError, ValueError), match=match):
         from_dict(SandboxConfig, data)
+
+
+def test_cli_serve_refuses_weaker_isolation(monkeypatch: pytest.MonkeyPatch, tmp_path, capsys) -> None:
+    from tirl.cli import main
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert main(["sandbox", "serve", "--port", "1"]) == 2
+    assert "bwrap is not installed" in capsys.readouterr().err

@@ -5,7 +5,8 @@ Cgroups: v1 pids and memory hierarchies only (v2 is not handled: `cgroups: auto`
 Modes, strongest first (what each does and does not cover is listed in tirl/sandbox/local.py):
   bwrap   : bubblewrap namespaces (pid, net, ipc, uts, mount); / read-only, fresh tmpfs /tmp, /proc, /dev;
             root's home hidden behind an empty tmpfs (the interpreter's own directories bound back).
-  unshare : util-linux `unshare` namespaces (pid, net, ipc, uts, mount); the host filesystem stays writable.
+  unshare : util-linux `unshare` namespaces (pid, net, ipc, uts, mount) with private tmpfs /tmp and /dev/shm;
+            the rest of the host filesystem stays as writable as it is for tirl's uid.
   none    : a plain process (explicit opt-in only, with a loud warning).
 """
 

@@ -15,19 +15,26 @@ What a run gets with `isolation: bwrap` (each property has an adversarial test i
   - when tirl runs as root: the snippet switches to an unprivileged uid of its own, so it cannot signal the
     worker, read 0700 files or write root-owned ones, and RLIMIT_NPROC binds;
   - rlimits: CPU time, address space (warm interpreter + memory_mb), file size, process count, no core dumps;
-  - per-worker cgroups (pids.max, memory.limit_in_bytes) where the v1 hierarchies are writable;
+  - per-worker cgroups (pids.max, memory.limit_in_bytes = memory_mb + 512 MiB) where the v1 hierarchies are
+    writable: a fork bomb stops at the process limit, memory spread over many processes meets the OOM killer
+    (reported as memory_exceeded when it kills the main process);
   - a wall-clock timeout and per-stream output caps (truncated and flagged; the run is killed, never buffered
     without bound); non-UTF-8 output decoded with replacement characters.
 
 What it does NOT cover:
   - kernel exploits: namespaces share the host kernel (no seccomp filter, no VM); use a VM for that threat;
-  - `unshare` mode keeps the host filesystem writable by the worker's uid and does not hide any home;
+  - `unshare` mode (pid, net, ipc, uts, mount namespaces, private /tmp and /dev/shm) keeps the rest of the host
+    filesystem writable by the worker's uid, hides no home, and does not switch the snippet's uid;
     `none` mode has no namespaces at all (only rlimits, setsid and process-group kills: setsid escapes survive,
     the network and filesystem are open); it needs the explicit opt-in and logs a loud warning;
-  - without root, the snippet runs as the worker's uid: it can kill its worker (the run then reports a
-    sandbox_error and the worker is replaced), and RLIMIT_NPROC counts all of that uid's processes;
+  - without root, the snippet runs as the worker's uid: RLIMIT_NPROC counts all of that uid's processes, and
+    it may ptrace its worker where the kernel allows it (the worker holds no secret; signals cannot reach it,
+    as the namespace's init); a worker that dies anyway is replaced and that run reports a sandbox_error;
   - the preloaded modules are shared, read-only state: a snippet sees the same hash seed as the previous one;
-  - CPU share between concurrent runs is not limited (no cpu cgroup): a busy snippet slows its neighbours.
+  - CPU share between concurrent runs is not limited (no cpu cgroup): a busy snippet slows its neighbours;
+  - /dev/shm is read-only for the snippet (so `multiprocessing` locks fail), and there is no per-run disk quota
+    beyond the file-size rlimit and the worker's /tmp tmpfs size;
+  - the worker's OOM protection (oom_score_adj) is best effort: some kernels and VMs refuse it.
 """
 
 from __future__ import annotations
