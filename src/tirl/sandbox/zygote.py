@@ -201,10 +201,14 @@ class Zygote:
             os._exit(status)
 
     def run(self, code: bytes, stdin: bytes | None, timeout: float, mem_mb: int) -> bytes:
-        cap = self.cfg["max_output_bytes"]
+        """One snippet, start to cleanup; returns the response frame."""
         self.n += 1
         rundir = f"/tmp/tirl-run-{os.getpid()}-{self.n}"  # pid: unique on a shared /tmp (isolation none)
-        os.mkdir(rundir, 0o700)
+        try:
+            os.mkdir(rundir, 0o700)
+        except FileExistsError:  # left by a killed worker that had our pid (isolation none)
+            shutil.rmtree(rundir, ignore_errors=True)
+            os.mkdir(rundir, 0o700)
         if self.uid >= 0:
             os.chown(rundir, self.uid, self.uid)
         if stdin is None:
@@ -224,25 +228,40 @@ class Zygote:
         for fd in (stdin_fd, out_w, err_w):
             os.close(fd)
         pidfd = os.pidfd_open(pid)
+        out, err, flags = self._collect(pid, pidfd, out_r, err_r, t0 + timeout)
+        self._kill_all(0.0, pid)  # the loop may have ended on EOF with a background process still running
+        _, wstatus = os.waitpid(pid, 0)
+        wall = time.monotonic() - t0
+        for fd in (out_r, err_r, pidfd):
+            os.close(fd)
+        self._reap()
+        self._wipe(rundir)
+        code_ = os.waitstatus_to_exitcode(wstatus)
+        if code_ == -signal.SIGKILL and not flags & (F_TIMEOUT | F_TRUNCATED):
+            flags |= F_KILLED  # not by us: the host checks the memory cgroup's OOM counter
+        return RESP.pack(code_, flags, wall, len(out), len(err)) + out + err
+
+    def _collect(
+        self, pid: int, pidfd: int, out_r: int, err_r: int, deadline: float
+    ) -> tuple[bytes, bytes, int]:
+        """Read both pipes up to the cap until they close and the main process has exited (a snippet that
+        closes its stdout still runs until it exits or times out); kill everything on timeout or overflow."""
+        cap = self.cfg["max_output_bytes"]
         bufs = {out_r: bytearray(), err_r: bytearray()}
         flags = 0
-        deadline = t0 + timeout
-        drain_until = 0.0
+        drain_until = 0.0  # set once everything is killed: the pipes must close within _DRAIN_S
         poller = select.poll()
         for fd in (out_r, err_r, pidfd):
             poller.register(fd, select.POLLIN)
         open_fds, exited = 2, False
-        while (
-            open_fds or not exited
-        ):  # a snippet that closes its stdout still runs until it exits or times out
+        while open_fds or not exited:
             now = time.monotonic()
             if not drain_until and now >= deadline:
                 flags |= F_TIMEOUT
                 drain_until = self._kill_all(now, pid)
             if drain_until and now >= drain_until:
                 break  # a process we cannot see still holds a pipe: give up on it
-            wait_ms = max(0.0, (drain_until or deadline) - now) * 1000
-            for fd, _ev in poller.poll(wait_ms):
+            for fd, _ev in poller.poll(max(0.0, (drain_until or deadline) - now) * 1000):
                 if fd == pidfd:
                     poller.unregister(pidfd)
                     exited = True
@@ -261,18 +280,7 @@ class Zygote:
                     flags |= F_TRUNCATED
                     if not drain_until:
                         drain_until = self._kill_all(time.monotonic(), pid)
-        self._kill_all(0.0, pid)  # the loop may have ended on EOF with a background process still running
-        _, wstatus = os.waitpid(pid, 0)
-        wall = time.monotonic() - t0
-        for fd in (out_r, err_r, pidfd):
-            os.close(fd)
-        self._reap()
-        self._wipe(rundir)
-        code_ = os.waitstatus_to_exitcode(wstatus)
-        if code_ == -signal.SIGKILL and not flags & (F_TIMEOUT | F_TRUNCATED):
-            flags |= F_KILLED  # not by us: the host checks the memory cgroup's OOM counter
-        out, err = bytes(bufs[out_r]), bytes(bufs[err_r])
-        return RESP.pack(code_, flags, wall, len(out), len(err)) + out + err
+        return bytes(bufs[out_r]), bytes(bufs[err_r]), flags
 
     def _fresh_state(self, rundir: str) -> None:
         """Set here, before the fork, what each child must not share with the previous one (cheaper than after)."""
