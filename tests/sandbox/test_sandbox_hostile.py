@@ -260,12 +260,14 @@ def test_cannot_read_other_processes_environments(server: Server) -> None:
 def test_killing_the_parent_fails_and_the_service_lives(server: Server) -> None:
     code = (
         "import os, signal\n"
-        "for pid in (os.getppid(), 1):\n"
+        f"for pid in (os.getppid(), 1, {server.proc.pid}):\n"  # the worker, its namespace's init, the server
         "    try:\n        os.kill(pid, signal.SIGKILL)\n        print('killed', pid)\n"
-        "    except OSError as e:\n        print('refused', pid, type(e).__name__)\n"
+        "    except OSError as e:\n        print('refused', type(e).__name__)\n"
     )
     out = server.run(code)
-    assert out["run_result"]["stdout"] == "refused 1 PermissionError\nrefused 1 PermissionError\n", out
+    expected = "refused PermissionError\nrefused PermissionError\nrefused ProcessLookupError\n"
+    assert out["run_result"]["stdout"] == expected, out
+    assert server.proc.poll() is None
     server.assert_healthy()
 
 
