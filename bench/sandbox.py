@@ -13,6 +13,7 @@ Writes bench/results/sandbox.json. Latency is what the caller sees, from the cal
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -64,7 +65,12 @@ def fresh_process(argv: list[str], env: dict[str, str] | None) -> Callable[[], s
 def main(quick: bool = False) -> dict:
     scale = 0.2 if quick else 1.0
     n_pool, n_fresh = int(3000 * scale), int(200 * scale)
-    out: dict = {"snippet": CODE, "machine_cpus": __import__("os").cpu_count(), "results": {}}
+    out: dict = {
+        "snippet": CODE,
+        "machine_cpus": os.cpu_count(),
+        "load_avg_before": os.getloadavg(),
+        "results": {},
+    }
     config = SandboxConfig()
     pools = {
         "a_isolated_warm_pool": config,
@@ -94,6 +100,7 @@ def main(quick: bool = False) -> dict:
             res[f"c{c}"] = measure(fresh_process(argv, env), n if c == 1 else 2 * n, c)
     a, b = out["results"]["a_isolated_warm_pool"], out["results"]["b_fresh_bwrap_interpreter"]
     b2 = out["results"]["b2_fresh_bwrap_interpreter_same_preloads"]
+    out["load_avg_after"] = os.getloadavg()  # other jobs on the machine make every figure lower
     out["speedup_a_over_b"] = {k: round(a[k]["runs_per_s"] / b[k]["runs_per_s"], 1) for k in ("c1", "c16")}
     a2 = out["results"]["a2_isolated_warm_pool_math_only"]
     out["speedup_a_over_b2"] = {k: round(a[k]["runs_per_s"] / b2[k]["runs_per_s"], 1) for k in ("c1", "c16")}
