@@ -38,12 +38,7 @@ def _serve(args: argparse.Namespace, load_config: Callable[[argparse.Namespace],
     if args.queue < 0 or args.max_body_bytes < 1024:
         raise ValueError("--queue must be >= 0 and --max-body-bytes >= 1024")
     cfg = dataclasses.replace(cfg, backend="local", max_queue=args.queue)
-    try:
-        sandbox = LocalSandbox(cfg)
-    except RuntimeError as e:  # SandboxUnavailable: refuse to serve with weaker isolation than asked
-        print(f"tirl sandbox serve: error: {e}", file=sys.stderr)
-        return 2
-    with sandbox:
+    with LocalSandbox(cfg) as sandbox:  # SandboxUnavailable (a ConfigError) if the isolation cannot be had
         print(
             f"tirl sandbox: serving http://{args.host}:{args.port} ({sandbox.workers} workers, "
             f"isolation {cfg.isolation})",

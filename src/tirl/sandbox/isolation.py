@@ -21,6 +21,7 @@ import sysconfig
 import time
 from pathlib import Path
 
+from tirl.config import ConfigError
 from tirl.sandbox.config import SandboxConfig
 
 ENV = {
@@ -36,8 +37,12 @@ _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _UNPRIVILEGED_UID_BASE = 2_000_000_000  # one uid per worker slot, far from real accounts
 
 
-class SandboxUnavailable(RuntimeError):
-    """The isolation the config asks for cannot be provided here: tirl refuses to run weaker."""
+class SandboxUnavailable(ConfigError):
+    """The isolation the config asks for cannot be provided here: tirl refuses to run weaker.
+
+    A ConfigError, so every `tirl` command reports it as one line naming the problem (fix: install bubblewrap,
+    or ask for a weaker `sandbox.isolation` explicitly).
+    """
 
 
 def snippet_uid(slot: int) -> int:
