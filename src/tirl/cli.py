@@ -1,4 +1,5 @@
-"""The `tirl` command: `demo`, `sft`, `rl`, `eval`, each taking an optional YAML config and dotted overrides.
+"""The `tirl` command. Stages (demo, sft, rl, eval) take an optional YAML config and dotted overrides; the tools
+(analyze, data, check-tokens, sandbox) register their own parsers from their packages.
 
 tirl demo [--config FILE] [key=value ...]
 tirl sft  --config FILE [model.path=DIR sft.data=FILE ...] [--out DIR]
@@ -8,6 +9,7 @@ tirl analyze RUN_A RUN_B [...] [--labels base,rl] [--out DIR]   (eval dirs or ve
 tirl data prepare NAME --out FILE.parquet [--wording recipe|plain] [--source FILE]
 tirl data inspect FILE [--model DIR] [--format qwen3]
 tirl check-tokens FILE [--model DIR] [--format F] [--config FILE] [--data FILE] [--strict]
+tirl sandbox serve [--host H] [--port P] [--workers N] [--config FILE] [sandbox.key=value ...]
 """
 
 from __future__ import annotations
@@ -90,14 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--out", default=None, help="output directory (default: OUT_DIR/<command>)")
         if name == "eval":
             p.add_argument("--label", default="model", help="model label written into every record")
+    from tirl.data.commands import add_parsers
     from tirl.eval.analyze import add_analyze_arguments
+    from tirl.sandbox.cli import add_sandbox_parser
 
     add_analyze_arguments(sub.add_parser("analyze", help="pass@k analysis, report and trajectory viewer"))
     sub.choices["analyze"].set_defaults(fn=_cmd_analyze)
-
-    from tirl.data.commands import add_parsers
-
     add_parsers(sub)  # tirl data prepare|inspect, tirl check-tokens
+    add_sandbox_parser(sub, _config)  # tirl sandbox serve
     return parser
 
 

@@ -1,281 +1,297 @@
-"""Run model-written Python in a short-lived local process with resource limits; a first line of defence only.
+"""Run model-written Python in a pool of warm workers, each inside its own isolation boundary.
 
-What each run gets (every property has its own test in tests/sandbox/test_local_sandbox.py):
-  - a fresh interpreter (`python -I -u -B -X utf8 [-S]`), so no state leaks between runs through the process;
-  - a fresh empty working directory (also HOME and TMPDIR), removed afterwards, even after a timeout;
-  - a scrubbed environment: PATH, HOME, TMPDIR, locale and thread-count variables, nothing from the parent;
-  - rlimits on CPU time, address space (so large allocations raise MemoryError), file size, no core dumps;
-  - a wall-clock timeout and per-stream output caps that kill the whole process group (the run is its own
-    session), and a kill of that group once the main process exits, so children from fork/Popen die too;
-  - stdin from a string or /dev/null; output decoded as UTF-8 with undecodable bytes replaced.
+A worker is `zygote.py`, started once per slot inside bubblewrap (default), `unshare`, or nothing, with math,
+numpy and sympy imported; it forks once per snippet, so a short run costs a fork instead of an interpreter start.
+Host and worker talk over a pipe with a fixed binary header. A worker is replaced after any run that ended in a
+kill (timeout, output flood, memory) or crashed it, and after `max_runs_per_worker` runs.
 
-What it does NOT cover (a later issue adds namespaces and cgroups):
-  - the filesystem is the host's: absolute paths (/tmp, ~root, the repo) are readable and, as root, writable;
-  - the network is open;
-  - a child that calls setsid()/setpgid() leaves the process group and survives the run;
-  - process count is not limited (RLIMIT_NPROC does not bind root), so a fork bomb is not contained;
-  - RLIMIT_AS bounds virtual memory per process, not the total of a process tree.
-Run it only on a machine you are prepared to lose, and never with credentials in reach.
+What a run gets with `isolation: bwrap` (each property has an adversarial test in tests/sandbox/):
+  - its own pid namespace (the worker is its init): children, daemons and setsid() escapes are SIGKILLed when
+    the run ends, and /proc shows no host process, so other processes' environments are out of reach;
+  - its own network namespace with nothing in it: no network, not even the host's loopback services;
+  - the host filesystem read-only, a fresh tmpfs /tmp, root's home hidden (interpreter directories bound back),
+    and a fresh empty working directory (also HOME and TMPDIR) that is deleted after the run;
+  - a scrubbed environment (PATH, locale, thread counts; HOME/TMPDIR set per run), nothing from the parent;
+  - when tirl runs as root: the snippet switches to an unprivileged uid of its own, so it cannot signal the
+    worker, read 0700 files or write root-owned ones, and RLIMIT_NPROC binds;
+  - rlimits: CPU time, address space (warm interpreter + memory_mb), file size, process count, no core dumps;
+  - per-worker cgroups (pids.max, memory.limit_in_bytes = memory_mb + 512 MiB) where the v1 hierarchies are
+    writable: a fork bomb stops at the process limit, memory spread over many processes meets the OOM killer
+    (reported as memory_exceeded when it kills the main process);
+  - a wall-clock timeout and per-stream output caps (truncated and flagged; the run is killed, never buffered
+    without bound); non-UTF-8 output decoded with replacement characters.
 
-The rlimits are applied in a `preexec_fn`, which forces fork() instead of vfork(): starting a run from a
-parent with a large address space (a trainer holding a model) costs more page-table copying.
+What it does NOT cover:
+  - kernel exploits: namespaces share the host kernel (no seccomp filter, no VM); use a VM for that threat;
+  - `unshare` mode (pid, net, ipc, uts, mount namespaces, private /tmp and /dev/shm) keeps the rest of the host
+    filesystem writable by the worker's uid, hides no home, and does not switch the snippet's uid;
+    `none` mode has no namespaces at all (only rlimits, setsid and process-group kills: setsid escapes survive,
+    the network and filesystem are open); it needs the explicit opt-in and logs a loud warning;
+  - without root, the snippet runs as the worker's uid: RLIMIT_NPROC counts all of that uid's processes, and
+    it may ptrace its worker where the kernel allows it (the worker holds no secret; signals cannot reach it,
+    as the namespace's init); a worker that dies anyway is replaced and that run reports a sandbox_error;
+  - the preloaded modules are shared, read-only state: a snippet sees the same hash seed as the previous one;
+  - CPU share between concurrent runs is not limited (no cpu cgroup): a busy snippet slows its neighbours;
+  - /dev/shm is read-only for the snippet (so `multiprocessing` locks fail), and there is no per-run disk quota
+    beyond the file-size rlimit and the worker's /tmp tmpfs size;
+  - the worker's OOM protection (oom_score_adj) is best effort: some kernels and VMs refuse it.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
-import resource
-import selectors
-import shutil
-import signal
+import queue
+import select
 import subprocess
 import sys
-import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+import warnings
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from pathlib import Path
-from typing import IO
 
+from tirl.sandbox import zygote as proto
+from tirl.sandbox.config import SandboxConfig
+from tirl.sandbox.isolation import (
+    SandboxUnavailable,
+    WorkerCgroup,
+    cgroups_writable,
+    snippet_uid,
+    worker_command,
+)
 from tirl.sandbox.types import ExecResult
 
-_PATH = "/usr/local/bin:/usr/bin:/bin"
-_READ_CHUNK = 65536
-_POLL_S = 0.05  # how often the main process's exit is checked while its children may hold the pipes open
-_DRAIN_S = 0.5  # after the group is killed, how long to wait for the pipes to close
+__all__ = ["LocalSandbox", "SandboxConfig", "SandboxOverloaded", "SandboxUnavailable"]
 
-# Runs in the child: executes snippet.py as __main__ under the name "snippet.py" (tracebacks show its source
-# lines but neither this bootstrap's frames nor a temporary path), and exits with 1 on an uncaught exception.
-_BOOTSTRAP = r"""
-def _tirl_run():
-    import builtins, linecache, sys, traceback
-    path = sys.argv[1]
-    with open(path, encoding="utf-8") as f:
-        src = f.read()
-    sys.argv[:] = ["snippet.py"]
-    linecache.cache["snippet.py"] = (len(src), None, src.splitlines(True), "snippet.py")
-    if not hasattr(builtins, "exit"):  # without site, exit() and quit() do not exist
-        builtins.exit = builtins.quit = sys.exit
-    namespace = sys.modules["__main__"].__dict__
-    del namespace["_tirl_run"]
-    namespace["__file__"] = "snippet.py"
-    try:
-        exec(compile(src, "snippet.py", "exec"), namespace)
-    except SystemExit:
-        raise
-    except BaseException as e:
-        tb = e.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename == "<string>":
-            tb = tb.tb_next
-        traceback.print_exception(type(e), e, tb)
-        sys.exit(1)
-_tirl_run()
-"""
+_READY_TIMEOUT_S = 120.0  # a worker's start: namespaces plus importing sympy on a loaded machine
+_GRACE_S = 5.0  # beyond a run's timeout before the host gives up on a silent worker
 
 
-@dataclass
-class SandboxConfig:
-    """Limits of one run. Memory and file limits are per process; the timeout is wall clock for the run."""
-
-    timeout_s: float = 5.0
-    cpu_time_s: int = 5
-    memory_mb: int = 1024
-    max_output_bytes: int = 65536  # per stream
-    max_file_bytes: int = 16 * 2**20
-    max_workers: int = 0  # threads for run_batch; 0 = 2 x CPU count (runs mostly wait on their processes)
-    python: str = ""  # interpreter; "" = the one running tirl
-    import_site: bool = True  # False passes -S: faster start, but no site-packages (no numpy, sympy)
-
-    def __post_init__(self) -> None:
-        if not self.timeout_s > 0:
-            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
-        if self.cpu_time_s < 1:
-            raise ValueError(f"cpu_time_s must be >= 1 (rlimits count whole seconds), got {self.cpu_time_s}")
-        if self.memory_mb < 32:
-            raise ValueError(
-                f"memory_mb must be >= 32 (the interpreter alone needs ~20 MB), got {self.memory_mb}"
-            )
-        if self.max_output_bytes < 1:
-            raise ValueError(f"max_output_bytes must be >= 1, got {self.max_output_bytes}")
-        if self.max_file_bytes < 0:
-            raise ValueError(f"max_file_bytes must be >= 0, got {self.max_file_bytes}")
-        if self.max_workers < 0:
-            raise ValueError(f"max_workers must be >= 0 (0 = 2 x CPU count), got {self.max_workers}")
-        if self.python and shutil.which(self.python) is None:
-            raise ValueError(f"python interpreter {self.python!r} not found or not executable")
+class SandboxOverloaded(RuntimeError):
+    """More runs are waiting than `max_queue` allows; the caller should back off (the server answers 429)."""
 
 
-def _scrubbed_env(home: str) -> dict[str, str]:
-    # -I makes the sandboxed interpreter ignore PYTHON* variables; they are for the processes it may start.
-    return {
-        "PATH": _PATH,
-        "HOME": home,
-        "TMPDIR": home,
-        "LANG": "C.UTF-8",
-        "PYTHONIOENCODING": "utf-8",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "OMP_NUM_THREADS": "1",
-        "OPENBLAS_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
-    }
+class WorkerDied(RuntimeError):
+    pass
 
 
-def _rlimit_setter(config: SandboxConfig) -> Callable[[], None]:
-    """Limits computed in the parent; the returned function only calls setrlimit (between fork and exec)."""
-    wanted = [
-        # soft CPU limit sends SIGXCPU; the hard limit one second later is SIGKILL for snippets that catch it
-        (resource.RLIMIT_CPU, config.cpu_time_s, config.cpu_time_s + 1),
-        (resource.RLIMIT_AS, config.memory_mb * 2**20, config.memory_mb * 2**20),
-        (resource.RLIMIT_FSIZE, config.max_file_bytes, config.max_file_bytes),
-        (resource.RLIMIT_CORE, 0, 0),
-    ]
-    limits = []
-    for res, soft, hard in wanted:
-        current_hard = resource.getrlimit(res)[1]
-        if current_hard != resource.RLIM_INFINITY:  # cannot raise a hard limit without privileges
-            soft, hard = min(soft, current_hard), min(hard, current_hard)
-        limits.append((res, (soft, hard)))
+class _Worker:
+    """One zygote process and its pipes; used by one thread at a time."""
 
-    def apply() -> None:
-        for res, lim in limits:
-            resource.setrlimit(res, lim)
+    def __init__(self, slot: int, argv: list[str], cgroup: WorkerCgroup | None) -> None:
+        self.slot = slot
+        self.cgroup = cgroup
+        self.runs = 0
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0
+        )
+        self.fd_in = self.proc.stdin.fileno()
+        self.fd_out = self.proc.stdout.fileno()
+        try:
+            self._read(1, time.monotonic() + _READY_TIMEOUT_S)
+        except WorkerDied as e:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            self.proc.wait()
+            err = self.proc.stderr.read(4096).decode("utf-8", "replace").strip() if self.proc.stderr else ""
+            self.kill()
+            raise WorkerDied(f"worker failed to start: {err or e}") from None
 
-    return apply
+    def _read(self, n: int, deadline: float) -> bytes:
+        parts, left = [], n
+        while left:
+            wait = deadline - time.monotonic()
+            if wait <= 0 or not select.select([self.fd_out], [], [], wait)[0]:
+                raise WorkerDied("worker did not answer in time")
+            b = os.read(self.fd_out, left)
+            if not b:
+                raise WorkerDied(f"worker exited (code {self.proc.poll()})")
+            parts.append(b)
+            left -= len(b)
+        return b"".join(parts)
 
+    def execute(self, code: bytes, stdin: bytes | None, timeout: float, memory_mb: int) -> tuple:
+        stdin_len = proto.NO_STDIN if stdin is None else len(stdin)
+        msg = proto.REQ.pack(len(code), stdin_len, timeout, memory_mb) + code + (stdin or b"")
+        try:
+            proto._write_all(self.fd_in, msg)
+        except (BrokenPipeError, OSError) as e:
+            raise WorkerDied(f"worker gone: {e}") from None
+        deadline = time.monotonic() + timeout + _GRACE_S + 1.0  # the worker drains for up to 0.5 s
+        exit_code, flags, wall, n_out, n_err = proto.RESP.unpack(self._read(proto.RESP.size, deadline))
+        body = self._read(n_out + n_err, deadline) if n_out + n_err else b""
+        self.runs += 1
+        return exit_code, flags, wall, body[:n_out], body[n_out:]
 
-def _has_exited(proc: subprocess.Popen) -> bool:
-    """True once the main process has exited; it is not reaped, so its pid still names the process group."""
-    try:
-        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-    except ChildProcessError:
-        return True
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # start_new_session: the group id is the main pid
-    with contextlib.suppress(ProcessLookupError):
-        proc.kill()  # in case the main process left its own group
-
-
-def _remove_tree(path: str) -> None:
-    """Remove a run's directory even if the snippet took the write bit off its own files."""
-
-    def retry(func: Callable[[str], object], p: str, *_: object) -> None:
-        with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(p), 0o700)
-            func(p)
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=retry)
-    else:
-        shutil.rmtree(path, onerror=retry)
+    def kill(self) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()  # bwrap; its namespace's init (the zygote) gets SIGKILL as its parent dies
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=5)
+        if self.cgroup is not None:  # kills anything left inside, then removes it
+            self.cgroup.close()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
 
 
 class LocalSandbox:
-    """Runs snippets in fresh subprocesses; `run` never raises on bad code: everything is an ExecResult."""
+    """A warm pool of isolated workers; `run` never raises on bad code: everything is an ExecResult."""
 
     def __init__(self, config: SandboxConfig | None = None) -> None:
-        self.config = config or SandboxConfig()
-        self._python = self.config.python or sys.executable
-        self._preexec = _rlimit_setter(self.config)
-        self._flags = ["-I", "-u", "-B", "-X", "utf8"] + ([] if self.config.import_site else ["-S"])
-        self._pool: ThreadPoolExecutor | None = None
+        self.config = cfg = config or SandboxConfig()
+        if cfg.isolation == "none":
+            warnings.warn(
+                "tirl sandbox: isolation 'none' runs model-written code WITHOUT namespaces: it can read and "
+                "write your files and use the network. Use it only on a machine you are prepared to lose.",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+        self._python = cfg.python or sys.executable
+        self.workers = cfg.max_workers or max(2, os.cpu_count() or 1)
+        self._use_cgroups = cfg.cgroups == "required" or (cfg.cgroups == "auto" and cgroups_writable())
+        if cfg.cgroups == "required" and not cgroups_writable():
+            raise SandboxUnavailable(
+                "sandbox.cgroups 'required' but the v1 pids/memory cgroups are not writable"
+            )
+        self._idle: queue.Queue[_Worker] = queue.Queue()
         self._lock = threading.Lock()
+        self._waiting = 0
         self._closed = False
+        self._all: set[_Worker] = set()
+        self._last_spawn_error = ""
+        self._batch_pool: ThreadPoolExecutor | None = None
+        # All spawns happen on this one long-lived thread: bwrap's --die-with-parent follows the spawning thread.
+        self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tirl-sandbox-spawn")
+        try:
+            first = self._spawner.submit(self._spawn, 0, True).result()  # refuse to start if isolation fails
+        except WorkerDied as e:
+            self._spawner.shutdown()
+            raise SandboxUnavailable(f"sandbox isolation {cfg.isolation!r} does not work here: {e}") from None
+        self._idle.put(first)
+        for slot in range(1, self.workers):
+            self._spawner.submit(self._spawn, slot)
 
-    def run(self, code: str, *, stdin: str | None = None, timeout_s: float | None = None) -> ExecResult:
-        """Execute `code` as a script; `timeout_s` overrides the configured wall-clock limit for this run."""
+    # -- workers ------------------------------------------------------------------------------------------
+    def _spawn(self, slot: int, raise_errors: bool = False, attempt: int = 0) -> _Worker | None:
+        cfg = self.config
+        zcfg = {
+            # unshare: no uid switch (root's 0700 home holding the interpreter stays unreadable otherwise);
+            # the worker is the namespace's init, which its snippets cannot signal either way
+            "uid": snippet_uid(slot) if cfg.isolation == "bwrap" else -1,
+            "pidns": cfg.isolation != "none",
+            "private_tmp": cfg.isolation != "none",  # /tmp and /dev/shm are the worker's own tmpfs
+            "preload": list(cfg.preload),
+            "cpu_time_s": cfg.cpu_time_s,
+            "memory_mb": cfg.memory_mb,
+            "max_file_bytes": cfg.max_file_bytes,
+            "max_output_bytes": cfg.max_output_bytes,
+            "max_processes": cfg.max_processes,
+            "max_runs": cfg.max_runs_per_worker,
+        }
+        cgroup = None
+        try:
+            argv = worker_command(cfg, self._python, json.dumps(zcfg))
+            if self._use_cgroups:
+                cgroup = WorkerCgroup(
+                    f"tirl-sandbox-{os.getpid()}-{slot}-{time.monotonic_ns()}",
+                    pids_max=cfg.max_processes + 8,
+                    memory_bytes=(cfg.memory_mb + 512) * 2**20,  # + the warm interpreter and the run's tmpfs
+                )
+                argv = cgroup.enter_command() + argv
+            worker = _Worker(slot, argv, cgroup)
+        except (WorkerDied, OSError, SandboxUnavailable) as e:
+            if cgroup is not None:
+                cgroup.close()
+            self._last_spawn_error = str(e)
+            if raise_errors:
+                raise WorkerDied(str(e)) from None
+            time.sleep(min(5.0, 0.1 * 2**attempt))  # a transient failure (fork, memory): try again, slower
+            if not self._closed:
+                with contextlib.suppress(RuntimeError):  # the spawner is shutting down
+                    self._spawner.submit(self._spawn, slot, False, attempt + 1)
+            return None
+        with self._lock:
+            if self._closed:
+                worker.kill()
+                return None
+            self._all.add(worker)
+        if not raise_errors:
+            self._idle.put(worker)
+        return worker
+
+    def _retire(self, worker: _Worker) -> None:
+        with self._lock:
+            self._all.discard(worker)
+            closed = self._closed
+        worker.kill()
+        if not closed:
+            with contextlib.suppress(RuntimeError):  # shutting down
+                self._spawner.submit(self._spawn, worker.slot)
+
+    # -- runs ---------------------------------------------------------------------------------------------
+    def run(
+        self,
+        code: str,
+        *,
+        stdin: str | None = None,
+        timeout_s: float | None = None,
+        memory_mb: int | None = None,
+    ) -> ExecResult:
+        """Execute `code` as a script; `timeout_s` and `memory_mb` override the configured limits for this run."""
         timeout = self.config.timeout_s if timeout_s is None else timeout_s
         if not timeout > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout}")
         start = time.monotonic()
-        root = tempfile.mkdtemp(prefix="tirl-sbx-")
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("LocalSandbox is closed")
+            if self._waiting >= self.workers + self.config.max_queue:
+                raise SandboxOverloaded(f"{self._waiting} runs already waiting for {self.workers} workers")
+            self._waiting += 1
         try:
-            return self._run_in(Path(root), code, stdin, timeout, start)
-        except Exception as e:  # the sandbox failed (e.g. no interpreter); report it instead of raising
-            return ExecResult(
-                "", "", None, False, False, time.monotonic() - start, f"{type(e).__name__}: {e}"
-            )
+            while True:
+                try:
+                    worker = self._idle.get(timeout=_READY_TIMEOUT_S)
+                except queue.Empty:
+                    msg = f"no sandbox worker ready after {_READY_TIMEOUT_S:.0f} s: {self._last_spawn_error}"
+                    return ExecResult("", "", None, False, False, time.monotonic() - start, msg)
+                if worker.proc.poll() is None:
+                    break
+                self._retire(worker)  # died while idle (killed from outside): not this run's fault
         finally:
-            _remove_tree(root)
+            with self._lock:
+                self._waiting -= 1
+        return self._run_on(worker, code, stdin, timeout, memory_mb or 0, start)
 
-    def _run_in(self, root: Path, code: str, stdin: str | None, timeout: float, start: float) -> ExecResult:
-        work = root / "work"
-        work.mkdir()
-        script = root / "snippet.py"  # outside the working directory, which starts empty
-        script.write_text(code, encoding="utf-8", errors="replace")
-        with contextlib.ExitStack() as stack:
-            if stdin is None:
-                stdin_file: IO[bytes] = stack.enter_context(open(os.devnull, "rb"))
-            else:
-                (root / "stdin.txt").write_text(stdin, encoding="utf-8", errors="replace")
-                stdin_file = stack.enter_context(open(root / "stdin.txt", "rb"))
-            proc = subprocess.Popen(
-                [self._python, *self._flags, "-c", _BOOTSTRAP, str(script)],
-                stdin=stdin_file,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=work,
-                env=_scrubbed_env(str(work)),
-                start_new_session=True,
-                preexec_fn=self._preexec,
-            )
-            try:
-                out, err, timed_out, truncated = self._collect(proc, timeout)
-            finally:
-                _kill_group(proc)  # before reaping, so the group id cannot have been reused
-                proc.wait()
-                for stream in (proc.stdout, proc.stderr):
-                    if stream is not None:
-                        stream.close()
+    def _run_on(
+        self, worker: _Worker, code: str, stdin: str | None, timeout: float, memory_mb: int, start: float
+    ) -> ExecResult:
+        data = code.encode("utf-8", errors="replace")
+        stdin_b = None if stdin is None else stdin.encode("utf-8", errors="replace")
+        try:
+            exit_code, flags, wall, out, err = worker.execute(data, stdin_b, timeout, memory_mb)
+        except WorkerDied as e:
+            self._retire(worker)
+            return ExecResult("", "", None, False, False, time.monotonic() - start, f"sandbox worker: {e}")
+        killed = flags & (proto.F_TIMEOUT | proto.F_TRUNCATED | proto.F_KILLED) or exit_code < 0
+        oom = bool(flags & proto.F_KILLED) and worker.cgroup is not None and worker.cgroup.oom_kills() > 0
+        if killed or worker.runs >= self.config.max_runs_per_worker:
+            self._retire(worker)
+        else:
+            self._idle.put(worker)
         return ExecResult(
             stdout=out.decode("utf-8", errors="replace"),
             stderr=err.decode("utf-8", errors="replace"),
-            exit_code=proc.returncode,
-            timed_out=timed_out,
-            output_truncated=truncated,
-            wall_time=time.monotonic() - start,
+            exit_code=exit_code,
+            timed_out=bool(flags & proto.F_TIMEOUT),
+            output_truncated=bool(flags & proto.F_TRUNCATED),
+            wall_time=wall,
+            memory_exceeded=oom,
         )
-
-    def _collect(self, proc: subprocess.Popen, timeout: float) -> tuple[bytes, bytes, bool, bool]:
-        """Read both pipes up to the cap until they close; kill the group on timeout, overflow, main exit."""
-        cap = self.config.max_output_bytes
-        bufs = {"stdout": bytearray(), "stderr": bytearray()}
-        timed_out = truncated = False
-        deadline = time.monotonic() + timeout
-        drain_until: float | None = None  # set once the group is killed: pipes should close at once
-        with selectors.DefaultSelector() as sel:
-            sel.register(proc.stdout, selectors.EVENT_READ, "stdout")
-            sel.register(proc.stderr, selectors.EVENT_READ, "stderr")
-            while sel.get_map():
-                now = time.monotonic()
-                if drain_until is None:
-                    exited = _has_exited(proc)
-                    if exited or now >= deadline:
-                        timed_out = not exited
-                        _kill_group(proc)  # also ends background children still holding the pipes
-                        drain_until = now + _DRAIN_S
-                if drain_until is not None and now >= drain_until:
-                    break  # a child that left the group still holds a pipe
-                until = deadline if drain_until is None else drain_until
-                for key, _ in sel.select(max(0.0, min(until - now, _POLL_S))):
-                    chunk = os.read(key.fd, _READ_CHUNK)
-                    if not chunk:
-                        sel.unregister(key.fileobj)
-                        continue
-                    buf = bufs[key.data]
-                    room = cap - len(buf)
-                    buf += chunk[:room]
-                    if len(chunk) > room and not truncated:
-                        truncated = True
-                        _kill_group(proc)
-                        if drain_until is None:
-                            drain_until = time.monotonic() + _DRAIN_S
-        return bytes(bufs["stdout"]), bytes(bufs["stderr"]), timed_out, truncated
 
     def run_batch(
         self,
@@ -284,34 +300,43 @@ class LocalSandbox:
         stdins: Sequence[str | None] | None = None,
         timeout_s: float | None = None,
     ) -> list[ExecResult]:
-        """Run snippets in parallel threads (each waits on its own process); results in input order.
-
-        `stdins`, if given, holds one stdin text (or None) per snippet, as code tests with stdin/stdout need.
-        """
+        """Run snippets on all workers at once; results in input order, one stdin (or None) per snippet."""
         if stdins is not None and len(stdins) != len(codes):
             raise ValueError(f"run_batch: {len(codes)} snippets but {len(stdins)} stdins")
-        pool = self._executor()
-        inputs = stdins if stdins is not None else [None] * len(codes)
-        return list(pool.map(lambda c, s: self.run(c, stdin=s, timeout_s=timeout_s), codes, inputs))
-
-    def _executor(self) -> ThreadPoolExecutor:
         with self._lock:
             if self._closed:
                 raise RuntimeError("LocalSandbox is closed")
-            if self._pool is None:
-                workers = self.config.max_workers or (os.cpu_count() or 1) * 2
-                self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tirl-sandbox")
-            return self._pool
+            if self._batch_pool is None:
+                self._batch_pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tirl-sandbox")
+            pool = self._batch_pool
+        inputs = stdins if stdins is not None else [None] * len(codes)
+        return list(pool.map(lambda c, s: self.run(c, stdin=s, timeout_s=timeout_s), codes, inputs))
+
+    def stats(self) -> dict[str, int]:
+        """Queue depth and pool size, for /metrics."""
+        with self._lock:
+            return {"waiting": self._waiting, "workers": self.workers, "idle": self._idle.qsize()}
 
     def close(self) -> None:
         with self._lock:
+            if self._closed:
+                return
             self._closed = True
-            pool, self._pool = self._pool, None
+            pool, self._batch_pool = self._batch_pool, None
         if pool is not None:
             pool.shutdown(wait=True)
+        self._spawner.shutdown(wait=True)
+        with self._lock:
+            workers, self._all = list(self._all), set()
+        for w in workers:
+            w.kill()
 
     def __enter__(self) -> LocalSandbox:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()

@@ -20,6 +20,7 @@ class ExecResult:
     output_truncated: a stream exceeded its cap and the process group was killed.
     wall_time: seconds from start to reaping, including process start-up.
     sandbox_error: the sandbox itself failed (could not start the interpreter); not the snippet's fault.
+    memory_exceeded: the run was killed for memory (the cgroup's OOM killer), not only a MemoryError.
     """
 
     stdout: str
@@ -29,10 +30,11 @@ class ExecResult:
     output_truncated: bool
     wall_time: float
     sandbox_error: str | None = None
+    memory_exceeded: bool = False
 
     @property
     def status(self) -> Status:
-        """One label per result, most specific first; memory detection is best effort (stderr MemoryError)."""
+        """One label per result, most specific first; memory: an OOM kill, or an uncaught MemoryError."""
         if self.sandbox_error is not None:
             return "sandbox_error"
         # RLIMIT_CPU ends a process with SIGXCPU: a CPU-time timeout rather than a crash.
@@ -40,6 +42,8 @@ class ExecResult:
             return "timeout"
         if self.output_truncated:
             return "output_truncated"
+        if self.memory_exceeded:
+            return "memory_exceeded"
         if self.exit_code != 0:
             return "memory_exceeded" if "MemoryError" in self.stderr else "runtime_error"
         return "ok"

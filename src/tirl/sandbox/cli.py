@@ -1,0 +1,51 @@
+"""`tirl sandbox serve`: argument parsing and the command; the server itself is tirl/sandbox/server.py."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from collections.abc import Callable
+from typing import Any
+
+
+def add_sandbox_parser(sub: Any, load_config: Callable[[argparse.Namespace], Any]) -> None:
+    """Register `tirl sandbox serve` on the top-level subparsers; `load_config` resolves --config + overrides."""
+    p = sub.add_parser("sandbox", help="the code sandbox as an HTTP service (SandboxFusion API)")
+    ssub = p.add_subparsers(dest="sandbox_command", required=True)
+    s = ssub.add_parser("serve", help="serve POST /run_code, GET /health, GET /metrics from a warm pool")
+    s.add_argument(
+        "--config", default=None, help="YAML config; its sandbox: section sets limits and isolation"
+    )
+    s.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    s.add_argument("--workers", type=int, default=None, help="warm workers (default: sandbox.max_workers)")
+    s.add_argument("--queue", type=int, default=64, help="requests waiting beyond the workers before 429")
+    s.add_argument("--max-body-bytes", type=int, default=4 * 2**20, help="larger request bodies get 413")
+    s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. sandbox.timeout_s=10")
+    s.set_defaults(fn=lambda args: _serve(args, load_config))
+
+
+def _serve(args: argparse.Namespace, load_config: Callable[[argparse.Namespace], Any]) -> int:
+    from tirl.sandbox.local import LocalSandbox
+    from tirl.sandbox.server import serve
+
+    cfg = load_config(args).sandbox
+    if args.workers is not None:
+        if args.workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {args.workers}")
+        cfg = dataclasses.replace(cfg, max_workers=args.workers)
+    if args.queue < 0 or args.max_body_bytes < 1024:
+        raise ValueError("--queue must be >= 0 and --max-body-bytes >= 1024")
+    cfg = dataclasses.replace(cfg, backend="local", max_queue=args.queue)
+    with LocalSandbox(cfg) as sandbox:  # SandboxUnavailable (a ConfigError) if the isolation cannot be had
+        print(
+            f"tirl sandbox: serving http://{args.host}:{args.port} ({sandbox.workers} workers, "
+            f"isolation {cfg.isolation})",
+            file=sys.stderr,
+            flush=True,
+        )
+        serve(
+            sandbox, host=args.host, port=args.port, max_body_bytes=args.max_body_bytes, max_queue=args.queue
+        )
+    return 0

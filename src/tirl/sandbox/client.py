@@ -1,0 +1,108 @@
+"""`SandboxClient`: the sandbox contract (run, run_batch, close) over HTTP, against tirl or SandboxFusion servers.
+
+URLs are used round-robin; one pooled httpx client keeps connections alive; at most `max_workers` requests are
+in flight (32 when 0); timeouts, connection errors, 5xx and 429 are retried on the next URL with exponential
+back-off (`retries` times). A run that still fails comes back as a sandbox_error result: `run` never raises on
+a sick server, so one bad node costs retries, not a crashed rollout.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+
+from tirl.sandbox.config import SandboxConfig
+from tirl.sandbox.fusion import from_response, request_body
+from tirl.sandbox.types import ExecResult
+
+_BACKOFF_S = 0.05
+_BACKOFF_MAX_S = 2.0
+
+
+class SandboxClient:
+    def __init__(self, config: SandboxConfig, *, transport: httpx.BaseTransport | None = None) -> None:
+        """`transport` replaces the network (tests use httpx.MockTransport)."""
+        if not config.urls:
+            raise ValueError("SandboxClient needs sandbox.urls (one or more http://host:port)")
+        self.config = config
+        self.concurrency = config.max_workers or 32
+        self._urls = itertools.cycle([u.rstrip("/") + "/run_code" for u in config.urls])
+        self._url_lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(self.concurrency)
+        limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
+        self._http = httpx.Client(limits=limits, headers={"Accept": "application/json"}, transport=transport)
+        self._pool: ThreadPoolExecutor | None = None
+        self._closed = False
+
+    def _next_url(self) -> str:
+        with self._url_lock:
+            return next(self._urls)
+
+    def run(self, code: str, *, stdin: str | None = None, timeout_s: float | None = None) -> ExecResult:
+        timeout = self.config.timeout_s if timeout_s is None else timeout_s
+        if not timeout > 0:
+            raise ValueError(f"timeout_s must be > 0, got {timeout}")
+        if self._closed:
+            raise RuntimeError("SandboxClient is closed")
+        body = request_body(code, stdin=stdin, timeout_s=timeout)
+        http_timeout = timeout + self.config.request_timeout_s
+        start = time.monotonic()
+        error = ""
+        with self._slots:
+            for attempt in range(self.config.retries + 1):
+                if attempt:
+                    time.sleep(min(_BACKOFF_MAX_S, _BACKOFF_S * 2 ** (attempt - 1)))
+                url = self._next_url()
+                try:
+                    resp = self._http.post(url, json=body, timeout=http_timeout)
+                except httpx.TransportError as e:  # timeouts, refused connections, resets
+                    error = f"{url}: {type(e).__name__}: {e}"
+                    continue
+                if resp.status_code == 429 or resp.status_code >= 500:
+                    error = f"{url}: HTTP {resp.status_code}: {resp.text[:200]}"
+                    continue
+                if resp.status_code != 200:  # our request is wrong: retrying cannot help
+                    error = f"{url}: HTTP {resp.status_code}: {resp.text[:500]}"
+                    break
+                try:
+                    payload = resp.json()
+                except ValueError:
+                    error = f"{url}: response is not JSON: {resp.text[:200]!r}"
+                    continue
+                return from_response(payload, wall_time=time.monotonic() - start)
+        wall = time.monotonic() - start
+        return ExecResult("", "", None, False, False, wall, f"remote sandbox failed: {error}")
+
+    def run_batch(
+        self,
+        codes: Sequence[str],
+        *,
+        stdins: Sequence[str | None] | None = None,
+        timeout_s: float | None = None,
+    ) -> list[ExecResult]:
+        """Send the snippets concurrently (up to the concurrency limit); results in input order."""
+        if stdins is not None and len(stdins) != len(codes):
+            raise ValueError(f"run_batch: {len(codes)} snippets but {len(stdins)} stdins")
+        if self._closed:
+            raise RuntimeError("SandboxClient is closed")
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tirl-sandbox-client")
+        inputs = stdins if stdins is not None else [None] * len(codes)
+        return list(self._pool.map(lambda c, s: self.run(c, stdin=s, timeout_s=timeout_s), codes, inputs))
+
+    def close(self) -> None:
+        self._closed = True
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+        self._http.close()
+
+    def __enter__(self) -> SandboxClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

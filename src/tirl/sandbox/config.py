@@ -1,0 +1,70 @@
+"""The `sandbox:` config section: where snippets run (in-process warm pool or remote servers) and their limits."""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from typing import Literal
+
+Isolation = Literal["bwrap", "unshare", "none"]
+# Strongest first: a config asking for one of these never silently gets a later one.
+ISOLATION_ORDER: tuple[str, ...] = ("bwrap", "unshare", "none")
+
+
+@dataclass
+class SandboxConfig:
+    """Limits of one run plus how runs are executed. Memory is what a snippet may add to the warm interpreter."""
+
+    backend: Literal["local", "remote"] = "local"  # local: warm pool in this process; remote: `urls`
+    isolation: Isolation = "bwrap"  # local backend; "none" needs the explicit opt-in and warns loudly
+    cgroups: Literal["auto", "required", "off"] = "auto"  # per-worker pids/memory cgroups where writable
+    timeout_s: float = 5.0
+    cpu_time_s: int = 5
+    memory_mb: int = 1024
+    max_output_bytes: int = 65536  # per stream
+    max_file_bytes: int = 16 * 2**20
+    max_processes: int = 64  # per run (RLIMIT_NPROC for the snippet's uid; pids cgroup per worker)
+    max_workers: int = 0  # warm workers (local) or concurrent requests (remote); 0 = CPU count (local), 32
+    max_runs_per_worker: int = 1000  # a worker is replaced after this many runs (and after any kill)
+    max_queue: int = 1024  # runs waiting for a worker beyond this raise SandboxOverloaded (HTTP 429)
+    python: str = ""  # interpreter; "" = the one running tirl
+    import_site: bool = True  # False passes -S: faster start, but no site-packages (no numpy, sympy)
+    preload: tuple[str, ...] = ("math", "numpy", "sympy")  # imported once per worker, free for snippets
+    urls: tuple[str, ...] = ()  # remote backend: tirl or SandboxFusion servers, used round-robin
+    request_timeout_s: float = 30.0  # remote: HTTP timeout on top of the run's own timeout
+    retries: int = 3  # remote: retries with exponential back-off on timeouts, 5xx and 429
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:
+            raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
+        if self.cpu_time_s < 1:
+            raise ValueError(f"cpu_time_s must be >= 1 (rlimits count whole seconds), got {self.cpu_time_s}")
+        if self.memory_mb < 32:
+            raise ValueError(
+                f"memory_mb must be >= 32 (the interpreter alone needs ~20 MB), got {self.memory_mb}"
+            )
+        if self.max_output_bytes < 1:
+            raise ValueError(f"max_output_bytes must be >= 1, got {self.max_output_bytes}")
+        if self.max_file_bytes < 0:
+            raise ValueError(f"max_file_bytes must be >= 0, got {self.max_file_bytes}")
+        if self.max_processes < 1:
+            raise ValueError(f"max_processes must be >= 1, got {self.max_processes}")
+        if self.max_workers < 0:
+            raise ValueError(f"max_workers must be >= 0 (0 = automatic), got {self.max_workers}")
+        if self.max_runs_per_worker < 1:
+            raise ValueError(f"max_runs_per_worker must be >= 1, got {self.max_runs_per_worker}")
+        if self.max_queue < 0:
+            raise ValueError(f"max_queue must be >= 0, got {self.max_queue}")
+        if self.python and shutil.which(self.python) is None:
+            raise ValueError(f"python interpreter {self.python!r} not found or not executable")
+        if self.isolation not in ISOLATION_ORDER:
+            raise ValueError(f"isolation must be one of {list(ISOLATION_ORDER)}, got {self.isolation!r}")
+        if self.backend == "remote" and not self.urls:
+            raise ValueError("backend 'remote' needs sandbox.urls (one or more http://host:port)")
+        for url in self.urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"sandbox.urls: {url!r} is not an http(s) URL")
+        if not self.request_timeout_s > 0:
+            raise ValueError(f"request_timeout_s must be > 0, got {self.request_timeout_s}")
+        if self.retries < 0:
+            raise ValueError(f"retries must be >= 0, got {self.retries}")

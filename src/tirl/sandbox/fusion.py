@@ -1,0 +1,87 @@
+"""SandboxFusion's `/run_code` wire format <-> ExecResult: pure functions shared by tirl's server and client.
+
+SandboxFusion (bytedance/SandboxFusion) answers `status` Success/Failed/SandboxError and a `run_result` with
+`status` Finished/TimeLimitExceeded/Error, `stdout`, `stderr`, `return_code`, `execution_time`. That format has no
+place for "output truncated" or "killed for memory", so tirl's server adds a `tirl` object with its own status;
+the client uses it when present and falls back to the SandboxFusion fields for a real SandboxFusion server.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tirl.sandbox.types import ExecResult
+
+
+def request_body(code: str, *, stdin: str | None, timeout_s: float, memory_mb: int | None = None) -> dict:
+    """The body verl and other SandboxFusion clients send for a Python run."""
+    return {
+        "code": code,
+        "language": "python",
+        "stdin": stdin,
+        "compile_timeout": 10.0,
+        "run_timeout": timeout_s,
+        "memory_limit_MB": -1 if memory_mb is None else memory_mb,
+        "files": {},
+        "fetch_files": [],
+    }
+
+
+def to_response(r: ExecResult) -> dict[str, Any]:
+    """ExecResult -> SandboxFusion RunCodeResponse (+ the `tirl` extension)."""
+    if r.sandbox_error is not None:
+        return {
+            "status": "SandboxError",
+            "message": r.sandbox_error,
+            "compile_result": None,
+            "run_result": None,
+            "files": {},
+            "tirl": {"status": r.status, "output_truncated": False, "memory_exceeded": False},
+        }
+    run_status = "TimeLimitExceeded" if r.status == "timeout" else "Finished"
+    failed = run_status != "Finished" or r.exit_code != 0 or r.output_truncated
+    return {
+        "status": "Failed" if failed else "Success",
+        "message": "",
+        "compile_result": None,
+        "run_result": {
+            "status": run_status,
+            "execution_time": r.wall_time,
+            "return_code": r.exit_code,
+            "stdout": r.stdout,
+            "stderr": r.stderr,
+        },
+        "files": {},
+        "tirl": {
+            "status": r.status,
+            "output_truncated": r.output_truncated,
+            "memory_exceeded": r.memory_exceeded,
+            "timed_out": r.timed_out,
+        },
+    }
+
+
+def from_response(payload: dict[str, Any], *, wall_time: float) -> ExecResult:
+    """SandboxFusion (or tirl) RunCodeResponse -> ExecResult; a malformed answer is a sandbox_error."""
+    if not isinstance(payload, dict) or "status" not in payload:
+        return ExecResult(
+            "", "", None, False, False, wall_time, f"malformed sandbox response: {payload!r:.200}"
+        )
+    run = payload.get("run_result")
+    ext = payload.get("tirl") or {}
+    if payload["status"] == "SandboxError" or not isinstance(run, dict):
+        msg = payload.get("message") or "SandboxError without a run_result"
+        return ExecResult("", "", None, False, False, wall_time, str(msg))
+    timed_out = bool(ext.get("timed_out", run.get("status") == "TimeLimitExceeded"))
+    code = run.get("return_code")
+    if code is None and timed_out:
+        code = -9  # SandboxFusion reports no return code for a killed run
+    return ExecResult(
+        stdout=run.get("stdout") or "",
+        stderr=run.get("stderr") or "",
+        exit_code=code,
+        timed_out=timed_out,
+        output_truncated=bool(ext.get("output_truncated", False)),
+        wall_time=float(run.get("execution_time") or wall_time),
+        memory_exceeded=bool(ext.get("memory_exceeded", False)),
+    )

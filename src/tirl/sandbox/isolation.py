@@ -1,0 +1,194 @@
+"""How a warm worker is wrapped: the command line per isolation mode, and per-worker cgroups.
+
+Cgroups: v1 pids and memory hierarchies only (v2 is not handled: `cgroups: auto` then runs without them).
+
+Modes, strongest first (what each does and does not cover is listed in tirl/sandbox/local.py):
+  bwrap   : bubblewrap namespaces (pid, net, ipc, uts, mount); / read-only, fresh tmpfs /tmp, /proc, /dev;
+            root's home hidden behind an empty tmpfs (the interpreter's own directories bound back).
+  unshare : util-linux `unshare` namespaces (pid, net, ipc, uts, mount) with private tmpfs /tmp and /dev/shm;
+            the rest of the host filesystem stays as writable as it is for tirl's uid.
+  none    : a plain process (explicit opt-in only, with a loud warning).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+from tirl.config import ConfigError
+from tirl.sandbox.config import SandboxConfig
+
+ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "PYTHONIOENCODING": "utf-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+}
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+_UNPRIVILEGED_UID_BASE = 2_000_000_000  # one uid per worker slot, far from real accounts
+
+
+class SandboxUnavailable(ConfigError):
+    """The isolation the config asks for cannot be provided here: tirl refuses to run weaker.
+
+    A ConfigError, so every `tirl` command reports it as one line naming the problem (fix: install bubblewrap,
+    or ask for a weaker `sandbox.isolation` explicitly).
+    """
+
+
+def snippet_uid(slot: int) -> int:
+    """The uid a snippet runs as: its own per worker when we are root (so RLIMIT_NPROC binds), else ours."""
+    return _UNPRIVILEGED_UID_BASE + slot if os.geteuid() == 0 else -1
+
+
+def _interpreter_dirs(python: str) -> list[str]:
+    """Directories the sandboxed interpreter must read: its prefixes, stdlib and site-packages."""
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(python))}
+    paths |= {p for p in sysconfig.get_paths().values() if p}
+    paths |= {p for p in sys.path if p and os.path.isdir(p)}
+    return sorted(os.path.realpath(p) for p in paths if os.path.exists(p))
+
+
+def _hidden_homes() -> list[str]:
+    homes = {"/root", os.path.expanduser("~")}
+    return sorted(h for h in homes if h not in ("/", "") and os.path.isdir(h))
+
+
+def bwrap_prefix(python: str, tmp_bytes: int) -> list[str]:
+    binary = shutil.which("bwrap")
+    if binary is None:
+        raise SandboxUnavailable(
+            "isolation 'bwrap' requested but bwrap is not installed (apt install bubblewrap)"
+        )
+    cmd = [binary, "--ro-bind", "/", "/"]
+    needed = _interpreter_dirs(python)
+    for home in _hidden_homes():  # tokens and keys usually live here; hide them, bind the interpreter back
+        cmd += ["--tmpfs", home]
+        inside = [d for d in needed if d.startswith(home + "/")]
+        made: set[str] = set()
+        for d in inside:
+            if any(d.startswith(o + "/") for o in inside if o != d):
+                continue  # already visible through a bound ancestor
+            parts = d[len(home) + 1 :].split("/")
+            for i in range(1, len(parts)):  # bwrap would create these 0700: unreadable for the snippet's uid
+                anc = "/".join([home, *parts[:i]])
+                if anc not in made:
+                    made.add(anc)
+                    cmd += ["--perms", "0755", "--dir", anc]
+            cmd += ["--ro-bind", d, d]
+    cmd += ["--size", str(tmp_bytes), "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]
+    cmd += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    cmd += ["--die-with-parent", "--new-session", "--as-pid-1", "--clearenv", "--chdir", "/tmp"]
+    for k, v in ENV.items():
+        cmd += ["--setenv", k, v]
+    return cmd
+
+
+def unshare_prefix(tmp_bytes: int) -> list[str]:
+    binary = shutil.which("unshare")
+    if binary is None:
+        raise SandboxUnavailable("isolation 'unshare' requested but util-linux unshare is not installed")
+    cmd = [binary, "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--ipc", "--uts", "--mount"]
+    if os.geteuid() != 0:
+        cmd[1:1] = ["--user", "--map-root-user"]
+    # private tmpfs /tmp and /dev/shm in the new mount namespace: the worker wipes them after each run
+    mounts = f"mount -t tmpfs -o size={tmp_bytes},mode=1777 tirl /tmp && mount -t tmpfs -o size={tmp_bytes} tirl /dev/shm"
+    env = " ".join(f"{k}={v}" for k, v in ENV.items())
+    return [*cmd, "/bin/sh", "-c", f'{mounts} && cd /tmp && exec env -i {env} "$@"', "sh"]
+
+
+def none_prefix() -> list[str]:
+    env = shutil.which("env") or "/usr/bin/env"
+    return [env, "-i", *(f"{k}={v}" for k, v in ENV.items())]
+
+
+def worker_command(config: SandboxConfig, python: str, zygote_cfg: str) -> list[str]:
+    """The argv that starts one warm worker (zygote.py) inside the configured isolation."""
+    tmp_bytes = max(64 * 2**20, 4 * config.max_file_bytes)
+    prefix = {
+        "bwrap": lambda: bwrap_prefix(python, tmp_bytes),
+        "unshare": lambda: unshare_prefix(tmp_bytes),
+        "none": none_prefix,
+    }[config.isolation]()
+    flags = ["-I", "-B", "-X", "utf8"] + ([] if config.import_site else ["-S"])
+    zygote = str(Path(__file__).with_name("zygote.py"))
+    return [*prefix, python, *flags, zygote, zygote_cfg]
+
+
+class WorkerCgroup:
+    """One pids (+ memory) cgroup per worker, nested under this process's own cgroup; removed on close."""
+
+    def __init__(self, name: str, *, pids_max: int, memory_bytes: int) -> None:
+        self.dirs: list[Path] = []
+        try:
+            for controller, limits in (
+                ("pids", {"pids.max": pids_max}),
+                ("memory", {"memory.limit_in_bytes": memory_bytes}),
+            ):
+                d = _own_cgroup(controller) / name
+                d.mkdir()
+                self.dirs.append(d)
+                for key, value in limits.items():
+                    (d / key).write_text(str(value))
+        except OSError:
+            self.close()
+            raise
+
+    def oom_kills(self) -> int:
+        """Processes the memory cgroup's OOM killer has killed (the worker is replaced after any kill)."""
+        for d in self.dirs:
+            if (d / "memory.oom_control").exists():
+                for line in (d / "memory.oom_control").read_text().splitlines():
+                    if line.startswith("oom_kill "):
+                        return int(line.split()[1])
+        return 0
+
+    def enter_command(self) -> list[str]:
+        """A shell prefix that moves itself into the cgroups, then execs the worker (which inherits them)."""
+        script = "".join(f'echo $$ > "{d}/cgroup.procs" && ' for d in self.dirs) + 'exec "$@"'
+        return ["/bin/sh", "-c", script, "sh"]
+
+    def close(self, wait_s: float = 5.0) -> None:
+        """Kill what is left inside, then remove the directories (a dying process keeps them busy a moment)."""
+        deadline = time.monotonic() + wait_s
+        for d in self.dirs:
+            while True:
+                with contextlib.suppress(OSError, ValueError):
+                    for pid in (d / "cgroup.procs").read_text().split():
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(int(pid), signal.SIGKILL)
+                try:
+                    d.rmdir()
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.01)
+        self.dirs = []
+
+
+def _own_cgroup(controller: str) -> Path:
+    """This process's cgroup directory for a v1 controller (the 'N:controller:/path' line)."""
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        if controller in names.split(","):
+            return _CGROUP_ROOT / controller / path.lstrip("/")
+    raise OSError(f"no cgroup v1 '{controller}' hierarchy in /proc/self/cgroup")
+
+
+def cgroups_writable() -> bool:
+    try:
+        return all(os.access(_own_cgroup(c), os.W_OK) for c in ("pids", "memory"))
+    except OSError:
+        return False

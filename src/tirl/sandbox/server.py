@@ -1,0 +1,183 @@
+"""`tirl sandbox serve`: the warm pool behind SandboxFusion's HTTP API (FastAPI + uvicorn).
+
+POST /run_code  SandboxFusion request/response (Python only; other languages get a 400 saying so)
+GET  /health    pool size, idle workers, waiting runs
+GET  /metrics   Prometheus text: runs by status, run latency histogram, queue depth, rejected requests
+
+Overload never hangs a client: beyond `workers + queue` runs in flight the server answers 429 at once, and a
+request body over the size limit gets 413 before it is read. It deliberately does not support `files` and
+`fetch_files` (rejected with 400) nor authentication: bind it to a private interface.
+"""
+
+# No `from __future__ import annotations`: FastAPI must see the request model class defined in create_app.
+
+import time
+from typing import Any
+
+from tirl.sandbox.fusion import to_response
+from tirl.sandbox.local import LocalSandbox, SandboxOverloaded
+
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+STATUSES = ("ok", "runtime_error", "timeout", "memory_exceeded", "output_truncated", "sandbox_error")
+MAX_RUN_TIMEOUT_S = 300.0
+
+
+class Metrics:
+    """Counters and a latency histogram, rendered in the Prometheus text format (updated on the event loop)."""
+
+    def __init__(self) -> None:
+        self.runs = dict.fromkeys(STATUSES, 0)
+        self.buckets = [0] * len(LATENCY_BUCKETS)
+        self.latency_sum = 0.0
+        self.latency_count = 0
+        self.rejected = {"overloaded": 0, "too_large": 0, "bad_request": 0}
+
+    def observe(self, status: str, seconds: float) -> None:
+        self.runs[status] += 1
+        self.latency_sum += seconds
+        self.latency_count += 1
+        for i, le in enumerate(LATENCY_BUCKETS):
+            if seconds <= le:
+                self.buckets[i] += 1
+
+    def render(self, stats: dict[str, int], inflight: int) -> str:
+        def block(name: str, kind: str, help_: str, samples: list[tuple[str, float]]) -> list[str]:
+            return [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"] + [
+                f"{name}{k} {v}" for k, v in samples
+            ]
+
+        runs = [(f'{{status="{s}"}}', n) for s, n in self.runs.items()]
+        hist = [(f'_bucket{{le="{le}"}}', n) for le, n in zip(LATENCY_BUCKETS, self.buckets, strict=True)]
+        hist += [('_bucket{le="+Inf"}', self.latency_count), ("_sum", self.latency_sum)]
+        hist += [("_count", self.latency_count)]
+        rejected = [(f'{{reason="{r}"}}', n) for r, n in self.rejected.items()]
+        lines = block("tirl_sandbox_runs_total", "counter", "Runs finished, by result status.", runs)
+        lines += block(
+            "tirl_sandbox_run_seconds", "histogram", "Run latency at the server, queueing included.", hist
+        )
+        lines += block("tirl_sandbox_rejected_total", "counter", "Requests refused before running.", rejected)
+        for name, value, help_ in (
+            ("queue_depth", stats["waiting"], "Runs waiting for a free worker."),
+            ("inflight", inflight, "Requests being run or waiting."),
+            ("workers", stats["workers"], "Warm workers in the pool."),
+            ("idle_workers", stats["idle"], "Workers ready for a run."),
+        ):
+            lines += block(f"tirl_sandbox_{name}", "gauge", help_, [("", value)])
+        return "\n".join(lines) + "\n"
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for bodies over `max_bytes`, by Content-Length up front or while streaming."""
+
+    def __init__(self, app: Any, max_bytes: int, metrics: Metrics) -> None:
+        self.app, self.max_bytes, self.metrics = app, max_bytes, metrics
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
+            return await self._reject(send)
+        seen = 0
+
+        async def limited_receive() -> dict:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        try:
+            await self.app(scope, limited_receive, send)
+        except _TooLarge:
+            await self._reject(send)
+
+    async def _reject(self, send: Any) -> None:
+        self.metrics.rejected["too_large"] += 1
+        body = f'{{"detail":"request body larger than {self.max_bytes} bytes"}}'.encode()
+        headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 413, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def create_app(sandbox: LocalSandbox, *, max_body_bytes: int = 4 * 2**20, max_queue: int = 256) -> Any:
+    """The FastAPI app serving `sandbox`; at most workers + max_queue requests are admitted at once."""
+    import anyio
+    from fastapi import FastAPI, HTTPException
+    from fastapi.responses import PlainTextResponse
+    from pydantic import BaseModel, ConfigDict, Field
+
+    class RunCodeRequest(BaseModel):
+        model_config = ConfigDict(extra="ignore")
+        code: str
+        language: str = "python"
+        compile_timeout: float = 10.0
+        run_timeout: float = Field(default=10.0, gt=0, le=MAX_RUN_TIMEOUT_S)
+        memory_limit_MB: int = -1
+        stdin: str | None = None
+        files: dict[str, str | None] = Field(default_factory=dict)
+        fetch_files: list[str] = Field(default_factory=list)
+
+    metrics = Metrics()
+    capacity = sandbox.workers + max_queue
+    limiter = anyio.CapacityLimiter(capacity)
+    state = {"inflight": 0}
+    app = FastAPI(title="tirl sandbox", version="1")
+
+    def bad(msg: str) -> HTTPException:
+        metrics.rejected["bad_request"] += 1
+        return HTTPException(status_code=400, detail=msg)
+
+    @app.post("/run_code")
+    async def run_code(req: RunCodeRequest) -> dict:
+        if req.language.lower() not in ("python", "python3"):
+            raise bad(f"language {req.language!r} is not supported by tirl's sandbox: only 'python'")
+        if req.files or req.fetch_files:
+            raise bad("'files' and 'fetch_files' are not supported by tirl's sandbox; send them empty")
+        if req.memory_limit_MB != -1 and req.memory_limit_MB < 32:
+            raise bad(f"memory_limit_MB must be -1 (server default) or >= 32, got {req.memory_limit_MB}")
+        if state["inflight"] >= capacity:
+            metrics.rejected["overloaded"] += 1
+            raise HTTPException(429, f"overloaded: {capacity} runs in flight", headers={"Retry-After": "1"})
+        state["inflight"] += 1
+        t0 = time.monotonic()
+        try:
+            memory = None if req.memory_limit_MB == -1 else req.memory_limit_MB
+            result = await anyio.to_thread.run_sync(
+                lambda: sandbox.run(req.code, stdin=req.stdin, timeout_s=req.run_timeout, memory_mb=memory),
+                limiter=limiter,
+            )
+        except SandboxOverloaded as e:
+            metrics.rejected["overloaded"] += 1
+            raise HTTPException(429, f"overloaded: {e}", headers={"Retry-After": "1"}) from None
+        except RuntimeError as e:  # the pool is closed: shutting down
+            raise HTTPException(503, f"sandbox unavailable: {e}") from None
+        finally:
+            state["inflight"] -= 1
+        metrics.observe(result.status, time.monotonic() - t0)
+        return to_response(result)
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok", "inflight": state["inflight"], **sandbox.stats()}
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def prometheus() -> str:
+        return metrics.render(sandbox.stats(), state["inflight"])
+
+    return BodyLimit(app, max_body_bytes, metrics)
+
+
+def serve(sandbox: LocalSandbox, *, host: str, port: int, max_body_bytes: int, max_queue: int) -> None:
+    """Run uvicorn in the foreground until interrupted; the pool is closed by the caller."""
+    import uvicorn
+
+    app = create_app(sandbox, max_body_bytes=max_body_bytes, max_queue=max_queue)
+    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_keep_alive=30)

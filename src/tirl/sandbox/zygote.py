@@ -1,0 +1,365 @@
+"""The warm worker: runs INSIDE the isolation boundary, imports common modules once, forks once per snippet.
+
+Started as a script (`python -I zygote.py CONFIG_JSON`) by tirl.sandbox.pool; it must import only the standard
+library (plus the modules it preloads for snippets) and never tirl, so it starts fast and owns no host state.
+
+Protocol on fds 0 (requests) and 1 (responses), binary and compact so a run costs a fork, not Python framing:
+  ready:    b"R" once the preloads are imported
+  request:  REQ header (code length, stdin length or NO_STDIN, timeout s, memory MB or 0) + code + stdin
+  response: RESP header (exit code, flags, wall s, stdout length, stderr length) + stdout + stderr
+
+Per run: a fresh directory under /tmp (its cwd, HOME and TMPDIR), pipes for stdout/stderr read here up to the
+cap, a memfd for stdin, rlimits (CPU, address space, file size, no core, process count) set in the child, and,
+when the zygote is root, the snippet switched to its own unprivileged uid (so it cannot signal the zygote, write
+root-owned files, or read 0700 ones). When the snippet's main process exits, times out or floods its output,
+every other process in the worker's pid namespace is SIGKILLed (kill(-1) spares only us and the namespace init),
+so daemons and setsid() escapes die with the run. The directory (and, without a uid switch, all of /tmp) is
+wiped before the next request. The child is a fresh fork of a zygote that never runs snippets: no Python state
+carries over from one run to the next.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import io
+import json
+import linecache
+import os
+import random
+import resource
+import select
+import shutil
+import signal
+import struct
+import sys
+import time
+import traceback
+import types
+
+REQ = struct.Struct("!IIdI")
+RESP = struct.Struct("!iBdII")
+NO_STDIN = 0xFFFFFFFF
+F_TIMEOUT, F_TRUNCATED, F_KILLED = 1, 2, 4  # F_KILLED: SIGKILL from outside the run (e.g. the OOM killer)
+_CHUNK = 65536
+_DRAIN_S = 0.5
+
+
+def _raw_fork() -> int:
+    """fork(2) without os.fork's Python at-fork hooks, which cost ~0.6 ms of CPU per run with sympy loaded.
+
+    Safe here because the zygote is single-threaded and holds the GIL across the call (PyDLL); the one hook
+    snippets would notice, reseeding `random`, is done by the child itself.
+    """
+    pid = _libc_fork()
+    if pid < 0:
+        raise OSError(ctypes.get_errno(), "fork failed")
+    return pid
+
+
+try:
+    _libc_fork = ctypes.PyDLL(None, use_errno=True).fork
+    _libc_fork.restype = ctypes.c_int
+    _libc_fork.argtypes = []
+except (OSError, AttributeError):  # not glibc-like: the standard fork, hooks and all
+    _raw_fork = os.fork  # noqa: F811
+
+
+def _read_exact(fd: int, n: int) -> bytes:
+    parts, left = [], n
+    while left:
+        b = os.read(fd, min(left, 1 << 20))
+        if not b:
+            raise EOFError
+        parts.append(b)
+        left -= len(b)
+    return b"".join(parts)
+
+
+def _write_quietly(path: str, text: str) -> bool:
+    try:
+        with open(path, "w") as f:
+            f.write(text)
+        return True
+    except OSError:
+        return False
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _prepare(code: bytes) -> tuple[types.ModuleType, types.CodeType | BaseException]:
+    """In the zygote, before the fork: the fresh __main__ and the compiled code (or the SyntaxError to show).
+
+    Compiling here rather than in the child saves it the copy-on-write faults the compiler would cause.
+    """
+    src = code.decode("utf-8", errors="replace")
+    linecache.cache["snippet.py"] = (len(src), None, src.splitlines(True), "snippet.py")
+    main = types.ModuleType("__main__")
+    main.__file__ = "snippet.py"
+    main.__builtins__ = __builtins__
+    try:
+        return main, compile(src, "snippet.py", "exec")
+    except (SyntaxError, ValueError) as e:  # ValueError: a NUL byte in the source
+        return main, e
+
+
+def _snippet_main(main: types.ModuleType, compiled: types.CodeType | BaseException) -> int:
+    """Runs in the forked child: the code as __main__, an uncaught exception's traceback without our frames."""
+    sys.modules["__main__"] = main
+    sys.argv[:] = ["snippet.py"]
+    try:
+        if isinstance(compiled, BaseException):
+            raise compiled
+        exec(compiled, main.__dict__)
+    except SystemExit as e:
+        if e.code is None:
+            return 0
+        if isinstance(e.code, int):
+            return e.code & 0xFF
+        print(e.code, file=sys.stderr)
+        return 1
+    except BaseException as e:
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename != "snippet.py":
+            tb = tb.tb_next
+        traceback.print_exception(type(e), e, tb)
+        return 1
+    return 0
+
+
+class Zygote:
+    def __init__(self, cfg: dict) -> None:
+        self.cfg = cfg
+        self.uid = cfg["uid"]  # -1: keep ours
+        self.n = 0
+        self.base_vm = 0
+        self.oom_protected = False
+
+    def preload(self) -> None:
+        for name in self.cfg["preload"]:
+            try:
+                __import__(name)
+            except ImportError:
+                pass
+        if "numpy" in sys.modules:
+            __import__("numpy.random")  # lazily imported otherwise: 15 ms in every child that reseeds it
+        with open("/proc/self/statm") as f:
+            self.base_vm = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        # The snippet's stdio, built once: unused (so empty) here, and after the child's dup2 they are its pipes.
+        enc = {"encoding": "utf-8", "errors": "backslashreplace"}
+        sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
+        sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True, **enc)
+        sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True, **enc)
+        os.environ.pop("PWD", None)  # set by bwrap; meaningless for a snippet in its own directory
+        self.oom_protected = _write_quietly("/proc/self/oom_score_adj", "-1000")  # the OOM killer spares us
+        gc.collect()
+        gc.freeze()  # children then never touch (copy) the preloaded objects' pages to collect them
+
+    def child(self, prepared: tuple, stdin_fd: int, out_w: int, err_w: int, rundir: str, mem_mb: int) -> None:
+        status = 1
+        try:
+            os.dup2(stdin_fd, 0)
+            os.dup2(out_w, 1)
+            os.dup2(err_w, 2)
+            os.closerange(3, 65536)
+            os.chdir(rundir)
+            if not self.cfg["pidns"]:
+                os.setsid()  # so the zygote can kill the run's process group
+            cfg = self.cfg
+            mem = self.base_vm + mem_mb * 2**20
+            limits = [
+                (resource.RLIMIT_CPU, (cfg["cpu_time_s"], cfg["cpu_time_s"] + 1)),
+                (resource.RLIMIT_AS, (mem, mem)),
+                (resource.RLIMIT_FSIZE, (cfg["max_file_bytes"], cfg["max_file_bytes"])),
+                (resource.RLIMIT_CORE, (0, 0)),
+                (resource.RLIMIT_NPROC, (cfg["max_processes"], cfg["max_processes"])),
+            ]
+            for res, lim in limits:
+                resource.setrlimit(res, lim)
+            if self.oom_protected:
+                _write_quietly("/proc/self/oom_score_adj", "500")  # and picks the snippet
+            if self.uid >= 0:
+                os.setgroups([])
+                os.setresgid(self.uid, self.uid, self.uid)
+                os.setresuid(self.uid, self.uid, self.uid)
+            status = _snippet_main(*prepared)
+            for stream in (sys.stdout, sys.stderr):
+                try:
+                    stream.flush()
+                except BaseException:
+                    pass
+        except BaseException:
+            try:
+                traceback.print_exc()
+            except BaseException:
+                pass
+        finally:
+            os._exit(status)
+
+    def run(self, code: bytes, stdin: bytes | None, timeout: float, mem_mb: int) -> bytes:
+        """One snippet, start to cleanup; returns the response frame."""
+        self.n += 1
+        rundir = f"/tmp/tirl-run-{os.getpid()}-{self.n}"  # pid: unique on a shared /tmp (isolation none)
+        try:
+            os.mkdir(rundir, 0o700)
+        except FileExistsError:  # left by a killed worker that had our pid (isolation none)
+            shutil.rmtree(rundir, ignore_errors=True)
+            os.mkdir(rundir, 0o700)
+        if self.uid >= 0:
+            os.chown(rundir, self.uid, self.uid)
+        if stdin is None:
+            stdin_fd = os.open("/dev/null", os.O_RDONLY)
+        else:
+            stdin_fd = os.memfd_create("stdin")
+            _write_all(stdin_fd, stdin)
+            os.lseek(stdin_fd, 0, os.SEEK_SET)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        prepared = _prepare(code)
+        self._fresh_state(rundir)
+        t0 = time.monotonic()
+        pid = _raw_fork()
+        if pid == 0:
+            self.child(prepared, stdin_fd, out_w, err_w, rundir, mem_mb or self.cfg["memory_mb"])
+        for fd in (stdin_fd, out_w, err_w):
+            os.close(fd)
+        pidfd = os.pidfd_open(pid)
+        out, err, flags = self._collect(pid, pidfd, out_r, err_r, t0 + timeout)
+        self._kill_all(0.0, pid)  # the loop may have ended on EOF with a background process still running
+        _, wstatus = os.waitpid(pid, 0)
+        wall = time.monotonic() - t0
+        for fd in (out_r, err_r, pidfd):
+            os.close(fd)
+        self._reap()
+        self._wipe(rundir)
+        code_ = os.waitstatus_to_exitcode(wstatus)
+        if code_ == -signal.SIGKILL and not flags & (F_TIMEOUT | F_TRUNCATED):
+            flags |= F_KILLED  # not by us: the host checks the memory cgroup's OOM counter
+        return RESP.pack(code_, flags, wall, len(out), len(err)) + out + err
+
+    def _collect(
+        self, pid: int, pidfd: int, out_r: int, err_r: int, deadline: float
+    ) -> tuple[bytes, bytes, int]:
+        """Read both pipes up to the cap until they close and the main process has exited (a snippet that
+        closes its stdout still runs until it exits or times out); kill everything on timeout or overflow."""
+        cap = self.cfg["max_output_bytes"]
+        bufs = {out_r: bytearray(), err_r: bytearray()}
+        flags = 0
+        drain_until = 0.0  # set once everything is killed: the pipes must close within _DRAIN_S
+        poller = select.poll()
+        for fd in (out_r, err_r, pidfd):
+            poller.register(fd, select.POLLIN)
+        open_fds, exited = 2, False
+        while open_fds or not exited:
+            now = time.monotonic()
+            if not drain_until and now >= deadline:
+                flags |= F_TIMEOUT
+                drain_until = self._kill_all(now, pid)
+            if drain_until and now >= drain_until:
+                break  # a process we cannot see still holds a pipe: give up on it
+            for fd, _ev in poller.poll(max(0.0, (drain_until or deadline) - now) * 1000):
+                if fd == pidfd:
+                    poller.unregister(pidfd)
+                    exited = True
+                    if not drain_until:
+                        drain_until = self._kill_all(time.monotonic(), pid)  # main exited: no stragglers
+                    continue
+                chunk = os.read(fd, _CHUNK)
+                if not chunk:
+                    poller.unregister(fd)
+                    open_fds -= 1
+                    continue
+                buf = bufs[fd]
+                room = cap - len(buf)
+                buf += chunk[:room]
+                if len(chunk) > room and not flags & F_TRUNCATED:
+                    flags |= F_TRUNCATED
+                    if not drain_until:
+                        drain_until = self._kill_all(time.monotonic(), pid)
+        return bytes(bufs[out_r]), bytes(bufs[err_r]), flags
+
+    def _fresh_state(self, rundir: str) -> None:
+        """Set here, before the fork, what each child must not share with the previous one (cheaper than after)."""
+        os.environ["HOME"] = os.environ["TMPDIR"] = rundir
+        random.seed()  # os.fork would reseed it in the child; the raw fork does not
+        if "numpy" in sys.modules:  # numpy's global generator is never reseeded after a fork
+            sys.modules["numpy"].random.seed(int.from_bytes(os.urandom(4), "little"))
+        if "tempfile" in sys.modules:
+            sys.modules["tempfile"].tempdir = None
+
+    def _kill_all(self, now: float, pid: int) -> float:
+        try:
+            if self.cfg["pidns"]:
+                os.kill(-1, signal.SIGKILL)  # every process of our pid namespace but us (its init)
+            else:
+                os.killpg(pid, signal.SIGKILL)  # no namespace: only the run's session
+        except (ProcessLookupError, PermissionError):
+            pass
+        return now + _DRAIN_S
+
+    def _reap(self) -> None:
+        """Wait for every process the run left (we are their init); re-kill any forked during the kill."""
+        deadline = time.monotonic() + 2.0
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid:
+                continue
+            if not self.cfg["pidns"] or time.monotonic() > deadline:
+                return  # without a namespace, the host-side group kill is all we can do
+            self._kill_all(0.0, 0)
+            time.sleep(0.001)
+
+    def _wipe(self, rundir: str) -> None:
+        try:
+            os.rmdir(rundir)  # the common case: the snippet wrote no file
+        except OSError:
+            shutil.rmtree(rundir, ignore_errors=True)
+        if self.uid < 0 and self.cfg["private_tmp"]:  # the snippet ran as us: it may have written there
+            for d in ("/tmp", "/dev/shm"):
+                try:
+                    entries = os.listdir(d)
+                except OSError:
+                    continue
+                for e in entries:
+                    p = os.path.join(d, e)
+                    if os.path.isdir(p) and not os.path.islink(p):
+                        shutil.rmtree(p, ignore_errors=True)
+                    else:
+                        try:
+                            os.unlink(p)
+                        except OSError:
+                            pass
+
+    def serve(self) -> None:
+        max_runs = self.cfg["max_runs"]
+        _write_all(1, b"R")
+        while max_runs <= 0 or self.n < max_runs:
+            try:
+                head = _read_exact(0, REQ.size)
+            except EOFError:
+                return
+            code_len, stdin_len, timeout, mem_mb = REQ.unpack(head)
+            code = _read_exact(0, code_len)
+            stdin = None if stdin_len == NO_STDIN else _read_exact(0, stdin_len)
+            _write_all(1, self.run(code, stdin, timeout, mem_mb))
+
+
+def main() -> None:
+    cfg = json.loads(sys.argv[1])
+    if cfg["pidns"] and os.getpid() != 1:
+        # kill(-1) outside a fresh pid namespace would hit every process we may signal: refuse
+        sys.exit(f"zygote: expected pid 1 in a new pid namespace, got pid {os.getpid()}")
+    z = Zygote(cfg)
+    z.preload()
+    z.serve()
+
+
+if __name__ == "__main__":
+    main()

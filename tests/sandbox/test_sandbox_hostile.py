@@ -1,0 +1,360 @@
+"""Hostile snippets against a real `tirl sandbox serve` subprocess: one test per isolation property, each then
+checking that the service still answers the next request correctly; plus the 500-request load test.
+
+Safety net in case containment fails: the server (and so every worker and snippet) runs inside an outer cgroup
+with pids.max and a memory limit, under `timeout -s KILL`; the fixture kills whatever is left in that cgroup
+and removes it. Without writable v1 cgroups, or without bubblewrap, these tests are skipped, not run unguarded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tirl.sandbox import SandboxClient, SandboxConfig
+from tirl.sandbox.isolation import _own_cgroup, cgroups_writable
+
+REPO = Path(__file__).resolve().parents[2]
+OUTER_PIDS = 400  # server threads + 2 workers x (max_processes + 8) + slack
+OUTER_MEMORY = 3 * 2**30
+SECRET = "hunter2-do-not-leak"
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("bwrap") is None or not cgroups_writable(), reason="needs bubblewrap and writable v1 cgroups"
+)
+
+
+class OuterCgroup:
+    def __init__(self, name: str) -> None:
+        self.dirs = [_own_cgroup("pids") / name, _own_cgroup("memory") / name]
+        for d in self.dirs:
+            d.mkdir()
+        (self.dirs[0] / "pids.max").write_text(str(OUTER_PIDS))
+        (self.dirs[1] / "memory.limit_in_bytes").write_text(str(OUTER_MEMORY))
+
+    def prefix(self) -> list[str]:
+        script = "".join(f'echo $$ > "{d}/cgroup.procs" && ' for d in self.dirs) + 'exec "$@"'
+        return ["/bin/sh", "-c", script, "sh"]
+
+    def pids(self) -> list[int]:
+        """Every task left in the pids cgroup, nested worker cgroups included."""
+        out = []
+        for procs in self.dirs[0].rglob("cgroup.procs"):
+            with contextlib.suppress(OSError):
+                out += [int(p) for p in procs.read_text().split()]
+        return out
+
+    def destroy(self) -> None:
+        deadline = time.monotonic() + 10
+        for top in self.dirs:
+            for d in sorted(top.rglob("*/"), key=lambda p: -len(p.parts)) + [top]:
+                if not d.is_dir():
+                    continue
+                while True:
+                    with contextlib.suppress(OSError):
+                        for pid in (d / "cgroup.procs").read_text().split():
+                            with contextlib.suppress(ProcessLookupError):
+                                os.kill(int(pid), signal.SIGKILL)
+                    try:
+                        d.rmdir()
+                        break
+                    except FileNotFoundError:
+                        break
+                    except OSError:
+                        if time.monotonic() > deadline:
+                            raise
+                        time.sleep(0.02)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.cgroup = OuterCgroup(f"tirl-test-{os.getpid()}-{self.port}")
+        cmd = [sys.executable, "-m", "tirl.cli", "sandbox", "serve", "--port", str(self.port), *args]
+        full_env = {**os.environ, "PYTHONPATH": str(REPO / "src"), **(env or {})}
+        self.proc = subprocess.Popen(
+            [*self.cgroup.prefix(), "timeout", "-s", "KILL", "300", *cmd],
+            env=full_env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        self.http = httpx.Client(base_url=self.url, timeout=30)
+        deadline = time.monotonic() + 60
+        while True:
+            with contextlib.suppress(httpx.TransportError):
+                if self.http.get("/health").status_code == 200:
+                    break
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                err = self.proc.stderr.read().decode() if self.proc.poll() is not None else ""
+                self.close()
+                raise RuntimeError(f"sandbox server did not start: {err}")
+            time.sleep(0.1)
+
+    def run(self, code: str, **fields: object) -> dict:
+        r = self.http.post("/run_code", json={"code": code, "language": "python", **fields})
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    def assert_healthy(self) -> None:
+        """The next request after a hostile one is answered normally."""
+        for _ in range(2):  # FIFO idle queue: consecutive runs reach both workers
+            out = self.run("import math\nprint(math.factorial(5))")
+            assert out["status"] == "Success" and out["run_result"]["stdout"] == "120\n", out
+
+    def close(self) -> None:
+        self.http.close()
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=10)
+        self.cgroup.destroy()
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()
+        self.proc.wait()
+        if self.proc.stderr:
+            self.proc.stderr.close()
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    srv = Server(
+        "--workers", "2",
+        "sandbox.timeout_s=2", "sandbox.memory_mb=256", "sandbox.max_processes=32",
+        "sandbox.max_output_bytes=10000",
+        env={"TIRL_SECRET_TOKEN": SECRET, "AWS_SECRET_ACCESS_KEY": SECRET},
+    )  # fmt: skip
+    try:
+        yield srv
+    finally:
+        srv.close()
+
+
+def test_infinite_loop_times_out(server: Server) -> None:
+    t0 = time.monotonic()
+    out = server.run("print('started', flush=True)\nwhile True:\n    pass\n", run_timeout=1.0)
+    assert out["status"] == "Failed" and out["run_result"]["status"] == "TimeLimitExceeded"
+    assert out["tirl"]["status"] == "timeout" and out["run_result"]["stdout"] == "started\n"
+    assert 1.0 <= time.monotonic() - t0 < 3.0
+    server.assert_healthy()
+
+
+def test_memory_bomb_is_stopped(server: Server) -> None:
+    for code in (
+        "x = bytearray(8 * 2**30)\nprint('allocated')",
+        "xs = []\nwhile True:\n    xs.append(b'x' * 2**24)",
+    ):
+        out = server.run(code)
+        assert out["tirl"]["status"] == "memory_exceeded", out
+        assert "allocated" not in out["run_result"]["stdout"]
+    server.assert_healthy()
+
+
+def test_memory_bomb_across_processes_meets_the_cgroup(server: Server) -> None:
+    # Each process stays under its address-space rlimit; together they pass the worker's memory cgroup
+    # (256 + 512 MiB), whose OOM killer picks the largest: the main process.
+    code = (
+        "import os, time\nfor _ in range(10):\n    if os.fork() == 0:\n"
+        "        b = bytearray(60 * 2**20)\n        b[::4096] = b'x' * len(b[::4096])\n"
+        "        time.sleep(5)\n        os._exit(0)\n"
+        "big = bytearray(230 * 2**20)\nbig[::4096] = b'x' * len(big[::4096])\ntime.sleep(5)\nprint('survived')\n"
+    )
+    out = server.run(code, run_timeout=8)
+    assert out["tirl"]["status"] == "memory_exceeded" and "survived" not in out["run_result"]["stdout"], out
+    server.assert_healthy()
+
+
+def test_fork_bomb_is_contained(server: Server) -> None:
+    baseline = len(server.cgroup.pids())
+    code = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    out = server.run(code, run_timeout=1.5)
+    assert out["tirl"]["status"] == "timeout"
+    server.assert_healthy()
+    deadline = time.monotonic() + 5  # every bomb process is gone, not just the run reported
+    while len(server.cgroup.pids()) > baseline + 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(server.cgroup.pids()) <= baseline + 2
+
+
+def test_huge_output_is_truncated(server: Server) -> None:
+    t0 = time.monotonic()
+    out = server.run("import sys\nwhile True:\n    sys.stdout.write('x' * 4096)\n", run_timeout=10)
+    assert out["tirl"]["status"] == "output_truncated" and out["status"] == "Failed"
+    assert out["run_result"]["stdout"] == "x" * 10000
+    assert time.monotonic() - t0 < 3.0  # killed on overflow, not at the timeout
+    server.assert_healthy()
+
+
+def test_secrets_in_the_environment_are_not_visible(server: Server) -> None:
+    code = (
+        "import os\nprint(sorted(os.environ))\n"
+        "for p in os.listdir('/proc'):\n"
+        "    if p.isdigit():\n"
+        "        try:\n            print(open(f'/proc/{p}/environ', 'rb').read())\n"
+        "        except OSError as e:\n            print(p, type(e).__name__)\n"
+    )
+    out = server.run(code)
+    assert out["status"] == "Success"
+    stdout = out["run_result"]["stdout"]
+    assert SECRET not in stdout and "TIRL_SECRET_TOKEN" not in stdout and "AWS_SECRET" not in stdout
+    assert "PATH" in stdout.splitlines()[0]
+    server.assert_healthy()
+
+
+def test_cannot_connect_to_the_sandbox_server(server: Server) -> None:
+    code = (
+        "import socket\ns = socket.socket()\ns.settimeout(1)\n"
+        f"try:\n    s.connect(('127.0.0.1', {server.port}))\n    print('connected')\n"
+        "except OSError as e:\n    print('blocked', type(e).__name__)\n"
+    )
+    out = server.run(code)
+    assert out["run_result"]["stdout"].startswith("blocked"), out
+    server.assert_healthy()
+
+
+def test_cannot_write_into_the_project_checkout(server: Server) -> None:
+    target = REPO / "pwned-by-sandbox.txt"
+    code = (
+        f"for path in [{str(target)!r}, {str(REPO / 'src' / 'tirl' / '__init__.py')!r}]:\n"
+        "    try:\n        open(path, 'a').write('x')\n        print('wrote', path)\n"
+        "    except OSError as e:\n        print('refused', type(e).__name__)\n"
+    )
+    out = server.run(code)
+    lines = out["run_result"]["stdout"].splitlines()
+    assert len(lines) == 2 and all(line.startswith("refused") for line in lines), out
+    assert not target.exists()
+    server.assert_healthy()
+
+
+def test_cannot_read_other_processes_environments(server: Server) -> None:
+    code = (
+        "import os\npids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\nprint(pids)\n"
+        f"print(os.path.exists('/proc/{server.proc.pid}/environ'))\n"
+        "try:\n    print(open('/proc/1/environ', 'rb').read())\nexcept OSError as e:\n    print(type(e).__name__)\n"
+    )
+    out = server.run(code)
+    pids_line, host_visible, init_env = out["run_result"]["stdout"].splitlines()
+    assert len(eval(pids_line)) <= 3  # its own namespace: the worker (1), the run, nothing from the host
+    assert host_visible == "False"
+    assert init_env == "PermissionError"  # the worker runs as another uid
+    server.assert_healthy()
+
+
+def test_killing_the_parent_fails_and_the_service_lives(server: Server) -> None:
+    code = (
+        "import os, signal\n"
+        f"for pid in (os.getppid(), 1, {server.proc.pid}):\n"  # the worker, its namespace's init, the server
+        "    try:\n        os.kill(pid, signal.SIGKILL)\n        print('killed', pid)\n"
+        "    except OSError as e:\n        print('refused', type(e).__name__)\n"
+    )
+    out = server.run(code)
+    expected = "refused PermissionError\nrefused PermissionError\nrefused ProcessLookupError\n"
+    assert out["run_result"]["stdout"] == expected, out
+    assert server.proc.poll() is None
+    server.assert_healthy()
+
+
+def test_background_processes_do_not_survive_the_run(server: Server) -> None:
+    daemon = (
+        "import os, subprocess, time\n"
+        "subprocess.Popen(['sleep', '60'], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
+        "if os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n    os._exit(0)\n"
+        "print('spawned')\n"
+    )
+    assert server.run(daemon)["run_result"]["stdout"] == "spawned\n"
+    check = "import os\nprint(sorted(int(p) for p in os.listdir('/proc') if p.isdigit() and p != str(os.getpid())))"
+    for _ in range(2):  # both workers
+        out = server.run(check)
+        assert out["run_result"]["stdout"] == "[1]\n", out  # only the worker itself
+    server.assert_healthy()
+
+
+def test_non_utf8_output_is_returned_safely(server: Server) -> None:
+    out = server.run(
+        "import sys\nsys.stdout.buffer.write(b'a\\xff\\xfeb')\nsys.stderr.buffer.write(b'\\x80')"
+    )
+    assert out["status"] == "Success"
+    assert out["run_result"]["stdout"] == "a\ufffd\ufffdb" and out["run_result"]["stderr"] == "\ufffd"
+    server.assert_healthy()
+
+
+def test_bad_requests_get_clear_4xx(server: Server) -> None:
+    r = server.http.post("/run_code", json={"code": "print(1)", "language": "cpp"})
+    assert r.status_code == 400 and "not supported" in r.json()["detail"]
+    r = server.http.post("/run_code", json={"language": "python"})
+    assert r.status_code == 422 and "code" in r.text
+    r = server.http.post("/run_code", json={"code": "print(1)", "run_timeout": -1})
+    assert r.status_code == 422 and "run_timeout" in r.text
+    r = server.http.post("/run_code", json={"code": "print(1)", "files": {"a.txt": "eA=="}})
+    assert r.status_code == 400 and "files" in r.json()["detail"]
+    r = server.http.post(
+        "/run_code", content=b"x" * (5 * 2**20), headers={"content-type": "application/json"}
+    )
+    assert r.status_code == 413
+    server.assert_healthy()
+
+
+def test_metrics_count_runs_by_status(server: Server) -> None:
+    server.run("raise ValueError")
+    text = server.http.get("/metrics").text
+    assert 'tirl_sandbox_runs_total{status="runtime_error"}' in text
+    assert "tirl_sandbox_run_seconds_bucket" in text and "tirl_sandbox_queue_depth 0" in text
+    line = next(
+        x for x in text.splitlines() if x.startswith('tirl_sandbox_runs_total{status="runtime_error"}')
+    )
+    assert int(line.split()[-1]) >= 1
+
+
+@pytest.mark.slow
+def test_load_500_requests_at_concurrency_32(server: Server) -> None:
+    before = server.http.get("/metrics").text
+    client = SandboxClient(SandboxConfig(backend="remote", urls=(server.url,), max_workers=32, timeout_s=10))
+    codes = [f"print({i} * {i})" for i in range(500)]
+    t0 = time.monotonic()
+    with client:
+        results = client.run_batch(codes)
+    elapsed = time.monotonic() - t0
+    assert [r.stdout for r in results] == [f"{i * i}\n" for i in range(500)]
+    assert all(r.status == "ok" for r in results)
+    after = server.http.get("/metrics").text
+
+    def ok_count(text: str) -> int:
+        return int(
+            next(
+                x for x in text.splitlines() if x.startswith('tirl_sandbox_runs_total{status="ok"}')
+            ).split()[-1]
+        )
+
+    assert ok_count(after) - ok_count(before) == 500  # none dropped, none retried into a duplicate
+    assert elapsed < 30
+
+
+def test_overloaded_server_answers_429() -> None:
+    srv = Server("--workers", "1", "--queue", "0")
+    try:
+        import concurrent.futures as cf
+
+        body = {"code": "import time\ntime.sleep(1)\nprint('done')", "language": "python"}
+        with cf.ThreadPoolExecutor(6) as ex:
+            codes = list(ex.map(lambda _: srv.http.post("/run_code", json=body).status_code, range(6)))
+        assert codes.count(200) >= 1 and codes.count(429) >= 1 and set(codes) <= {200, 429}
+        srv.assert_healthy()
+    finally:
+        srv.close()

@@ -1,0 +1,82 @@
+"""Isolation modes: tirl refuses to run weaker than asked, `none` warns loudly, `unshare` isolates pid/net/tmp."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from tirl.config import ConfigError, from_dict
+from tirl.sandbox import LocalSandbox, SandboxConfig, SandboxUnavailable
+from tirl.sandbox.isolation import worker_command
+
+
+def test_missing_bwrap_refuses_instead_of_falling_back(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap, no unshare on PATH
+    with pytest.raises(SandboxUnavailable, match="bwrap is not installed"):
+        LocalSandbox(SandboxConfig(isolation="bwrap"))
+
+
+def test_required_cgroups_refused_when_not_writable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tirl.sandbox.local.cgroups_writable", lambda: False)
+    with pytest.raises(SandboxUnavailable, match="cgroups 'required'"):
+        LocalSandbox(SandboxConfig(cgroups="required"))
+
+
+def test_bwrap_command_hides_home_and_cuts_network() -> None:
+    cmd = worker_command(SandboxConfig(), "/usr/bin/python3", "{}")
+    joined = " ".join(cmd)
+    assert "--unshare-net" in cmd and "--unshare-pid" in cmd and "--clearenv" in cmd
+    assert "--ro-bind / /" in joined and "--tmpfs /tmp" in joined and "--tmpfs /root" in joined
+
+
+def test_none_mode_warns_loudly_and_still_runs() -> None:
+    with pytest.warns(RuntimeWarning, match="WITHOUT namespaces"):
+        sb = LocalSandbox(SandboxConfig(isolation="none", max_workers=1))
+    with sb:
+        r = sb.run("print(6 * 7)")
+        leftover = sb.run("import os, subprocess\np = subprocess.Popen(['sleep', '30'])\nprint(p.pid)")
+    assert r.stdout == "42\n"
+    pid = int(leftover.stdout)
+    assert (
+        not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(")")[1].split()[0] == "Z"
+    )
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
+def test_unshare_mode_isolates_pids_network_and_tmp() -> None:
+    with LocalSandbox(SandboxConfig(isolation="unshare", max_workers=1)) as sb:
+        r = sb.run(
+            "import os, socket\nprint(sorted(p for p in os.listdir('/proc') if p.isdigit()))\n"
+            "open('/tmp/left-behind', 'w').write('x')\n"
+            "try:\n    socket.create_connection(('127.0.0.1', 22), timeout=1)\nexcept OSError as e:\n"
+            "    print(type(e).__name__)\n"
+        )
+        after = sb.run("import os\nprint(os.path.exists('/tmp/left-behind'))")
+    lines = r.stdout.splitlines()
+    assert r.status == "ok" and len(eval(lines[0])) <= 2 and lines[1] == "OSError"
+    assert after.stdout == "False\n" and not os.path.exists("/tmp/left-behind")
+
+
+@pytest.mark.parametrize(
+    ("data", "match"),
+    [
+        ({"isolation": "docker"}, "isolation"),
+        ({"backend": "cloud"}, "backend"),
+        ({"max_processes": 0}, "max_processes"),
+        ({"max_runs_per_worker": 0}, "max_runs_per_worker"),
+        ({"retries": -1}, "retries"),
+    ],
+)
+def test_config_errors_name_the_key(data: dict, match: str) -> None:
+    with pytest.raises((ConfigError, ValueError), match=match):
+        from_dict(SandboxConfig, data)
+
+
+def test_cli_serve_refuses_weaker_isolation(monkeypatch: pytest.MonkeyPatch, tmp_path, capsys) -> None:
+    from tirl.cli import main
+
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert main(["sandbox", "serve", "--port", "1"]) == 2
+    assert "bwrap is not installed" in capsys.readouterr().err
