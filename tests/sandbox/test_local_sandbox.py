@@ -310,3 +310,59 @@ def test_config_validation(kwargs: dict, match: str) -> None:
 )
 def test_status_labels(result: ExecResult, status: str) -> None:
     assert result.status == status
+
+
+LOADED = "import sys\nprint([m for m in ('numpy', 'sympy') if m in sys.modules])"
+
+
+def test_plain_and_sympy_snippets_run_on_their_tiers(single: LocalSandbox) -> None:
+    before = single.stats()
+    plain = single.run(LOADED)  # the light tier has imported neither module
+    heavy = single.run("import sympy\n" + LOADED + "\nprint(sympy.Integer(2) ** 10)")
+    after = single.stats()
+    assert plain.status == heavy.status == "ok"
+    assert plain.stdout == "[]\n"
+    assert heavy.stdout == "['numpy', 'sympy']\n1024\n"  # preloaded on the heavy tier
+    assert after["light_runs"] - before["light_runs"] == 1
+    assert after["heavy_runs"] - before["heavy_runs"] == 1
+    assert after["workers"] == 2  # max_workers is per tier
+
+
+def test_misrouted_dynamic_import_still_works(single: LocalSandbox) -> None:
+    before = single.stats()["light_runs"]
+    r = single.run("m = getattr(__builtins__, '__imp' + 'ort__')('sym' + 'py')\nprint(m.Integer(3) ** 2)")
+    assert r.status == "ok" and r.stdout == "9\n"
+    assert single.stats()["light_runs"] == before + 1  # the router missed it: slower, same result
+
+
+def test_one_tier_when_preload_heavy_is_empty() -> None:
+    cfg = SandboxConfig(max_workers=1, preload=("math", "sympy"), preload_heavy=())
+    with LocalSandbox(cfg) as sb:
+        r = sb.run("import sympy, sys\nprint('sympy' in sys.modules, sympy.Integer(2) ** 3)")
+        stats = sb.stats()
+    assert r.stdout == "True 8\n"
+    assert stats["workers"] == 1 and stats["light_runs"] == 1 and stats["heavy_runs"] == 0
+
+
+def test_queue_bound_counts_runs_waiting_for_either_tier() -> None:
+    import concurrent.futures as cf
+
+    from tirl.sandbox import SandboxOverloaded
+
+    cfg = SandboxConfig(max_workers=1, max_queue=0)
+    sleep = "import time\ntime.sleep(0.5)\nprint('done')"
+    codes = [sleep] * 6 + ["import sympy\n" + sleep] * 2
+    with LocalSandbox(cfg) as sb:
+
+        def attempt(code: str) -> str:
+            try:
+                return sb.run(code).stdout
+            except SandboxOverloaded:
+                return "overloaded"
+
+        with cf.ThreadPoolExecutor(len(codes)) as ex:
+            outcomes = list(ex.map(attempt, codes))
+        assert sb.stats()["waiting"] == 0
+    assert set(outcomes) <= {"done\n", "overloaded"}
+    assert outcomes.count("overloaded") >= len(codes) - 2 * sb.workers  # at most workers + max_queue wait
+    assert "done\n" in outcomes

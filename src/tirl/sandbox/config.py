@@ -24,12 +24,16 @@ class SandboxConfig:
     max_output_bytes: int = 65536  # per stream
     max_file_bytes: int = 16 * 2**20
     max_processes: int = 64  # per run (RLIMIT_NPROC for the snippet's uid; pids cgroup per worker)
-    max_workers: int = 0  # warm workers (local) or concurrent requests (remote); 0 = CPU count (local), 32
+    max_workers: int = 0  # warm workers per tier (local) or concurrent requests (remote); 0 = CPU count, 32
     max_runs_per_worker: int = 1000  # a worker is replaced after this many runs (and after any kill)
     max_queue: int = 1024  # runs waiting for a worker beyond this raise SandboxOverloaded (HTTP 429)
     python: str = ""  # interpreter; "" = the one running tirl
     import_site: bool = True  # False passes -S: faster start, but no site-packages (no numpy, sympy)
-    preload: tuple[str, ...] = ("math", "numpy", "sympy")  # imported once per worker, free for snippets
+    # Two tiers of warm workers (see routing.py): every worker imports `preload` once, free for snippets; the heavy
+    # tier also imports `preload_heavy` and runs the snippets that import one of those (forking a larger
+    # interpreter costs ~5x more, so the rest go to the light tier). Empty `preload_heavy` = one tier only.
+    preload: tuple[str, ...] = ("math",)
+    preload_heavy: tuple[str, ...] = ("numpy", "sympy")
     urls: tuple[str, ...] = ()  # remote backend: tirl or SandboxFusion servers, used round-robin
     request_timeout_s: float = 30.0  # remote: HTTP timeout on top of the run's own timeout
     retries: int = 3  # remote: retries with exponential back-off on timeouts, 5xx and 429
@@ -55,6 +59,13 @@ class SandboxConfig:
             raise ValueError(f"max_runs_per_worker must be >= 1, got {self.max_runs_per_worker}")
         if self.max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {self.max_queue}")
+        for key in ("preload", "preload_heavy"):
+            for name in getattr(self, key):
+                if not isinstance(name, str) or not all(p.isidentifier() for p in name.split(".")):
+                    raise ValueError(f"sandbox.{key}: {name!r} is not a module name")
+        both = sorted(set(self.preload) & set(self.preload_heavy))
+        if both:
+            raise ValueError(f"sandbox: {both} in both preload and preload_heavy; list each module once")
         if self.python and shutil.which(self.python) is None:
             raise ValueError(f"python interpreter {self.python!r} not found or not executable")
         if self.isolation not in ISOLATION_ORDER:

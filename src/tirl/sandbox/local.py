@@ -1,9 +1,18 @@
 """Run model-written Python in a pool of warm workers, each inside its own isolation boundary.
 
-A worker is `zygote.py`, started once per slot inside bubblewrap (default), `unshare`, or nothing, with math,
-numpy and sympy imported; it forks once per snippet, so a short run costs a fork instead of an interpreter start.
+A worker is `zygote.py`, started once per slot inside bubblewrap (default), `unshare`, or nothing, with some
+modules imported; it forks once per snippet, so a short run costs a fork instead of an interpreter start.
 Host and worker talk over a pipe with a fixed binary header. A worker is replaced after any run that ended in a
 kill (timeout, output flood, memory) or crashed it, and after `max_runs_per_worker` runs.
+
+Workers come in two tiers, because a fork of a zygote holding numpy and sympy costs ~5x one holding only math
+(page tables and teardown of a larger address space). The light tier preloads `sandbox.preload` (math) and
+starts with the pool; the heavy tier also preloads `sandbox.preload_heavy` (numpy, sympy) and starts on the
+first snippet that imports one of those (routing.py: a regex on the host, microseconds per snippet), so a pool
+that never sees numpy never pays for it. Each tier has `max_workers` workers (0 = CPU count) and its own idle
+queue; both tiers are built by the same code path with the same isolation, cgroups, uid switch, per-run wipe
+and recycling. Routing only changes speed: a light-tier snippet that imports sympy dynamically just imports it.
+The bound on waiting runs (`max_queue`, SandboxOverloaded, HTTP 429) counts the runs waiting for either tier.
 
 What a run gets with `isolation: bwrap` (each property has an adversarial test in tests/sandbox/):
   - its own pid namespace (the worker is its init): children, daemons and setsid() escapes are SIGKILLed when
@@ -54,6 +63,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tirl.sandbox import zygote as proto
 from tirl.sandbox.config import SandboxConfig
+from tirl.sandbox.routing import heavy_import_pattern, needs_heavy
 from tirl.sandbox.isolation import (
     SandboxUnavailable,
     WorkerCgroup,
@@ -77,10 +87,23 @@ class WorkerDied(RuntimeError):
     pass
 
 
+class _Tier:
+    """Workers sharing one preload list, with their own idle queue; `slots` are pool-wide (one uid per slot)."""
+
+    def __init__(self, name: str, preload: tuple[str, ...], slots: range, started: bool) -> None:
+        self.name = name
+        self.preload = preload
+        self.slots = slots
+        self.started = started  # the heavy tier's workers are spawned on its first run
+        self.runs = 0  # runs routed here, for stats() and tests
+        self.idle: queue.Queue[_Worker] = queue.Queue()
+
+
 class _Worker:
     """One zygote process and its pipes; used by one thread at a time."""
 
-    def __init__(self, slot: int, argv: list[str], cgroup: WorkerCgroup | None) -> None:
+    def __init__(self, tier: _Tier, slot: int, argv: list[str], cgroup: WorkerCgroup | None) -> None:
+        self.tier = tier
         self.slot = slot
         self.cgroup = cgroup
         self.runs = 0
@@ -151,13 +174,19 @@ class LocalSandbox:
                 stacklevel=2,
             )
         self._python = cfg.python or sys.executable
-        self.workers = cfg.max_workers or max(2, os.cpu_count() or 1)
+        per_tier = cfg.max_workers or max(2, os.cpu_count() or 1)
+        self._light = _Tier("light", tuple(cfg.preload), range(per_tier), started=True)
+        self._heavy: _Tier | None = None
+        if cfg.preload_heavy:
+            preload = tuple(cfg.preload) + tuple(cfg.preload_heavy)
+            self._heavy = _Tier("heavy", preload, range(per_tier, 2 * per_tier), started=False)
+        self._pattern = heavy_import_pattern(cfg.preload_heavy)
+        self.workers = per_tier * (2 if self._heavy else 1)  # all tiers, started or not
         self._use_cgroups = cfg.cgroups == "required" or (cfg.cgroups == "auto" and cgroups_writable())
         if cfg.cgroups == "required" and not cgroups_writable():
             raise SandboxUnavailable(
                 "sandbox.cgroups 'required' but the v1 pids/memory cgroups are not writable"
             )
-        self._idle: queue.Queue[_Worker] = queue.Queue()
         self._lock = threading.Lock()
         self._waiting = 0
         self._closed = False
@@ -167,16 +196,17 @@ class LocalSandbox:
         # All spawns happen on this one long-lived thread: bwrap's --die-with-parent follows the spawning thread.
         self._spawner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tirl-sandbox-spawn")
         try:
-            first = self._spawner.submit(self._spawn, 0, True).result()  # refuse to start if isolation fails
+            # refuse to start if isolation fails
+            first = self._spawner.submit(self._spawn, self._light, 0, True).result()
         except WorkerDied as e:
             self._spawner.shutdown()
             raise SandboxUnavailable(f"sandbox isolation {cfg.isolation!r} does not work here: {e}") from None
-        self._idle.put(first)
-        for slot in range(1, self.workers):
-            self._spawner.submit(self._spawn, slot)
+        self._light.idle.put(first)
+        for slot in self._light.slots[1:]:
+            self._spawner.submit(self._spawn, self._light, slot)
 
     # -- workers ------------------------------------------------------------------------------------------
-    def _spawn(self, slot: int, raise_errors: bool = False, attempt: int = 0) -> _Worker | None:
+    def _spawn(self, tier: _Tier, slot: int, raise_errors: bool = False, attempt: int = 0) -> _Worker | None:
         cfg = self.config
         zcfg = {
             # unshare: no uid switch (root's 0700 home holding the interpreter stays unreadable otherwise);
@@ -184,7 +214,7 @@ class LocalSandbox:
             "uid": snippet_uid(slot) if cfg.isolation == "bwrap" else -1,
             "pidns": cfg.isolation != "none",
             "private_tmp": cfg.isolation != "none",  # /tmp and /dev/shm are the worker's own tmpfs
-            "preload": list(cfg.preload),
+            "preload": list(tier.preload),
             "cpu_time_s": cfg.cpu_time_s,
             "memory_mb": cfg.memory_mb,
             "max_file_bytes": cfg.max_file_bytes,
@@ -202,7 +232,7 @@ class LocalSandbox:
                     memory_bytes=(cfg.memory_mb + 512) * 2**20,  # + the warm interpreter and the run's tmpfs
                 )
                 argv = cgroup.enter_command() + argv
-            worker = _Worker(slot, argv, cgroup)
+            worker = _Worker(tier, slot, argv, cgroup)
         except (WorkerDied, OSError, SandboxUnavailable) as e:
             if cgroup is not None:
                 cgroup.close()
@@ -212,7 +242,7 @@ class LocalSandbox:
             time.sleep(min(5.0, 0.1 * 2**attempt))  # a transient failure (fork, memory): try again, slower
             if not self._closed:
                 with contextlib.suppress(RuntimeError):  # the spawner is shutting down
-                    self._spawner.submit(self._spawn, slot, False, attempt + 1)
+                    self._spawner.submit(self._spawn, tier, slot, False, attempt + 1)
             return None
         with self._lock:
             if self._closed:
@@ -220,7 +250,7 @@ class LocalSandbox:
                 return None
             self._all.add(worker)
         if not raise_errors:
-            self._idle.put(worker)
+            tier.idle.put(worker)
         return worker
 
     def _retire(self, worker: _Worker) -> None:
@@ -230,7 +260,7 @@ class LocalSandbox:
         worker.kill()
         if not closed:
             with contextlib.suppress(RuntimeError):  # shutting down
-                self._spawner.submit(self._spawn, worker.slot)
+                self._spawner.submit(self._spawn, worker.tier, worker.slot)
 
     # -- runs ---------------------------------------------------------------------------------------------
     def run(
@@ -246,16 +276,23 @@ class LocalSandbox:
         if not timeout > 0:
             raise ValueError(f"timeout_s must be > 0, got {timeout}")
         start = time.monotonic()
+        tier = self._heavy if self._heavy is not None and needs_heavy(code, self._pattern) else self._light
         with self._lock:
             if self._closed:
                 raise RuntimeError("LocalSandbox is closed")
             if self._waiting >= self.workers + self.config.max_queue:
                 raise SandboxOverloaded(f"{self._waiting} runs already waiting for {self.workers} workers")
             self._waiting += 1
+            tier.runs += 1
+            start_tier, tier.started = not tier.started, True
+        if start_tier:
+            for slot in tier.slots:
+                with contextlib.suppress(RuntimeError):  # closing
+                    self._spawner.submit(self._spawn, tier, slot)
         try:
             while True:
                 try:
-                    worker = self._idle.get(timeout=_READY_TIMEOUT_S)
+                    worker = tier.idle.get(timeout=_READY_TIMEOUT_S)
                 except queue.Empty:
                     msg = f"no sandbox worker ready after {_READY_TIMEOUT_S:.0f} s: {self._last_spawn_error}"
                     return ExecResult("", "", None, False, False, time.monotonic() - start, msg)
@@ -282,7 +319,7 @@ class LocalSandbox:
         if killed or worker.runs >= self.config.max_runs_per_worker:
             self._retire(worker)
         else:
-            self._idle.put(worker)
+            worker.tier.idle.put(worker)
         return ExecResult(
             stdout=out.decode("utf-8", errors="replace"),
             stderr=err.decode("utf-8", errors="replace"),
@@ -313,9 +350,15 @@ class LocalSandbox:
         return list(pool.map(lambda c, s: self.run(c, stdin=s, timeout_s=timeout_s), codes, inputs))
 
     def stats(self) -> dict[str, int]:
-        """Queue depth and pool size, for /metrics."""
+        """Queue depth and pool size for /metrics; per tier: idle workers and runs routed there (`heavy_*`: 0
+        without a heavy tier)."""
         with self._lock:
-            return {"waiting": self._waiting, "workers": self.workers, "idle": self._idle.qsize()}
+            out = {"waiting": self._waiting, "workers": self.workers}
+            for name, tier in (("light", self._light), ("heavy", self._heavy)):
+                out[f"{name}_idle"] = tier.idle.qsize() if tier else 0
+                out[f"{name}_runs"] = tier.runs if tier else 0
+            out["idle"] = out["light_idle"] + out["heavy_idle"]
+            return out
 
     def close(self) -> None:
         with self._lock:
