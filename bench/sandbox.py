@@ -1,10 +1,12 @@
-"""Sandbox throughput and latency of a one-line snippet at concurrency 1 and 16, three ways, in one run:
+"""Sandbox throughput and latency at concurrency 1 and 16, in one run:
 
-  (a) tirl's isolated warm pool (LocalSandbox, bubblewrap, math/numpy/sympy preloaded, one fork per run);
-  (a2) the same pool preloading only math: a smaller interpreter is cheaper to fork and to tear down;
+  (a) tirl's isolated warm pool with its default config (LocalSandbox, bubblewrap, one fork per run) on a
+      one-line snippet, which it routes to the light tier (math preloaded);
+  (a_heavy) the same pool on a snippet importing sympy, which it routes to the heavy tier (numpy, sympy
+      preloaded);
   (b) a fresh bubblewrap-isolated interpreter per run (same namespaces and mounts, `python -I -c`);
-  (c) a fresh `python -c` per run without isolation (how SandboxFusion's runner executes a snippet);
-  (b2) as (b), but importing the modules the pool preloads (math, numpy, sympy) first: the same service as (a).
+  (b_heavy) as (b) on the sympy snippet: the service (a_heavy) replaces;
+  (c) a fresh `python -c` per run without isolation (how SandboxFusion's runner executes a snippet).
 
 Writes bench/results/sandbox.json. Latency is what the caller sees, from the call to the result. Usage:
   python bench/sandbox.py [--quick]
@@ -28,15 +30,17 @@ from tirl.sandbox.isolation import ENV, worker_command
 
 CODE = "print(123456 * 789)"
 EXPECTED = "97406784\n"
+HEAVY_CODE = "import sympy; print(sympy.Integer(2)**10)"
+HEAVY_EXPECTED = "1024\n"
 
 
-def measure(run_one: Callable[[], str], runs: int, concurrency: int) -> dict:
+def measure(run_one: Callable[[], str], runs: int, concurrency: int, expected: str = EXPECTED) -> dict:
     """Call `run_one` `runs` times from `concurrency` threads; every output must be correct."""
 
     def timed(_: int) -> float:
         t = time.perf_counter()
         out = run_one()
-        if out != EXPECTED:
+        if out != expected:
             raise RuntimeError(f"wrong output {out!r}")
         return time.perf_counter() - t
 
@@ -72,39 +76,50 @@ def main(quick: bool = False) -> dict:
         "results": {},
     }
     config = SandboxConfig()
-    pools = {
-        "a_isolated_warm_pool": config,
-        "a2_isolated_warm_pool_math_only": SandboxConfig(preload=("math",)),
-    }
-    for name, cfg in pools.items():
-        with LocalSandbox(cfg) as sb:
-            out["pool_workers"] = sb.workers
+    out["heavy_snippet"] = HEAVY_CODE
+    out["preload"], out["preload_heavy"] = list(config.preload), list(config.preload_heavy)
+    with LocalSandbox(config) as sb:
+        out["pool_workers"] = sb.workers  # both tiers
+        per_tier = sb.workers // 2
+        for name, code, expected, tier in (
+            ("a_isolated_warm_pool", CODE, EXPECTED, "light"),
+            ("a_heavy_tier_sympy_snippet", HEAVY_CODE, HEAVY_EXPECTED, "heavy"),
+        ):
+            sb.run(code)  # the heavy tier starts on its first snippet: wait until all its workers are up
+            deadline = time.monotonic() + 120
+            while sb.stats()[f"{tier}_idle"] < per_tier and time.monotonic() < deadline:
+                time.sleep(0.1)
             pool = out["results"][name] = {}
             for c in (1, 16):
-                pool[f"c{c}"] = measure(lambda: sb.run(CODE).stdout, n_pool if c > 1 else n_pool // 3, c)
+                n = n_pool if c > 1 else n_pool // 3
+                pool[f"c{c}"] = measure(lambda code=code: sb.run(code).stdout, n, c, expected)
+        out["pool_stats"] = sb.stats()  # runs routed to each tier
     time.sleep(1)  # the pool's workers are gone before the fresh-process runs start
     head = worker_command(config, sys.executable, "{}")[:-2]  # bwrap ... python flags, without zygote.py
-    preload = f"import {', '.join(config.preload)}\n"
     fresh = {
-        "b_fresh_bwrap_interpreter": ([*head, "-c", CODE], None, n_fresh),
-        "b2_fresh_bwrap_interpreter_same_preloads": (
-            [*head, "-c", preload + CODE],
+        "b_fresh_bwrap_interpreter": ([*head, "-c", CODE], None, n_fresh, EXPECTED),
+        "b_heavy_fresh_bwrap_interpreter_sympy_snippet": (
+            [*head, "-c", HEAVY_CODE],
             None,
             max(8, n_fresh // 10),
+            HEAVY_EXPECTED,
         ),
-        "c_fresh_python_c": ([sys.executable, "-c", CODE], ENV, n_fresh),
+        "c_fresh_python_c": ([sys.executable, "-c", CODE], ENV, n_fresh, EXPECTED),
     }
-    for name, (argv, env, n) in fresh.items():
+    for name, (argv, env, n, expected) in fresh.items():
         res = out["results"][name] = {}
         for c in (1, 16):
-            res[f"c{c}"] = measure(fresh_process(argv, env), n if c == 1 else 2 * n, c)
-    a, b = out["results"]["a_isolated_warm_pool"], out["results"]["b_fresh_bwrap_interpreter"]
-    b2 = out["results"]["b2_fresh_bwrap_interpreter_same_preloads"]
+            res[f"c{c}"] = measure(fresh_process(argv, env), n if c == 1 else 2 * n, c, expected)
+    r = out["results"]
     out["load_avg_after"] = os.getloadavg()  # other jobs on the machine make every figure lower
-    out["speedup_a_over_b"] = {k: round(a[k]["runs_per_s"] / b[k]["runs_per_s"], 1) for k in ("c1", "c16")}
-    a2 = out["results"]["a2_isolated_warm_pool_math_only"]
-    out["speedup_a_over_b2"] = {k: round(a[k]["runs_per_s"] / b2[k]["runs_per_s"], 1) for k in ("c1", "c16")}
-    out["speedup_a2_over_b"] = {k: round(a2[k]["runs_per_s"] / b[k]["runs_per_s"], 1) for k in ("c1", "c16")}
+
+    def speedup(x: str, y: str) -> dict:
+        return {k: round(r[x][k]["runs_per_s"] / r[y][k]["runs_per_s"], 1) for k in ("c1", "c16")}
+
+    out["speedup_a_over_b"] = speedup("a_isolated_warm_pool", "b_fresh_bwrap_interpreter")
+    out["speedup_a_heavy_over_b_heavy"] = speedup(
+        "a_heavy_tier_sympy_snippet", "b_heavy_fresh_bwrap_interpreter_sympy_snippet"
+    )
     return out
 
 

@@ -63,7 +63,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tirl.sandbox import zygote as proto
 from tirl.sandbox.config import SandboxConfig
-from tirl.sandbox.routing import heavy_import_pattern, needs_heavy
 from tirl.sandbox.isolation import (
     SandboxUnavailable,
     WorkerCgroup,
@@ -71,6 +70,7 @@ from tirl.sandbox.isolation import (
     snippet_uid,
     worker_command,
 )
+from tirl.sandbox.routing import heavy_import_pattern, needs_heavy
 from tirl.sandbox.types import ExecResult
 
 __all__ = ["LocalSandbox", "SandboxConfig", "SandboxOverloaded", "SandboxUnavailable"]
