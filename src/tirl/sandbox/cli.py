@@ -19,7 +19,9 @@ def add_sandbox_parser(sub: Any, load_config: Callable[[argparse.Namespace], Any
     )
     s.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
     s.add_argument("--port", type=int, default=8080, help="port (default 8080)")
-    s.add_argument("--workers", type=int, default=None, help="warm workers per tier (default: sandbox.max_workers)")
+    s.add_argument(
+        "--workers", type=int, default=None, help="warm workers per tier (default: sandbox.max_workers)"
+    )
     s.add_argument("--queue", type=int, default=64, help="requests waiting beyond the workers before 429")
     s.add_argument("--max-body-bytes", type=int, default=4 * 2**20, help="larger request bodies get 413")
     s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. sandbox.timeout_s=10")
