@@ -62,10 +62,10 @@ class SandboxConfig:
         for key in ("preload", "preload_heavy"):
             for name in getattr(self, key):
                 if not isinstance(name, str) or not all(p.isidentifier() for p in name.split(".")):
-                    raise ValueError(f"sandbox.{key}: {name!r} is not a module name")
+                    raise ValueError(f"{key}: {name!r} is not a module name")
         both = sorted(set(self.preload) & set(self.preload_heavy))
         if both:
-            raise ValueError(f"sandbox: {both} in both preload and preload_heavy; list each module once")
+            raise ValueError(f"{both} in both preload and preload_heavy; list each module once")
         if self.python and shutil.which(self.python) is None:
             raise ValueError(f"python interpreter {self.python!r} not found or not executable")
         if self.isolation not in ISOLATION_ORDER:
