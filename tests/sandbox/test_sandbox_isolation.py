@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -57,6 +59,34 @@ def test_unshare_mode_isolates_pids_network_and_tmp() -> None:
     lines = r.stdout.splitlines()
     assert r.status == "ok" and len(eval(lines[0])) <= 2 and lines[1] == "OSError"
     assert after.stdout == "False\n" and not os.path.exists("/tmp/left-behind")
+
+
+@pytest.mark.parametrize(
+    "isolation",
+    [
+        pytest.param("bwrap", marks=pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")),
+        pytest.param(
+            "unshare", marks=pytest.mark.skipif(shutil.which("unshare") is None, reason="needs unshare")
+        ),
+    ],
+)
+def test_interpreter_under_tmp_stays_visible(isolation: str, tmp_path) -> None:
+    """A virtualenv (or checkout) under /tmp, as CI clones often are, is bound back over the private /tmp."""
+    if not str(tmp_path).startswith("/tmp/"):
+        pytest.skip(f"tmp_path {tmp_path} is not under /tmp")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=60)
+    python = str(venv / "bin" / "python")
+    cfg = SandboxConfig(isolation=isolation, python=python, preload=("math",), max_workers=1)
+    with LocalSandbox(cfg) as sb:
+        # bwrap's snippet uid may not write /tmp at all; unshare's may, and the file must not survive the run
+        r = sb.run(
+            "import sys\nprint(sys.prefix)\ntry:\n    open('/tmp/scratch', 'w')\nexcept OSError:\n    pass"
+        )
+        after = sb.run("import os\nprint(os.path.exists('/tmp/scratch'))")
+    assert r.status == "ok", r.stderr
+    assert r.stdout == f"{venv}\n"  # the venv itself ran, not the interpreter it points to
+    assert after.stdout == "False\n"  # /tmp is still the worker's own, wiped after each run
 
 
 @pytest.mark.parametrize(

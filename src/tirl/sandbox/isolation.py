@@ -4,9 +4,11 @@ Cgroups: v1 pids and memory hierarchies only (v2 is not handled: `cgroups: auto`
 
 Modes, strongest first (what each does and does not cover is listed in tirl/sandbox/local.py):
   bwrap   : bubblewrap namespaces (pid, net, ipc, uts, mount); / read-only, fresh tmpfs /tmp, /proc, /dev;
-            root's home hidden behind an empty tmpfs (the interpreter's own directories bound back).
-  unshare : util-linux `unshare` namespaces (pid, net, ipc, uts, mount) with private tmpfs /tmp and /dev/shm;
-            the rest of the host filesystem stays as writable as it is for tirl's uid.
+            root's home hidden behind an empty tmpfs; the interpreter's own directories (a virtualenv or
+            checkout under /tmp or a home) bound back read-only.
+  unshare : util-linux `unshare` namespaces (pid, net, ipc, uts, mount) with private tmpfs /tmp and /dev/shm
+            (an interpreter under /tmp bound back read-only; its parent directories stay writable and are not
+            wiped between runs); the rest of the host filesystem stays as writable as it is for tirl's uid.
   none    : a plain process (explicit opt-in only, with a loud warning).
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -50,11 +53,15 @@ def snippet_uid(slot: int) -> int:
     return _UNPRIVILEGED_UID_BASE + slot if os.geteuid() == 0 else -1
 
 
-def _interpreter_dirs(python: str) -> list[str]:
-    """Directories the sandboxed interpreter must read: its prefixes, stdlib and site-packages."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(python))}
+def _interpreter_dirs(python: str, zygote: str) -> list[str]:
+    """Directories the sandboxed worker must read: the interpreter's prefixes, stdlib, site-packages, zygote.py."""
+    exe_dir = os.path.dirname(os.path.abspath(python))  # as called (a venv's bin), and where it points to
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, exe_dir, os.path.dirname(os.path.realpath(python))}
+    if os.path.isfile(os.path.join(exe_dir, "..", "pyvenv.cfg")):  # a venv: its site-packages and pyvenv.cfg
+        paths.add(os.path.dirname(exe_dir))
     paths |= {p for p in sysconfig.get_paths().values() if p}
     paths |= {p for p in sys.path if p and os.path.isdir(p)}
+    paths.add(os.path.dirname(os.path.realpath(zygote)))
     return sorted(os.path.realpath(p) for p in paths if os.path.exists(p))
 
 
@@ -63,29 +70,39 @@ def _hidden_homes() -> list[str]:
     return sorted(h for h in homes if h not in ("/", "") and os.path.isdir(h))
 
 
-def bwrap_prefix(python: str, tmp_bytes: int) -> list[str]:
+def _bind_back(hidden: str, needed: list[str]) -> list[str]:
+    """bwrap args that make the needed directories under a hidden (tmpfs-covered) one visible again, read-only.
+
+    A checkout or virtualenv under /tmp or a home directory (CI clones often live there) must stay importable.
+    """
+    cmd: list[str] = []
+    inside = [d for d in needed if d.startswith(hidden.rstrip("/") + "/")]
+    made: set[str] = set()
+    for d in inside:
+        if any(d.startswith(o + "/") for o in inside if o != d):
+            continue  # already visible through a bound ancestor
+        parts = d[len(hidden.rstrip("/")) + 1 :].split("/")
+        for i in range(1, len(parts)):  # bwrap would create these 0700: unreadable for the snippet's uid
+            anc = "/".join([hidden.rstrip("/"), *parts[:i]])
+            if anc not in made:
+                made.add(anc)
+                cmd += ["--perms", "0755", "--dir", anc]
+        cmd += ["--ro-bind", d, d]
+    return cmd
+
+
+def bwrap_prefix(python: str, zygote: str, tmp_bytes: int) -> list[str]:
     binary = shutil.which("bwrap")
     if binary is None:
         raise SandboxUnavailable(
             "isolation 'bwrap' requested but bwrap is not installed (apt install bubblewrap)"
         )
     cmd = [binary, "--ro-bind", "/", "/"]
-    needed = _interpreter_dirs(python)
+    needed = _interpreter_dirs(python, zygote)
     for home in _hidden_homes():  # tokens and keys usually live here; hide them, bind the interpreter back
-        cmd += ["--tmpfs", home]
-        inside = [d for d in needed if d.startswith(home + "/")]
-        made: set[str] = set()
-        for d in inside:
-            if any(d.startswith(o + "/") for o in inside if o != d):
-                continue  # already visible through a bound ancestor
-            parts = d[len(home) + 1 :].split("/")
-            for i in range(1, len(parts)):  # bwrap would create these 0700: unreadable for the snippet's uid
-                anc = "/".join([home, *parts[:i]])
-                if anc not in made:
-                    made.add(anc)
-                    cmd += ["--perms", "0755", "--dir", anc]
-            cmd += ["--ro-bind", d, d]
-    cmd += ["--size", str(tmp_bytes), "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev"]
+        cmd += ["--tmpfs", home, *_bind_back(home, needed)]
+    cmd += ["--size", str(tmp_bytes), "--tmpfs", "/tmp", *_bind_back("/tmp", needed)]
+    cmd += ["--proc", "/proc", "--dev", "/dev"]
     cmd += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     cmd += ["--die-with-parent", "--new-session", "--as-pid-1", "--clearenv", "--chdir", "/tmp"]
     for k, v in ENV.items():
@@ -93,17 +110,37 @@ def bwrap_prefix(python: str, tmp_bytes: int) -> list[str]:
     return cmd
 
 
-def unshare_prefix(tmp_bytes: int) -> list[str]:
+def kept_tmp_entries(python: str, zygote: str) -> list[str]:
+    """Names directly under /tmp that hold the interpreter or zygote.py (bound back in): the wipe skips them."""
+    return sorted(
+        {d[len("/tmp/") :].split("/")[0] for d in _interpreter_dirs(python, zygote) if d.startswith("/tmp/")}
+    )
+
+
+def unshare_prefix(python: str, zygote: str, tmp_bytes: int) -> list[str]:
     binary = shutil.which("unshare")
     if binary is None:
         raise SandboxUnavailable("isolation 'unshare' requested but util-linux unshare is not installed")
     cmd = [binary, "--pid", "--fork", "--kill-child", "--mount-proc", "--net", "--ipc", "--uts", "--mount"]
     if os.geteuid() != 0:
         cmd[1:1] = ["--user", "--map-root-user"]
-    # private tmpfs /tmp and /dev/shm in the new mount namespace: the worker wipes them after each run
-    mounts = f"mount -t tmpfs -o size={tmp_bytes},mode=1777 tirl /tmp && mount -t tmpfs -o size={tmp_bytes} tirl /dev/shm"
+    # Private tmpfs /tmp and /dev/shm in the new mount namespace (the worker wipes them after each run). An
+    # interpreter or checkout under /tmp is first bound onto a staging tmpfs, then bound back read-only over
+    # the fresh /tmp, so it stays importable; the staging mount is then replaced by the real /dev/shm.
+    keep = [d for d in _interpreter_dirs(python, zygote) if d.startswith("/tmp/")]
+    keep = [d for d in keep if not any(d.startswith(o + "/") for o in keep if o != d)]
+    stage = ["mount -t tmpfs -o size=1m tirl-stage /dev/shm"]
+    stage += [f"mkdir /dev/shm/{i} && mount --bind {shlex.quote(d)} /dev/shm/{i}" for i, d in enumerate(keep)]
+    back = [
+        f"mkdir -p {shlex.quote(d)} && mount --bind /dev/shm/{i} {shlex.quote(d)}"
+        f" && mount -o remount,bind,ro {shlex.quote(d)}"
+        for i, d in enumerate(keep)
+    ]
+    steps = stage if keep else []
+    steps += [f"mount -t tmpfs -o size={tmp_bytes},mode=1777 tirl /tmp", *back]
+    steps += (["umount -l /dev/shm"] if keep else []) + [f"mount -t tmpfs -o size={tmp_bytes} tirl /dev/shm"]
     env = " ".join(f"{k}={v}" for k, v in ENV.items())
-    return [*cmd, "/bin/sh", "-c", f'{mounts} && cd /tmp && exec env -i {env} "$@"', "sh"]
+    return [*cmd, "/bin/sh", "-c", f'{" && ".join(steps)} && cd /tmp && exec env -i {env} "$@"', "sh"]
 
 
 def none_prefix() -> list[str]:
@@ -114,13 +151,13 @@ def none_prefix() -> list[str]:
 def worker_command(config: SandboxConfig, python: str, zygote_cfg: str) -> list[str]:
     """The argv that starts one warm worker (zygote.py) inside the configured isolation."""
     tmp_bytes = max(64 * 2**20, 4 * config.max_file_bytes)
+    zygote = str(Path(__file__).with_name("zygote.py"))
     prefix = {
-        "bwrap": lambda: bwrap_prefix(python, tmp_bytes),
-        "unshare": lambda: unshare_prefix(tmp_bytes),
+        "bwrap": lambda: bwrap_prefix(python, zygote, tmp_bytes),
+        "unshare": lambda: unshare_prefix(python, zygote, tmp_bytes),
         "none": none_prefix,
     }[config.isolation]()
     flags = ["-I", "-B", "-X", "utf8"] + ([] if config.import_site else ["-S"])
-    zygote = str(Path(__file__).with_name("zygote.py"))
     return [*prefix, python, *flags, zygote, zygote_cfg]
 
 

@@ -67,6 +67,7 @@ from tirl.sandbox.isolation import (
     SandboxUnavailable,
     WorkerCgroup,
     cgroups_writable,
+    kept_tmp_entries,
     snippet_uid,
     worker_command,
 )
@@ -214,6 +215,7 @@ class LocalSandbox:
             "uid": snippet_uid(slot) if cfg.isolation == "bwrap" else -1,
             "pidns": cfg.isolation != "none",
             "private_tmp": cfg.isolation != "none",  # /tmp and /dev/shm are the worker's own tmpfs
+            "keep_tmp": kept_tmp_entries(self._python, proto.__file__),  # a checkout under /tmp, bound back
             "preload": list(tier.preload),
             "cpu_time_s": cfg.cpu_time_s,
             "memory_mb": cfg.memory_mb,

@@ -328,6 +328,8 @@ class Zygote:
                 except OSError:
                     continue
                 for e in entries:
+                    if d == "/tmp" and e in self.cfg.get("keep_tmp", ()):
+                        continue  # the interpreter or checkout bound back in (read-only); not the snippet's
                     p = os.path.join(d, e)
                     if os.path.isdir(p) and not os.path.islink(p):
                         shutil.rmtree(p, ignore_errors=True)
