@@ -22,11 +22,12 @@ from tirl.data import read_rows
 from tirl.eval.evaluate import evaluate, summarize_records, write_eval
 from tirl.logging import MetricsLogger
 from tirl.models.loading import load_model, load_tokenizer, save_checkpoint
-from tirl.rollout.agent import AgentLoop, Sandbox, stop_token_ids
+from tirl.rollout.agent import AgentLoop, stop_token_ids
 from tirl.rollout.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.run_config import TirlConfig
 from tirl.sandbox import build_sandbox
+from tirl.sandbox.types import Sandbox
 from tirl.train.rl import RLTrainer
 from tirl.train.sft import SFTConfig, train_sft
 

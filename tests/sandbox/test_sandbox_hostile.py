@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import httpx
 import pytest
 
 from tirl.sandbox import SandboxClient, SandboxConfig
-from tirl.sandbox.isolation import _own_cgroup, cgroups_writable
+from tirl.sandbox.isolation import _own_cgroup, cgroups_writable, kill_and_remove_cgroup
 
 REPO = Path(__file__).resolve().parents[2]
 OUTER_PIDS = 400  # server threads + 2 workers x (max_processes + 8) + slack
@@ -59,22 +58,8 @@ class OuterCgroup:
         deadline = time.monotonic() + 10
         for top in self.dirs:
             for d in sorted(top.rglob("*/"), key=lambda p: -len(p.parts)) + [top]:
-                if not d.is_dir():
-                    continue
-                while True:
-                    with contextlib.suppress(OSError):
-                        for pid in (d / "cgroup.procs").read_text().split():
-                            with contextlib.suppress(ProcessLookupError):
-                                os.kill(int(pid), signal.SIGKILL)
-                    try:
-                        d.rmdir()
-                        break
-                    except FileNotFoundError:
-                        break
-                    except OSError:
-                        if time.monotonic() > deadline:
-                            raise
-                        time.sleep(0.02)
+                if d.is_dir() and not kill_and_remove_cgroup(d, deadline):
+                    raise RuntimeError(f"outer cgroup {d} still busy after 10 s")
 
 
 def free_port() -> int:

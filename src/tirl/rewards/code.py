@@ -20,10 +20,10 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from tirl.rewards.math import GradeResult
-from tirl.sandbox.types import ExecResult
+from tirl.sandbox.types import ExecResult, Sandbox
 
 _BLOCK_RE = re.compile(r"```python[^\n]*\n(.*?)```", re.DOTALL)
 
@@ -34,16 +34,6 @@ _tirl_args = [_tirl_json.loads(l) for l in _tirl_sys.stdin.read().splitlines() i
 _tirl_fn = Solution().{fn} if "Solution" in globals() else {fn}
 print(_tirl_json.dumps(_tirl_fn(*_tirl_args)))
 """
-
-
-class BatchSandbox(Protocol):
-    def run_batch(
-        self,
-        codes: Sequence[str],
-        *,
-        stdins: Sequence[str | None] | None = None,
-        timeout_s: float | None = None,
-    ) -> list[ExecResult]: ...
 
 
 @dataclass(frozen=True)
@@ -128,7 +118,7 @@ def _summary(code: str, tests: list[CodeTest], results: list[ExecResult]) -> Gra
 
 
 def grade_code_batch(
-    responses: Sequence[str], ground_truths: Sequence[Any], *, sandbox: BatchSandbox, timeout_s: float
+    responses: Sequence[str], ground_truths: Sequence[Any], *, sandbox: Sandbox, timeout_s: float
 ) -> list[GradeResult]:
     """Grade many answers with one sandbox batch (every test of every answer runs in parallel)."""
     out: list[GradeResult | None] = [None] * len(responses)
@@ -150,7 +140,5 @@ def grade_code_batch(
     return [r for r in out if r is not None]
 
 
-def grade_code(
-    response: str, ground_truth: Any, *, sandbox: BatchSandbox, timeout_s: float = 10.0
-) -> GradeResult:
+def grade_code(response: str, ground_truth: Any, *, sandbox: Sandbox, timeout_s: float = 10.0) -> GradeResult:
     return grade_code_batch([response], [ground_truth], sandbox=sandbox, timeout_s=timeout_s)[0]

@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tirl.rewards.batch import grade_many
-from tirl.rewards.code import BatchSandbox, grade_code_batch
+from tirl.rewards.code import grade_code_batch
 from tirl.rewards.math import GradeResult
 from tirl.rewards.registry import CODE, verifier_name
 from tirl.rewards.shaping import RewardConfig, shape_reward
 from tirl.rollout.types import Trajectory
+from tirl.sandbox.types import Sandbox
 
 
 @dataclass
@@ -42,7 +43,7 @@ def verdict(g: GradeResult) -> str:
 
 
 def grade_trajectories(
-    trajs: Sequence[Trajectory], config: RewardConfig, *, sandbox: BatchSandbox | None = None
+    trajs: Sequence[Trajectory], config: RewardConfig, *, sandbox: Sandbox | None = None
 ) -> list[GradeResult]:
     """Task verdicts only (no shaping), graded from the model's own text: tool output is not searched."""
     for t in trajs:
@@ -73,7 +74,7 @@ def grade_trajectories(
 
 
 def score_trajectories(
-    trajs: Sequence[Trajectory], config: RewardConfig, *, max_len: int, sandbox: BatchSandbox | None = None
+    trajs: Sequence[Trajectory], config: RewardConfig, *, max_len: int, sandbox: Sandbox | None = None
 ) -> list[TrajectoryScore]:
     scores = []
     for t, g in zip(trajs, grade_trajectories(trajs, config, sandbox=sandbox), strict=True):

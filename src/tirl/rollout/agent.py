@@ -23,7 +23,7 @@ from tirl.chat.template import ChatRenderer
 from tirl.rollout.engine import Generation
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import ToolCallRecord, Trajectory
-from tirl.sandbox.types import ExecResult
+from tirl.sandbox.types import ExecResult, Sandbox
 
 
 @dataclass
@@ -57,16 +57,6 @@ class Engine(Protocol):
         max_new_tokens: Sequence[int] | int | None = None,
         generator: torch.Generator | None = None,
     ) -> list[Generation]: ...
-
-
-class Sandbox(Protocol):
-    def run_batch(
-        self,
-        codes: Sequence[str],
-        *,
-        stdins: Sequence[str | None] | None = None,
-        timeout_s: float | None = None,
-    ) -> list[ExecResult]: ...
 
 
 class AgentLoop:

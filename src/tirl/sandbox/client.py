@@ -18,7 +18,7 @@ import httpx
 
 from tirl.sandbox.config import SandboxConfig
 from tirl.sandbox.fusion import from_response, request_body
-from tirl.sandbox.types import ExecResult
+from tirl.sandbox.types import ExecResult, batch_stdins
 
 _BACKOFF_S = 0.05
 _BACKOFF_MAX_S = 2.0
@@ -86,13 +86,11 @@ class SandboxClient:
         timeout_s: float | None = None,
     ) -> list[ExecResult]:
         """Send the snippets concurrently (up to the concurrency limit); results in input order."""
-        if stdins is not None and len(stdins) != len(codes):
-            raise ValueError(f"run_batch: {len(codes)} snippets but {len(stdins)} stdins")
+        inputs = batch_stdins(codes, stdins)
         if self._closed:
             raise RuntimeError("SandboxClient is closed")
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="tirl-sandbox-client")
-        inputs = stdins if stdins is not None else [None] * len(codes)
         return list(self._pool.map(lambda c, s: self.run(c, stdin=s, timeout_s=timeout_s), codes, inputs))
 
     def close(self) -> None:

@@ -198,21 +198,26 @@ class WorkerCgroup:
         """Kill what is left inside, then remove the directories (a dying process keeps them busy a moment)."""
         deadline = time.monotonic() + wait_s
         for d in self.dirs:
-            while True:
-                with contextlib.suppress(OSError, ValueError):
-                    for pid in (d / "cgroup.procs").read_text().split():
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(int(pid), signal.SIGKILL)
-                try:
-                    d.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        break
-                    time.sleep(0.01)
+            kill_and_remove_cgroup(d, deadline)
         self.dirs = []
+
+
+def kill_and_remove_cgroup(d: Path, deadline: float) -> bool:
+    """SIGKILL every process in cgroup directory `d` until it can be removed; False if still busy at `deadline`."""
+    while True:
+        with contextlib.suppress(OSError, ValueError):
+            for pid in (d / "cgroup.procs").read_text().split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+        try:
+            d.rmdir()
+            return True
+        except FileNotFoundError:
+            return True
+        except OSError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
 
 
 def _own_cgroup(controller: str) -> Path:

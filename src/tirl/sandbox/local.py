@@ -72,7 +72,7 @@ from tirl.sandbox.isolation import (
     worker_command,
 )
 from tirl.sandbox.routing import heavy_import_pattern, needs_heavy
-from tirl.sandbox.types import ExecResult
+from tirl.sandbox.types import ExecResult, batch_stdins
 
 __all__ = ["LocalSandbox", "SandboxConfig", "SandboxOverloaded", "SandboxUnavailable"]
 
@@ -340,15 +340,13 @@ class LocalSandbox:
         timeout_s: float | None = None,
     ) -> list[ExecResult]:
         """Run snippets on all workers at once; results in input order, one stdin (or None) per snippet."""
-        if stdins is not None and len(stdins) != len(codes):
-            raise ValueError(f"run_batch: {len(codes)} snippets but {len(stdins)} stdins")
+        inputs = batch_stdins(codes, stdins)
         with self._lock:
             if self._closed:
                 raise RuntimeError("LocalSandbox is closed")
             if self._batch_pool is None:
                 self._batch_pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tirl-sandbox")
             pool = self._batch_pool
-        inputs = stdins if stdins is not None else [None] * len(codes)
         return list(pool.map(lambda c, s: self.run(c, stdin=s, timeout_s=timeout_s), codes, inputs))
 
     def stats(self) -> dict[str, int]:

@@ -1,11 +1,12 @@
-"""The record one sandboxed execution returns; the rollout turns it into the tool message the model sees."""
+"""What every sandbox backend shares: the record one execution returns, and the batch interface callers use."""
 
 from __future__ import annotations
 
 import dataclasses
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 Status = Literal["ok", "runtime_error", "timeout", "memory_exceeded", "output_truncated", "sandbox_error"]
 
@@ -50,3 +51,24 @@ class ExecResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {**dataclasses.asdict(self), "status": self.status}
+
+
+class Sandbox(Protocol):
+    """What the agent loop, the solver and the code rewards need: the local pool and the HTTP client both fit."""
+
+    def run_batch(
+        self,
+        codes: Sequence[str],
+        *,
+        stdins: Sequence[str | None] | None = None,
+        timeout_s: float | None = None,
+    ) -> list[ExecResult]: ...
+
+
+def batch_stdins(codes: Sequence[str], stdins: Sequence[str | None] | None) -> Sequence[str | None]:
+    """One stdin (or None) per snippet, checked: a length mismatch would silently pair tests with wrong inputs."""
+    if stdins is None:
+        return [None] * len(codes)
+    if len(stdins) != len(codes):
+        raise ValueError(f"run_batch: {len(codes)} snippets but {len(stdins)} stdins")
+    return stdins

@@ -16,7 +16,7 @@ from typing import Any
 
 from tirl.chat.hermes import CODE_INTERPRETER_SCHEMA, TOOL_NAME, format_tool_output, truncate_middle
 from tirl.progress import progress
-from tirl.rollout.agent import Sandbox
+from tirl.sandbox.types import Sandbox
 from tirl.tasks.arith import Problem
 
 TRAJECTORY_STYLES = ("clean", "no_tool", "fix", "copy_error")
