@@ -343,3 +343,23 @@ def test_overloaded_server_answers_429() -> None:
         srv.assert_healthy()
     finally:
         srv.close()
+
+
+def test_code_rewards_and_batches_go_through_the_server_by_config(server: Server) -> None:
+    """`sandbox.backend: remote` gives callers (agent loop, code rewards) the same results as the local pool."""
+    from tirl.rewards.code import grade_code
+    from tirl.sandbox import build_sandbox
+
+    spec = {"inputs": ["1 2\n", "3 4\n", "5 6\n"], "outputs": ["3\n", "7\n", "11\n"]}
+    good = "```python\na, b = map(int, input().split())\nprint(a + b)\n```"
+    bad = "```python\na, b = map(int, input().split())\nprint(a * b)\n```"
+    with build_sandbox(SandboxConfig(backend="remote", urls=(server.url,))) as remote:
+        assert grade_code(good, spec, sandbox=remote).correct
+        g = grade_code(bad, spec, sandbox=remote)
+        assert (g.correct, g.details["passed"]) == (False, 0)
+        codes = ["print(input()[::-1])", "import sympy\nprint(sympy.factorint(360))", "1/0"]
+        results = remote.run_batch(codes, stdins=["abc", None, None])
+    assert [r.status for r in results] == ["ok", "ok", "runtime_error"]
+    assert results[0].stdout == "cba\n" and results[1].stdout == "{2: 3, 3: 2, 5: 1}\n"
+    assert "ZeroDivisionError" in results[2].stderr
+    server.assert_healthy()
