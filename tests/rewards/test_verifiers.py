@@ -62,6 +62,15 @@ def test_stdin_tests_score_the_fraction_passed_with_a_per_test_timeout(sandbox):
     assert g.correct and g.score == 1.0
 
 
+def test_boxed_answer_without_code_falls_back_to_math_only_for_plain_truths(sandbox):
+    g = grade_code("No code needed: the answer is \\boxed{\\frac{1}{2}}.", "0.5", sandbox=sandbox)
+    assert (g.score, g.correct, g.details["boxed_fallback"]) == (1.0, True, True)
+    assert not grade_code("So \\boxed{3}.", "4", sandbox=sandbox).correct
+    tests = {"inputs": ["1\n"], "outputs": ["3\n"]}
+    g = grade_code("The output is \\boxed{3}.", tests, sandbox=sandbox)  # tests cannot be met by a box
+    assert (g.score, g.correct) == (-1.0, False) and "no_code" in g.details
+
+
 def test_fn_name_tests_call_the_solution_method(sandbox):
     spec = {"fn_name": "twoSum", "inputs": ["[2, 7, 11]\n9", "[3, 3]\n6"], "outputs": ["[0, 1]", "[0, 1]"]}
     code = (

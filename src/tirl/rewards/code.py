@@ -1,7 +1,8 @@
 """Grade code answers by running their tests in the sandbox: score = fraction of tests passed, correct = all.
 
-The answer is the last ```python block after any `</think>`; none, or one that does not parse, scores -1 (as in
-the reference recipe). Test formats, given as the row's ground truth (a dict or its JSON string):
+The answer is the last ```python block after any `</think>`; one that does not parse scores -1 (as in the
+reference recipe). With no block at all, the recipe's fallback applies: a `\boxed{}` answer is graded as math
+when the ground truth is a plain answer rather than tests (code-named sources that hold math rows); else -1. Test formats, given as the row's ground truth (a dict or its JSON string):
   - HumanEval: {"prompt", "test", "entry_point"}: one program = prompt (imports, stub) + answer + test +
     `check(entry_point)`; it passes iff it exits cleanly (HumanEval's checks are one `check` function);
   - LiveCodeBench stdin/stdout: {"inputs": [...], "outputs": [...]}: one run per case, stdin = input; passes iff
@@ -22,9 +23,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tirl.rewards.math import GradeResult
+from tirl.rewards.math import GradeResult, grade, last_boxed
 from tirl.sandbox.types import ExecResult, Sandbox
 
+NO_BLOCK = "no ```python block"
 _BLOCK_RE = re.compile(r"```python[^\n]*\n(.*?)```", re.DOTALL)
 
 _FN_HARNESS = """
@@ -50,7 +52,7 @@ def extract_code(response: str) -> tuple[str | None, str | None]:
         response = response.rsplit("</think>", 1)[1]
     blocks = _BLOCK_RE.findall(response)
     if not blocks:
-        return None, "no ```python block"
+        return None, NO_BLOCK
     code = blocks[-1]
     try:
         ast.parse(code)
@@ -126,7 +128,7 @@ def grade_code_batch(
     for i, (resp, truth) in enumerate(zip(responses, ground_truths, strict=True)):
         code, why = extract_code(resp)
         if code is None:
-            out[i] = GradeResult(-1.0, False, None, {"no_code": why})
+            out[i] = _without_code(resp, truth, why)
             continue
         plan.append((i, code, build_tests(code, parse_tests(truth))))
     flat = [t for _, _, tests in plan for t in tests]
@@ -138,6 +140,17 @@ def grade_code_batch(
         out[i] = _summary(code, tests, results[k : k + len(tests)])
         k += len(tests)
     return [r for r in out if r is not None]
+
+
+def _without_code(response: str, truth: Any, why: str | None) -> GradeResult:
+    """No gradable code: the recipe's boxed-answer fallback for plain ground truths, else -1 with the reason."""
+    if why == NO_BLOCK and last_boxed(response) is not None:
+        try:
+            parse_tests(truth)
+        except (ValueError, TypeError):  # not tests (json.JSONDecodeError is a ValueError): a plain answer
+            g = grade(response, str(truth))
+            return GradeResult(g.score, g.correct, g.pred, {**(g.details or {}), "boxed_fallback": True})
+    return GradeResult(-1.0, False, None, {"no_code": why})
 
 
 def grade_code(response: str, ground_truth: Any, *, sandbox: Sandbox, timeout_s: float = 10.0) -> GradeResult:
