@@ -193,3 +193,14 @@ def test_evaluate_routes_code_rows_through_the_agents_sandbox(humaneval, rendere
     assert [r.correct for r in records] == [True, True] and [r.score for r in records] == [1.0, 1.0]
     assert trajs[0].meta["verdict"] == "correct" and trajs[0].meta["ability"] == "code"
     assert trajs[0].meta["prompt"] == row["prompt"]
+
+
+def test_worker_pool_is_reused_across_batches_of_different_sizes():
+    """The pool is sized by `workers`, not by how many items need sympy, so it is not respawned every batch."""
+    from tirl.rewards import batch
+
+    one = [("math", "\\boxed{\\frac{1}{2}}", "0.5")]
+    assert grade_many(one, workers=2, timeout_s=10)[0].correct
+    pool = batch._pool
+    assert all(g.correct for g in grade_many(one * 3, workers=2, timeout_s=10))
+    assert batch._pool is pool
