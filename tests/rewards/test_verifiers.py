@@ -204,3 +204,12 @@ def test_worker_pool_is_reused_across_batches_of_different_sizes():
     pool = batch._pool
     assert all(g.correct for g in grade_many(one * 3, workers=2, timeout_s=10))
     assert batch._pool is pool
+
+
+def test_stdin_tests_must_be_lists():
+    """inputs/outputs given as strings would be split into one 'test' per character: refuse them instead."""
+    from tirl.rewards.code import parse_tests
+
+    with pytest.raises(ValueError, match="inputs and outputs must be lists"):
+        parse_tests({"inputs": "12", "outputs": "34"})
+    assert parse_tests(json.dumps({"inputs": ["1"], "outputs": ["2"]}))["inputs"] == ["1"]

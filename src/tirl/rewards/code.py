@@ -70,6 +70,11 @@ def parse_tests(ground_truth: Any) -> dict[str, Any]:
     if isinstance(spec, dict) and {"test", "entry_point"} <= spec.keys():
         return spec
     if isinstance(spec, dict) and {"inputs", "outputs"} <= spec.keys():
+        if not isinstance(spec["inputs"], list) or not isinstance(spec["outputs"], list):
+            raise ValueError(
+                f"code tests: inputs and outputs must be lists, got {type(spec['inputs']).__name__} and "
+                f"{type(spec['outputs']).__name__}"
+            )
         if len(spec["inputs"]) != len(spec["outputs"]) or not spec["inputs"]:
             raise ValueError(f"code tests: {len(spec['inputs'])} inputs but {len(spec['outputs'])} outputs")
         return spec
