@@ -168,3 +168,14 @@ def test_rollout_mask_longer_than_response_is_a_divergence(rollouts, renderer):
     rows[0]["loss_mask"] = [*rows[0]["loss_mask"], 1]
     res = check_rows(renderer, iter(enumerate(rows, 1)))
     assert [(d.row, d.what) for d in res.divergences] == [(1, "length")]
+
+
+def test_rows_missing_stored_keys_are_clear_errors(rollouts, tokdir, tmp_path, capsys):
+    """A trajectory without loss_mask, or SFT ids without a mask, exit 2 naming row and key (not a KeyError)."""
+    _rewrite(rollouts, lambda rows: rows[1].pop("loss_mask"))
+    assert main(["check-tokens", str(rollouts), "--model", tokdir]) == 2
+    assert "row 2: missing 'loss_mask'" in capsys.readouterr().err
+    sft = tmp_path / "sft.jsonl"
+    sft.write_text(json.dumps({"messages": sample_conversation(), "input_ids": [1, 2]}) + "\n")
+    assert main(["check-tokens", str(sft), "--model", tokdir]) == 2
+    assert "row 1: missing 'loss_mask'" in capsys.readouterr().err

@@ -185,6 +185,12 @@ def check_rows(
     result = CheckResult()
     for num, row in rows:
         result.rows += 1
+        needed = (
+            ("prompt_ids", "loss_mask") if "response_ids" in row else ("loss_mask",) * ("input_ids" in row)
+        )
+        for key in needed:
+            if key not in row:
+                raise ValueError(f"row {num}: missing {key!r} (a stored row needs ids and its loss mask)")
         if "response_ids" in row:
             prompt = (row.get("meta") or {}).get("prompt")
             if prompt is None:
