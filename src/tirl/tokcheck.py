@@ -185,9 +185,11 @@ def check_rows(
     result = CheckResult()
     for num, row in rows:
         result.rows += 1
-        needed = (
-            ("prompt_ids", "loss_mask") if "response_ids" in row else ("loss_mask",) * ("input_ids" in row)
-        )
+        needed: tuple[str, ...] = ()
+        if "response_ids" in row:
+            needed = ("prompt_ids", "loss_mask")
+        elif "input_ids" in row:
+            needed = ("loss_mask",)
         for key in needed:
             if key not in row:
                 raise ValueError(f"row {num}: missing {key!r} (a stored row needs ids and its loss mask)")
