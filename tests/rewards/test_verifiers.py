@@ -213,3 +213,17 @@ def test_stdin_tests_must_be_lists():
     with pytest.raises(ValueError, match="inputs and outputs must be lists"):
         parse_tests({"inputs": "12", "outputs": "34"})
     assert parse_tests(json.dumps({"inputs": ["1"], "outputs": ["2"]}))["inputs"] == ["1"]
+
+
+def test_a_code_block_against_a_plain_truth_is_an_error_item_not_a_crashed_batch(humaneval, sandbox):
+    """A code-named source holding a math row, answered with a python block: the recipe's -1 for an exception,
+    reported as an error for that item, while the rest of the batch is graded."""
+    good = _humaneval_answer(humaneval[0])
+    bad, ok = grade_code_batch(
+        ["```python\nprint(42)\n```\nSo \\boxed{42}.", good],
+        ["42", humaneval[0]["reward_model"]["ground_truth"]],
+        sandbox=sandbox,
+        timeout_s=10,
+    )
+    assert (bad.score, bad.correct) == (-1.0, False) and "code ground truth" in bad.details["error"]
+    assert ok.correct
