@@ -147,3 +147,35 @@ def test_sft_files_pass_and_stored_ids_drift_is_caught(tmp_path, capsys):
     assert "row 2: first ids divergence at token 5" in out
     assert f"row 3: first mask divergence at token {len(ids) - 1}" in out
     assert "3 rows checked, 2 diverge" in out
+
+
+def test_stored_mask_of_the_wrong_length_is_a_divergence(renderer):
+    """A loss_mask shorter or longer than its ids is a mask error, never a pass or an IndexError."""
+    from tirl.tokcheck import check_rows
+
+    ids, mask = renderer.render(sample_conversation())
+    for bad in (mask[:-1], [*mask, 1]):
+        res = check_rows(
+            renderer, iter([(1, {"messages": sample_conversation(), "input_ids": ids, "loss_mask": bad})])
+        )
+        assert [(d.row, d.what) for d in res.divergences] == [(1, "length")]
+
+
+def test_rollout_mask_longer_than_response_is_a_divergence(rollouts, renderer):
+    from tirl.tokcheck import check_rows
+
+    rows = [json.loads(line) for line in rollouts.read_text().splitlines()]
+    rows[0]["loss_mask"] = [*rows[0]["loss_mask"], 1]
+    res = check_rows(renderer, iter(enumerate(rows, 1)))
+    assert [(d.row, d.what) for d in res.divergences] == [(1, "length")]
+
+
+def test_rows_missing_stored_keys_are_clear_errors(rollouts, tokdir, tmp_path, capsys):
+    """A trajectory without loss_mask, or SFT ids without a mask, exit 2 naming row and key (not a KeyError)."""
+    _rewrite(rollouts, lambda rows: rows[1].pop("loss_mask"))
+    assert main(["check-tokens", str(rollouts), "--model", tokdir]) == 2
+    assert "row 2: missing 'loss_mask'" in capsys.readouterr().err
+    sft = tmp_path / "sft.jsonl"
+    sft.write_text(json.dumps({"messages": sample_conversation(), "input_ids": [1, 2]}) + "\n")
+    assert main(["check-tokens", str(sft), "--model", tokdir]) == 2
+    assert "row 1: missing 'loss_mask'" in capsys.readouterr().err

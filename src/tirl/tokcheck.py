@@ -61,6 +61,11 @@ def first_divergence(
     if len(ids) != len(exp_ids):
         s, e = list(ids[lo(n) : hi(n)]), list(exp_ids[lo(n) : hi(n)])
         return Divergence(row, "length", n, s, e, (decode(s), decode(e)))
+    if len(mask) != len(ids):  # a mask that does not cover its ids (or overruns them) is a mask error
+        m = min(len(mask), len(ids))
+        s, e = list(mask[lo(m) : hi(m)]), list(exp_mask[lo(m) : hi(m)])
+        text = decode(list(ids[lo(m) : hi(m)]))
+        return Divergence(row, "length", m, s, e, (text, text))
     for i in range(len(mask)):
         if mask[i] != exp_mask[i]:
             s, e = list(mask[lo(i) : hi(i)]), list(exp_mask[lo(i) : hi(i)])
@@ -143,6 +148,8 @@ def check_rollout(
             pos += len(tool)
     if pos != len(ids):
         return _segment_divergence(row, pos, ids[pos:], [], "ids", decode), drift
+    if len(mask) != len(ids):  # loss_mask longer than response_ids: bits for tokens that do not exist
+        return _segment_divergence(row, pos, mask[pos:], [], "mask", decode), drift
     return None, drift
 
 
@@ -178,6 +185,14 @@ def check_rows(
     result = CheckResult()
     for num, row in rows:
         result.rows += 1
+        needed: tuple[str, ...] = ()
+        if "response_ids" in row:
+            needed = ("prompt_ids", "loss_mask")
+        elif "input_ids" in row:
+            needed = ("loss_mask",)
+        for key in needed:
+            if key not in row:
+                raise ValueError(f"row {num}: missing {key!r} (a stored row needs ids and its loss mask)")
         if "response_ids" in row:
             prompt = (row.get("meta") or {}).get("prompt")
             if prompt is None:

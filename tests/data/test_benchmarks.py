@@ -135,3 +135,23 @@ def test_packaged_files_are_the_recorded_bytes():
     assert len(sums) == 7
     for digest, name in sums:
         assert hashlib.sha256((FILES / name).read_bytes()).hexdigest() == digest, name
+
+
+def test_bad_user_supplied_rows_name_file_and_row(tmp_path, capsys):
+    """A LiveCodeBench ground truth that is not JSON, and a GPQA CSV row cut short, are located errors."""
+    row = {
+        "data_source": "LiveCodeBench_v6",
+        "prompt": [{"role": "user", "content": "Add two numbers."}],
+        "reward_model": json.dumps({"ground_truth": "not json"}),
+    }
+    src, out = tmp_path / "lcb.parquet", tmp_path / "out.parquet"
+    pq.write_table(pa.Table.from_pylist([row]), src)
+    assert main(["data", "prepare", "livecodebench", "--source", str(src), "--out", str(out)]) == 2
+    assert "row 1, column 'reward_model.ground_truth'" in capsys.readouterr().err
+    csv_path = tmp_path / "gpqa.csv"
+    csv_path.write_text(
+        "Question,Correct Answer,Incorrect Answer 1,Incorrect Answer 2,Incorrect Answer 3\nq,a,b,c,d\nq2,a\n"
+    )
+    assert main(["data", "prepare", "gpqa", "--source", str(csv_path), "--out", str(out)]) == 2
+    assert "row 2: empty question or option" in capsys.readouterr().err
+    assert not out.exists()

@@ -119,3 +119,18 @@ def test_sft_parquet_tools_lose_the_nulls_parquet_adds(tmp_path):
     assert back["tools"] == [tool_a, tool_b]  # tool_b's missing "required" is not a null
     assert back["messages"][1]["tool_calls"][0]["function"]["arguments"] == {"x": 1}  # JSON string decoded
     assert "tool_calls" not in back["messages"][0]
+
+
+def test_malformed_tool_calls_name_the_column(tmp_path):
+    """tool_calls that are not a list are row errors, not a TypeError."""
+    for calls in (5, "print(1)", {"function": {"name": "f", "arguments": {}}}):
+        sft = {
+            "messages": [
+                {"role": "user", "content": "x"},
+                {"role": "assistant", "content": "", "tool_calls": calls},
+            ]
+        }
+        with pytest.raises(
+            RowError, match=r"row 1, column 'messages\[1\]\.tool_calls': expected a list of tool calls"
+        ):
+            read_rows(_jsonl(tmp_path / "t.jsonl", [sft]))

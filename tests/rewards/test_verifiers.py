@@ -193,3 +193,37 @@ def test_evaluate_routes_code_rows_through_the_agents_sandbox(humaneval, rendere
     assert [r.correct for r in records] == [True, True] and [r.score for r in records] == [1.0, 1.0]
     assert trajs[0].meta["verdict"] == "correct" and trajs[0].meta["ability"] == "code"
     assert trajs[0].meta["prompt"] == row["prompt"]
+
+
+def test_worker_pool_is_reused_across_batches_of_different_sizes():
+    """The pool is sized by `workers`, not by how many items need sympy, so it is not respawned every batch."""
+    from tirl.rewards import batch
+
+    one = [("math", "\\boxed{\\frac{1}{2}}", "0.5")]
+    assert grade_many(one, workers=2, timeout_s=10)[0].correct
+    pool = batch._pool
+    assert all(g.correct for g in grade_many(one * 3, workers=2, timeout_s=10))
+    assert batch._pool is pool
+
+
+def test_stdin_tests_must_be_lists():
+    """inputs/outputs given as strings would be split into one 'test' per character: refuse them instead."""
+    from tirl.rewards.code import parse_tests
+
+    with pytest.raises(ValueError, match="inputs and outputs must be lists"):
+        parse_tests({"inputs": "12", "outputs": "34"})
+    assert parse_tests(json.dumps({"inputs": ["1"], "outputs": ["2"]}))["inputs"] == ["1"]
+
+
+def test_a_code_block_against_a_plain_truth_is_an_error_item_not_a_crashed_batch(humaneval, sandbox):
+    """A code-named source holding a math row, answered with a python block: the recipe's -1 for an exception,
+    reported as an error for that item, while the rest of the batch is graded."""
+    good = _humaneval_answer(humaneval[0])
+    bad, ok = grade_code_batch(
+        ["```python\nprint(42)\n```\nSo \\boxed{42}.", good],
+        ["42", humaneval[0]["reward_model"]["ground_truth"]],
+        sandbox=sandbox,
+        timeout_s=10,
+    )
+    assert (bad.score, bad.correct) == (-1.0, False) and "code ground truth" in bad.details["error"]
+    assert ok.correct

@@ -176,8 +176,8 @@ def prepare_gpqa(wording: str, path: str | Path, *, seed: int = 0) -> list[dict[
             raise ValueError(f"{p}: not GPQA's CSV, missing column(s) {missing}")
         rows = []
         for n, r in enumerate(reader, 1):
-            options = [r[c].strip() for c in GPQA_COLUMNS[1:]]
-            if not r["Question"].strip() or not all(options):
+            options = [(r[c] or "").strip() for c in GPQA_COLUMNS[1:]]  # a short row leaves None
+            if not (r["Question"] or "").strip() or not all(options):
                 raise ValueError(f"{p}: row {n}: empty question or option")
             order = list(range(4))
             random.Random(f"{seed}:{r.get('Record ID', n)}").shuffle(order)
@@ -212,7 +212,13 @@ def prepare_livecodebench(wording: str, path: str | Path) -> list[dict[str, Any]
         try:
             row = validate_rl_row(rec)
             truth = row["reward_model"]["ground_truth"]
-            tests = json.loads(truth) if isinstance(truth, str) else truth
+            try:
+                tests = json.loads(truth) if isinstance(truth, str) else truth
+            except json.JSONDecodeError as e:
+                raise SchemaError(
+                    "reward_model.ground_truth",
+                    f"expected JSON tests (inputs, outputs), got unparsable JSON ({e.msg})",
+                ) from None
             if not isinstance(tests, dict) or "inputs" not in tests or "outputs" not in tests:
                 raise SchemaError(
                     "reward_model.ground_truth", "expected a JSON object with inputs and outputs"

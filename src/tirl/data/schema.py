@@ -73,6 +73,10 @@ def _message(msg: Any, column: str) -> dict[str, Any]:
         raise SchemaError(f"{column}.content", f"expected str, got {_type_name(content)}")
     m["content"] = content
     calls = m.get("tool_calls")
+    if hasattr(calls, "tolist"):  # numpy arrays from pandas-written parquet
+        calls = calls.tolist()
+    if calls is not None and not isinstance(calls, list):
+        raise SchemaError(f"{column}.tool_calls", f"expected a list of tool calls, got {_type_name(calls)}")
     if calls is not None and len(calls) == 0:
         del m["tool_calls"]
     elif calls is not None:

@@ -88,8 +88,9 @@ def grade_many(
         else:
             slow.append(i)
     if slow:
-        n = min(len(slow), workers or os.cpu_count() or 1)
-        pool = _get_pool(n)
+        size = workers or os.cpu_count() or 1
+        pool = _get_pool(size)  # sized by the config, not the batch: a resized pool would re-import sympy
+        n = min(len(slow), size)
         futures = {pool.submit(_grade_one, *items[i], timeout_s): i for i in slow}
         # every worker gets its share of items, each allowed timeout_s, plus one item's worth of slack
         deadline = timeout_s * (math.ceil(len(slow) / n) + 1)

@@ -1,7 +1,8 @@
 """Grade code answers by running their tests in the sandbox: score = fraction of tests passed, correct = all.
 
 The answer is the last ```python block after any `</think>`; one that does not parse scores -1 (as in the
-reference recipe). With no block at all, the recipe's fallback applies: a `\boxed{}` answer is graded as math
+reference recipe), and so does one whose ground truth holds no usable tests (the recipe's -1 for an exception;
+details {"error": ...}, so it reads as an error, not a wrong answer). With no block at all, the recipe's fallback applies: a `\boxed{}` answer is graded as math
 when the ground truth is a plain answer rather than tests (code-named sources that hold math rows); else -1. Test formats, given as the row's ground truth (a dict or its JSON string):
   - HumanEval: {"prompt", "test", "entry_point"}: one program = prompt (imports, stub) + answer + test +
     `check(entry_point)`; it passes iff it exits cleanly (HumanEval's checks are one `check` function);
@@ -70,6 +71,11 @@ def parse_tests(ground_truth: Any) -> dict[str, Any]:
     if isinstance(spec, dict) and {"test", "entry_point"} <= spec.keys():
         return spec
     if isinstance(spec, dict) and {"inputs", "outputs"} <= spec.keys():
+        if not isinstance(spec["inputs"], list) or not isinstance(spec["outputs"], list):
+            raise ValueError(
+                f"code tests: inputs and outputs must be lists, got {type(spec['inputs']).__name__} and "
+                f"{type(spec['outputs']).__name__}"
+            )
         if len(spec["inputs"]) != len(spec["outputs"]) or not spec["inputs"]:
             raise ValueError(f"code tests: {len(spec['inputs'])} inputs but {len(spec['outputs'])} outputs")
         return spec
@@ -130,7 +136,12 @@ def grade_code_batch(
         if code is None:
             out[i] = _without_code(resp, truth, why)
             continue
-        plan.append((i, code, build_tests(code, parse_tests(truth))))
+        try:
+            tests = build_tests(code, parse_tests(truth))
+        except (ValueError, TypeError) as e:  # the recipe scores an exception -1; say why, grade the rest
+            out[i] = GradeResult(-1.0, False, code, {"error": f"bad code tests: {e}"})
+            continue
+        plan.append((i, code, tests))
     flat = [t for _, _, tests in plan for t in tests]
     results = sandbox.run_batch(
         [t.program for t in flat], stdins=[t.stdin for t in flat], timeout_s=timeout_s
