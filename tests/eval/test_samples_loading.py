@@ -148,3 +148,45 @@ def test_tool_use_stats_split_by_correctness() -> None:
     assert stats["incorrect/response_tokens"] == 60.0
     with pytest.raises(ValueError):
         tool_use_stats([1], [0], [1], [1], ["answer"], [True, False])
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("turns", "<img src=x onerror=alert(1)>", r"records.jsonl:2: 'turns' must be an integer"),
+        ("sample_index", 1.5, r"records.jsonl:2: 'sample_index' must be an integer"),
+        ("temperature", "hot", r"records.jsonl:2: 'temperature' must be a number"),
+    ],
+)
+def test_tirl_record_field_types_are_checked(tmp_path, key, value, message) -> None:
+    run_dir = write_tirl_run(tmp_path / "run")
+    lines = (run_dir / "records.jsonl").read_text().splitlines()
+    bad = json.loads(lines[1])
+    bad[key] = value
+    lines[1] = json.dumps(bad)
+    (run_dir / "records.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=message):
+        load_run(run_dir)
+
+
+def test_tirl_record_numeric_answer_becomes_a_string(tmp_path) -> None:
+    run_dir = write_tirl_run(tmp_path / "run")
+    lines = (run_dir / "records.jsonl").read_text().splitlines()
+    rows = [json.loads(x) for x in lines]
+    rows[0]["pred"] = 42  # a hand-written or foreign records file may store the answer as a JSON number
+    (run_dir / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert load_run(run_dir).samples[0].record.pred == "42"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"score": None}, r"bad.jsonl:1: 'score' must be a number"),
+        ({"score": 1.0, "acc": "yes"}, r"bad.jsonl:1: 'acc' must be a number or true/false"),
+        ({"score": 1.0, "temperature": "0.6"}, r"bad.jsonl:1: 'temperature' must be a number"),
+    ],
+)
+def test_verl_dump_value_types_are_checked(tmp_path, extra, message) -> None:
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"input": "Q", "output": "\\boxed{1}", **extra}) + "\n")
+    with pytest.raises(ValueError, match=message):
+        load_run(tmp_path / "bad.jsonl")

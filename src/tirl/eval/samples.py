@@ -32,6 +32,21 @@ _TOOL_RESPONSE = re.compile(r"<tool_response>(.*?)(?:</tool_response>|$)", re.S)
 _ERROR = re.compile(r"Traceback \(most recent call last\)|\b\w*Error\b")
 _RECORD_KEYS = [f.name for f in fields(SampleRecord)]
 _OPTIONAL_RECORD_KEYS = {"num_tool_errors", "turns", "response_tokens", "stop_reason", "top_p", "score"}
+_INT_KEYS = ("sample_index", "num_tool_calls", "num_tool_errors", "turns", "response_tokens")
+_NUMBER_KEYS = ("temperature", "top_p", "score")
+
+
+def _typed(values: dict[str, Any], where: str) -> None:
+    """Counts must be integers and temperatures/scores numbers (None where unknown): a string here would crash
+    the analysis far from the file, or reach the viewer's HTML unescaped."""
+    for key in _INT_KEYS:
+        v = values.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise ValueError(f"{where}: {key!r} must be an integer, got {v!r}")
+    for key in _NUMBER_KEYS:
+        v = values.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+            raise ValueError(f"{where}: {key!r} must be a number, got {v!r}")
 
 
 @dataclass
@@ -108,7 +123,10 @@ def _record(row: dict[str, Any], where: str) -> SampleRecord:
     values = {k: row.get(k) for k in _RECORD_KEYS}
     if not isinstance(values["correct"], bool):
         raise ValueError(f"{where}: 'correct' must be true or false, got {values['correct']!r}")
-    values["problem_id"] = str(values["problem_id"])
+    _typed(values, where)
+    for key in ("model", "problem_id", "data_source"):
+        values[key] = str(values[key])
+    values["pred"] = None if values["pred"] is None else str(values["pred"])
     values["num_tool_errors"] = values["num_tool_errors"] or 0
     values["stop_reason"] = values["stop_reason"] or "unknown"
     return SampleRecord(**values)
@@ -180,8 +198,17 @@ def _load_verl(path: Path, label: str | None) -> Run:
         output, source = str(row["output"]), str(row.get("data_source", "unknown"))
         pid = "p-" + hashlib.sha1(f"{source}\n{row['input']}".encode()).hexdigest()[:10]
         k = seen[pid] = seen.get(pid, -1) + 1
+        _typed(
+            {"score": row["score"], "temperature": row.get("temperature"), "top_p": row.get("top_p")}, where
+        )
+        _typed({"response_tokens": row.get("response_length")}, where)
+        if row["score"] is None:
+            raise ValueError(f"{where}: 'score' must be a number, got None")
         score = float(row["score"])
-        correct = float(row["acc"]) > 0 if "acc" in row else score > 0
+        acc = row.get("acc")
+        if "acc" in row and (acc is None or not isinstance(acc, int | float)):
+            raise ValueError(f"{where}: 'acc' must be a number or true/false, got {acc!r}")
+        correct = float(acc) > 0 if "acc" in row else score > 0
         pred = row.get("pred")
         pred = extract_answer(output) if pred is None else str(pred)
         responses = _TOOL_RESPONSE.findall(output)
