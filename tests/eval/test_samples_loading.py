@@ -150,6 +150,14 @@ def test_tool_use_stats_split_by_correctness() -> None:
         tool_use_stats([1], [0], [1], [1], ["answer"], [True, False])
 
 
+def test_budget_share_is_absent_not_zero_when_stop_reasons_are_unknown() -> None:
+    # a verl dump has no stop reason: "0% hit a budget" would be a claim the data cannot back
+    stats = tool_use_stats([1, 0], [0, 0], [2, 1], [None, None], ["unknown", "unknown"], [True, False])
+    assert "budget_share" not in stats and "correct/budget_share" not in stats
+    mixed = tool_use_stats([1, 0], [0, 0], [2, 1], [5, 5], ["budget", "unknown"], [True, True])
+    assert mixed["budget_share"] == 1.0  # over the responses whose stop reason is known
+
+
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
