@@ -198,3 +198,18 @@ def test_verl_dump_value_types_are_checked(tmp_path, extra, message) -> None:
     (tmp_path / "bad.jsonl").write_text(json.dumps({"input": "Q", "output": "\\boxed{1}", **extra}) + "\n")
     with pytest.raises(ValueError, match=message):
         load_run(tmp_path / "bad.jsonl")
+
+
+def test_a_lone_surrogate_in_model_text_does_not_break_the_report(tmp_path) -> None:
+    # valid JSON ("\ud83d" is half an emoji) but not encodable as UTF-8: writing the viewer or report failed
+    from tirl.eval.analysis import AnalysisConfig
+    from tirl.eval.analyze import run_analyze
+
+    rows = ['{"input": "Q", "output": "half \\ud83d then \\\\boxed{1}", "score": 1.0, "pred": "1\\udc00"}',
+            '{"input": "Q", "output": "\\\\boxed{2}", "score": 0.0}']  # fmt: skip
+    (tmp_path / "1.jsonl").write_text("\n".join(rows) + "\n")
+    run = load_run(tmp_path / "1.jsonl")
+    assert "\ufffd" in run.samples[0].raw_output and run.samples[0].record.pred.startswith("1\ufffd")
+    run_analyze([tmp_path / "1.jsonl"], tmp_path / "out", config=AnalysisConfig(num_resamples=10))
+    assert (tmp_path / "out" / "report.html").is_file()
+    assert "\ufffd" in (tmp_path / "out" / "trajectories-data" / "chunk-0000.js").read_text()

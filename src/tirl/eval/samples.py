@@ -80,6 +80,17 @@ def _last_user_message(prompt: Any) -> str | None:
     return str(users[-1]) if users else None
 
 
+def _no_lone_surrogates(x: Any) -> Any:
+    """Half an emoji escaped in JSON ("\\ud83d") loads as a lone surrogate, which no UTF-8 file can hold: U+FFFD."""
+    if isinstance(x, str):
+        return x.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    if isinstance(x, list):
+        return [_no_lone_surrogates(v) for v in x]
+    if isinstance(x, dict):
+        return {_no_lone_surrogates(k): _no_lone_surrogates(v) for k, v in x.items()}
+    return x
+
+
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows = []
     with open(path, encoding="utf-8") as f:
@@ -92,7 +103,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
                 raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from e
             if not isinstance(row, dict):
                 raise ValueError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
-            rows.append(row)
+            rows.append(_no_lone_surrogates(row) if "\\ud" in line.lower() else row)
     if not rows:
         raise ValueError(f"{path}: the file has no rows")
     return rows
