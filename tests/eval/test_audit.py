@@ -100,3 +100,13 @@ def test_answer_value_with_a_huge_exponent_is_refused_not_crashed_or_computed(an
     with pytest.raises(UnsafeExpression):
         safe_eval(answer)
     assert answer_source(answer, ["1"]) == "n/a"
+
+
+def test_adversarial_runs_of_parentheses_cost_linear_time() -> None:
+    import time
+
+    # unwrapping recounted the side per dropped "(": 200k of them took ~15 s; linear takes ~0.03 s
+    t = time.perf_counter()
+    found = find_statements("(" * 200_000 + "1 + 1 = 2") + find_statements("1 + 1 = 3" + ")" * 200_000)
+    assert time.perf_counter() - t < 3.0
+    assert [(s.text, s.true) for s in found] == [("1 + 1 = 2", True), ("1 + 1 = 3", False)]

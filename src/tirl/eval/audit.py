@@ -138,10 +138,21 @@ def _equal(a: Fraction, b: Fraction, a_text: str, b_text: str) -> bool:
 
 
 def _unwrap(side: str, paren: str, other: str) -> str:
-    """Drop parentheses that open a chain (or close it) without a partner inside the same side."""
-    while side and (side[0] if paren == "(" else side[-1]) == paren and side.count(paren) > side.count(other):
-        side = (side[1:] if paren == "(" else side[:-1]).strip(" .")
-    return side
+    """Drop parentheses that open a chain (or close it) without a partner inside the same side.
+
+    One pass with a running count (linear: a run of 100k "(" must not cost 100k recounts)."""
+    excess = side.count(paren) - side.count(other)
+    chars = side if paren == "(" else side[::-1]
+    i = 0
+    while i < len(chars) and chars[i] == paren and excess > 0:
+        i += 1
+        excess -= 1
+        while i < len(chars) and chars[i] in " .":
+            i += 1
+    if i == 0:
+        return side
+    rest = chars[i:] if paren == "(" else chars[i:][::-1]
+    return rest.strip(" .")
 
 
 def find_statements(text: str) -> list[Statement]:
