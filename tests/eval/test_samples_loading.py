@@ -213,3 +213,32 @@ def test_a_lone_surrogate_in_model_text_does_not_break_the_report(tmp_path) -> N
     run_analyze([tmp_path / "1.jsonl"], tmp_path / "out", config=AnalysisConfig(num_resamples=10))
     assert (tmp_path / "out" / "report.html").is_file()
     assert "\ufffd" in (tmp_path / "out" / "trajectories-data" / "chunk-0000.js").read_text()
+
+
+@pytest.mark.slow
+def test_a_large_run_is_held_compactly(tmp_path) -> None:
+    # every trajectory stays in memory for the viewer: as JSON lists, 400 x 2000-token responses (plus prompt ids
+    # and log-probs) held ~45 MB; as arrays without the unused fields, ~5 MB
+    import random
+    import tracemalloc
+
+    rng = random.Random(0)
+    with open(tmp_path / "records.jsonl", "w") as fr, open(tmp_path / "trajectories.jsonl", "w") as ft:
+        for i in range(400):
+            rec = SampleRecord(
+                "m", f"p{i // 4}", "s", i % 4, 1.0, 1.0, True, 1.0, "1", 0, 0, 1, 2000, "answer"
+            )
+            fr.write(json.dumps(rec.__dict__) + "\n")
+            ids = [rng.randrange(1000, 150000) for _ in range(2000)]
+            traj = {"prompt_ids": ids[:500], "response_ids": ids, "loss_mask": [1] * 2000, "logprobs": [-0.5] * 2000,
+                    "turn_texts": ["x"], "tool_calls": [], "stop_reason": "answer", "meta": {"id": f"p{i // 4}"}}  # fmt: skip
+            ft.write(json.dumps(traj) + "\n")
+    tracemalloc.start()
+    try:
+        run = load_run(tmp_path)
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < 12e6 and peak < 20e6, (held, peak)
+    t = run.samples[0].trajectory
+    assert len(t["response_ids"]) == len(t["loss_mask"]) == 2000 and "prompt_ids" not in t

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from array import array
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -91,7 +92,20 @@ def _no_lone_surrogates(x: Any) -> Any:
     return x
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def _compact_trajectory(t: dict[str, Any], where: str) -> dict[str, Any]:
+    """A large run holds every trajectory at once, so each is shrunk as it is read: log-probs and prompt ids are
+    never shown; the ids and mask the viewer decodes become 4- and 1-byte arrays (a list costs ~36 B per id)."""
+    t.pop("logprobs", None)
+    t.pop("prompt_ids", None)
+    if isinstance(t.get("response_ids"), list) and isinstance(t.get("loss_mask"), list):
+        try:
+            t["response_ids"], t["loss_mask"] = array("i", t["response_ids"]), array("b", t["loss_mask"])
+        except (TypeError, OverflowError) as e:
+            raise ValueError(f"{where}: response_ids / loss_mask must be token ids / 0-1 ({e})") from e
+    return t
+
+
+def _read_jsonl(path: Path, *, trajectories: bool = False) -> list[dict[str, Any]]:
     rows = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -103,7 +117,8 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
                 raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from e
             if not isinstance(row, dict):
                 raise ValueError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
-            rows.append(_no_lone_surrogates(row) if "\\ud" in line.lower() else row)
+            row = _no_lone_surrogates(row) if "\\ud" in line.lower() else row
+            rows.append(_compact_trajectory(row, f"{path}:{n}") if trajectories else row)
     if not rows:
         raise ValueError(f"{path}: the file has no rows")
     return rows
@@ -161,7 +176,7 @@ def _load_tirl(run_dir: Path, label: str | None) -> Run:
     notes = []
     trajs: list[dict[str, Any] | None] = [None] * len(records)
     if traj_path.is_file():
-        trajs = _read_jsonl(traj_path)
+        trajs = _read_jsonl(traj_path, trajectories=True)
         if len(trajs) != len(records):
             raise ValueError(f"{traj_path}: {len(trajs)} trajectories for {len(records)} records")
     else:
@@ -176,7 +191,6 @@ def _load_tirl(run_dir: Path, label: str | None) -> Run:
             raise ValueError(
                 f"{traj_path}:{i + 1}: trajectory is for problem {meta.get('id')!r}, record for {rec.problem_id!r}"
             )
-        t.pop("logprobs", None)  # not shown; halves the memory
         calls = t.get("tool_calls") or []
         samples.append(
             Sample(
