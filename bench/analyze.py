@@ -2,7 +2,8 @@
 
 Writes bench/results/analyze.json. Baseline in the same run: pass@k for every k and its bootstrap computed the
 straightforward way (pass_at_k per problem and k; each replicate re-indexes the problems), against the
-vectorised table and the multinomial-weights matrix product the analysis uses. Both give the same numbers.
+vectorised table and the multinomial-weights matrix product the analysis uses. Both give the same pass@k (asserted);
+the intervals differ only by resampling noise (the two draw different replicates).
 """
 
 from __future__ import annotations

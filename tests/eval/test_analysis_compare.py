@@ -123,3 +123,19 @@ def test_maj_at_k_groups_equivalent_answers() -> None:
     assert block["maj@k"]["mean"][2] == 0.0  # 3 votes for one half against 1 for 42
     # k=2: 6 pairs; {42, x} ties (3 pairs, 1/2 each), pairs of halves lose: 1.5 / 6
     assert block["maj@k"]["mean"][1] == pytest.approx(0.25)
+
+
+def test_plots_of_sources_with_alike_names_do_not_overwrite_each_other(tmp_path) -> None:
+    from tirl.eval.plots import plot_report
+
+    runs = []
+    for label, counts in (("base", [3] * 4), ("rl", [9, 9, 0, 0])):
+        run = make_run(label, counts)
+        for s in run.samples[: len(run.samples) // 2]:
+            s.record.data_source = "openai/gsm8k"  # both slug to "openai-gsm8k"
+        for s in run.samples[len(run.samples) // 2 :]:
+            s.record.data_source = "openai-gsm8k"
+        runs.append(run)
+    figures = plot_report(analyze_runs(runs, CFG), tmp_path)
+    paths = [p for figs in figures.values() for _, p in figs]
+    assert len(set(paths)) == 6 and len(list(tmp_path.glob("*.png"))) == 6

@@ -85,3 +85,28 @@ def test_latex_math_delimiters() -> None:
         for s in find_statements(r"\[12 \times 34 = 418\] and \(2^{10}=1024\), 5\sqrt{2} = 7")
     ]
     assert got == [("12 * 34 = 418", False), ("2**(10) = 1024", True)]
+
+
+def test_long_decimals_are_read_exactly_not_as_floats() -> None:
+    # a float literal keeps ~16 digits: 0.333...3 (20 digits) would read as 0.3333333333333333 and be "false"
+    (s,) = find_statements("so 1/3 = 0.33333333333333333333")
+    assert s.values[1] == Fraction(33333333333333333333, 10**20) and s.true
+    (s,) = find_statements("and 0.10000000000000000001 * 10 = 1")
+    assert not s.true  # exactly 1.0000000000000000001, not 1
+
+
+@pytest.mark.parametrize("answer", ["1e400", "1e-999", "1e999999999"])
+def test_answer_value_with_a_huge_exponent_is_refused_not_crashed_or_computed(answer: str) -> None:
+    with pytest.raises(UnsafeExpression):
+        safe_eval(answer)
+    assert answer_source(answer, ["1"]) == "n/a"
+
+
+def test_adversarial_runs_of_parentheses_cost_linear_time() -> None:
+    import time
+
+    # unwrapping recounted the side per dropped "(": 200k of them took ~15 s; linear takes ~0.03 s
+    t = time.perf_counter()
+    found = find_statements("(" * 200_000 + "1 + 1 = 2") + find_statements("1 + 1 = 3" + ")" * 200_000)
+    assert time.perf_counter() - t < 3.0
+    assert [(s.text, s.true) for s in found] == [("1 + 1 = 2", True), ("1 + 1 = 3", False)]

@@ -85,7 +85,8 @@ def test_paired_difference_cancels_problem_difficulty() -> None:
     other = base + 0.05  # better by exactly 0.05 on every problem
     diff, share, reps = paired_difference(base, other, resample_weights(200, 300, seed=0))
     assert_close(diff.mean, np.full(4, 0.05))
-    assert_close(diff.lo, np.full(4, 0.05)) and assert_close(diff.hi, np.full(4, 0.05))
+    assert_close(diff.lo, np.full(4, 0.05))  # two statements: `a() and b()` never ran b (a returns None)
+    assert_close(diff.hi, np.full(4, 0.05))
     assert (share == 1.0).all() and reps.shape == (300, 4)
     with pytest.raises(ValueError, match="shape"):
         paired_difference(base, other[:10], resample_weights(200, 10, seed=0))

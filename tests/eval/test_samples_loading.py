@@ -148,3 +148,97 @@ def test_tool_use_stats_split_by_correctness() -> None:
     assert stats["incorrect/response_tokens"] == 60.0
     with pytest.raises(ValueError):
         tool_use_stats([1], [0], [1], [1], ["answer"], [True, False])
+
+
+def test_budget_share_is_absent_not_zero_when_stop_reasons_are_unknown() -> None:
+    # a verl dump has no stop reason: "0% hit a budget" would be a claim the data cannot back
+    stats = tool_use_stats([1, 0], [0, 0], [2, 1], [None, None], ["unknown", "unknown"], [True, False])
+    assert "budget_share" not in stats and "correct/budget_share" not in stats
+    mixed = tool_use_stats([1, 0], [0, 0], [2, 1], [5, 5], ["budget", "unknown"], [True, True])
+    assert mixed["budget_share"] == 1.0  # over the responses whose stop reason is known
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("turns", "<img src=x onerror=alert(1)>", r"records.jsonl:2: 'turns' must be an integer"),
+        ("sample_index", 1.5, r"records.jsonl:2: 'sample_index' must be an integer"),
+        ("temperature", "hot", r"records.jsonl:2: 'temperature' must be a number"),
+    ],
+)
+def test_tirl_record_field_types_are_checked(tmp_path, key, value, message) -> None:
+    run_dir = write_tirl_run(tmp_path / "run")
+    lines = (run_dir / "records.jsonl").read_text().splitlines()
+    bad = json.loads(lines[1])
+    bad[key] = value
+    lines[1] = json.dumps(bad)
+    (run_dir / "records.jsonl").write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=message):
+        load_run(run_dir)
+
+
+def test_tirl_record_numeric_answer_becomes_a_string(tmp_path) -> None:
+    run_dir = write_tirl_run(tmp_path / "run")
+    lines = (run_dir / "records.jsonl").read_text().splitlines()
+    rows = [json.loads(x) for x in lines]
+    rows[0]["pred"] = 42  # a hand-written or foreign records file may store the answer as a JSON number
+    (run_dir / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert load_run(run_dir).samples[0].record.pred == "42"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"score": None}, r"bad.jsonl:1: 'score' must be a number"),
+        ({"score": 1.0, "acc": "yes"}, r"bad.jsonl:1: 'acc' must be a number or true/false"),
+        ({"score": 1.0, "temperature": "0.6"}, r"bad.jsonl:1: 'temperature' must be a number"),
+    ],
+)
+def test_verl_dump_value_types_are_checked(tmp_path, extra, message) -> None:
+    (tmp_path / "bad.jsonl").write_text(json.dumps({"input": "Q", "output": "\\boxed{1}", **extra}) + "\n")
+    with pytest.raises(ValueError, match=message):
+        load_run(tmp_path / "bad.jsonl")
+
+
+def test_a_lone_surrogate_in_model_text_does_not_break_the_report(tmp_path) -> None:
+    # valid JSON ("\ud83d" is half an emoji) but not encodable as UTF-8: writing the viewer or report failed
+    from tirl.eval.analysis import AnalysisConfig
+    from tirl.eval.analyze import run_analyze
+
+    rows = ['{"input": "Q", "output": "half \\ud83d then \\\\boxed{1}", "score": 1.0, "pred": "1\\udc00"}',
+            '{"input": "Q", "output": "\\\\boxed{2}", "score": 0.0}']  # fmt: skip
+    (tmp_path / "1.jsonl").write_text("\n".join(rows) + "\n")
+    run = load_run(tmp_path / "1.jsonl")
+    assert "\ufffd" in run.samples[0].raw_output and run.samples[0].record.pred.startswith("1\ufffd")
+    run_analyze([tmp_path / "1.jsonl"], tmp_path / "out", config=AnalysisConfig(num_resamples=10))
+    assert (tmp_path / "out" / "report.html").is_file()
+    assert "\ufffd" in (tmp_path / "out" / "trajectories-data" / "chunk-0000.js").read_text()
+
+
+@pytest.mark.slow
+def test_a_large_run_is_held_compactly(tmp_path) -> None:
+    # every trajectory stays in memory for the viewer: as JSON lists, 400 x 2000-token responses (plus prompt ids
+    # and log-probs) held ~45 MB; as arrays without the unused fields, ~5 MB
+    import random
+    import tracemalloc
+
+    rng = random.Random(0)
+    with open(tmp_path / "records.jsonl", "w") as fr, open(tmp_path / "trajectories.jsonl", "w") as ft:
+        for i in range(400):
+            rec = SampleRecord(
+                "m", f"p{i // 4}", "s", i % 4, 1.0, 1.0, True, 1.0, "1", 0, 0, 1, 2000, "answer"
+            )
+            fr.write(json.dumps(rec.__dict__) + "\n")
+            ids = [rng.randrange(1000, 150000) for _ in range(2000)]
+            traj = {"prompt_ids": ids[:500], "response_ids": ids, "loss_mask": [1] * 2000, "logprobs": [-0.5] * 2000,
+                    "turn_texts": ["x"], "tool_calls": [], "stop_reason": "answer", "meta": {"id": f"p{i // 4}"}}  # fmt: skip
+            ft.write(json.dumps(traj) + "\n")
+    tracemalloc.start()
+    try:
+        run = load_run(tmp_path)
+        held, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < 12e6 and peak < 20e6, (held, peak)
+    t = run.samples[0].trajectory
+    assert len(t["response_ids"]) == len(t["loss_mask"]) == 2000 and "prompt_ids" not in t

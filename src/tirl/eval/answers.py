@@ -14,7 +14,8 @@ from fractions import Fraction
 
 from tirl.rewards.math import grade, last_boxed
 
-_PLAIN_NUMBER = re.compile(r"[-+]?\d+(\.\d+)?(/\d+)?")
+# what Fraction() reads: an integer or decimal, or integer/integer with a nonzero denominator ("1.5/2", "1/00" no)
+_PLAIN_NUMBER = re.compile(r"[-+]?(\d+(\.\d+)?|\d+/0*[1-9]\d*)")
 
 
 def extract_answer(text: str) -> str | None:
@@ -27,12 +28,7 @@ def equivalent(a: str, b: str) -> bool:
     """True if answer `b` grades correct against `a` as ground truth (cached: one problem's answers repeat)."""
     if a == b:
         return True
-    if (
-        _PLAIN_NUMBER.fullmatch(a)
-        and _PLAIN_NUMBER.fullmatch(b)
-        and not a.endswith("/0")
-        and not b.endswith("/0")
-    ):
+    if _PLAIN_NUMBER.fullmatch(a) and _PLAIN_NUMBER.fullmatch(b):
         return Fraction(a) == Fraction(b)  # fast path for plain numbers, where math-verify agrees
     return grade(f"\\boxed{{{b}}}", a, timeout_s=2.0).correct
 

@@ -60,11 +60,12 @@ def safe_eval(expr: str) -> Fraction:
     """Exact value of a plain arithmetic expression; UnsafeExpression for anything else (never eval)."""
     if len(expr) > MAX_EXPR_CHARS:
         raise UnsafeExpression(f"longer than {MAX_EXPR_CHARS} characters")
+    source = expr.strip()
     try:
-        tree = ast.parse(expr.strip(), mode="eval")
+        tree = ast.parse(source, mode="eval")
     except SyntaxError as e:
         raise UnsafeExpression(f"not an expression: {e.msg}") from None
-    return _eval(tree.body)
+    return _eval(tree.body, source)
 
 
 def _check(x: Fraction) -> Fraction:
@@ -73,14 +74,28 @@ def _check(x: Fraction) -> Fraction:
     return x
 
 
-def _eval(node: ast.AST) -> Fraction:
+_FLOAT_LITERAL = re.compile(r"[0-9_]*\.?[0-9_]*(?:[eE]([-+]?[0-9_]+))?")
+
+
+def _float_literal(node: ast.Constant, source: str) -> Fraction:
+    """A decimal literal's exact value from its source text (a float would round `0.333...3` past 16 digits)."""
+    text = ast.get_source_segment(source, node) or ""
+    m = _FLOAT_LITERAL.fullmatch(text)
+    if not m or not text:
+        raise UnsafeExpression(f"unexpected number literal {text!r}")
+    if m.group(1) and abs(int(m.group(1).replace("_", ""))) > MAX_EXPONENT:
+        raise UnsafeExpression("decimal exponent too large")  # 1e999999 would build a huge integer
+    return Fraction(text.replace("_", ""))
+
+
+def _eval(node: ast.AST, source: str) -> Fraction:
     if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return _check(Fraction(str(node.value)) if isinstance(node.value, float) else Fraction(node.value))
+        return _check(_float_literal(node, source) if isinstance(node.value, float) else Fraction(node.value))
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
-        v = _eval(node.operand)
+        v = _eval(node.operand, source)
         return -v if isinstance(node.op, ast.USub) else v
     if isinstance(node, ast.BinOp):
-        a, b = _eval(node.left), _eval(node.right)
+        a, b = _eval(node.left, source), _eval(node.right, source)
         if isinstance(node.op, ast.Add):
             return _check(a + b)
         if isinstance(node.op, ast.Sub):
@@ -123,10 +138,21 @@ def _equal(a: Fraction, b: Fraction, a_text: str, b_text: str) -> bool:
 
 
 def _unwrap(side: str, paren: str, other: str) -> str:
-    """Drop parentheses that open a chain (or close it) without a partner inside the same side."""
-    while side and (side[0] if paren == "(" else side[-1]) == paren and side.count(paren) > side.count(other):
-        side = (side[1:] if paren == "(" else side[:-1]).strip(" .")
-    return side
+    """Drop parentheses that open a chain (or close it) without a partner inside the same side.
+
+    One pass with a running count (linear: a run of 100k "(" must not cost 100k recounts)."""
+    excess = side.count(paren) - side.count(other)
+    chars = side if paren == "(" else side[::-1]
+    i = 0
+    while i < len(chars) and chars[i] == paren and excess > 0:
+        i += 1
+        excess -= 1
+        while i < len(chars) and chars[i] in " .":
+            i += 1
+    if i == 0:
+        return side
+    rest = chars[i:] if paren == "(" else chars[i:][::-1]
+    return rest.strip(" .")
 
 
 def find_statements(text: str) -> list[Statement]:

@@ -139,9 +139,9 @@ def plot_histograms(source: str, entry: dict, path: Path) -> Path:
     return path
 
 
-def plot_source(source: str, entry: dict, out_dir: Path) -> list[tuple[str, Path]]:
+def plot_source(source: str, entry: dict, out_dir: Path, slug: str | None = None) -> list[tuple[str, Path]]:
     """The figures of one data source: [(title, path)]."""
-    slug = _slug(source)
+    slug = slug or _slug(source)
     return [
         ("pass@k curves and paired difference", plot_passk(source, entry, out_dir / f"passk-{slug}.png")),
         ("maj@k and Cover@tau", plot_maj_cover(source, entry, out_dir / f"majk-cover-{slug}.png")),
@@ -150,5 +150,14 @@ def plot_source(source: str, entry: dict, out_dir: Path) -> list[tuple[str, Path
 
 
 def plot_report(report: dict, out_dir: str | Path) -> dict[str, list[tuple[str, Path]]]:
-    """All figures, by data source."""
-    return {src: plot_source(src, entry, Path(out_dir)) for src, entry in report["sources"].items()}
+    """All figures, by data source (file names unique even when two sources slug alike, e.g. "a/b" and "a-b")."""
+    out, used = {}, set()
+    for src, entry in report["sources"].items():
+        slug = base = _slug(src)
+        for i in range(2, len(used) + 3):
+            if slug not in used:
+                break
+            slug = f"{base}-{i}"
+        used.add(slug)
+        out[src] = plot_source(src, entry, Path(out_dir), slug)
+    return out

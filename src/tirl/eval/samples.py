@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from array import array
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,21 @@ _TOOL_RESPONSE = re.compile(r"<tool_response>(.*?)(?:</tool_response>|$)", re.S)
 _ERROR = re.compile(r"Traceback \(most recent call last\)|\b\w*Error\b")
 _RECORD_KEYS = [f.name for f in fields(SampleRecord)]
 _OPTIONAL_RECORD_KEYS = {"num_tool_errors", "turns", "response_tokens", "stop_reason", "top_p", "score"}
+_INT_KEYS = ("sample_index", "num_tool_calls", "num_tool_errors", "turns", "response_tokens")
+_NUMBER_KEYS = ("temperature", "top_p", "score")
+
+
+def _typed(values: dict[str, Any], where: str) -> None:
+    """Counts must be integers and temperatures/scores numbers (None where unknown): a string here would crash
+    the analysis far from the file, or reach the viewer's HTML unescaped."""
+    for key in _INT_KEYS:
+        v = values.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise ValueError(f"{where}: {key!r} must be an integer, got {v!r}")
+    for key in _NUMBER_KEYS:
+        v = values.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)):
+            raise ValueError(f"{where}: {key!r} must be a number, got {v!r}")
 
 
 @dataclass
@@ -65,7 +81,31 @@ def _last_user_message(prompt: Any) -> str | None:
     return str(users[-1]) if users else None
 
 
-def _read_jsonl(path: Path) -> list[dict[str, Any]]:
+def _no_lone_surrogates(x: Any) -> Any:
+    """Half an emoji escaped in JSON ("\\ud83d") loads as a lone surrogate, which no UTF-8 file can hold: U+FFFD."""
+    if isinstance(x, str):
+        return x.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+    if isinstance(x, list):
+        return [_no_lone_surrogates(v) for v in x]
+    if isinstance(x, dict):
+        return {_no_lone_surrogates(k): _no_lone_surrogates(v) for k, v in x.items()}
+    return x
+
+
+def _compact_trajectory(t: dict[str, Any], where: str) -> dict[str, Any]:
+    """A large run holds every trajectory at once, so each is shrunk as it is read: log-probs and prompt ids are
+    never shown; the ids and mask the viewer decodes become 4- and 1-byte arrays (a list costs ~36 B per id)."""
+    t.pop("logprobs", None)
+    t.pop("prompt_ids", None)
+    if isinstance(t.get("response_ids"), list) and isinstance(t.get("loss_mask"), list):
+        try:
+            t["response_ids"], t["loss_mask"] = array("i", t["response_ids"]), array("b", t["loss_mask"])
+        except (TypeError, OverflowError) as e:
+            raise ValueError(f"{where}: response_ids / loss_mask must be token ids / 0-1 ({e})") from e
+    return t
+
+
+def _read_jsonl(path: Path, *, trajectories: bool = False) -> list[dict[str, Any]]:
     rows = []
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -77,7 +117,8 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
                 raise ValueError(f"{path}:{n}: not valid JSON ({e.msg})") from e
             if not isinstance(row, dict):
                 raise ValueError(f"{path}:{n}: expected a JSON object, got {type(row).__name__}")
-            rows.append(row)
+            row = _no_lone_surrogates(row) if "\\ud" in line.lower() else row
+            rows.append(_compact_trajectory(row, f"{path}:{n}") if trajectories else row)
     if not rows:
         raise ValueError(f"{path}: the file has no rows")
     return rows
@@ -108,7 +149,10 @@ def _record(row: dict[str, Any], where: str) -> SampleRecord:
     values = {k: row.get(k) for k in _RECORD_KEYS}
     if not isinstance(values["correct"], bool):
         raise ValueError(f"{where}: 'correct' must be true or false, got {values['correct']!r}")
-    values["problem_id"] = str(values["problem_id"])
+    _typed(values, where)
+    for key in ("model", "problem_id", "data_source"):
+        values[key] = str(values[key])
+    values["pred"] = None if values["pred"] is None else str(values["pred"])
     values["num_tool_errors"] = values["num_tool_errors"] or 0
     values["stop_reason"] = values["stop_reason"] or "unknown"
     return SampleRecord(**values)
@@ -132,7 +176,7 @@ def _load_tirl(run_dir: Path, label: str | None) -> Run:
     notes = []
     trajs: list[dict[str, Any] | None] = [None] * len(records)
     if traj_path.is_file():
-        trajs = _read_jsonl(traj_path)
+        trajs = _read_jsonl(traj_path, trajectories=True)
         if len(trajs) != len(records):
             raise ValueError(f"{traj_path}: {len(trajs)} trajectories for {len(records)} records")
     else:
@@ -147,7 +191,6 @@ def _load_tirl(run_dir: Path, label: str | None) -> Run:
             raise ValueError(
                 f"{traj_path}:{i + 1}: trajectory is for problem {meta.get('id')!r}, record for {rec.problem_id!r}"
             )
-        t.pop("logprobs", None)  # not shown; halves the memory
         calls = t.get("tool_calls") or []
         samples.append(
             Sample(
@@ -180,8 +223,17 @@ def _load_verl(path: Path, label: str | None) -> Run:
         output, source = str(row["output"]), str(row.get("data_source", "unknown"))
         pid = "p-" + hashlib.sha1(f"{source}\n{row['input']}".encode()).hexdigest()[:10]
         k = seen[pid] = seen.get(pid, -1) + 1
+        _typed(
+            {"score": row["score"], "temperature": row.get("temperature"), "top_p": row.get("top_p")}, where
+        )
+        _typed({"response_tokens": row.get("response_length")}, where)
+        if row["score"] is None:
+            raise ValueError(f"{where}: 'score' must be a number, got None")
         score = float(row["score"])
-        correct = float(row["acc"]) > 0 if "acc" in row else score > 0
+        acc = row.get("acc")
+        if "acc" in row and (acc is None or not isinstance(acc, int | float)):
+            raise ValueError(f"{where}: 'acc' must be a number or true/false, got {acc!r}")
+        correct = float(acc) > 0 if "acc" in row else score > 0
         pred = row.get("pred")
         pred = extract_answer(output) if pred is None else str(pred)
         responses = _TOOL_RESPONSE.findall(output)

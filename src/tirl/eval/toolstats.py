@@ -22,14 +22,18 @@ def _block(
     if n == 0:
         return {"responses": 0.0}
     known = [x for x in lengths if x is not None]
+    known_stops = [
+        s for s in stops if s != "unknown"
+    ]  # a verl dump records no stop reason: not "no budget hit"
     out = {
         "responses": float(n),
         "tool_calls_per_response": sum(calls) / n,
         "tool_error_rate": sum(errors) / max(1, sum(calls)),
         "no_tool_share": sum(c == 0 for c in calls) / n,
         "turns": sum(turns) / n,
-        "budget_share": sum(s in BUDGET_STOPS for s in stops) / n,
     }
+    if known_stops:
+        out["budget_share"] = sum(s in BUDGET_STOPS for s in known_stops) / len(known_stops)
     if known:
         out["response_tokens"] = sum(known) / len(known)
     return out
@@ -46,7 +50,8 @@ def tool_use_stats(
     """Flat metrics: `<name>` over all responses, `correct/<name>` and `incorrect/<name>` over each part.
 
     Names: responses, tool_calls_per_response, tool_error_rate (errors per call), no_tool_share, turns,
-    budget_share (stopped by a token, turn or per-turn budget), response_tokens (where known).
+    budget_share (stopped by a token, turn or per-turn budget; among responses whose stop reason is known),
+    response_tokens (where known).
     """
     cols = (calls, errors, turns, lengths, stops)
     if any(len(c) != len(correct) for c in cols):
