@@ -118,24 +118,26 @@ def run_demo(cfg: TirlConfig) -> dict[str, Any]:
     rl_summary = run_eval(cfg, out / "eval-rl", model_path=rl_model, label="rl", rows=prep["test_rows"])
     times["eval_rl"] = time.time() - t0
 
-    t0 = time.time()
-    console.print(
-        "[bold]analysis[/]: pass@k curves with bootstrap intervals, crossover, solvable sets, audit, viewer"
-    )
-    analysis = run_analyze([out / "eval-sft", out / "eval-rl"], out / "analysis", labels=["sft", "rl"])
-    times["analyze"] = time.time() - t0
-
     report = {
         "sft": _report_entry(sft_summary),
         "rl": _report_entry(rl_summary),
         "seconds": times,
         "eval": {"temperature": cfg.eval.temperature, "top_p": cfg.eval.top_p},
     }
-    atomic_write_json(out / "report.json", report)
+    atomic_write_json(out / "report.json", report)  # before the analysis: its failure must not lose this
     print_report(report)
     console.print(
         f"report: {out / 'report.json'}  (records and trajectories in {out}/eval-sft, {out}/eval-rl)"
     )
+
+    t0 = time.time()
+    console.print(
+        "[bold]analysis[/]: pass@k curves with bootstrap intervals, crossover, solvable sets, audit, viewer"
+    )
+    analysis = run_analyze([out / "eval-sft", out / "eval-rl"], out / "analysis", labels=["sft", "rl"])
+    times["analyze"] = time.time() - t0
+    report["analysis"] = str(out / "analysis" / "report.json")
+    atomic_write_json(out / "report.json", report)
     print_summary(analysis, out / "analysis")
     return report
 
