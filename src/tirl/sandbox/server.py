@@ -79,21 +79,30 @@ class BodyLimit:
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
             return await self._reject(send)
-        seen = 0
-
-        async def limited_receive() -> dict:
-            nonlocal seen
+        # Read the whole body here (it is small by construction) rather than raising from inside the app's
+        # receive: FastAPI turns any error while reading the body into a 400, so a chunked upload without a
+        # Content-Length would get "error parsing the body" instead of 413.
+        chunks, seen = [], 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge
-            return message
+            if message["type"] != "http.request":  # the client went away
+                return None
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                return await self._reject(send)
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        replayed = False
 
-        try:
-            await self.app(scope, limited_receive, send)
-        except _TooLarge:
-            await self._reject(send)
+        async def replay_receive() -> dict:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+        return await self.app(scope, replay_receive, send)
 
     async def _reject(self, send: Any) -> None:
         self.metrics.rejected["too_large"] += 1
@@ -101,10 +110,6 @@ class BodyLimit:
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})
-
-
-class _TooLarge(Exception):
-    pass
 
 
 def create_app(sandbox: LocalSandbox, *, max_body_bytes: int = 4 * 2**20, max_queue: int = 256) -> Any:
