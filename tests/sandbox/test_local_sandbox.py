@@ -366,3 +366,14 @@ def test_queue_bound_counts_runs_waiting_for_either_tier() -> None:
     assert set(outcomes) <= {"done\n", "overloaded"}
     assert outcomes.count("overloaded") >= len(codes) - 2 * sb.workers  # at most workers + max_queue wait
     assert "done\n" in outcomes
+
+
+def test_works_when_the_host_has_over_1024_open_files() -> None:
+    """A training process or a busy server holds many fds; select() cannot watch one numbered >= 1024."""
+    fds = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    try:
+        with LocalSandbox(SandboxConfig(max_workers=1, preload_heavy=())) as sb:
+            assert sb.run("print(6 * 7)").stdout == "42\n"
+    finally:
+        for fd in fds:
+            os.close(fd)

@@ -113,6 +113,8 @@ class _Worker:
         )
         self.fd_in = self.proc.stdin.fileno()
         self.fd_out = self.proc.stdout.fileno()
+        self._poller = select.poll()
+        self._poller.register(self.fd_out, select.POLLIN)
         try:
             self._read(1, time.monotonic() + _READY_TIMEOUT_S)
         except WorkerDied as e:
@@ -127,7 +129,8 @@ class _Worker:
         parts, left = [], n
         while left:
             wait = deadline - time.monotonic()
-            if wait <= 0 or not select.select([self.fd_out], [], [], wait)[0]:
+            # poll, not select: select() fails on fd numbers >= 1024, common in a busy server or trainer
+            if wait <= 0 or not self._poller.poll(wait * 1000):
                 raise WorkerDied("worker did not answer in time")
             b = os.read(self.fd_out, left)
             if not b:
