@@ -170,7 +170,10 @@ def test_cwd_removed_after_timeout(single: LocalSandbox) -> None:
         timeout_s=1.0,
     )
     assert r.timed_out
-    assert single.run(f"import os\nprint(os.path.exists({r.stdout.strip()!r}))").stdout == "False\n"
+    # The killed worker is replaced, and a fresh worker may reuse the directory's name (pid 1 in its namespace,
+    # run 1) for the next run's own, empty cwd: what must be gone is the file the timed-out run wrote.
+    stale = os.path.join(r.stdout.strip(), "f")
+    assert single.run(f"import os\nprint(os.path.exists({stale!r}))").stdout == "False\n"
     assert not os.path.exists(r.stdout.strip())  # nor on the host: the run's /tmp is the worker's own tmpfs
 
 
