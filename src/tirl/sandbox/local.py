@@ -77,6 +77,7 @@ from tirl.sandbox.types import ExecResult, batch_stdins
 __all__ = ["LocalSandbox", "SandboxConfig", "SandboxOverloaded", "SandboxUnavailable"]
 
 _READY_TIMEOUT_S = 120.0  # a worker's start: namespaces plus importing sympy on a loaded machine
+_MAX_TIMEOUT_S = 86400.0  # a day: per-run timeouts above this are surely a unit mistake
 _GRACE_S = 5.0  # beyond a run's timeout before the host gives up on a silent worker
 
 
@@ -278,8 +279,10 @@ class LocalSandbox:
     ) -> ExecResult:
         """Execute `code` as a script; `timeout_s` and `memory_mb` override the configured limits for this run."""
         timeout = self.config.timeout_s if timeout_s is None else timeout_s
-        if not timeout > 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout}")
+        if not 0 < timeout <= _MAX_TIMEOUT_S:  # beyond, the pipes' poll() overflows its millisecond count
+            raise ValueError(f"timeout_s must be > 0 and <= {_MAX_TIMEOUT_S:.0f}, got {timeout}")
+        if memory_mb is not None and memory_mb < 32:
+            raise ValueError(f"memory_mb must be >= 32 (None = the configured limit), got {memory_mb}")
         start = time.monotonic()
         tier = self._heavy if self._heavy is not None and needs_heavy(code, self._pattern) else self._light
         with self._lock:
@@ -319,6 +322,9 @@ class LocalSandbox:
         except WorkerDied as e:
             self._retire(worker)
             return ExecResult("", "", None, False, False, time.monotonic() - start, f"sandbox worker: {e}")
+        except BaseException:  # never lose a worker from the pool (its protocol state is unknown: replace it)
+            self._retire(worker)
+            raise
         killed = flags & (proto.F_TIMEOUT | proto.F_TRUNCATED | proto.F_KILLED) or exit_code < 0
         oom = bool(flags & proto.F_KILLED) and worker.cgroup is not None and worker.cgroup.oom_kills() > 0
         if killed or worker.runs >= self.config.max_runs_per_worker:
