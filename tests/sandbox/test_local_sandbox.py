@@ -391,3 +391,29 @@ def test_bad_run_overrides_raise_clearly_and_lose_no_worker(single: LocalSandbox
         single.run("print(1)", **kwargs)
     assert single.stats()["light_idle"] == 1  # the only worker is back (it used to be lost: the next run hung)
     assert single.run("print(2)").stdout == "2\n"
+
+
+def test_close_wakes_runs_waiting_for_a_worker() -> None:
+    import threading
+
+    sb = LocalSandbox(SandboxConfig(max_workers=1, preload_heavy=()))
+    outcome: dict[str, object] = {}
+
+    def busy() -> None:
+        sb.run("import time\ntime.sleep(2)")
+
+    def waiter() -> None:
+        try:
+            outcome["result"] = sb.run("print(1)")
+        except RuntimeError as e:
+            outcome["error"] = str(e)
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (busy, waiter)]
+    threads[0].start()
+    time.sleep(0.3)  # the only worker is busy
+    threads[1].start()
+    time.sleep(0.3)  # and the second run waits for it
+    sb.close()
+    threads[1].join(timeout=5)
+    assert not threads[1].is_alive()  # it used to wait out the 120 s worker-ready timeout
+    assert outcome == {"error": "LocalSandbox is closed"}

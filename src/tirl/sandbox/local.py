@@ -98,7 +98,7 @@ class _Tier:
         self.slots = slots
         self.started = started  # the heavy tier's workers are spawned on its first run
         self.runs = 0  # runs routed here, for stats() and tests
-        self.idle: queue.Queue[_Worker] = queue.Queue()
+        self.idle: queue.Queue[_Worker | None] = queue.Queue()  # None: the pool closed, wake up and leave
 
 
 class _Worker:
@@ -304,6 +304,9 @@ class LocalSandbox:
                 except queue.Empty:
                     msg = f"no sandbox worker ready after {_READY_TIMEOUT_S:.0f} s: {self._last_spawn_error}"
                     return ExecResult("", "", None, False, False, time.monotonic() - start, msg)
+                if worker is None:  # closed while waiting: pass the wake-up on to the next waiter
+                    tier.idle.put(None)
+                    raise RuntimeError("LocalSandbox is closed")
                 if worker.proc.poll() is None:
                     break
                 self._retire(worker)  # died while idle (killed from outside): not this run's fault
@@ -382,6 +385,9 @@ class LocalSandbox:
             workers, self._all = list(self._all), set()
         for w in workers:
             w.kill()
+        for tier in (self._light, self._heavy):
+            if tier is not None:
+                tier.idle.put(None)  # runs still waiting for a worker would otherwise wait out _READY_TIMEOUT_S
 
     def __enter__(self) -> LocalSandbox:
         return self
