@@ -384,7 +384,12 @@ def test_works_when_the_host_has_over_1024_open_files() -> None:
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"memory_mb": -1}, "memory_mb"), ({"timeout_s": float("inf")}, "timeout_s"), ({"timeout_s": 1e12}, "timeout_s")],
+    [
+        ({"memory_mb": -1}, "memory_mb"),
+        ({"memory_mb": 5_000_000_000}, "memory_mb"),
+        ({"timeout_s": float("inf")}, "timeout_s"),
+        ({"timeout_s": 1e12}, "timeout_s"),
+    ],
 )
 def test_bad_run_overrides_raise_clearly_and_lose_no_worker(single: LocalSandbox, kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):

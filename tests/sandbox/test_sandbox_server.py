@@ -49,3 +49,13 @@ def test_chunked_body_under_the_limit_is_run() -> None:
     app = create_app(EchoPool(), max_body_bytes=4096)
     r = post(app, b'{"code": "' + b"y" * 3000 + b'"}', chunked=True)
     assert r.status_code == 200 and r.json()["run_result"]["stdout"] == "y" * 3000
+
+
+def test_huge_memory_limit_is_a_422_not_a_500() -> None:
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=create_app(EchoPool()), raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sandbox") as c:
+            return await c.post("/run_code", json={"code": "print(1)", "memory_limit_MB": 5_000_000_000})
+
+    r = asyncio.run(go())
+    assert r.status_code == 422 and "memory_limit_MB" in r.text

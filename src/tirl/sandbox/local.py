@@ -78,6 +78,7 @@ __all__ = ["LocalSandbox", "SandboxConfig", "SandboxOverloaded", "SandboxUnavail
 
 _READY_TIMEOUT_S = 120.0  # a worker's start: namespaces plus importing sympy on a loaded machine
 _MAX_TIMEOUT_S = 86400.0  # a day: per-run timeouts above this are surely a unit mistake
+_MAX_MEMORY_MB = 2**20  # 1 TiB; the wire header holds 32 bits
 _GRACE_S = 5.0  # beyond a run's timeout before the host gives up on a silent worker
 
 
@@ -281,8 +282,10 @@ class LocalSandbox:
         timeout = self.config.timeout_s if timeout_s is None else timeout_s
         if not 0 < timeout <= _MAX_TIMEOUT_S:  # beyond, the pipes' poll() overflows its millisecond count
             raise ValueError(f"timeout_s must be > 0 and <= {_MAX_TIMEOUT_S:.0f}, got {timeout}")
-        if memory_mb is not None and memory_mb < 32:
-            raise ValueError(f"memory_mb must be >= 32 (None = the configured limit), got {memory_mb}")
+        if memory_mb is not None and not 32 <= memory_mb <= _MAX_MEMORY_MB:
+            raise ValueError(
+                f"memory_mb must be 32-{_MAX_MEMORY_MB} (None = the configured limit), got {memory_mb}"
+            )
         start = time.monotonic()
         tier = self._heavy if self._heavy is not None and needs_heavy(code, self._pattern) else self._light
         with self._lock:

@@ -125,7 +125,7 @@ def create_app(sandbox: LocalSandbox, *, max_body_bytes: int = 4 * 2**20, max_qu
         language: str = "python"
         compile_timeout: float = 10.0
         run_timeout: float = Field(default=10.0, gt=0, le=MAX_RUN_TIMEOUT_S)
-        memory_limit_MB: int = -1
+        memory_limit_MB: int = Field(default=-1, le=2**20)  # 1 TiB: larger is a unit mistake
         stdin: str | None = None
         files: dict[str, str | None] = Field(default_factory=dict)
         fetch_files: list[str] = Field(default_factory=list)
