@@ -391,10 +391,14 @@ def test_works_when_the_host_has_over_1024_open_files() -> None:
         ({"timeout_s": 1e12}, "timeout_s"),
     ],
 )
-def test_bad_run_overrides_raise_clearly_and_lose_no_worker(single: LocalSandbox, kwargs: dict, match: str) -> None:
+def test_bad_run_overrides_raise_clearly_and_lose_no_worker(
+    single: LocalSandbox, kwargs: dict, match: str
+) -> None:
     with pytest.raises(ValueError, match=match):
         single.run("print(1)", **kwargs)
-    assert single.stats()["light_idle"] == 1  # the only worker is back (it used to be lost: the next run hung)
+    assert (
+        single.stats()["light_idle"] == 1
+    )  # the only worker is back (it used to be lost: the next run hung)
     assert single.run("print(2)").stdout == "2\n"
 
 

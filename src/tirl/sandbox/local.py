@@ -390,7 +390,9 @@ class LocalSandbox:
             w.kill()
         for tier in (self._light, self._heavy):
             if tier is not None:
-                tier.idle.put(None)  # runs still waiting for a worker would otherwise wait out _READY_TIMEOUT_S
+                tier.idle.put(
+                    None
+                )  # runs still waiting for a worker would otherwise wait out _READY_TIMEOUT_S
 
     def __enter__(self) -> LocalSandbox:
         return self
