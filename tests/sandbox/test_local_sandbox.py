@@ -396,9 +396,8 @@ def test_bad_run_overrides_raise_clearly_and_lose_no_worker(
 ) -> None:
     with pytest.raises(ValueError, match=match):
         single.run("print(1)", **kwargs)
-    assert (
-        single.stats()["light_idle"] == 1
-    )  # the only worker is back (it used to be lost: the next run hung)
+    # the only worker is back (it used to be lost: the next run hung)
+    assert single.stats()["light_idle"] == 1
     assert single.run("print(2)").stdout == "2\n"
 
 

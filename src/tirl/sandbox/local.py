@@ -388,11 +388,10 @@ class LocalSandbox:
             workers, self._all = list(self._all), set()
         for w in workers:
             w.kill()
+        # wake the runs still waiting for a worker (they would otherwise wait out _READY_TIMEOUT_S)
         for tier in (self._light, self._heavy):
             if tier is not None:
-                tier.idle.put(
-                    None
-                )  # runs still waiting for a worker would otherwise wait out _READY_TIMEOUT_S
+                tier.idle.put(None)
 
     def __enter__(self) -> LocalSandbox:
         return self
