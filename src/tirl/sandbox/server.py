@@ -5,8 +5,9 @@ GET  /health    pool size, idle workers, waiting runs
 GET  /metrics   Prometheus text: runs by status, run latency histogram, queue depth, rejected requests
 
 Overload never hangs a client: beyond `workers + queue` runs in flight the server answers 429 at once, and a
-request body over the size limit gets 413 before it is read. It deliberately does not support `files` and
-`fetch_files` (rejected with 400) nor authentication: bind it to a private interface.
+request body over the size limit gets 413 (unread when Content-Length says so, else as soon as it passes the
+limit). It deliberately does not support `files` and `fetch_files` (rejected with 400) nor authentication: bind
+it to a private interface.
 """
 
 # No `from __future__ import annotations`: FastAPI must see the request model class defined in create_app.
