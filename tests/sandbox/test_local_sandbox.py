@@ -170,7 +170,10 @@ def test_cwd_removed_after_timeout(single: LocalSandbox) -> None:
         timeout_s=1.0,
     )
     assert r.timed_out
-    assert single.run(f"import os\nprint(os.path.exists({r.stdout.strip()!r}))").stdout == "False\n"
+    # The killed worker is replaced, and a fresh worker may reuse the directory's name (pid 1 in its namespace,
+    # run 1) for the next run's own, empty cwd: what must be gone is the file the timed-out run wrote.
+    stale = os.path.join(r.stdout.strip(), "f")
+    assert single.run(f"import os\nprint(os.path.exists({stale!r}))").stdout == "False\n"
     assert not os.path.exists(r.stdout.strip())  # nor on the host: the run's /tmp is the worker's own tmpfs
 
 
@@ -366,3 +369,59 @@ def test_queue_bound_counts_runs_waiting_for_either_tier() -> None:
     assert set(outcomes) <= {"done\n", "overloaded"}
     assert outcomes.count("overloaded") >= len(codes) - 2 * sb.workers  # at most workers + max_queue wait
     assert "done\n" in outcomes
+
+
+def test_works_when_the_host_has_over_1024_open_files() -> None:
+    """A training process or a busy server holds many fds; select() cannot watch one numbered >= 1024."""
+    fds = [os.open("/dev/null", os.O_RDONLY) for _ in range(1100)]
+    try:
+        with LocalSandbox(SandboxConfig(max_workers=1, preload_heavy=())) as sb:
+            assert sb.run("print(6 * 7)").stdout == "42\n"
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"memory_mb": -1}, "memory_mb"),
+        ({"memory_mb": 5_000_000_000}, "memory_mb"),
+        ({"timeout_s": float("inf")}, "timeout_s"),
+        ({"timeout_s": 1e12}, "timeout_s"),
+    ],
+)
+def test_bad_run_overrides_raise_clearly_and_lose_no_worker(
+    single: LocalSandbox, kwargs: dict, match: str
+) -> None:
+    with pytest.raises(ValueError, match=match):
+        single.run("print(1)", **kwargs)
+    # the only worker is back (it used to be lost: the next run hung)
+    assert single.stats()["light_idle"] == 1
+    assert single.run("print(2)").stdout == "2\n"
+
+
+def test_close_wakes_runs_waiting_for_a_worker() -> None:
+    import threading
+
+    sb = LocalSandbox(SandboxConfig(max_workers=1, preload_heavy=()))
+    outcome: dict[str, object] = {}
+
+    def busy() -> None:
+        sb.run("import time\ntime.sleep(2)")
+
+    def waiter() -> None:
+        try:
+            outcome["result"] = sb.run("print(1)")
+        except RuntimeError as e:
+            outcome["error"] = str(e)
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (busy, waiter)]
+    threads[0].start()
+    time.sleep(0.3)  # the only worker is busy
+    threads[1].start()
+    time.sleep(0.3)  # and the second run waits for it
+    sb.close()
+    threads[1].join(timeout=5)
+    assert not threads[1].is_alive()  # it used to wait out the 120 s worker-ready timeout
+    assert outcome == {"error": "LocalSandbox is closed"}

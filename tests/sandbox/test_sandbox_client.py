@@ -130,3 +130,26 @@ def test_build_sandbox_remote_and_config_errors() -> None:
         SandboxConfig(backend="remote")
     with pytest.raises(ValueError, match="not an http"):
         SandboxConfig(backend="remote", urls=("localhost:8080",))
+
+
+@pytest.mark.parametrize(
+    "run_result",
+    [
+        {"status": "Finished", "execution_time": "abc"},
+        {"status": "Finished", "stdout": 5, "return_code": 0},
+        {"status": "Finished", "stdout": "", "return_code": "0"},
+    ],
+)
+def test_malformed_run_result_is_a_sandbox_error_not_an_exception(run_result: dict) -> None:
+    r = from_response({"status": "Success", "run_result": run_result, "tirl": None}, wall_time=1.0)
+    assert r.status == "sandbox_error" and "malformed" in r.sandbox_error
+
+
+def test_lone_surrogates_are_replaced_not_raised() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        return _ok(f"{body['code']}|{body['stdin']}")
+
+    with _client(handler) as client:
+        r = client.run("print('\ud800')", stdin="\udcff")
+    assert r.status == "ok" and r.stdout == "print('?')|?"

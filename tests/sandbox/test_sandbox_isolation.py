@@ -110,3 +110,10 @@ def test_cli_serve_refuses_weaker_isolation(monkeypatch: pytest.MonkeyPatch, tmp
     monkeypatch.setenv("PATH", str(tmp_path))
     assert main(["sandbox", "serve", "--port", "1"]) == 2
     assert "bwrap is not installed" in capsys.readouterr().err
+
+
+def test_cli_serve_rejects_a_bad_port_clearly(capsys) -> None:
+    from tirl.cli import main
+
+    assert main(["sandbox", "serve", "--port", "99999"]) == 2
+    assert "--port must be 0-65535, got 99999" in capsys.readouterr().err

@@ -37,6 +37,8 @@ def _serve(args: argparse.Namespace, load_config: Callable[[argparse.Namespace],
         if args.workers < 1:
             raise ValueError(f"--workers must be >= 1, got {args.workers}")
         cfg = dataclasses.replace(cfg, max_workers=args.workers)
+    if not 0 <= args.port <= 65535:  # before starting the pool: uvicorn would fail later with a traceback
+        raise ValueError(f"--port must be 0-65535, got {args.port}")
     if args.queue < 0 or args.max_body_bytes < 1024:
         raise ValueError("--queue must be >= 0 and --max-body-bytes >= 1024")
     cfg = dataclasses.replace(cfg, backend="local", max_queue=args.queue)

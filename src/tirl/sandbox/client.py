@@ -49,6 +49,10 @@ class SandboxClient:
             raise ValueError(f"timeout_s must be > 0, got {timeout}")
         if self._closed:
             raise RuntimeError("SandboxClient is closed")
+        # Lone surrogates (JSON data may hold "\\ud800") cannot go out as UTF-8: replace them, as the local pool does.
+        code = code.encode("utf-8", errors="replace").decode("utf-8")
+        if stdin is not None:
+            stdin = stdin.encode("utf-8", errors="replace").decode("utf-8")
         body = request_body(code, stdin=stdin, timeout_s=timeout)
         http_timeout = timeout + self.config.request_timeout_s
         start = time.monotonic()

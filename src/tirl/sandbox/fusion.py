@@ -72,16 +72,31 @@ def from_response(payload: dict[str, Any], *, wall_time: float) -> ExecResult:
     if payload["status"] == "SandboxError" or not isinstance(run, dict):
         msg = payload.get("message") or "SandboxError without a run_result"
         return ExecResult("", "", None, False, False, wall_time, str(msg))
+    if not isinstance(ext, dict):
+        ext = {}
     timed_out = bool(ext.get("timed_out", run.get("status") == "TimeLimitExceeded"))
     code = run.get("return_code")
     if code is None and timed_out:
         code = -9  # SandboxFusion reports no return code for a killed run
+    stdout, stderr, elapsed = run.get("stdout") or "", run.get("stderr") or "", run.get("execution_time")
+    wrong = [
+        k
+        for k, ok in (
+            ("stdout", isinstance(stdout, str)),
+            ("stderr", isinstance(stderr, str)),
+            ("return_code", code is None or (isinstance(code, int) and not isinstance(code, bool))),
+            ("execution_time", elapsed is None or isinstance(elapsed, int | float)),
+        )
+        if not ok
+    ]
+    if wrong:  # a broken server must not crash the rollout with a TypeError deep in a caller
+        return ExecResult("", "", None, False, False, wall_time, f"malformed sandbox response: bad {wrong}")
     return ExecResult(
-        stdout=run.get("stdout") or "",
-        stderr=run.get("stderr") or "",
+        stdout=stdout,
+        stderr=stderr,
         exit_code=code,
         timed_out=timed_out,
         output_truncated=bool(ext.get("output_truncated", False)),
-        wall_time=float(run.get("execution_time") or wall_time),
+        wall_time=float(elapsed or wall_time),
         memory_exceeded=bool(ext.get("memory_exceeded", False)),
     )

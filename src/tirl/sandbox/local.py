@@ -77,6 +77,8 @@ from tirl.sandbox.types import ExecResult, batch_stdins
 __all__ = ["LocalSandbox", "SandboxConfig", "SandboxOverloaded", "SandboxUnavailable"]
 
 _READY_TIMEOUT_S = 120.0  # a worker's start: namespaces plus importing sympy on a loaded machine
+_MAX_TIMEOUT_S = 86400.0  # a day: per-run timeouts above this are surely a unit mistake
+_MAX_MEMORY_MB = 2**20  # 1 TiB; the wire header holds 32 bits
 _GRACE_S = 5.0  # beyond a run's timeout before the host gives up on a silent worker
 
 
@@ -97,7 +99,7 @@ class _Tier:
         self.slots = slots
         self.started = started  # the heavy tier's workers are spawned on its first run
         self.runs = 0  # runs routed here, for stats() and tests
-        self.idle: queue.Queue[_Worker] = queue.Queue()
+        self.idle: queue.Queue[_Worker | None] = queue.Queue()  # None: the pool closed, wake up and leave
 
 
 class _Worker:
@@ -113,6 +115,8 @@ class _Worker:
         )
         self.fd_in = self.proc.stdin.fileno()
         self.fd_out = self.proc.stdout.fileno()
+        self._poller = select.poll()
+        self._poller.register(self.fd_out, select.POLLIN)
         try:
             self._read(1, time.monotonic() + _READY_TIMEOUT_S)
         except WorkerDied as e:
@@ -127,7 +131,8 @@ class _Worker:
         parts, left = [], n
         while left:
             wait = deadline - time.monotonic()
-            if wait <= 0 or not select.select([self.fd_out], [], [], wait)[0]:
+            # poll, not select: select() fails on fd numbers >= 1024, common in a busy server or trainer
+            if wait <= 0 or not self._poller.poll(wait * 1000):
                 raise WorkerDied("worker did not answer in time")
             b = os.read(self.fd_out, left)
             if not b:
@@ -275,8 +280,12 @@ class LocalSandbox:
     ) -> ExecResult:
         """Execute `code` as a script; `timeout_s` and `memory_mb` override the configured limits for this run."""
         timeout = self.config.timeout_s if timeout_s is None else timeout_s
-        if not timeout > 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout}")
+        if not 0 < timeout <= _MAX_TIMEOUT_S:  # beyond, the pipes' poll() overflows its millisecond count
+            raise ValueError(f"timeout_s must be > 0 and <= {_MAX_TIMEOUT_S:.0f}, got {timeout}")
+        if memory_mb is not None and not 32 <= memory_mb <= _MAX_MEMORY_MB:
+            raise ValueError(
+                f"memory_mb must be 32-{_MAX_MEMORY_MB} (None = the configured limit), got {memory_mb}"
+            )
         start = time.monotonic()
         tier = self._heavy if self._heavy is not None and needs_heavy(code, self._pattern) else self._light
         with self._lock:
@@ -298,6 +307,9 @@ class LocalSandbox:
                 except queue.Empty:
                     msg = f"no sandbox worker ready after {_READY_TIMEOUT_S:.0f} s: {self._last_spawn_error}"
                     return ExecResult("", "", None, False, False, time.monotonic() - start, msg)
+                if worker is None:  # closed while waiting: pass the wake-up on to the next waiter
+                    tier.idle.put(None)
+                    raise RuntimeError("LocalSandbox is closed")
                 if worker.proc.poll() is None:
                     break
                 self._retire(worker)  # died while idle (killed from outside): not this run's fault
@@ -316,6 +328,9 @@ class LocalSandbox:
         except WorkerDied as e:
             self._retire(worker)
             return ExecResult("", "", None, False, False, time.monotonic() - start, f"sandbox worker: {e}")
+        except BaseException:  # never lose a worker from the pool (its protocol state is unknown: replace it)
+            self._retire(worker)
+            raise
         killed = flags & (proto.F_TIMEOUT | proto.F_TRUNCATED | proto.F_KILLED) or exit_code < 0
         oom = bool(flags & proto.F_KILLED) and worker.cgroup is not None and worker.cgroup.oom_kills() > 0
         if killed or worker.runs >= self.config.max_runs_per_worker:
@@ -373,6 +388,10 @@ class LocalSandbox:
             workers, self._all = list(self._all), set()
         for w in workers:
             w.kill()
+        # wake the runs still waiting for a worker (they would otherwise wait out _READY_TIMEOUT_S)
+        for tier in (self._light, self._heavy):
+            if tier is not None:
+                tier.idle.put(None)
 
     def __enter__(self) -> LocalSandbox:
         return self

@@ -27,7 +27,10 @@ def heavy_import_pattern(modules: Iterable[str]) -> re.Pattern[str] | None:
     if not tops:
         return None
     names = "|".join(re.escape(t) for t in tops)
-    return re.compile(rf"\bfrom\s+(?:{names})\b|import[^\n;]*?(?<![\w.])(?:{names})\b")
+    # The import branch starts only at a statement boundary and pins the statement's first `import` atomically:
+    # a bare `import[^\n;]*?name` is retried from every `import` in a line, quadratic in the line's length (a
+    # 160 KB line of `import import ...` took 44 s, holding the GIL of the server that routes it).
+    return re.compile(rf"\bfrom\s+(?:{names})\b|(?:^|[\n;])(?>[^\n;]*?import)[^\n;]*?(?<![\w.])(?:{names})\b")
 
 
 def needs_heavy(code: str, pattern: re.Pattern[str] | None) -> bool:

@@ -5,8 +5,9 @@ GET  /health    pool size, idle workers, waiting runs
 GET  /metrics   Prometheus text: runs by status, run latency histogram, queue depth, rejected requests
 
 Overload never hangs a client: beyond `workers + queue` runs in flight the server answers 429 at once, and a
-request body over the size limit gets 413 before it is read. It deliberately does not support `files` and
-`fetch_files` (rejected with 400) nor authentication: bind it to a private interface.
+request body over the size limit gets 413 (unread when Content-Length says so, else as soon as it passes the
+limit). It deliberately does not support `files` and `fetch_files` (rejected with 400) nor authentication: bind
+it to a private interface.
 """
 
 # No `from __future__ import annotations`: FastAPI must see the request model class defined in create_app.
@@ -79,21 +80,30 @@ class BodyLimit:
         length = headers.get(b"content-length")
         if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
             return await self._reject(send)
-        seen = 0
-
-        async def limited_receive() -> dict:
-            nonlocal seen
+        # Read the whole body here (it is small by construction) rather than raising from inside the app's
+        # receive: FastAPI turns any error while reading the body into a 400, so a chunked upload without a
+        # Content-Length would get "error parsing the body" instead of 413.
+        chunks, seen = [], 0
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge
-            return message
+            if message["type"] != "http.request":  # the client went away
+                return None
+            seen += len(message.get("body", b""))
+            if seen > self.max_bytes:
+                return await self._reject(send)
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        replayed = False
 
-        try:
-            await self.app(scope, limited_receive, send)
-        except _TooLarge:
-            await self._reject(send)
+        async def replay_receive() -> dict:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+
+        return await self.app(scope, replay_receive, send)
 
     async def _reject(self, send: Any) -> None:
         self.metrics.rejected["too_large"] += 1
@@ -101,10 +111,6 @@ class BodyLimit:
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
         await send({"type": "http.response.start", "status": 413, "headers": headers})
         await send({"type": "http.response.body", "body": body})
-
-
-class _TooLarge(Exception):
-    pass
 
 
 def create_app(sandbox: LocalSandbox, *, max_body_bytes: int = 4 * 2**20, max_queue: int = 256) -> Any:
@@ -120,7 +126,7 @@ def create_app(sandbox: LocalSandbox, *, max_body_bytes: int = 4 * 2**20, max_qu
         language: str = "python"
         compile_timeout: float = 10.0
         run_timeout: float = Field(default=10.0, gt=0, le=MAX_RUN_TIMEOUT_S)
-        memory_limit_MB: int = -1
+        memory_limit_MB: int = Field(default=-1, le=2**20)  # 1 TiB: larger is a unit mistake
         stdin: str | None = None
         files: dict[str, str | None] = Field(default_factory=dict)
         fetch_files: list[str] = Field(default_factory=list)
