@@ -62,7 +62,8 @@ def _pyplot():
 def _finish(ax, title: str, xlabel: str, ylabel: str) -> None:
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    if ax.get_legend_handles_labels()[0]:  # a single-run analysis has no comparison curve to label
+        ax.legend(fontsize=7)
 
 
 def plot_passk(source: str, entry: dict, path: Path) -> Path:
