@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from tirl.eval.answers import canonical_answers
 from tirl.eval.metrics import default_ks, summarize
 from tirl.io import atomic_write_json, atomic_write_jsonl
 from tirl.progress import progress
@@ -170,7 +171,8 @@ def _problem_id(row: dict[str, Any], index: int) -> str:
 
 
 def summarize_records(records: Sequence[SampleRecord], ks: Sequence[int] = ()) -> dict[str, dict[str, float]]:
-    """Per data source and overall: avg@n, pass@k, maj@k (answers grouped by their extracted string), tool use.
+    """Per data source and overall: avg@n, pass@k, maj@k (answers grouped by the verifier's equivalence, as in
+    `tirl analyze`, so both report the same maj@k), tool use.
 
     With several temperatures, each source is summarised per temperature under "<source> T=<t>" (samples of
     different temperatures are never pooled into one pass@k).
@@ -197,6 +199,7 @@ def _summary(records: Sequence[SampleRecord], ks: Sequence[int]) -> dict[str, fl
         key = f"{r.data_source}/{r.problem_id}"
         problems[key][0].append(r.correct)
         problems[key][1].append(r.pred)
+    problems = {key: (correct, canonical_answers(preds)) for key, (correct, preds) in problems.items()}
     n = len(next(iter(problems.values()))[0])
     out = summarize(problems, list(ks) or default_ks(n))
     total = max(1, len(records))
