@@ -14,15 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import torch
 
 from tirl.chat.hermes import format_tool_output, parse_tool_call, prepare_code, truncate_middle
 from tirl.chat.template import ChatRenderer
-from tirl.rollout.engine import Generation
 from tirl.rollout.sampling import SamplingParams
-from tirl.rollout.types import ToolCallRecord, Trajectory
+from tirl.rollout.types import Engine, ToolCallRecord, Trajectory
 from tirl.sandbox.types import ExecResult, Sandbox
 
 
@@ -46,17 +45,6 @@ def stop_token_ids(renderer: ChatRenderer, config: AgentConfig) -> list[int]:
     """Token ids the engine should stop a turn at besides EOS (`</tool_call>` when configured and single-token)."""
     end = renderer.tool_call_end_id
     return [end] if config.stop_at_tool_call_end and end is not None else []
-
-
-class Engine(Protocol):
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        params: SamplingParams,
-        *,
-        max_new_tokens: Sequence[int] | int | None = None,
-        generator: torch.Generator | None = None,
-    ) -> list[Generation]: ...
 
 
 class AgentLoop:

@@ -13,25 +13,22 @@ Not here: continuous batching across calls and paged attention; use the vLLM eng
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
 
 from tirl.rollout.sampling import SamplingParams, sample_next
+from tirl.rollout.types import Generation
 
-
-@dataclass
-class Generation:
-    """One sampled continuation: `token_ids` and their `logprobs` (same length), and why it stopped."""
-
-    token_ids: list[int]
-    logprobs: list[float]
-    finish_reason: str  # "eos" | "stop" (a stop token such as </tool_call>) | "length"
+__all__ = ["Generation", "TorchEngine"]
 
 
 class TorchEngine:
-    """Generation over an in-process torch model (CPU or GPU)."""
+    """Generation over an in-process torch model (CPU or GPU); implements `tirl.rollout.types.Engine`.
+
+    It samples from the very module the trainer updates, so `sync_weights` only bumps the weight version.
+    Per-request `seeds` are not supported (one `generator` drives the whole batch): passing them is an error.
+    """
 
     def __init__(
         self,
@@ -49,6 +46,16 @@ class TorchEngine:
         self.stop_ids = set(stop_ids)
         self.pad_id = pad_id
         self.max_batch_size = max_batch_size
+        self.weight_version = 0
+
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """The policy changed. This engine holds the trainer's own module, so nothing is copied."""
+        if model is not self.model:
+            raise ValueError("TorchEngine samples from the trainer's own module; it was given another one")
+        self.weight_version += 1
+
+    def close(self) -> None:
+        pass
 
     @property
     def device(self) -> torch.device:
@@ -62,8 +69,11 @@ class TorchEngine:
         *,
         max_new_tokens: Sequence[int] | int | None = None,
         generator: torch.Generator | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
         """Sample one continuation per prompt; `max_new_tokens` may differ per prompt (token budgets)."""
+        if seeds is not None:
+            raise ValueError("TorchEngine takes one `generator` for the batch, not per-request seeds")
         n = len(prompts)
         if isinstance(max_new_tokens, int) or max_new_tokens is None:
             limits = [params.max_new_tokens if max_new_tokens is None else max_new_tokens] * n
@@ -94,7 +104,7 @@ class TorchEngine:
     ) -> list[Generation]:
         dev = self.device
         B = len(prompts)
-        gens = [Generation([], [], "length") for _ in range(B)]
+        gens = [Generation([], [], "length", self.weight_version) for _ in range(B)]
         live = [i for i in range(B) if limits[i] > 0]
         if not live:
             return gens

@@ -1,9 +1,55 @@
-"""The typed records a rollout produces: the contract between the agent loop, rewards, trainers and evaluation."""
+"""The typed records a rollout produces and the engine seam: the contract between engines, the agent loop, rewards,
+trainers and evaluation."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import torch
+
+    from tirl.rollout.sampling import SamplingParams
+
+
+@dataclass
+class Generation:
+    """One sampled continuation: `token_ids` and their `logprobs` (same length), why it stopped, and the version of
+    the policy weights that sampled it (bumped by `Engine.sync_weights`)."""
+
+    token_ids: list[int]
+    logprobs: list[float]
+    finish_reason: str  # "eos" | "stop" (a stop token such as </tool_call>) | "length" | "error"
+    weight_version: int = 0
+
+
+class Engine(Protocol):
+    """The rollout engine seam: token ids in; sampled ids, their log-probs and a finish reason out.
+
+    Log-probs are those of the sampled token under the temperature-scaled distribution (what the trainer
+    recomputes). `max_new_tokens` may differ per prompt (budgets); `seeds`, one per prompt, make a request's
+    sampling reproducible on engines that take a seed per request. `sync_weights(model)` is called by the RL
+    trainer after every optimizer update: an engine that serves a copy of the policy must load the new weights
+    (and drop its prefix cache) before it samples again; the in-process torch engine shares the module, so for it
+    only the version changes.
+    """
+
+    weight_version: int
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        *,
+        max_new_tokens: Sequence[int] | int | None = None,
+        generator: torch.Generator | None = None,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Generation]: ...
+
+    def sync_weights(self, model: torch.nn.Module) -> None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass

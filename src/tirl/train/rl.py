@@ -259,6 +259,7 @@ class RLTrainer:
                 sums.update(stats)
                 updates += 1
         self.policy.eval()
+        self.agent.engine.sync_weights(self.policy)  # the next rollout must sample from the updated policy
         out = {k: v / updates for k, v in sums.items()}
         out["optim/lr"] = self.sched.get_last_lr()[0]
         return out
