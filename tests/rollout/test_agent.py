@@ -129,6 +129,9 @@ def test_budget_counts_tool_tokens(renderer, sandbox):
     assert (
         t.response_length <= 60 and t.loss_mask[-1] == 1
     )  # the tool result did not fit and was not appended
+    # The call ran, but the model never saw its result: it must not earn the recipe's tool-call reward.
+    assert t.num_tool_calls == 1 and t.tool_calls[0].status == "ok"
+    assert t.tool_calls[0].result_seen is False and t.num_executed_calls == 0
     loop, _, prompts = make_loop(renderer, sandbox, [["x " * 100]], max_response_tokens=20)
     (t,) = loop.run(prompts, SamplingParams())
     assert t.stop_reason == "budget" and t.response_length == 20

@@ -2,6 +2,7 @@
 
 import copy
 
+import pytest
 import torch
 
 from conftest import make_agent, make_model
@@ -53,3 +54,66 @@ def test_on_policy_update_equals_recomputed_old_logprobs(tokenizer, renderer, sa
     assert abs(stats_a["loss/pg"] - stats_b["loss/pg"]) < 1e-6
     assert stats_a["loss/clipfrac"] == 0.0  # ratio is exactly 1 on the only update
     assert any((pa != pc).any() for pa, pc in zip(a.parameters(), make_model(tokenizer).parameters()))
+
+
+def _scripted_batch(trainer, tokenizer, n=8, seed=1):
+    trajs = trainer.agent.run(
+        [[{"role": "user", "content": "What is 2 * 3?"}]] * n,
+        SamplingParams(),
+        metas=[{"ground_truth": "6"}] * n,
+        generator=torch.Generator().manual_seed(seed),
+    )
+    adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0, 0.25, -0.25])[:n]
+    return trajs, adv
+
+
+def test_seq_mean_token_sum_norm_ignores_batch_padding(tokenizer, renderer, sandbox, tmp_path):
+    """The Dr. GRPO constant is the response budget, not the padded width: extra padding changes nothing."""
+    torch.manual_seed(0)
+    a = make_model(tokenizer)
+    b = copy.deepcopy(a)
+    ta = _trainer(a, tokenizer, renderer, sandbox, tmp_path / "a", mini_batch=8)
+    tb = _trainer(b, tokenizer, renderer, sandbox, tmp_path / "b", mini_batch=8)
+    for t in (ta, tb):
+        t.cfg.loss_agg = "seq-mean-token-sum-norm"
+    assert ta.norm_len == 12  # the agent's response budget
+    trajs, adv = _scripted_batch(ta, tokenizer)
+    batch = trajectory_batch(trajs, adv, pad_id=tokenizer.pad_token_id)
+    # The same trajectories padded 7 columns wider on the left (as a longer prompt elsewhere in the batch would).
+    pad = tokenizer.pad_token_id
+    wide = trajectory_batch(trajs, adv, pad_id=pad)
+    wide.input_ids = torch.cat([torch.full((8, 7), pad), wide.input_ids], dim=1)
+    wide.attention_mask = torch.cat(
+        [torch.zeros(8, 7, dtype=wide.attention_mask.dtype), wide.attention_mask], 1
+    )
+    wide.loss_mask = torch.cat([torch.zeros(8, 7, dtype=wide.loss_mask.dtype), wide.loss_mask], dim=1)
+    wide.extra["advantages"] = torch.cat([torch.zeros(8, 7), wide.extra["advantages"]], dim=1)
+    ta.gen.manual_seed(0)
+    tb.gen.manual_seed(0)
+    sa = ta._update(batch, None, None)
+    sb = tb._update(wide, None, None)
+    assert abs(sa["loss/pg"] - sb["loss/pg"]) < 1e-6
+    for pa, pb in zip(a.parameters(), b.parameters()):
+        torch.testing.assert_close(pa, pb)
+
+
+def test_non_finite_update_is_skipped_in_rl(tokenizer, renderer, sandbox, tmp_path):
+    from tirl.train.optim import NonFiniteError
+
+    torch.manual_seed(0)
+    model = make_model(tokenizer)
+    t = _trainer(model, tokenizer, renderer, sandbox, tmp_path, mini_batch=8)
+    before = [p.detach().clone() for p in model.parameters()]
+    trajs, adv = _scripted_batch(t, tokenizer)
+    adv[0] = float("nan")  # e.g. a reward that came back NaN
+    batch = trajectory_batch(trajs, adv, pad_id=tokenizer.pad_token_id)
+    stats = t._update(batch, None, None)
+    assert stats["loss/skipped_updates"] == 1.0
+    for p, q in zip(before, model.parameters()):
+        assert torch.equal(p, q)
+    assert not t.opt.state  # AdamW never stepped: no moments were created
+    t.skips.limit = 2
+    with pytest.raises(NonFiniteError, match="2 updates in a row"):
+        t._update(batch, None, None)
+    for p, q in zip(before, model.parameters()):
+        assert torch.equal(p, q)

@@ -3,7 +3,14 @@
 Imports only torch and the standard library (tests/algorithms/test_purity.py enforces it).
 """
 
-from .advantages import ADVANTAGE_ESTIMATORS, AdvantageEstimator, get_advantage_estimator, grpo, rloo
+from .advantages import (
+    ADVANTAGE_ESTIMATORS,
+    AdvantageEstimator,
+    equal_reward_groups,
+    get_advantage_estimator,
+    grpo,
+    rloo,
+)
 from .losses import AGGREGATIONS, POLICY_LOSSES, PolicyLoss, aggregate, get_policy_loss, policy_loss
 from .regularizers import KL_ESTIMATORS, entropy_from_logits, kl_penalty
 
@@ -16,6 +23,7 @@ __all__ = [
     "PolicyLoss",
     "aggregate",
     "entropy_from_logits",
+    "equal_reward_groups",
     "get_advantage_estimator",
     "get_policy_loss",
     "grpo",

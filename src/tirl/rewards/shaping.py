@@ -7,6 +7,7 @@ a flat metric, so a run shows how much of its reward came from shaping. Not here
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 
 def tool_call_term(score: float, num_tool_calls: int, *, per_call: float = 0.1, cap: float = -0.6) -> float:
@@ -41,6 +42,10 @@ class RewardConfig:
     tool_call_bonus: bool = False
     tool_call_per_call: float = 0.1
     tool_call_cap: float = -0.6
+    # "executed": count the calls that ran and whose results the model saw (the paper's intent). "reference": what
+    # the reference implementation does in practice: its `dapo` reward manager never passes num_turns, so the
+    # term is computed with num_turns = 0, i.e. -1 call, and every wrong answer scores min(cap, -1.1) = -1.1.
+    tool_call_count: Literal["executed", "reference"] = "executed"
     overlong: bool = False
     overlong_buffer: int = 64
     overlong_max_len: int = 0  # 0 = the rollout's response budget, passed to shape_reward as max_len
@@ -61,6 +66,10 @@ class RewardConfig:
             raise ValueError(
                 f"tool_call_cap must be <= 0 (a wrong answer must not earn a positive reward), "
                 f"got {self.tool_call_cap}"
+            )
+        if self.tool_call_count not in ("executed", "reference"):
+            raise ValueError(
+                f"tool_call_count must be 'executed' or 'reference', got {self.tool_call_count!r}"
             )
         if self.overlong_buffer <= 0:
             raise ValueError(f"overlong_buffer must be > 0, got {self.overlong_buffer}")
@@ -83,9 +92,16 @@ def shape_reward(
     """Final reward and its parts, which sum to it (`reward/tool_term` is the change the tool term makes)."""
     tool = 0.0
     if config.tool_call_bonus:
-        shaped = tool_call_term(
-            base_score, num_tool_calls, per_call=config.tool_call_per_call, cap=config.tool_call_cap
-        )
+        if config.tool_call_count == "reference":  # (num_turns - 2) / 2 calls with num_turns = 0
+            shaped = (
+                min(config.tool_call_cap, base_score - config.tool_call_per_call)
+                if base_score < 0
+                else base_score
+            )
+        else:
+            shaped = tool_call_term(
+                base_score, num_tool_calls, per_call=config.tool_call_per_call, cap=config.tool_call_cap
+            )
         tool = shaped - base_score
     over = 0.0
     if config.overlong:

@@ -61,6 +61,7 @@ class ToolCallRecord:
     response: str  # the text fed back to the model, after truncation
     status: str  # sandbox status ("ok", "runtime_error", "timeout", ...) or "parse_error"
     exec_result: dict[str, Any] | None = None
+    result_seen: bool = True  # False when the result did not fit the budget and was never appended
 
     @property
     def is_error(self) -> bool:
@@ -102,8 +103,9 @@ class Trajectory:
 
     @property
     def num_executed_calls(self) -> int:
-        """Calls whose code actually ran: what the tool-call reward counts (a malformed call earns nothing)."""
-        return sum(1 for c in self.tool_calls if c.status != "parse_error")
+        """Calls whose code ran and whose result the model saw: what the tool-call reward counts (a malformed
+        call, or one whose result did not fit the budget, earns nothing)."""
+        return sum(1 for c in self.tool_calls if c.status != "parse_error" and c.result_seen)
 
     @property
     def num_tool_errors(self) -> int:

@@ -1,4 +1,10 @@
-"""AdamW with a warm-up and decay schedule, and gradient clipping: what every trainer shares."""
+"""AdamW with a warm-up and decay schedule, gradient clipping and the non-finite-update guard: what every trainer
+shares.
+
+The defaults are verl's (the reference recipe's trainer): betas (0.9, 0.999), eps 1e-8, and weight decay on
+every parameter (verl passes `module.parameters()` to AdamW as one group). `decay_all: false` exempts biases and
+norm weights, the common LLM-pretraining choice, which the demo's settings were measured with.
+"""
 
 from __future__ import annotations
 
@@ -14,12 +20,14 @@ class OptimConfig:
     lr: float = 1e-5
     weight_decay: float = 0.01
     beta1: float = 0.9
-    beta2: float = 0.95
+    beta2: float = 0.999
     eps: float = 1e-8
     grad_clip: float = 1.0  # max global grad norm; <= 0 disables clipping
     warmup_ratio: float = 0.0
     schedule: Literal["constant", "cosine", "linear"] = "constant"
     min_lr_ratio: float = 0.0  # the decay floor, as a share of lr
+    decay_all: bool = True  # weight decay on every parameter (verl); false: none on biases and norm weights
+    max_skipped_in_row: int = 3  # non-finite updates skipped in a row before the run stops with an error
 
     def __post_init__(self) -> None:
         if self.lr <= 0:
@@ -28,6 +36,8 @@ class OptimConfig:
             raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
         if not 0 <= self.min_lr_ratio <= 1:
             raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        if self.max_skipped_in_row < 1:
+            raise ValueError(f"max_skipped_in_row must be >= 1, got {self.max_skipped_in_row}")
 
 
 def lr_factor(step: int, total: int, cfg: OptimConfig) -> float:
@@ -45,11 +55,12 @@ def lr_factor(step: int, total: int, cfg: OptimConfig) -> float:
 def build_optimizer(
     model: torch.nn.Module, cfg: OptimConfig, total_steps: int
 ) -> tuple[torch.optim.Optimizer, torch.optim.lr_scheduler.LambdaLR]:
-    """AdamW (no weight decay on biases and norms) and its schedule over `total_steps` optimizer steps."""
+    """AdamW and its schedule over `total_steps` optimizer steps (`cfg.decay_all` says which parameters decay)."""
     decay, no_decay = [], []
     for name, p in model.named_parameters():
         if p.requires_grad:
-            (no_decay if p.ndim < 2 or "norm" in name else decay).append(p)
+            exempt = not cfg.decay_all and (p.ndim < 2 or "norm" in name)
+            (no_decay if exempt else decay).append(p)
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), eps=cfg.eps)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, max(1, total_steps), cfg))
@@ -61,12 +72,48 @@ def clip_and_step(
     opt: torch.optim.Optimizer,
     sched: torch.optim.lr_scheduler.LambdaLR,
     cfg: OptimConfig,
-) -> float:
-    """Clip gradients, step optimizer and schedule, zero the gradients; returns the pre-clip grad norm."""
+    *,
+    loss: float = 0.0,
+) -> tuple[float, bool]:
+    """Clip gradients, step optimizer and schedule, zero the gradients; returns (pre-clip grad norm, stepped).
+
+    A non-finite `loss` or gradient norm skips the update: gradients are dropped and no parameter, optimizer
+    moment or schedule position changes (one NaN would otherwise poison AdamW's moments for good).
+    """
     params = [p for p in model.parameters() if p.grad is not None]
     max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
-    norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-    opt.step()
-    sched.step()
+    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    stepped = math.isfinite(norm) and math.isfinite(loss)
+    if stepped:
+        opt.step()
+        sched.step()
     opt.zero_grad(set_to_none=True)
-    return float(norm)
+    return norm, stepped
+
+
+class NonFiniteError(RuntimeError):
+    """Several updates in a row had a non-finite loss or gradient: the run cannot recover by itself."""
+
+
+class SkipGuard:
+    """Counts updates skipped by `clip_and_step`; `limit` skips in a row raise `NonFiniteError`.
+
+    A single NaN batch (an overflow, a degenerate sample) is survivable and only logged; a run of them means the
+    weights or the data are broken, and going on would only burn compute (and overwrite good checkpoints).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.in_row, self.total = limit, 0, 0
+
+    def record(self, stepped: bool, *, where: str) -> None:
+        if stepped:
+            self.in_row = 0
+            return
+        self.in_row += 1
+        self.total += 1
+        if self.in_row >= self.limit:
+            raise NonFiniteError(
+                f"{where}: {self.in_row} updates in a row had a non-finite loss or gradient norm and were skipped; "
+                "stopping (no parameters were changed by them; the last checkpoint is intact). Lower the learning "
+                "rate, check the data, or raise optim.max_skipped_in_row"
+            )

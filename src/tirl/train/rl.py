@@ -9,9 +9,16 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
 3. Overlong reward shaping (DAPO): a soft penalty as the response nears the budget (the "R").
 4. No KL penalty and no reference model by default; `kl_coef > 0` turns on a k1/k3 penalty in the loss.
 5. Tool-output tokens are in the context but never in the loss (`loss_mask`), and they count toward the budget.
-6. A group whose rewards are all equal gets zero advantage; there is no dynamic re-sampling to replace it.
+6. A group whose rewards are all equal gets exactly zero advantage (group statistics in float64, equal groups
+   detected explicitly); `adv/zero_share` is the share of such groups. No dynamic re-sampling replaces them.
 7. Old log-probs come from the policy itself before the first update (not from the engine), as verl does; with a
    single update per step they are the detached log-probs of that update's own forward pass (identical values).
+8. `seq-mean-token-sum-norm` divides by a fixed length (`rl.loss_norm_len`, default the response budget), never
+   by the padded length of the batch, which would bring back the length bias it exists to remove.
+9. An update whose loss or gradient norm is not finite is skipped (parameters, AdamW moments and the schedule
+   untouched) and counted in `loss/skipped_updates`; `optim.max_skipped_in_row` in a row stop the run.
+10. Groups of one (`n = 1`) are refused: every group-relative estimator gives them zero advantage (verl's GRPO
+   instead passes the raw reward through, an unbaselined REINFORCE), so such a run would silently learn nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from typing import Any, Literal
 
 import torch
 
-from tirl.algorithms import get_advantage_estimator, get_policy_loss, kl_penalty
+from tirl.algorithms import equal_reward_groups, get_advantage_estimator, get_policy_loss, kl_penalty
 from tirl.algorithms.losses import aggregate
 from tirl.eval.toolstats import tool_use_stats
 from tirl.logging import MetricsLogger
@@ -40,7 +47,7 @@ from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
 from tirl.train.batch import TokenBatch, collate
 from tirl.train.logprobs import token_logprobs
-from tirl.train.optim import OptimConfig, build_optimizer, clip_and_step
+from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
 
 
 @dataclass
@@ -57,6 +64,7 @@ class RLConfig:
     clip_high: float = 0.28
     clip_c: float = 10.0
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    loss_norm_len: int = 0  # the constant of seq-mean-token-sum-norm; 0 = the response budget (agent)
     kl_coef: float = 0.0
     kl_estimator: Literal["k1", "k3"] = "k3"
     entropy_coef: float = 0.0
@@ -70,6 +78,16 @@ class RLConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         get_advantage_estimator(self.adv_estimator)  # fail at start-up, naming the valid choices
         get_policy_loss(self.policy_loss)
+        if self.n < 2:
+            raise ValueError(
+                f"rl.n={self.n}: every prompt would form a group of one, and the group-relative estimator "
+                f"{self.adv_estimator!r} has no baseline there, so every advantage is 0 and the run learns nothing; "
+                "use rl.n >= 2 (the recipe samples 16 per prompt)"
+            )
+        if self.loss_norm_len < 0:
+            raise ValueError(
+                f"loss_norm_len must be >= 0 (0 = the response budget), got {self.loss_norm_len}"
+            )
 
 
 def trajectory_batch(trajs: Sequence[Trajectory], advantages: torch.Tensor, *, pad_id: int) -> TokenBatch:
@@ -144,6 +162,9 @@ class RLTrainer:
         self.rng = random.Random(seed)
         self.gen = torch.Generator().manual_seed(seed)
         self._order: list[int] = []
+        self.norm_len = cfg.loss_norm_len or agent.config.max_response_tokens
+        self.skips = SkipGuard(cfg.optim.max_skipped_in_row)
+        self.updates_done = 0
 
     def _next_prompts(self) -> list[dict[str, Any]]:
         """Epoch-wise shuffled prompts: each row is used once before any is reused."""
@@ -207,7 +228,7 @@ class RLTrainer:
             {
                 "time/rollout": t_rollout,
                 "time/step": time.time() - t0,
-                "adv/zero_share": float((adv == 0).float().mean()),
+                "adv/zero_share": float(equal_reward_groups(rewards, groups).float().mean()),
             }
         )
         return metrics
@@ -242,19 +263,26 @@ class RLTrainer:
                     clip_high=cfg.clip_high,
                     clip_c=cfg.clip_c,
                     agg=cfg.loss_agg,
+                    norm_len=self.norm_len,
                 )
                 if ref_logp is not None:
                     kl = aggregate(
-                        kl_penalty(logp, ref_logp[idx], estimator=cfg.kl_estimator), mask, cfg.loss_agg
+                        kl_penalty(logp, ref_logp[idx], estimator=cfg.kl_estimator),
+                        mask,
+                        cfg.loss_agg,
+                        norm_len=self.norm_len,
                     )
                     loss = loss + cfg.kl_coef * kl
                     stats["loss/kl"] = kl.item()
                 if ent is not None:
-                    entropy = aggregate(ent, mask, cfg.loss_agg)
+                    entropy = aggregate(ent, mask, cfg.loss_agg, norm_len=self.norm_len)
                     loss = loss - cfg.entropy_coef * entropy
                     stats["loss/entropy"] = entropy.item()
                 loss.backward()
-                stats["loss/grad_norm"] = clip_and_step(self.policy, self.opt, self.sched, cfg.optim)
+                norm, stepped = clip_and_step(self.policy, self.opt, self.sched, cfg.optim, loss=loss.item())
+                self.skips.record(stepped, where=f"RL update {self.updates_done}")
+                self.updates_done += 1
+                stats["loss/grad_norm"] = norm
                 stats["loss/total"] = loss.item()
                 sums.update(stats)
                 updates += 1
@@ -262,6 +290,7 @@ class RLTrainer:
         self.agent.engine.sync_weights(self.policy)  # the next rollout must sample from the updated policy
         out = {k: v / updates for k, v in sums.items()}
         out["optim/lr"] = self.sched.get_last_lr()[0]
+        out["loss/skipped_updates"] = float(self.skips.total)
         return out
 
     def train(self) -> list[dict[str, float]]:

@@ -21,7 +21,7 @@ from tirl.chat.template import ChatRenderer
 from tirl.logging import MetricsLogger
 from tirl.progress import progress
 from tirl.train.batch import TokenBatch, collate
-from tirl.train.optim import OptimConfig, build_optimizer, clip_and_step
+from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
 
 
 @dataclass
@@ -121,6 +121,7 @@ def train_sft(
     opt, sched = build_optimizer(model, cfg.optim, total)
     device = next(model.parameters()).device
     model.train()
+    guard = SkipGuard(cfg.optim.max_skipped_in_row)
     step, last = 0, {}
     with progress(label, total) as bar:
         for epoch, batches in enumerate(plan):
@@ -129,13 +130,15 @@ def train_sft(
                 batch = collate([c[0] for c in chunk], [c[1] for c in chunk], pad_id=pad_id).to(device)
                 loss, n = sft_loss(model, batch)
                 loss.backward()
-                grad_norm = clip_and_step(model, opt, sched, cfg.optim)
+                grad_norm, stepped = clip_and_step(model, opt, sched, cfg.optim, loss=loss.item())
+                guard.record(stepped, where=f"{label} step {step}")
                 last = {
                     "sft/loss": loss.item(),
                     "sft/grad_norm": grad_norm,
                     "sft/tokens": float(n),
                     "sft/lr": sched.get_last_lr()[0],
                     "sft/epoch": float(epoch),
+                    "sft/skipped_updates": float(guard.total),
                 }
                 if logger:
                     logger.log(last, step=step)
