@@ -105,8 +105,9 @@ def test_policy_loss_aggregations(agg: str, norm_len: int | None, expected: floa
     [
         ("token-mean", None, (1 + 2 + 4) / 3),
         ("seq-mean-token-mean", None, (1.5 + 4) / 2),  # the empty third row is skipped
-        ("seq-mean-token-sum-norm", None, (3 + 4) / (3 * 3)),
-        ("seq-mean-token-sum-norm", 5, (3 + 4) / (3 * 5)),
+        # the empty third row is skipped here too, as verl's agg_loss does (tests/algorithms/test_verl_parity.py)
+        ("seq-mean-token-sum-norm", None, (3 + 4) / (2 * 3)),
+        ("seq-mean-token-sum-norm", 5, (3 + 4) / (2 * 5)),
     ],
 )
 def test_aggregate_uneven_masks(agg: str, norm_len: int | None, expected: float) -> None:

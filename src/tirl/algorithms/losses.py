@@ -40,12 +40,13 @@ def _seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor, norm_len: int
 def _seq_mean_token_sum_norm(values: torch.Tensor, mask: torch.Tensor, norm_len: int | None) -> torch.Tensor:
     """Dr. GRPO: per-sequence token sum over a constant length, so length does not rescale a token's weight.
 
-    The constant is ``norm_len`` if given, else T (the padded last dim, i.e. the generation budget when the
-    batch is padded to max length); it must not depend on the data, or the length bias comes back.
+    The mean is over sequences with at least one trained token (as verl's `agg_loss`). The constant is
+    ``norm_len`` if given, else T (the padded last dim); the trainer always passes its response budget, since a
+    constant that depends on the batch brings the length bias back.
     """
-    num_seqs, num_tokens = values.shape[0], values.shape[-1]
-    constant = norm_len if norm_len is not None else num_tokens
-    return values.sum() / max(num_seqs * constant, 1)
+    constant = norm_len if norm_len is not None else values.shape[-1]
+    has_tokens = (mask.sum(dim=-1) > 0).to(values.dtype)  # (B,)
+    return values.sum() / (has_tokens.sum().clamp(min=1.0) * constant)
 
 
 AGGREGATIONS: dict[str, Callable[[torch.Tensor, torch.Tensor, int | None], torch.Tensor]] = {
