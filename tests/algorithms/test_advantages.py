@@ -80,9 +80,9 @@ def test_rloo_hand_values() -> None:
 
 
 def test_registry_uniform_signature() -> None:
-    assert set(ADVANTAGE_ESTIMATORS) == {"grpo", "drgrpo", "rloo"}
+    assert set(ADVANTAGE_ESTIMATORS) == {"grpo", "drgrpo", "grpo_batch_std", "rloo", "passk", "pkpo"}
     for name in ADVANTAGE_ESTIMATORS:
-        adv = get_advantage_estimator(name)(UNSORTED_REWARDS, UNSORTED_GROUPS)
+        adv = get_advantage_estimator(name, k=1)(UNSORTED_REWARDS, UNSORTED_GROUPS)  # a group of one here
         assert adv.shape == UNSORTED_REWARDS.shape
     assert_close(
         get_advantage_estimator("grpo")(UNSORTED_REWARDS, UNSORTED_GROUPS),

@@ -17,7 +17,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from tirl.algorithms import aggregate, entropy_from_logits, get_advantage_estimator, kl_penalty, policy_loss
+from tirl.algorithms import (
+    aggregate,
+    entropy_from_logits,
+    get_advantage_estimator,
+    get_policy_loss,
+    kl_penalty,
+    policy_loss,
+)
 
 HERE = Path(__file__).parent
 REPO = HERE.parent.parent
@@ -124,6 +131,27 @@ def test_policy_loss_value_gradient_and_clipfrac(case, agg):
     torch.testing.assert_close(loss.detach(), ref[f"pg/{agg}"])
     torch.testing.assert_close(logp.grad, ref[f"pg_grad/{agg}"])
     assert stats["loss/clipfrac"] == pytest.approx(float(ref[f"clipfrac/{agg}"]), abs=1e-6)
+
+
+@pytest.mark.parametrize("name", ["gspo", "cispo"])
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_gspo_and_cispo(case, name, agg):
+    inp, ref = case
+    logp = inp["logp"].clone().requires_grad_(True)
+    loss, _ = get_policy_loss(name)(
+        logp,
+        inp["old_logp"],
+        inp["adv"],
+        inp["loss_mask"],
+        clip_low=inp["clip_low"],
+        clip_high=inp["clip_high"],
+        clip_c=inp["clip_c"],
+        agg=agg,
+        norm_len=inp["norm_len"],
+    )
+    loss.backward()
+    torch.testing.assert_close(loss.detach(), ref[f"{name}/{agg}"])
+    torch.testing.assert_close(logp.grad, ref[f"{name}_grad/{agg}"])
 
 
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])

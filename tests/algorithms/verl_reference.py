@@ -48,6 +48,21 @@ for agg in ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"):
     out[f"pg/{agg}"] = loss.detach()
     out[f"pg_grad/{agg}"] = logp.grad
     out[f"clipfrac/{agg}"] = torch.tensor(metrics["actor/pg_clipfrac"])
+    for name, fn in (("gspo", core.compute_policy_loss_gspo), ("cispo", core.compute_policy_loss_cispo)):
+        acfg = core.ActorConfig(
+            strategy="fsdp",
+            rollout_n=4,
+            use_dynamic_bsz=True,
+            clip_ratio_low=inp["clip_low"],
+            clip_ratio_high=inp["clip_high"],
+            clip_ratio_c=inp["clip_c"],
+            global_batch_info={"loss_scale_factor": inp["norm_len"]},
+        )
+        logp = inp["logp"].clone().requires_grad_(True)
+        loss, metrics = fn(inp["old_logp"], logp, inp["adv"], inp["loss_mask"], agg, acfg)
+        loss.backward()
+        out[f"{name}/{agg}"] = loss.detach()
+        out[f"{name}_grad/{agg}"] = logp.grad
     out[f"agg/{agg}"] = core.agg_loss(inp["values"], inp["loss_mask"], agg, loss_scale_factor=inp["norm_len"])
 for est in ("k1", "k3", "k2"):
     out[f"kl/{est}"] = core.kl_penalty(inp["logp"], inp["ref_logp"], est)

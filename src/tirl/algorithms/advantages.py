@@ -15,8 +15,10 @@ modules.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from functools import partial
+from math import comb
 
 import torch
 
@@ -97,18 +99,115 @@ def rloo(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
     return torch.where(signal, adv, torch.zeros_like(adv)).to(rewards.dtype)
 
 
+def grpo_batch_std(rewards: torch.Tensor, group_ids: torch.Tensor, *, eps: float = 1e-6) -> torch.Tensor:
+    """Group-mean baseline, batch std scale (reward scaling "by batch", as REINFORCE++-baseline and LitePPO).
+
+    rewards: (B,) float; group_ids: (B,) int. Returns (B,). Groups with no signal stay exactly 0.
+    """
+    adv = grpo(rewards, group_ids, normalize_std=False).to(torch.float64)  # (B,)
+    std = adv.std() if adv.numel() > 1 else adv.new_tensor(0.0)
+    return (adv / (std + eps)).to(rewards.dtype)
+
+
+def _group_members(group_ids: torch.Tensor) -> list[torch.Tensor]:
+    """Indices of each group's members, one (G,) tensor per group."""
+    _, inverse = torch.unique(group_ids, return_inverse=True)
+    return (
+        [torch.nonzero(inverse == g).squeeze(-1) for g in range(int(inverse.max()) + 1)]
+        if inverse.numel()
+        else []
+    )
+
+
+def passk_analytic(
+    rewards: torch.Tensor, group_ids: torch.Tensor, *, k: int, eps: float = 1e-6
+) -> torch.Tensor:
+    """Analytic pass@k advantage of "Pass@k Training" (Chen et al. 2025, arXiv 2508.10751).
+
+    rewards: (B,) float, a sample succeeds when its reward is > 0; group_ids: (B,) int. Returns (B,).
+    A group of N with N_neg failures has pass@k R = 1 - C(N_neg, k)/C(N, k) and sigma = sqrt(R(1 - R)); a success
+    gets (1 - R)/sigma, a failure (1 - R - C(N_neg - 1, k - 1)/C(N - 1, k - 1))/sigma. That is the GRPO advantage of
+    every k-subset (scored by its best member), averaged over the subsets containing the sample: failures that
+    share subsets with successes are penalised less, which keeps exploring. Not verl's `grpo_passk` (arXiv
+    2503.19595: only the best sample gets r_max - r_second_max). Groups smaller than k are an error.
+    """
+    if k < 1:
+        raise ValueError(f"pass@k needs k >= 1, got {k}")
+    adv = torch.zeros(rewards.shape, dtype=torch.float64, device=rewards.device)
+    for idx in _group_members(group_ids):
+        n = idx.numel()
+        if n < k:
+            raise ValueError(f"pass@{k} advantage needs groups of at least {k} samples, got {n} (raise rl.n)")
+        success = rewards[idx] > 0  # (G,)
+        n_neg = int((~success).sum())
+        r_bar = 1.0 - comb(n_neg, k) / comb(n, k)
+        sigma = (r_bar * (1.0 - r_bar)) ** 0.5
+        if sigma == 0.0:  # all succeed or all fail: no signal
+            continue
+        a_pos = (1.0 - r_bar) / (sigma + eps)
+        a_neg = (1.0 - r_bar - comb(n_neg - 1, k - 1) / comb(n - 1, k - 1)) / (sigma + eps)
+        adv[idx] = torch.where(
+            success, torch.tensor(a_pos, dtype=torch.float64), torch.tensor(a_neg, dtype=torch.float64)
+        )
+    return adv.to(rewards.dtype)
+
+
+def pkpo_rewards(rewards: torch.Tensor, group_ids: torch.Tensor, *, k: int) -> torch.Tensor:
+    """PKPO's unbiased pass@k (max@k) reward transformation (Walder & Karkhanis 2025, arXiv 2505.15201).
+
+    rewards: (B,) float, any values; group_ids: (B,) int. Returns (B,) transformed rewards s.
+    s_i = (1/C(n, k)) * sum over the k-subsets S of the group that contain i of max(S): then sum_i s_i * grad log p_i
+    is an unbiased estimate of the gradient of max@k (pass@k for 0/1 rewards). Closed form over the sorted group:
+    the subsets containing the i-th smallest have their max at i itself (C(i-1, k-1) of them) or at a larger m
+    (C(m-2, k-2) of them each).
+    """
+    if k < 1:
+        raise ValueError(f"PKPO needs k >= 1, got {k}")
+    out = torch.zeros(rewards.shape, dtype=torch.float64, device=rewards.device)
+    for idx in _group_members(group_ids):
+        n = idx.numel()
+        if n < k:
+            raise ValueError(f"PKPO pass@{k} needs groups of at least {k} samples, got {n} (raise rl.n)")
+        r, order = torch.sort(rewards[idx].to(torch.float64))  # ascending
+        total = comb(n, k)
+        s = torch.empty(n, dtype=torch.float64)
+        for i in range(1, n + 1):  # 1-based rank
+            own = comb(i - 1, k - 1) * float(r[i - 1])
+            above = sum(comb(m - 2, k - 2) * float(r[m - 1]) for m in range(i + 1, n + 1)) if k >= 2 else 0.0
+            s[i - 1] = (own + above) / total
+        out[idx[order]] = s
+    return out.to(rewards.dtype)
+
+
+def pkpo(rewards: torch.Tensor, group_ids: torch.Tensor, *, k: int) -> torch.Tensor:
+    """PKPO advantage: the transformed rewards scaled by n/k (so that their group mean is the group's unbiased
+    max@k estimate and k = 1 gives back the raw rewards), centred on that mean (Dr. GRPO's baseline, which lowers
+    the variance; the paper's leave-one-out baselines are not reproduced). rewards, group_ids: (B,). Returns (B,)."""
+    _, inverse = torch.unique(group_ids, return_inverse=True)
+    sizes = torch.bincount(inverse).to(torch.float64)[inverse]  # (B,) n of each sample's group
+    s = pkpo_rewards(rewards, group_ids, k=k).to(torch.float64) * sizes / k
+    return grpo(s, group_ids, normalize_std=False).to(rewards.dtype)
+
+
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
     "grpo": grpo,
     "drgrpo": partial(grpo, normalize_std=False),
+    "grpo_batch_std": grpo_batch_std,
     "rloo": rloo,
+    "passk": passk_analytic,
+    "pkpo": pkpo,
 }
 
 
-def get_advantage_estimator(name: str) -> AdvantageEstimator:
-    """Look up an estimator by name; a bad name raises and lists the valid ones."""
+def get_advantage_estimator(name: str, **hyper: float) -> AdvantageEstimator:
+    """Look up an estimator by name and bind the hyperparameters it takes (e.g. `k` for pass@k); a bad name raises
+    and lists the valid ones. Hyperparameters the estimator does not take are ignored."""
     try:
-        return ADVANTAGE_ESTIMATORS[name]
+        fn = ADVANTAGE_ESTIMATORS[name]
     except KeyError:
         raise ValueError(
             f"unknown advantage estimator {name!r}; valid: {sorted(ADVANTAGE_ESTIMATORS)}"
         ) from None
+    params = inspect.signature(fn).parameters
+    bound = {key: v for key, v in hyper.items() if key in params}
+    return partial(fn, **bound) if bound else fn

@@ -135,9 +135,85 @@ def policy_loss(
     return loss, stats
 
 
+def gspo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    *,
+    clip_low: float = 3e-4,
+    clip_high: float = 4e-4,
+    clip_c: float = 10.0,
+    agg: str = "seq-mean-token-mean",
+    norm_len: int | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """GSPO (arXiv 2507.18071): one importance ratio per sequence, the geometric mean of its token ratios.
+
+    Shapes as `policy_loss`. s_i = exp(mean over i's trained tokens of (logp - old_logp)); per token the ratio is
+    sg(s_i) * pi / sg(pi), so the value is s_i and the gradient flows through each token's log-prob; the PPO clip
+    applies to s_i (the paper's ranges are ~1e-4, hence these defaults). No dual clip (`clip_c` is accepted and
+    ignored, for the uniform signature). As verl's `compute_policy_loss_gspo`, log s is capped at 10.
+    """
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    advantages = advantages.expand_as(logp)  # (B, T)
+    mask_f = loss_mask.to(logp.dtype)
+    log_ratio = (logp - old_logp).masked_fill(mask_f == 0, 0.0)  # (B, T)
+    seq_log_ratio = log_ratio.sum(-1) / mask_f.sum(-1).clamp(min=1.0)  # (B,)
+    log_s = (logp - logp.detach() + seq_log_ratio.detach().unsqueeze(-1)).clamp(max=10.0)  # (B, T)
+    ratio = torch.exp(log_s)
+    pg1 = -advantages * ratio
+    pg2 = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    loss = aggregate(torch.maximum(pg1, pg2), loss_mask, agg, norm_len=norm_len)
+    with torch.no_grad():
+        mask = loss_mask.to(torch.bool)
+        stats = {
+            "loss/pg": float(loss.detach()),
+            "loss/clipfrac": _masked_mean((pg2 > pg1).float(), mask),
+            "loss/ratio_mean": _masked_mean(ratio, mask),
+            "loss/approx_kl": _masked_mean(old_logp - logp, mask),
+        }
+    return loss, stats
+
+
+def cispo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    loss_mask: torch.Tensor,
+    *,
+    clip_low: float = 0.2,
+    clip_high: float = 0.28,
+    clip_c: float = 10.0,
+    agg: str = "token-mean",
+    norm_len: int | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """CISPO (MiniMax-M1, arXiv 2506.13585): REINFORCE weighted by the clipped, detached importance ratio.
+
+    Shapes as `policy_loss`. Per token: -sg(clip(ratio, 1 - clip_low, 1 + clip_high)) * A * logp. Unlike PPO no
+    token is dropped from the gradient when its ratio leaves the range; only its weight is capped. `clip_c` is
+    accepted and ignored (uniform signature). Matches verl's `compute_policy_loss_cispo`.
+    """
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    advantages = advantages.expand_as(logp)  # (B, T)
+    ratio = torch.exp((logp - old_logp).clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT))  # (B, T)
+    clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high).detach()
+    loss = aggregate(-clipped * advantages * logp, loss_mask, agg, norm_len=norm_len)
+    with torch.no_grad():
+        mask = loss_mask.to(torch.bool)
+        stats = {
+            "loss/pg": float(loss.detach()),
+            "loss/clipfrac": _masked_mean((ratio != clipped).float(), mask),
+            "loss/ratio_mean": _masked_mean(ratio, mask),
+            "loss/approx_kl": _masked_mean(old_logp - logp, mask),
+        }
+    return loss, stats
+
+
 PolicyLoss = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 
-POLICY_LOSSES: dict[str, PolicyLoss] = {"ppo": policy_loss}
+POLICY_LOSSES: dict[str, PolicyLoss] = {"ppo": policy_loss, "gspo": gspo_loss, "cispo": cispo_loss}
 
 
 def get_policy_loss(name: str) -> PolicyLoss:
