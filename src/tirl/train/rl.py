@@ -68,6 +68,12 @@ class RLConfig:
     kl_coef: float = 0.0
     kl_estimator: Literal["k1", "k3"] = "k3"
     entropy_coef: float = 0.0
+    passk_k: int = 4  # k of the pass@k objectives (adv_estimator passk / pkpo)
+    dynamic_sampling: bool = (
+        False  # DAPO: drop groups whose rewards are all equal, sample more prompts to refill
+    )
+    dynamic_max_rounds: int = 3  # extra generation rounds per step at most, when dynamic_sampling is on
+    overlong_filter: bool = False  # truncated responses (budget / turn cap hit) are masked out of the loss
     logprob_batch_size: int = 64  # sequences per no-grad forward when recomputing old log-probs
     save_every: int = 0  # steps between checkpoints; 0 = only the final one
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-6, weight_decay=0.01, grad_clip=1.0))
@@ -84,10 +90,33 @@ class RLConfig:
                 f"{self.adv_estimator!r} has no baseline there, so every advantage is 0 and the run learns nothing; "
                 "use rl.n >= 2 (the recipe samples 16 per prompt)"
             )
+        if self.adv_estimator in ("passk", "pkpo") and not 1 <= self.passk_k <= self.n:
+            raise ValueError(
+                f"rl.passk_k={self.passk_k} must be in [1, rl.n={self.n}] for {self.adv_estimator!r}"
+            )
+        if self.dynamic_max_rounds < 0:
+            raise ValueError(f"dynamic_max_rounds must be >= 0, got {self.dynamic_max_rounds}")
         if self.loss_norm_len < 0:
             raise ValueError(
                 f"loss_norm_len must be >= 0 (0 = the response budget), got {self.loss_norm_len}"
             )
+
+
+TRUNCATED = ("budget", "turn_length")  # stop reasons of a response cut off before it could answer
+
+
+def _groups_with_signal(
+    trajs: Sequence[Trajectory], scores: Sequence[Any]
+) -> tuple[list[Trajectory], list[Any]]:
+    """The trajectories (and scores) of the groups whose rewards are not all equal, in their order."""
+    if not trajs:
+        return [], []
+    groups = torch.tensor([t.meta["group"] for t in trajs])
+    equal = equal_reward_groups(torch.tensor([s.reward for s in scores]), groups)  # (num_groups,)
+    ids = torch.unique(groups)  # sorted, as equal_reward_groups indexes them
+    live = {int(g) for g, e in zip(ids.tolist(), equal.tolist(), strict=True) if not e}
+    kept = [i for i, t in enumerate(trajs) if t.meta["group"] in live]
+    return [trajs[i] for i in kept], [scores[i] for i in kept]
 
 
 def trajectory_batch(trajs: Sequence[Trajectory], advantages: torch.Tensor, *, pad_id: int) -> TokenBatch:
@@ -154,7 +183,7 @@ class RLTrainer:
         )
         self.sampling, self.reward, self.out_dir, self.logger = sampling, reward, Path(out_dir), logger
         self.pad_id = agent.renderer.pad_id
-        self.adv_fn = get_advantage_estimator(cfg.adv_estimator)
+        self.adv_fn = get_advantage_estimator(cfg.adv_estimator, k=cfg.passk_k)
         self.loss_fn = get_policy_loss(cfg.policy_loss)
         self.ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
         updates = cfg.steps * cfg.ppo_epochs * -(-cfg.prompts_per_step * cfg.n // cfg.mini_batch_size)
@@ -190,14 +219,15 @@ class RLTrainer:
             out.append(lp)
         return torch.cat(out)
 
-    def step(self) -> dict[str, float]:
+    def _rollout(
+        self, rows: Sequence[dict[str, Any]], first_group: int
+    ) -> tuple[list[Trajectory], list[Any]]:
+        """`n` trajectories per row, scored; their meta "group" numbers the rows from `first_group` on."""
         cfg = self.cfg
-        t0 = time.time()
-        rows = self._next_prompts()
         prompts = [r["prompt"] for r in rows for _ in range(cfg.n)]
         metas = [
             {
-                "group": g,
+                "group": first_group + g,
                 "sample": k,
                 "ground_truth": r["reward_model"]["ground_truth"],
                 "id": r.get("extra_info", {}).get("id", ""),
@@ -209,14 +239,51 @@ class RLTrainer:
         ]
         self.policy.eval()
         trajs = self.agent.run(prompts, self.sampling, metas=metas, generator=self.gen)
-        t_rollout = time.time() - t0
         scores = score_trajectories(
             trajs, self.reward, max_len=self.agent.config.max_response_tokens, sandbox=self.agent.sandbox
         )
+        return trajs, scores
+
+    def _sample_batch(self) -> tuple[list[Trajectory], list[Any], dict[str, float]]:
+        """This step's trajectories; with dynamic sampling (DAPO), only groups with a reward signal, refilled from
+        new prompts for up to `dynamic_max_rounds` extra rounds, trimmed to `prompts_per_step` groups."""
+        cfg = self.cfg
+        trajs, scores = self._rollout(self._next_prompts(), 0)
+        if not cfg.dynamic_sampling:
+            return trajs, scores, {}
+        drawn_t, drawn_s, rounds = list(trajs), list(scores), 0
+        keep_t, keep_s = _groups_with_signal(trajs, scores)
+        while len(keep_t) < cfg.prompts_per_step * cfg.n and rounds < cfg.dynamic_max_rounds:
+            rounds += 1
+            more_t, more_s = self._rollout(self._next_prompts(), rounds * cfg.prompts_per_step)
+            drawn_t += more_t
+            drawn_s += more_s
+            t, sc = _groups_with_signal(more_t, more_s)
+            keep_t, keep_s = keep_t + t, keep_s + sc
+        keep_t, keep_s = keep_t[: cfg.prompts_per_step * cfg.n], keep_s[: cfg.prompts_per_step * cfg.n]
+        stats = {
+            "dynamic/rounds": float(rounds),
+            "dynamic/groups_drawn": float(len(drawn_t) // cfg.n),
+            "dynamic/groups_kept": float(len(keep_t) // cfg.n),
+        }
+        if not keep_t:  # no group had a signal in any round: nothing to learn from this step
+            return drawn_t, drawn_s, stats
+        return keep_t, keep_s, stats
+
+    def step(self) -> dict[str, float]:
+        cfg = self.cfg
+        t0 = time.time()
+        trajs, scores, dyn = self._sample_batch()
+        t_rollout = time.time() - t0
         rewards = torch.tensor([s.reward for s in scores])
-        groups = torch.tensor([m["group"] for m in metas])
+        groups = torch.tensor([t.meta["group"] for t in trajs])
         adv = self.adv_fn(rewards, groups)
         batch = trajectory_batch(trajs, adv, pad_id=self.pad_id).to(next(self.policy.parameters()).device)
+        truncated = [i for i, t in enumerate(trajs) if t.stop_reason in TRUNCATED]
+        if cfg.overlong_filter and truncated:
+            batch.loss_mask[truncated] = (
+                0  # DAPO's overlong filtering: a cut-off answer is no evidence either way
+            )
         # One update per step on the whole batch is exactly on-policy: the old log-probs are the policy's own log-probs
         # of this forward pass (detached), so the separate recomputation is skipped (as verl does).
         on_policy = cfg.ppo_epochs == 1 and cfg.mini_batch_size >= len(trajs)
@@ -224,11 +291,14 @@ class RLTrainer:
         ref_logp = self._logprobs(self.ref, batch) if self.ref is not None else None
         metrics = rollout_metrics(trajs, rewards.tolist(), [s.correct for s in scores])
         metrics.update(self._update(batch, old_logp, ref_logp))
+        metrics.update(dyn)
         metrics.update(
             {
                 "time/rollout": t_rollout,
                 "time/step": time.time() - t0,
                 "adv/zero_share": float(equal_reward_groups(rewards, groups).float().mean()),
+                "adv/mean_abs": float(adv.abs().mean()),
+                "rollout/truncated": len(truncated) / max(1, len(trajs)),
             }
         )
         return metrics
