@@ -49,3 +49,40 @@ def test_demo_pipeline_writes_report(tmp_path, monkeypatch):
     )
     assert (out / "analysis" / "report.html").is_file() and (out / "analysis" / "trajectories.html").is_file()
     assert analysis["meta"]["runs"][0]["tokenizer"]  # run_eval records the model, so mask spans are decoded
+
+
+@pytest.mark.slow
+def test_demo_compare_trains_both_objectives_and_analyses_three(tmp_path, monkeypatch):
+    monkeypatch.setenv("TIRL_QUIET", "1")
+    out = tmp_path / "demo"
+    toy = [
+        f"out_dir={out}",
+        "task.num_sft=64",
+        "task.num_rl=32",
+        "task.num_test=6",
+        "warmup.epochs=1",
+        "sft.epochs=1",
+        "rl.steps=1",
+        "rl.prompts_per_step=4",
+        "rl.n=4",
+        "rl.passk_k=2",
+        "rl.mini_batch_size=16",
+        "eval.n=4",
+        "agent.max_response_tokens=96",
+        "agent.max_tokens_per_turn=48",
+    ]
+    assert main(["demo", "--compare", "passk", "--temperatures", "0.6,1.0", *toy]) == 0
+    cmp_dir = out / "compare-passk"
+    report = json.loads((cmp_dir / "analysis" / "report.json").read_text())
+    assert list(report["models"]) == ["sft", "grpo", "passk"]  # SFT first: the baseline of every comparison
+    for label in ("sft", "grpo", "passk"):
+        temps = {
+            json.loads(line)["temperature"] for line in (cmp_dir / f"eval-{label}" / "records.jsonl").open()
+        }
+        assert temps == {0.6, 1.0}
+    assert (out / "rl-passk" / "model" / "config.json").is_file()
+    assert "adv_estimator: passk" in (out / "rl-passk" / "config.yaml").read_text()
+    # A second run reuses every checkpoint and only re-evaluates.
+    before = (out / "rl-passk" / "model" / "model.safetensors").stat().st_mtime_ns
+    assert main(["demo", "--compare", "passk", *toy]) == 0
+    assert (out / "rl-passk" / "model" / "model.safetensors").stat().st_mtime_ns == before

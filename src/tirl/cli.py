@@ -33,6 +33,12 @@ def _config(args: argparse.Namespace):
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.compare:
+        from tirl.compare import run_compare
+
+        temps = [float(t) for t in args.temperatures.split(",") if t.strip()]
+        run_compare(_config(args), args.compare, temperatures=temps)
+        return 0
     from tirl.demo import run_demo
 
     run_demo(_config(args))
@@ -82,7 +88,15 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(fn=fn)
         return p
 
-    add("demo", "the whole loop on a tiny model: data, SFT, eval, RL, eval, report", _cmd_demo)
+    demo = add("demo", "the whole loop on a tiny model: data, SFT, eval, RL, eval, report", _cmd_demo)
+    demo.add_argument(
+        "--compare",
+        choices=["passk", "pkpo"],
+        default=None,
+        help="also train RL with this pass@k objective from the same SFT checkpoint and seed, evaluate SFT, "
+        "GRPO-TCR and it at --temperatures, and analyse the three together (reuses checkpoints in OUT_DIR)",
+    )
+    demo.add_argument("--temperatures", default="0.6,1.0", help="evaluation temperatures of --compare")
     for name, help_ in (
         ("sft", "supervised fine-tuning on multi-turn tool trajectories (sft.data)"),
         ("rl", "GRPO-TCR on prompts (rl.data) from model.path"),

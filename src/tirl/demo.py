@@ -79,15 +79,8 @@ def prepare(cfg: TirlConfig, out: Path) -> dict[str, Any]:
     }
 
 
-def run_demo(cfg: TirlConfig) -> dict[str, Any]:
-    setup_torch(cfg)
-    out = Path(cfg.out_dir)
-    save_config(cfg, out / "config.yaml")
-    times: dict[str, float] = {}
-    t0 = time.time()
-    prep = prepare(cfg, out)
-    times["prepare"] = time.time() - t0
-
+def train_sft_model(cfg: TirlConfig, out: Path, prep: dict[str, Any], times: dict[str, float]) -> Path:
+    """The copy warm-up (if configured), then SFT on the scripted trajectories; returns the SFT checkpoint."""
     t0 = time.time()
     start = prep["init"]
     if cfg.warmup.epochs:
@@ -102,6 +95,19 @@ def run_demo(cfg: TirlConfig) -> dict[str, Any]:
     console.print("[bold]SFT[/] on the scripted trajectories (loss on assistant tokens only)")
     sft_model = run_sft(cfg, out / "sft", model_path=start, rows=prep["sft_rows"])
     times["sft"] = time.time() - t0
+    return sft_model
+
+
+def run_demo(cfg: TirlConfig) -> dict[str, Any]:
+    setup_torch(cfg)
+    out = Path(cfg.out_dir)
+    save_config(cfg, out / "config.yaml")
+    times: dict[str, float] = {}
+    t0 = time.time()
+    prep = prepare(cfg, out)
+    times["prepare"] = time.time() - t0
+
+    sft_model = train_sft_model(cfg, out, prep, times)
 
     t0 = time.time()
     sft_summary = run_eval(cfg, out / "eval-sft", model_path=sft_model, label="sft", rows=prep["test_rows"])
