@@ -68,28 +68,27 @@ def _scripted_batch(trainer, tokenizer, n=8, seed=1):
 
 
 def test_seq_mean_token_sum_norm_ignores_batch_padding(tokenizer, renderer, sandbox, tmp_path):
-    """The Dr. GRPO constant is the response budget, not the padded width: extra padding changes nothing."""
+    """The Dr. GRPO constant is the response budget, not the padded width: a longer sequence in the batch (here
+    one with no trained token, so it adds nothing else) must not change the loss or the update."""
     torch.manual_seed(0)
     a = make_model(tokenizer)
     b = copy.deepcopy(a)
-    ta = _trainer(a, tokenizer, renderer, sandbox, tmp_path / "a", mini_batch=8)
-    tb = _trainer(b, tokenizer, renderer, sandbox, tmp_path / "b", mini_batch=8)
+    ta = _trainer(a, tokenizer, renderer, sandbox, tmp_path / "a", mini_batch=16)
+    tb = _trainer(b, tokenizer, renderer, sandbox, tmp_path / "b", mini_batch=16)
     for t in (ta, tb):
-        t.cfg.loss_agg = "seq-mean-token-sum-norm"
+        t.cfg.loss_agg = t.loss_spec.agg = "seq-mean-token-sum-norm"
     assert ta.norm_len == 12  # the agent's response budget
     trajs, adv = _scripted_batch(ta, tokenizer)
     batch = trajectory_batch(trajs, adv, pad_id=tokenizer.pad_token_id)
-    # The same trajectories padded 7 columns wider on the left (as a longer prompt elsewhere in the batch would).
-    pad = tokenizer.pad_token_id
-    wide = trajectory_batch(trajs, adv, pad_id=pad)
-    wide.input_ids = torch.cat([torch.full((8, 7), pad), wide.input_ids], dim=1)
-    wide.attention_mask = torch.cat(
-        [torch.zeros(8, 7, dtype=wide.attention_mask.dtype), wide.attention_mask], 1
+    B, T = batch.input_ids.shape
+    wide = copy.deepcopy(batch)
+    pad = lambda x, v: torch.cat([x, torch.full((x.shape[0], 9), v, dtype=x.dtype)], dim=1)  # noqa: E731
+    wide.input_ids = torch.cat(
+        [pad(batch.input_ids, tokenizer.pad_token_id), torch.randint(3, 50, (1, T + 9))]
     )
-    wide.loss_mask = torch.cat([torch.zeros(8, 7, dtype=wide.loss_mask.dtype), wide.loss_mask], dim=1)
-    wide.extra["advantages"] = torch.cat([torch.zeros(8, 7), wide.extra["advantages"]], dim=1)
-    ta.gen.manual_seed(0)
-    tb.gen.manual_seed(0)
+    wide.attention_mask = torch.cat([pad(batch.attention_mask, 0), torch.ones(1, T + 9, dtype=torch.long)])
+    wide.loss_mask = torch.cat([pad(batch.loss_mask, 0), torch.zeros(1, T + 9)])
+    wide.extra["advantages"] = torch.cat([pad(batch.extra["advantages"], 0), torch.zeros(1, T + 9)])
     sa = ta._update(batch, None, None)
     sb = tb._update(wide, None, None)
     assert abs(sa["loss/pg"] - sb["loss/pg"]) < 1e-6

@@ -2,7 +2,8 @@
 
 The trainer runs the model and passes tensors in; nothing here reads trainer state or a config object.
 Every policy loss has the uniform signature
-``fn(logp, old_logp, advantages, loss_mask, *, <float hyperparameters>, agg, norm_len) -> (loss, stats)``
+``fn(logp, old_logp, advantages, loss_mask, *, <float hyperparameters>, agg, norm_len, num_tokens, num_seqs)
+-> (loss, stats)`` (the last two: the mini-batch's denominators when the call sees one micro-batch of it)
 and is picked by name once at start-up via ``get_policy_loss``. ``aggregate`` is public so entropy or KL terms
 reduce over tokens exactly as the policy loss does.
 
@@ -24,20 +25,31 @@ import torch
 _LOG_RATIO_LIMIT = 20.0
 
 
-def _token_mean(values: torch.Tensor, mask: torch.Tensor, norm_len: int | None) -> torch.Tensor:
-    """Every trained token in the batch weighs the same: long answers dominate."""
-    return values.sum() / mask.sum().clamp(min=1.0)
+def _token_mean(
+    values: torch.Tensor, mask: torch.Tensor, norm_len: int | None, num_tokens, num_seqs
+) -> torch.Tensor:
+    """Every trained token in the mini-batch weighs the same: long answers dominate."""
+    denom = mask.sum().clamp(min=1.0) if num_tokens is None else num_tokens
+    return values.sum() / denom
 
 
-def _seq_mean_token_mean(values: torch.Tensor, mask: torch.Tensor, norm_len: int | None) -> torch.Tensor:
+def _has_tokens(mask: torch.Tensor) -> torch.Tensor:
+    return (mask.sum(dim=-1) > 0).to(mask.dtype)  # (B,)
+
+
+def _seq_mean_token_mean(
+    values: torch.Tensor, mask: torch.Tensor, norm_len: int | None, num_tokens, num_seqs
+) -> torch.Tensor:
     """Every sequence weighs the same (the original GRPO); sequences with no trained token are skipped."""
-    seq_count = mask.sum(dim=-1)  # (B,)
-    seq_mean = values.sum(dim=-1) / seq_count.clamp(min=1.0)  # (B,)
-    has_tokens = (seq_count > 0).to(values.dtype)  # (B,)
-    return (seq_mean * has_tokens).sum() / has_tokens.sum().clamp(min=1.0)
+    seq_mean = values.sum(dim=-1) / mask.sum(dim=-1).clamp(min=1.0)  # (B,)
+    has = _has_tokens(mask)
+    denom = has.sum().clamp(min=1.0) if num_seqs is None else num_seqs
+    return (seq_mean * has).sum() / denom
 
 
-def _seq_mean_token_sum_norm(values: torch.Tensor, mask: torch.Tensor, norm_len: int | None) -> torch.Tensor:
+def _seq_mean_token_sum_norm(
+    values: torch.Tensor, mask: torch.Tensor, norm_len: int | None, num_tokens, num_seqs
+) -> torch.Tensor:
     """Dr. GRPO: per-sequence token sum over a constant length, so length does not rescale a token's weight.
 
     The mean is over sequences with at least one trained token (as verl's `agg_loss`). The constant is
@@ -45,11 +57,11 @@ def _seq_mean_token_sum_norm(values: torch.Tensor, mask: torch.Tensor, norm_len:
     constant that depends on the batch brings the length bias back.
     """
     constant = norm_len if norm_len is not None else values.shape[-1]
-    has_tokens = (mask.sum(dim=-1) > 0).to(values.dtype)  # (B,)
-    return values.sum() / (has_tokens.sum().clamp(min=1.0) * constant)
+    denom = _has_tokens(mask).sum().clamp(min=1.0) if num_seqs is None else num_seqs
+    return values.sum() / (denom * constant)
 
 
-AGGREGATIONS: dict[str, Callable[[torch.Tensor, torch.Tensor, int | None], torch.Tensor]] = {
+AGGREGATIONS: dict[str, Callable[..., torch.Tensor]] = {
     "token-mean": _token_mean,
     "seq-mean-token-mean": _seq_mean_token_mean,
     "seq-mean-token-sum-norm": _seq_mean_token_sum_norm,
@@ -57,11 +69,20 @@ AGGREGATIONS: dict[str, Callable[[torch.Tensor, torch.Tensor, int | None], torch
 
 
 def aggregate(
-    values: torch.Tensor, mask: torch.Tensor, agg: str, *, norm_len: int | None = None
+    values: torch.Tensor,
+    mask: torch.Tensor,
+    agg: str,
+    *,
+    norm_len: int | None = None,
+    num_tokens: float | torch.Tensor | None = None,
+    num_seqs: float | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Reduce per-token values (B, T) under a 0/1 mask (B, T) to a scalar with the named aggregation.
 
-    An all-zero mask gives 0.0 that is still connected to ``values``' graph (zero gradient, never NaN).
+    `num_tokens` (trained tokens) and `num_seqs` (sequences with a trained token) are the denominators of the whole
+    mini-batch when `values` is one micro-batch of it (summed over micro-batches and processes); then the sum of
+    the micro-batches' aggregates is the mini-batch's aggregate, and so is its gradient, however the batch is split.
+    None uses this batch's own counts. An all-zero mask gives 0.0 still connected to ``values``' graph.
     """
     if agg not in AGGREGATIONS:
         raise ValueError(f"unknown aggregation {agg!r}; valid: {sorted(AGGREGATIONS)}")
@@ -69,7 +90,11 @@ def aggregate(
         raise ValueError(f"norm_len must be >= 1, got {norm_len}")
     mask_f = mask.to(values.dtype)  # (B, T)
     masked = values.masked_fill(mask_f == 0, 0.0)  # (B, T); zero-fill, not multiply: inf * 0 is NaN
-    return AGGREGATIONS[agg](masked, mask_f, norm_len)
+    if num_tokens is not None:
+        num_tokens = torch.as_tensor(num_tokens, dtype=values.dtype, device=values.device).clamp(min=1.0)
+    if num_seqs is not None:
+        num_seqs = torch.as_tensor(num_seqs, dtype=values.dtype, device=values.device).clamp(min=1.0)
+    return AGGREGATIONS[agg](masked, mask_f, norm_len, num_tokens, num_seqs)
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
@@ -92,6 +117,8 @@ def policy_loss(
     clip_c: float = 10.0,
     agg: str = "token-mean",
     norm_len: int | None = None,
+    num_tokens: float | torch.Tensor | None = None,
+    num_seqs: float | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """PPO clipped surrogate with asymmetric clip (DAPO's clip-higher) and dual clip, as verl's vanilla loss.
 
@@ -119,7 +146,7 @@ def policy_loss(
     pg3 = -advantages * clip_c
     negative = advantages < 0
     pg = torch.where(negative, torch.minimum(clipped, pg3), clipped)  # (B, T)
-    loss = aggregate(pg, loss_mask, agg, norm_len=norm_len)
+    loss = aggregate(pg, loss_mask, agg, norm_len=norm_len, num_tokens=num_tokens, num_seqs=num_seqs)
 
     with torch.no_grad():
         mask = loss_mask.to(torch.bool)
@@ -146,6 +173,8 @@ def gspo_loss(
     clip_c: float = 10.0,
     agg: str = "seq-mean-token-mean",
     norm_len: int | None = None,
+    num_tokens: float | torch.Tensor | None = None,
+    num_seqs: float | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """GSPO (arXiv 2507.18071): one importance ratio per sequence, the geometric mean of its token ratios.
 
@@ -164,7 +193,9 @@ def gspo_loss(
     ratio = torch.exp(log_s)
     pg1 = -advantages * ratio
     pg2 = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    loss = aggregate(torch.maximum(pg1, pg2), loss_mask, agg, norm_len=norm_len)
+    loss = aggregate(
+        torch.maximum(pg1, pg2), loss_mask, agg, norm_len=norm_len, num_tokens=num_tokens, num_seqs=num_seqs
+    )
     with torch.no_grad():
         mask = loss_mask.to(torch.bool)
         stats = {
@@ -187,6 +218,8 @@ def cispo_loss(
     clip_c: float = 10.0,
     agg: str = "token-mean",
     norm_len: int | None = None,
+    num_tokens: float | torch.Tensor | None = None,
+    num_seqs: float | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """CISPO (MiniMax-M1, arXiv 2506.13585): REINFORCE weighted by the clipped, detached importance ratio.
 
@@ -199,7 +232,14 @@ def cispo_loss(
     advantages = advantages.expand_as(logp)  # (B, T)
     ratio = torch.exp((logp - old_logp).clamp(-_LOG_RATIO_LIMIT, _LOG_RATIO_LIMIT))  # (B, T)
     clipped = ratio.clamp(1.0 - clip_low, 1.0 + clip_high).detach()
-    loss = aggregate(-clipped * advantages * logp, loss_mask, agg, norm_len=norm_len)
+    loss = aggregate(
+        -clipped * advantages * logp,
+        loss_mask,
+        agg,
+        norm_len=norm_len,
+        num_tokens=num_tokens,
+        num_seqs=num_seqs,
+    )
     with torch.no_grad():
         mask = loss_mask.to(torch.bool)
         stats = {

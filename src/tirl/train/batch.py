@@ -60,3 +60,37 @@ def collate(
                 raise ValueError(f"sequence {b}: extra {k!r} has {len(v[b])} entries for {n} ids")
             out_extra[k][b, :n] = torch.as_tensor(list(v[b]), dtype=torch.float32)
     return TokenBatch(input_ids, attn, loss, out_extra)
+
+
+def micro_batches(lengths: Sequence[int], *, max_seqs: int = 0, max_tokens: int = 0) -> list[list[int]]:
+    """Split positions 0..len(lengths)-1, in order, into micro-batches of at most `max_seqs` sequences and at most
+    `max_tokens` padded tokens (count x longest length: what a forward pass costs); 0 = no limit. A sequence longer
+    than `max_tokens` gets a micro-batch of its own rather than an error: the budget is for memory, not validity."""
+    if max_seqs < 0 or max_tokens < 0:
+        raise ValueError(f"micro-batch limits must be >= 0 (0 = none), got {max_seqs}, {max_tokens}")
+    out: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
+    for i, n in enumerate(lengths):
+        grown = max(longest, n)
+        full = (max_seqs and len(cur) >= max_seqs) or (max_tokens and (len(cur) + 1) * grown > max_tokens)
+        if cur and full:
+            out.append(cur)
+            cur, grown = [], n
+        cur.append(i)
+        longest = grown
+    if cur:
+        out.append(cur)
+    return out
+
+
+def slice_rows(batch: TokenBatch, rows: torch.Tensor | Sequence[int]) -> TokenBatch:
+    """The given rows of `batch`, cut to their longest real length (right padding beyond it is dropped)."""
+    rows = torch.as_tensor(rows, dtype=torch.long, device=batch.input_ids.device)
+    width = max(1, int(batch.attention_mask[rows].sum(dim=-1).max().item())) if rows.numel() else 1
+    return TokenBatch(
+        batch.input_ids[rows, :width],
+        batch.attention_mask[rows, :width],
+        batch.loss_mask[rows, :width],
+        {k: v[rows, :width] for k, v in batch.extra.items()},
+    )

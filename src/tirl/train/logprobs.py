@@ -1,10 +1,46 @@
-"""Per-token log-probs and entropy of a causal LM on given ids: the trainer's view of what the engine sampled."""
+"""Per-token log-probs and entropy of a causal LM on given ids: the trainer's view of what the engine sampled.
+
+With `loss_mask`, only the positions that are trained are computed, through the LM head in chunks of
+`chunk_tokens` rows: the decoder's hidden states (B, T, H) are kept, but float32 logits exist for one chunk of
+(chunk_tokens, V) at a time instead of the whole (B, T, V). For a 152k-token vocabulary and 16k-token responses the
+full tensor alone would be ~10 GB per sequence. Models whose logits are not simply `lm_head(hidden)` (soft-capped
+or scaled logits) take the plain forward pass instead, so the numbers never depend on the path.
+"""
 
 from __future__ import annotations
 
 import torch
 
 from tirl.algorithms import entropy_from_logits
+
+DEFAULT_CHUNK_TOKENS = 1024
+
+
+def _head_split(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
+    """(decoder, lm_head) when logits are exactly lm_head(decoder(...).last_hidden_state), else None."""
+    cfg = getattr(model, "config", None)
+    if cfg is None or getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logits_scaling", None):
+        return None
+    get_decoder, get_head = getattr(model, "get_decoder", None), getattr(model, "get_output_embeddings", None)
+    if get_decoder is None or get_head is None:
+        return None
+    try:
+        decoder, head = get_decoder(), get_head()
+    except (AttributeError, NotImplementedError):
+        return None
+    return (decoder, head) if decoder is not None and isinstance(head, torch.nn.Linear) else None
+
+
+def _logp_and_entropy(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float, with_entropy: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """logits (N, V), targets (N,) -> log p(target) (N,) and entropy (N,) at `temperature`, in float32."""
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    lse = logits.logsumexp(dim=-1)  # (N,); no second (N, V) tensor as log_softmax would make
+    logp = logits.gather(-1, targets[:, None]).squeeze(-1) - lse
+    return logp, entropy_from_logits(logits) if with_entropy else None
 
 
 def token_logprobs(
@@ -14,21 +50,41 @@ def token_logprobs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    loss_mask: torch.Tensor | None = None,
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(x_t | x_<t) for t >= 1, aligned with input_ids (B, T); position 0 gets 0.
 
     Sequences are right-padded, so positions are 0..T-1 and padding only follows real tokens. `temperature` scales
-    the logits exactly as the engine does before sampling. Entropy (B, T) is returned when asked for.
+    the logits exactly as the engine does before sampling. Entropy (B, T) is returned when asked for. With
+    `loss_mask` (B, T), only positions where it is non-zero are computed (the rest are 0), chunk by chunk.
     """
-    logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, T, V)
-    logits = logits[:, :-1].float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    lse = logits.logsumexp(dim=-1)  # (B, T-1); no second (B, T, V) tensor as log_softmax would make
-    logp = logits.gather(-1, input_ids[:, 1:, None]).squeeze(-1) - lse  # (B, T-1)
-    logp = torch.cat([logp.new_zeros(logp.shape[0], 1), logp], dim=1)  # (B, T)
-    ent = None
-    if with_entropy:
-        ent = entropy_from_logits(logits)
-        ent = torch.cat([ent.new_zeros(ent.shape[0], 1), ent], dim=1)
+    B, T = input_ids.shape
+    if loss_mask is None:
+        wanted = torch.ones(B, T, dtype=torch.bool, device=input_ids.device)
+    else:
+        wanted = loss_mask.to(torch.bool).clone()
+    wanted[:, 0] = False  # nothing predicts the first token
+    b_idx, t_idx = wanted.nonzero(as_tuple=True)  # (N,) each
+    targets = input_ids[b_idx, t_idx]  # (N,)
+    split = _head_split(model)
+    if split is not None:
+        decoder, head = split
+        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
+        rows = hidden[b_idx, t_idx - 1]  # (N, H): the state that predicted each wanted token
+        pieces = [
+            _logp_and_entropy(
+                head(rows[s : s + chunk_tokens]), targets[s : s + chunk_tokens], temperature, with_entropy
+            )
+            for s in range(0, rows.shape[0], max(1, chunk_tokens))
+        ]
+    else:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, T, V)
+        pieces = [_logp_and_entropy(logits[b_idx, t_idx - 1], targets, temperature, with_entropy)]
+    logp = torch.zeros(B, T, dtype=torch.float32, device=input_ids.device)
+    ent = torch.zeros_like(logp) if with_entropy else None
+    if b_idx.numel():  # index_put keeps the graph: gradients reach the model through the wanted positions
+        logp = logp.index_put((b_idx, t_idx), torch.cat([p[0] for p in pieces]))
+        if ent is not None:
+            ent = ent.index_put((b_idx, t_idx), torch.cat([p[1] for p in pieces]))
     return logp, ent

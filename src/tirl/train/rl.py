@@ -34,8 +34,7 @@ from typing import Any, Literal
 
 import torch
 
-from tirl.algorithms import equal_reward_groups, get_advantage_estimator, get_policy_loss, kl_penalty
-from tirl.algorithms.losses import aggregate
+from tirl.algorithms import equal_reward_groups, get_advantage_estimator, get_policy_loss
 from tirl.eval.toolstats import tool_use_stats
 from tirl.logging import MetricsLogger
 from tirl.models.loading import save_checkpoint
@@ -45,9 +44,10 @@ from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentLoop
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
-from tirl.train.batch import TokenBatch, collate
+from tirl.train.batch import TokenBatch, collate, slice_rows
 from tirl.train.logprobs import token_logprobs
 from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
+from tirl.train.update import LossSpec, accumulate_gradients
 
 
 @dataclass
@@ -57,6 +57,8 @@ class RLConfig:
     prompts_per_step: int = 32
     n: int = 8  # rollouts per prompt (the GRPO group size G)
     mini_batch_size: int = 64  # trajectories per optimizer update
+    micro_batch_size: int = 0  # trajectories per forward/backward (gradients accumulate); 0 = the mini-batch
+    micro_batch_tokens: int = 0  # padded tokens per forward/backward (a token budget); 0 = none
     ppo_epochs: int = 1
     adv_estimator: str = "grpo"
     policy_loss: str = "ppo"
@@ -96,6 +98,11 @@ class RLConfig:
             )
         if self.dynamic_max_rounds < 0:
             raise ValueError(f"dynamic_max_rounds must be >= 0, got {self.dynamic_max_rounds}")
+        if self.micro_batch_size < 0 or self.micro_batch_tokens < 0:
+            raise ValueError(
+                f"micro_batch_size and micro_batch_tokens must be >= 0 (0 = no limit), "
+                f"got {self.micro_batch_size}, {self.micro_batch_tokens}"
+            )
         if self.loss_norm_len < 0:
             raise ValueError(
                 f"loss_norm_len must be >= 0 (0 = the response budget), got {self.loss_norm_len}"
@@ -194,6 +201,20 @@ class RLTrainer:
         self.norm_len = cfg.loss_norm_len or agent.config.max_response_tokens
         self.skips = SkipGuard(cfg.optim.max_skipped_in_row)
         self.updates_done = 0
+        self.loss_spec = LossSpec(
+            self.loss_fn,
+            clip_low=cfg.clip_low,
+            clip_high=cfg.clip_high,
+            clip_c=cfg.clip_c,
+            agg=cfg.loss_agg,
+            norm_len=self.norm_len,
+            temperature=sampling.logprob_temperature,
+            kl_coef=cfg.kl_coef,
+            kl_estimator=cfg.kl_estimator,
+            entropy_coef=cfg.entropy_coef,
+            micro_batch_size=cfg.micro_batch_size,
+            micro_batch_tokens=cfg.micro_batch_tokens,
+        )
 
     def _next_prompts(self) -> list[dict[str, Any]]:
         """Epoch-wise shuffled prompts: each row is used once before any is reused."""
@@ -207,17 +228,20 @@ class RLTrainer:
 
     @torch.no_grad()
     def _logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
-        out = []
+        """(B, T) log-probs of the trained tokens (0 elsewhere), `logprob_batch_size` sequences per forward."""
+        out = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
         for s in range(0, batch.input_ids.shape[0], self.cfg.logprob_batch_size):
-            sl = slice(s, s + self.cfg.logprob_batch_size)
+            rows = list(range(s, min(s + self.cfg.logprob_batch_size, batch.input_ids.shape[0])))
+            part = slice_rows(batch, rows)
             lp, _ = token_logprobs(
                 model,
-                batch.input_ids[sl],
-                batch.attention_mask[sl],
+                part.input_ids,
+                part.attention_mask,
                 temperature=self.sampling.logprob_temperature,
+                loss_mask=part.loss_mask,
             )
-            out.append(lp)
-        return torch.cat(out)
+            out[rows, : lp.shape[1]] = lp
+        return out
 
     def _rollout(
         self, rows: Sequence[dict[str, Any]], first_group: int
@@ -316,44 +340,19 @@ class RLTrainer:
             order = torch.randperm(B, generator=self.gen)
             for s in range(0, B, cfg.mini_batch_size):
                 idx = order[s : s + cfg.mini_batch_size]
-                mask = batch.loss_mask[idx]
-                logp, ent = token_logprobs(
+                stats = accumulate_gradients(
                     self.policy,
-                    batch.input_ids[idx],
-                    batch.attention_mask[idx],
-                    temperature=self.sampling.logprob_temperature,
-                    with_entropy=cfg.entropy_coef > 0,
+                    slice_rows(batch, idx),
+                    None if old_logp is None else old_logp[idx],
+                    None if ref_logp is None else ref_logp[idx],
+                    self.loss_spec,
                 )
-                loss, stats = self.loss_fn(
-                    logp,
-                    logp.detach() if old_logp is None else old_logp[idx],
-                    batch.extra["advantages"][idx],
-                    mask,
-                    clip_low=cfg.clip_low,
-                    clip_high=cfg.clip_high,
-                    clip_c=cfg.clip_c,
-                    agg=cfg.loss_agg,
-                    norm_len=self.norm_len,
+                norm, stepped = clip_and_step(
+                    self.policy, self.opt, self.sched, cfg.optim, loss=stats["loss/total"]
                 )
-                if ref_logp is not None:
-                    kl = aggregate(
-                        kl_penalty(logp, ref_logp[idx], estimator=cfg.kl_estimator),
-                        mask,
-                        cfg.loss_agg,
-                        norm_len=self.norm_len,
-                    )
-                    loss = loss + cfg.kl_coef * kl
-                    stats["loss/kl"] = kl.item()
-                if ent is not None:
-                    entropy = aggregate(ent, mask, cfg.loss_agg, norm_len=self.norm_len)
-                    loss = loss - cfg.entropy_coef * entropy
-                    stats["loss/entropy"] = entropy.item()
-                loss.backward()
-                norm, stepped = clip_and_step(self.policy, self.opt, self.sched, cfg.optim, loss=loss.item())
                 self.skips.record(stepped, where=f"RL update {self.updates_done}")
                 self.updates_done += 1
                 stats["loss/grad_norm"] = norm
-                stats["loss/total"] = loss.item()
                 sums.update(stats)
                 updates += 1
         self.policy.eval()

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from tirl.chat.template import ChatRenderer
 from tirl.logging import MetricsLogger
 from tirl.progress import progress
-from tirl.train.batch import TokenBatch, collate
+from tirl.train.batch import TokenBatch, collate, micro_batches, slice_rows
+from tirl.train.dist import all_reduce_sum
+from tirl.train.logprobs import token_logprobs
 from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
 
 
@@ -31,11 +32,18 @@ class SFTConfig:
     batch_size: int = 32
     max_length: int = 1024  # a longer conversation is an error naming the row, never silently cut
     group_by_length: bool = False  # similar lengths per batch: less padding, but batches less mixed
+    micro_batch_size: int = 0  # sequences per forward/backward (gradients accumulate); 0 = the whole batch
+    micro_batch_tokens: int = 0  # padded tokens per forward/backward; 0 = no budget
     optim: OptimConfig = field(
         default_factory=lambda: OptimConfig(lr=1e-5, schedule="cosine", warmup_ratio=0.1)
     )
 
     def __post_init__(self) -> None:
+        if self.micro_batch_size < 0 or self.micro_batch_tokens < 0:
+            raise ValueError(
+                f"micro_batch_size and micro_batch_tokens must be >= 0 (0 = no limit), "
+                f"got {self.micro_batch_size}, {self.micro_batch_tokens}"
+            )
         if self.epochs < 0 or self.batch_size < 1:
             raise ValueError(
                 f"epochs must be >= 0 (0 skips the stage) and batch_size >= 1, "
@@ -88,16 +96,33 @@ def length_grouped_batches(
     return batches
 
 
-def sft_loss(model: torch.nn.Module, batch: TokenBatch) -> tuple[torch.Tensor, int]:
-    """Token-mean cross-entropy over loss_mask; returns (loss, number of trained tokens)."""
-    logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits[
-        :, :-1
-    ]  # (B, T-1, V)
-    target = batch.input_ids[:, 1:]
-    mask = batch.loss_mask[:, 1:]
-    ce = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), target.reshape(-1), reduction="none")
+def sft_loss(
+    model: torch.nn.Module, batch: TokenBatch, *, num_tokens: torch.Tensor | float | None = None
+) -> tuple[torch.Tensor, int]:
+    """Cross-entropy summed over loss_mask and divided by `num_tokens` (the whole batch's trained tokens when this is
+    one micro-batch of it; default: this batch's own), computed on trained positions only, in chunks; returns
+    (loss, number of trained tokens here)."""
+    logp, _ = token_logprobs(model, batch.input_ids, batch.attention_mask, loss_mask=batch.loss_mask)
+    mask = batch.loss_mask.clone()
+    mask[:, 0] = 0  # nothing predicts the first token
     n = int(mask.sum().item())
-    return (ce * mask.reshape(-1)).sum() / max(1, n), n
+    denom = max(1, n) if num_tokens is None else num_tokens
+    return -(logp * mask).sum() / denom, n
+
+
+def sft_step(model: torch.nn.Module, batch: TokenBatch, cfg: SFTConfig) -> tuple[float, int]:
+    """Forward and backward over the batch's micro-batches (gradients accumulate); returns (loss, trained tokens)."""
+    mask = batch.loss_mask.clone()
+    mask[:, 0] = 0
+    num_tokens = all_reduce_sum(mask.sum()).clamp(min=1.0)
+    lengths = batch.attention_mask.sum(dim=-1).tolist()
+    total, n = 0.0, 0
+    for rows in micro_batches(lengths, max_seqs=cfg.micro_batch_size, max_tokens=cfg.micro_batch_tokens):
+        loss, k = sft_loss(model, slice_rows(batch, rows), num_tokens=num_tokens)
+        if loss.requires_grad:
+            loss.backward()
+        total, n = total + float(loss.detach()), n + k
+    return total, n
 
 
 def train_sft(
@@ -128,12 +153,11 @@ def train_sft(
             for idx in batches:
                 chunk = [examples[i] for i in idx]
                 batch = collate([c[0] for c in chunk], [c[1] for c in chunk], pad_id=pad_id).to(device)
-                loss, n = sft_loss(model, batch)
-                loss.backward()
-                grad_norm, stepped = clip_and_step(model, opt, sched, cfg.optim, loss=loss.item())
+                loss, n = sft_step(model, batch, cfg)
+                grad_norm, stepped = clip_and_step(model, opt, sched, cfg.optim, loss=loss)
                 guard.record(stepped, where=f"{label} step {step}")
                 last = {
-                    "sft/loss": loss.item(),
+                    "sft/loss": loss,
                     "sft/grad_norm": grad_norm,
                     "sft/tokens": float(n),
                     "sft/lr": sched.get_last_lr()[0],

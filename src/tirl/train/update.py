@@ -1,0 +1,113 @@
+"""One mini-batch of the policy update, split into micro-batches whose gradients accumulate.
+
+Every micro-batch's loss is divided by the counts of the whole mini-batch (trained tokens for `token-mean`,
+sequences for the sequence modes), summed over processes with `tirl.train.dist.all_reduce_sum`, so the accumulated
+gradient is the mini-batch's gradient whatever the split and however many processes share the batch. Log-probs are
+computed on trained positions only, in chunks (`tirl.train.logprobs`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from tirl.algorithms import aggregate, kl_penalty
+from tirl.train.batch import TokenBatch, micro_batches, slice_rows
+from tirl.train.dist import all_reduce_sum
+from tirl.train.logprobs import DEFAULT_CHUNK_TOKENS, token_logprobs
+
+
+@dataclass
+class LossSpec:
+    """What the loss of an update needs besides tensors: the policy loss and its keyword hyperparameters."""
+
+    loss_fn: Any
+    clip_low: float
+    clip_high: float
+    clip_c: float
+    agg: str
+    norm_len: int
+    temperature: float
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+    micro_batch_size: int = 0  # sequences per micro-batch; 0 = the whole mini-batch
+    micro_batch_tokens: int = 0  # padded tokens per micro-batch; 0 = no budget
+    chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+
+
+def global_counts(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(trained tokens, sequences with a trained token) of a mini-batch, summed over all processes."""
+    counts = torch.stack([loss_mask.sum(), (loss_mask.sum(dim=-1) > 0).sum().to(loss_mask.dtype)]).float()
+    tokens, seqs = all_reduce_sum(counts)
+    return tokens, seqs
+
+
+def accumulate_gradients(
+    policy: torch.nn.Module,
+    mini: TokenBatch,
+    old_logp: torch.Tensor | None,
+    ref_logp: torch.Tensor | None,
+    spec: LossSpec,
+) -> dict[str, float]:
+    """Forward and backward over `mini`'s micro-batches (gradients accumulate in `policy`); returns its stats.
+
+    mini: the mini-batch, with `advantages` (B, T) in `extra`; old_logp / ref_logp: (B, T) or None (None old
+    log-probs: on-policy, the detached log-probs of this very forward pass). `loss/total` and `loss/pg` are the
+    mini-batch's values; the other stats are token-weighted means over the micro-batches.
+    """
+    num_tokens, num_seqs = global_counts(mini.loss_mask)
+    lengths = mini.attention_mask.sum(dim=-1).tolist()
+    parts = micro_batches(lengths, max_seqs=spec.micro_batch_size, max_tokens=spec.micro_batch_tokens)
+    local_tokens = float(mini.loss_mask.sum().clamp(min=1.0))
+    sums: Counter[str] = Counter()
+    totals: Counter[str] = Counter()
+    norm = {"norm_len": spec.norm_len, "num_tokens": num_tokens, "num_seqs": num_seqs}
+    for rows in parts:
+        micro = slice_rows(mini, rows)
+        width = micro.input_ids.shape[1]
+        mask = micro.loss_mask
+        logp, ent = token_logprobs(
+            policy,
+            micro.input_ids,
+            micro.attention_mask,
+            temperature=spec.temperature,
+            with_entropy=spec.entropy_coef > 0,
+            loss_mask=mask,
+            chunk_tokens=spec.chunk_tokens,
+        )
+        old = logp.detach() if old_logp is None else old_logp[rows, :width]
+        loss, stats = spec.loss_fn(
+            logp,
+            old,
+            micro.extra["advantages"],
+            mask,
+            clip_low=spec.clip_low,
+            clip_high=spec.clip_high,
+            clip_c=spec.clip_c,
+            agg=spec.agg,
+            **norm,
+        )
+        totals["loss/pg"] += float(loss.detach())
+        if ref_logp is not None:
+            kl = aggregate(
+                kl_penalty(logp, ref_logp[rows, :width], estimator=spec.kl_estimator), mask, spec.agg, **norm
+            )
+            loss = loss + spec.kl_coef * kl
+            totals["loss/kl"] += float(kl.detach())
+        if ent is not None:
+            entropy = aggregate(ent, mask, spec.agg, **norm)
+            loss = loss - spec.entropy_coef * entropy
+            totals["loss/entropy"] += float(entropy.detach())
+        if loss.requires_grad:  # a micro-batch without trained tokens has no graph and nothing to add
+            loss.backward()
+        totals["loss/total"] += float(loss.detach())
+        weight = float(mask.sum()) / local_tokens
+        sums.update({k: v * weight for k, v in stats.items() if k != "loss/pg"})
+    out = dict(sums)
+    out.update(totals)
+    out["loss/micro_batches"] = float(len(parts))
+    return out
