@@ -28,7 +28,10 @@ class MetricsLogger:
         console_keys: Sequence[str] = (),
         run_name: str = "tirl",
         config: dict[str, Any] | None = None,
+        resume_step: int | None = None,
     ):
+        """`resume_step`: a resumed run continues at this step; what an earlier attempt logged from it on (after
+        its last checkpoint) is dropped, so the run's history has no duplicated or missing steps."""
         unknown = [b for b in backends if b not in BACKENDS]
         if unknown:
             raise ValueError(f"unknown logger backends {unknown}; valid: {list(BACKENDS)}")
@@ -36,6 +39,8 @@ class MetricsLogger:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.backends = tuple(backends)
         self.console_keys = tuple(console_keys)
+        if resume_step is not None and "jsonl" in backends:
+            _truncate_jsonl(self.out_dir / "metrics.jsonl", resume_step)
         self._jsonl = (
             open(self.out_dir / "metrics.jsonl", "a", encoding="utf-8") if "jsonl" in backends else None
         )
@@ -45,7 +50,7 @@ class MetricsLogger:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError as e:
                 raise RuntimeError("logger backend 'tensorboard' needs the tensorboard package") from e
-            self._tb = SummaryWriter(str(self.out_dir / "tensorboard"))
+            self._tb = SummaryWriter(str(self.out_dir / "tensorboard"), purge_step=resume_step)
         if "wandb" in backends:
             try:
                 import wandb
@@ -77,3 +82,19 @@ class MetricsLogger:
             self._tb.close()
         if self._wandb:
             self._wandb.finish()
+
+
+def _truncate_jsonl(path: Path, step: int) -> None:
+    """Keep the lines of a metrics file logged before `step` (atomically; a torn last line is dropped too)."""
+    from tirl.io import atomic_write_text
+
+    if not path.is_file():
+        return
+    kept = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            if json.loads(line)["step"] < step:
+                kept.append(line)
+        except (ValueError, KeyError, TypeError):
+            continue
+    atomic_write_text(path, "".join(f"{line}\n" for line in kept))

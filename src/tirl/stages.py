@@ -20,7 +20,7 @@ from tirl.chat.template import ChatRenderer
 from tirl.config import save_config
 from tirl.data import read_rows
 from tirl.eval.evaluate import evaluate, summarize_records, write_eval
-from tirl.logging import MetricsLogger
+from tirl.logging import MetricsLogger, console
 from tirl.models.loading import load_model, load_tokenizer, save_checkpoint
 from tirl.rollout.agent import AgentLoop, stop_token_ids
 from tirl.rollout.engine import TorchEngine
@@ -28,6 +28,7 @@ from tirl.rollout.sampling import SamplingParams
 from tirl.run_config import TirlConfig
 from tirl.sandbox import build_sandbox
 from tirl.sandbox.types import Sandbox
+from tirl.train import checkpoint
 from tirl.train.rl import RLTrainer
 from tirl.train.sft import SFTConfig, train_sft
 
@@ -106,9 +107,18 @@ def run_rl(
     *,
     model_path: str | Path | None = None,
     rows: Sequence[dict[str, Any]] | None = None,
+    resume: str | None = None,
 ) -> Path:
-    """GRPO-TCR from `model_path` on rl.data; returns the final checkpoint directory."""
+    """GRPO-TCR from `model_path` on rl.data; returns the final checkpoint directory.
+
+    `resume`: a checkpoint directory, or "auto" (the newest complete one in `out_dir`; a fresh start if none). The
+    model is loaded from `model_path` first (it is the KL reference) and the checkpoint's weights replace the
+    policy's, so a resumed run never takes its resumed policy as the reference."""
     out = Path(out_dir)
+    ckpt = checkpoint.resolve_resume(resume, out)
+    if resume == "auto" and ckpt is None:
+        console.print(f"--resume auto: no complete checkpoint in {out}; starting from step 0")
+    state = checkpoint.load_state(ckpt) if ckpt else None
     save_config(cfg, out / "config.yaml")
     path = _model_path(cfg, model_path)
     rows = rows if rows is not None else read_rows(cfg.rl.data)
@@ -118,7 +128,13 @@ def run_rl(
         temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k
     )
     keys = ("reward/mean", "reward/accuracy", "rollout/tool_calls", "loss/clipfrac", "time/step")
-    logger = MetricsLogger(out, backends=cfg.logging.backends, console_keys=keys, config=asdict(cfg))
+    logger = MetricsLogger(
+        out,
+        backends=cfg.logging.backends,
+        console_keys=keys,
+        config=asdict(cfg),
+        resume_step=state["step"] if state else None,
+    )
     with build_sandbox(cfg.sandbox) as sandbox, contextlib.closing(logger):
         agent = build_agent(model, tokenizer, cfg, sandbox)
         trainer = RLTrainer(
@@ -132,7 +148,13 @@ def run_rl(
             out_dir=out,
             seed=cfg.seed,
             logger=logger,
+            ref_source=str(path),
         )
+        if ckpt and state:
+            checkpoint.load_weights(model, ckpt)
+            trainer.load_state_dict(state)
+            checkpoint.set_rng_state(state["rng"])
+            console.print(f"resuming from {ckpt} at step {trainer.step_done} of {cfg.rl.steps}")
         trainer.train()
     return out / "model"
 

@@ -44,9 +44,12 @@ from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentLoop
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
+from tirl.train import checkpoint
 from tirl.train.batch import TokenBatch, collate, slice_rows
+from tirl.train.checkpoint import CheckpointError
 from tirl.train.logprobs import token_logprobs
 from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
+from tirl.train.signals import StopRequested, graceful_stop
 from tirl.train.update import LossSpec, accumulate_gradients
 
 
@@ -77,7 +80,8 @@ class RLConfig:
     dynamic_max_rounds: int = 3  # extra generation rounds per step at most, when dynamic_sampling is on
     overlong_filter: bool = False  # truncated responses (budget / turn cap hit) are masked out of the loss
     logprob_batch_size: int = 64  # sequences per no-grad forward when recomputing old log-probs
-    save_every: int = 0  # steps between checkpoints; 0 = only the final one
+    save_every: int = 0  # steps between resumable checkpoints (checkpoint-<step>/); 0 = only the final model
+    keep_last: int = 0  # complete checkpoints kept, oldest deleted first, never the newest; 0 = all
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-6, weight_decay=0.01, grad_clip=1.0))
 
     def __post_init__(self) -> None:
@@ -95,6 +99,10 @@ class RLConfig:
         if self.adv_estimator in ("passk", "pkpo") and not 1 <= self.passk_k <= self.n:
             raise ValueError(
                 f"rl.passk_k={self.passk_k} must be in [1, rl.n={self.n}] for {self.adv_estimator!r}"
+            )
+        if self.save_every < 0 or self.keep_last < 0:
+            raise ValueError(
+                f"save_every and keep_last must be >= 0, got {self.save_every}, {self.keep_last}"
             )
         if self.dynamic_max_rounds < 0:
             raise ValueError(f"dynamic_max_rounds must be >= 0, got {self.dynamic_max_rounds}")
@@ -178,6 +186,7 @@ class RLTrainer:
         out_dir: str | Path,
         seed: int,
         logger: MetricsLogger | None = None,
+        ref_source: str = "",
     ) -> None:
         if not rows:
             raise ValueError("RL needs at least one prompt row")
@@ -201,6 +210,8 @@ class RLTrainer:
         self.norm_len = cfg.loss_norm_len or agent.config.max_response_tokens
         self.skips = SkipGuard(cfg.optim.max_skipped_in_row)
         self.updates_done = 0
+        self.step_done = 0
+        self.ref_source = ref_source  # where the KL reference (the initial policy) was loaded from
         self.loss_spec = LossSpec(
             self.loss_fn,
             clip_low=cfg.clip_low,
@@ -363,23 +374,64 @@ class RLTrainer:
         return out
 
     def train(self) -> list[dict[str, float]]:
-        history = []
-        with progress("RL", self.cfg.steps) as bar:
-            for step in range(self.cfg.steps):
+        """Steps from `step_done` (0, or where a resumed checkpoint left off) to `steps`; returns their metrics.
+
+        SIGTERM / SIGINT finish the current step, write a checkpoint and raise `StopRequested`."""
+        cfg, history = self.cfg, []
+        with graceful_stop() as stop, progress("RL", cfg.steps) as bar:
+            bar.advance(self.step_done)
+            for step in range(self.step_done, cfg.steps):
                 m = self.step()
                 history.append(m)
                 if self.logger:
                     self.logger.log(m, step=step)
+                self.step_done = step + 1
                 bar.advance(1, info=f"reward {m['reward/mean']:+.2f}  acc {m['reward/accuracy']:.2f}")
-                if self.cfg.save_every and (step + 1) % self.cfg.save_every == 0:
-                    self.save(self.out_dir / f"checkpoint-{step + 1}", step + 1)
-        self.save(self.out_dir / "model", self.cfg.steps)
+                if (cfg.save_every and self.step_done % cfg.save_every == 0) or stop.requested:
+                    path = self.save_checkpoint()
+                    if stop.requested:
+                        raise StopRequested(str(path), self.step_done)
+        self.save(self.out_dir / "model", cfg.steps)
         return history
 
-    def save(self, path: Path, step: int) -> None:
-        save_checkpoint(
-            self.policy,
-            self.tokenizer,
-            path,
-            extra={"step": step, "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict()},
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the next step depends on besides the weights and the global generators."""
+        return {
+            "step": self.step_done,
+            "optimizer": self.opt.state_dict(),
+            "scheduler": self.sched.state_dict(),
+            "order": list(self._order),
+            "order_rng": self.rng.getstate(),
+            "generator": self.gen.get_state(),
+            "updates_done": self.updates_done,
+            "skips": (self.skips.in_row, self.skips.total),
+            "ref_source": self.ref_source,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.ref is not None and state.get("ref_source") != self.ref_source:
+            raise CheckpointError(
+                f"the checkpoint's KL reference is {state.get('ref_source')!r} but this run's model.path is "
+                f"{self.ref_source!r}: resume with the model.path the run started from"
+            )
+        self.step_done = int(state["step"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.sched.load_state_dict(state["scheduler"])
+        self._order = list(state["order"])
+        self.rng.setstate(state["order_rng"])
+        self.gen.set_state(state["generator"])
+        self.updates_done = int(state["updates_done"])
+        self.skips.in_row, self.skips.total = state["skips"]
+
+    def save_checkpoint(self) -> Path:
+        path = checkpoint.save(
+            self.out_dir / f"checkpoint-{self.step_done}",
+            model=self.policy,
+            tokenizer=self.tokenizer,
+            state=self.state_dict(),
         )
+        checkpoint.rotate(self.out_dir, self.cfg.keep_last)
+        return path
+
+    def save(self, path: Path, step: int) -> None:
+        save_checkpoint(self.policy, self.tokenizer, path, extra={"step": step})
