@@ -41,8 +41,13 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         run_compare(_config(args), args.compare, temperatures=temps)
         return 0
     from tirl.demo import run_demo
+    from tirl.train.signals import StopRequested
 
-    run_demo(_config(args))
+    try:
+        run_demo(_config(args))
+    except StopRequested as e:
+        print(f"tirl demo: {e}", file=sys.stderr)
+        return 130
     return 0
 
 
@@ -54,11 +59,10 @@ def _cmd_stage(args: argparse.Namespace) -> int:
     cfg = _config(args)
     setup_torch(cfg)
     out = Path(args.out or Path(cfg.out_dir) / args.command)
-    if args.command == "sft":
-        console.print(f"checkpoint: {run_sft(cfg, out)}")
-    elif args.command == "rl":
+    if args.command in ("sft", "rl"):
+        run = run_sft if args.command == "sft" else run_rl
         try:
-            console.print(f"checkpoint: {run_rl(cfg, out, resume=args.resume)}")
+            console.print(f"checkpoint: {run(cfg, out, resume=args.resume)}")
         except StopRequested as e:
             console.print(str(e))
             return EXIT_RESUMABLE
@@ -112,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--out", default=None, help="output directory (default: OUT_DIR/<command>)")
         if name == "eval":
             p.add_argument("--label", default="model", help="model label written into every record")
-        if name == "rl":
+        if name in ("sft", "rl"):
             p.add_argument(
                 "--resume",
                 default=None,

@@ -74,17 +74,36 @@ def run_sft(
     rows: Sequence[dict[str, Any]] | None = None,
     stage: SFTConfig | None = None,
     label: str = "SFT",
+    resume: str | None = None,
 ) -> Path:
-    """SFT from `model_path` (or model.path) on sft.data (or `stage`'s data); returns the checkpoint directory."""
+    """SFT from `model_path` (or model.path) on sft.data (or `stage`'s data); returns the checkpoint directory.
+
+    `resume`: a checkpoint directory, or "auto" (the newest complete one in `out_dir`; a fresh start if none)."""
     out = Path(out_dir)
+    ckpt = checkpoint.resolve_resume(resume, out)
+    if resume == "auto" and ckpt is None:
+        console.print(f"--resume auto: no complete checkpoint in {out}; starting from step 0")
+    state = checkpoint.load_state(ckpt) if ckpt else None
     save_config(cfg, out / "config.yaml")
     path = _model_path(cfg, model_path)
     stage = stage or cfg.sft
     rows = rows if rows is not None else read_rows(stage.data)
     tokenizer = load_tokenizer(path)
     model = load_model(cfg.model, path)
+    if ckpt and state:
+        checkpoint.load_weights(model, ckpt)
+        checkpoint.set_rng_state(state["rng"])
+        console.print(f"resuming from {ckpt} at step {state['step']}")
     renderer = build_renderer(tokenizer, cfg)
-    logger = MetricsLogger(out, backends=cfg.logging.backends)
+    logger = MetricsLogger(out, backends=cfg.logging.backends, resume_step=state["step"] if state else None)
+
+    def save(step: int, trainer_state: dict[str, Any]) -> Path:
+        done = checkpoint.save(
+            out / f"checkpoint-{step}", model=model, tokenizer=tokenizer, state=trainer_state
+        )
+        checkpoint.rotate(out, stage.keep_last)
+        return done
+
     try:
         train_sft(
             model,
@@ -95,6 +114,8 @@ def run_sft(
             seed=cfg.seed,
             logger=logger,
             label=label,
+            save=save,
+            resume_state=state,
         )
     finally:
         logger.close()

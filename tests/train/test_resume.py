@@ -157,3 +157,35 @@ def test_damaged_checkpoints_are_named(tokenizer, tmp_path):
         checkpoint.resolve_resume(str(tmp_path / "checkpoint-2"), tmp_path)
     with pytest.raises(checkpoint.CheckpointError, match="no such checkpoint"):
         checkpoint.resolve_resume(str(tmp_path / "checkpoint-9"), tmp_path)
+
+
+@pytest.mark.slow
+def test_sft_killed_and_resumed_matches_an_uninterrupted_run(setup, tmp_path):
+    rows = [
+        {
+            "messages": [
+                {"role": "user", "content": f"Say {d}."},
+                {"role": "assistant", "content": f"\\boxed{{{d}}}"},
+            ]
+        }
+        for d in range(40)
+    ]
+    (setup / "sft.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def args(out, *extra):
+        return [
+            sys.executable, "-m", "tirl", "sft", f"model.path={setup / 'model'}", f"sft.data={setup / 'sft.jsonl'}",
+            "sft.epochs=2", "sft.batch_size=8", "sft.save_every=3", "sft.keep_last=1", "sft.optim.lr=0.003",
+            "threads=1", "logging.backends=[jsonl]", "--out", str(out), *extra,
+        ]  # fmt: skip
+
+    full, cut = tmp_path / "full", tmp_path / "cut"
+    assert _run(args(full)).returncode == 0
+    _kill_after_checkpoint(args(cut), cut / "checkpoint-3")
+    r = _run(args(cut, "--resume", "auto"))
+    assert r.returncode == 0 and "at step 3" in r.stdout, r.stderr[-2000:]
+    a, b = _metrics(full), _metrics(cut)
+    assert [m["step"] for m in b] == list(range(10)) and a == b
+    assert [p.name for p in checkpoint.complete_checkpoints(cut)] == ["checkpoint-9"]  # keep_last=1
+    wa, wb = load_file(full / "model" / "model.safetensors"), load_file(cut / "model" / "model.safetensors")
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
