@@ -41,6 +41,7 @@ class MetricsLogger:
         self.console_keys = tuple(console_keys)
         if resume_step is not None and "jsonl" in backends:
             _truncate_jsonl(self.out_dir / "metrics.jsonl", resume_step)
+            _truncate_jsonl(self.out_dir / "samples.jsonl", resume_step)
         self._jsonl = (
             open(self.out_dir / "metrics.jsonl", "a", encoding="utf-8") if "jsonl" in backends else None
         )
@@ -74,6 +75,19 @@ class MetricsLogger:
                 f"{k.split('/')[-1]}={metrics[k]:.3g}" for k in self.console_keys if k in metrics
             )
             console.print(f"[dim]step {step:>4}[/]  {shown}")
+
+    def log_text(self, key: str, text: str, *, step: int) -> None:
+        """A block of text for a step (sample trajectories, as TRL's log_completions): `samples.jsonl` next to the
+        metrics, a TensorBoard text summary, a wandb table row."""
+        if self._jsonl:
+            with open(self.out_dir / "samples.jsonl", "a", encoding="utf-8") as f:
+                f.write(json.dumps({"step": step, "key": key, "text": text}) + "\n")
+        if self._tb:
+            self._tb.add_text(key, f"```\n{text}\n```", step)
+        if self._wandb:
+            import wandb
+
+            self._wandb.log({key: wandb.Table(columns=["step", "text"], data=[[step, text]])}, step=step)
 
     def close(self) -> None:
         if self._jsonl:

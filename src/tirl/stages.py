@@ -171,6 +171,8 @@ def run_rl(
             logger=logger,
             ref_source=str(path),
         )
+        if cfg.rl.eval_every:
+            trainer.validate = validator(cfg, out, agent, str(path))
         if ckpt and state:
             checkpoint.load_weights(model, ckpt)
             trainer.load_state_dict(state)
@@ -178,6 +180,23 @@ def run_rl(
             console.print(f"resuming from {ckpt} at step {trainer.step_done} of {cfg.rl.steps}")
         trainer.train()
     return out / "model"
+
+
+def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str):
+    """step -> `val/<data_source>/<metric>` of the current policy on rl.eval_data (eval.n samples each); each
+    evaluation's records go to OUT/eval/step-<k>/, where `tirl analyze` reads them."""
+    rows = [row for f in cfg.rl.eval_data for row in read_rows(f)]  # read now: a bad file fails at start-up
+    conf = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=model_path))  # its tokenizer
+
+    def validate(step: int) -> dict[str, float]:
+        records, trajs = evaluate(agent, rows, cfg.eval, model_label=f"step-{step}", seed=cfg.seed)
+        summary = summarize_records(records, cfg.eval.ks)
+        where = out / "eval" / f"step-{step:06d}"
+        write_eval(where, records, trajs, summary)
+        save_config(conf, where / "config.yaml")
+        return {f"val/{src}/{k}": float(v) for src, m in summary.items() for k, v in m.items() if "@" in k}
+
+    return validate
 
 
 def run_eval(
