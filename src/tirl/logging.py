@@ -29,9 +29,11 @@ class MetricsLogger:
         run_name: str = "tirl",
         config: dict[str, Any] | None = None,
         resume_step: int | None = None,
+        run_id: str | None = None,
     ):
         """`resume_step`: a resumed run continues at this step; what an earlier attempt logged from it on (after
-        its last checkpoint) is dropped, so the run's history has no duplicated or missing steps."""
+        its last checkpoint) is dropped, so the run's history has no duplicated or missing steps. `run_id`: the
+        wandb run to continue (saved in checkpoints as `self.run_id`)."""
         unknown = [b for b in backends if b not in BACKENDS]
         if unknown:
             raise ValueError(f"unknown logger backends {unknown}; valid: {list(BACKENDS)}")
@@ -58,8 +60,14 @@ class MetricsLogger:
             except ImportError as e:
                 raise RuntimeError("logger backend 'wandb' needs the wandb package") from e
             self._wandb = wandb.init(
-                project="tirl", name=run_name, config=config or {}, dir=str(self.out_dir)
+                project="tirl",
+                name=run_name,
+                config=config or {},
+                dir=str(self.out_dir),
+                id=run_id,
+                resume="allow" if run_id else None,
             )
+        self.run_id = self._wandb.id if self._wandb else None
 
     def log(self, metrics: dict[str, float], *, step: int) -> None:
         if self._jsonl:

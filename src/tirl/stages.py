@@ -95,7 +95,12 @@ def run_sft(
         checkpoint.set_rng_state(state["rng"])
         console.print(f"resuming from {ckpt} at step {state['step']}")
     renderer = build_renderer(tokenizer, cfg)
-    logger = MetricsLogger(out, backends=cfg.logging.backends, resume_step=state["step"] if state else None)
+    logger = MetricsLogger(
+        out,
+        backends=cfg.logging.backends,
+        resume_step=state["step"] if state else None,
+        run_id=state.get("wandb_id") if state else None,
+    )
 
     def save(step: int, trainer_state: dict[str, Any]) -> Path:
         done = checkpoint.save(
@@ -155,6 +160,7 @@ def run_rl(
         console_keys=keys,
         config=asdict(cfg),
         resume_step=state["step"] if state else None,
+        run_id=state.get("wandb_id") if state else None,
     )
     with build_sandbox(cfg.sandbox) as sandbox, contextlib.closing(logger):
         agent = build_agent(model, tokenizer, cfg, sandbox)

@@ -72,7 +72,9 @@ def _run(args: list[str], **kw) -> subprocess.CompletedProcess:
 
 def _metrics(out: Path) -> list[dict]:
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith(("time", "perf/"))} for r in rows]  # clocks differ
+    return [
+        {k: v for k, v in r.items() if not k.startswith(("time", "perf/"))} for r in rows
+    ]  # clocks differ
 
 
 def _kill_after_checkpoint(args: list[str], ckpt: Path) -> None:

@@ -98,3 +98,22 @@ def wandb_history(path):
                     {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in rec.history.item}
                 )
     return rows
+
+
+def test_a_resumed_logger_continues_the_same_wandb_run_and_drops_later_lines(tmp_path, monkeypatch):
+    pytest.importorskip("wandb")
+    from tirl.logging import MetricsLogger
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    first = MetricsLogger(tmp_path, backends=["jsonl", "wandb"])
+    for step in range(3):
+        first.log({"x": float(step)}, step=step)
+    run_id = first.run_id
+    first.close()
+    again = MetricsLogger(tmp_path, backends=["jsonl", "wandb"], resume_step=1, run_id=run_id)
+    again.log({"x": 10.0}, step=1)
+    again.close()
+    assert again.run_id == run_id
+    lines = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["x"]) for r in lines] == [(0, 0.0), (1, 10.0)]

@@ -457,6 +457,7 @@ class RLTrainer:
             "updates_done": self.updates_done,
             "skips": (self.skips.in_row, self.skips.total),
             "ref_source": self.ref_source,
+            "wandb_id": self.logger.run_id if self.logger else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
