@@ -19,9 +19,10 @@ class SandboxConfig:
     isolation: Isolation = "bwrap"  # local backend; "none" needs the explicit opt-in and warns loudly
     cgroups: Literal["auto", "required", "off"] = "auto"  # per-worker pids/memory cgroups where writable
     timeout_s: float = 5.0
-    cpu_time_s: int = 5
+    cpu_time_s: int = 0  # RLIMIT_CPU per process; 0 = the run's own timeout + 1 s (SandboxFusion bounds CPU so)
     memory_mb: int = 1024
-    max_output_bytes: int = 65536  # per stream
+    max_output_bytes: int = 2**20  # per stream: SandboxFusion returns up to 1 MiB of each
+    seccomp: bool = True  # the syscall filter (seccomp.py) on every snippet; needs libseccomp + pyseccomp
     max_file_bytes: int = 16 * 2**20
     max_processes: int = 64  # per run (RLIMIT_NPROC for the snippet's uid; pids cgroup per worker)
     max_workers: int = 0  # warm workers per tier (local) or concurrent requests (remote); 0 = CPU count, 32
@@ -41,8 +42,10 @@ class SandboxConfig:
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:
             raise ValueError(f"timeout_s must be > 0, got {self.timeout_s}")
-        if self.cpu_time_s < 1:
-            raise ValueError(f"cpu_time_s must be >= 1 (rlimits count whole seconds), got {self.cpu_time_s}")
+        if self.cpu_time_s < 0:
+            raise ValueError(
+                f"cpu_time_s must be >= 0 (0 = the run's timeout; rlimits count whole seconds), got {self.cpu_time_s}"
+            )
         if self.memory_mb < 32:
             raise ValueError(
                 f"memory_mb must be >= 32 (the interpreter alone needs ~20 MB), got {self.memory_mb}"

@@ -103,6 +103,8 @@ def bwrap_prefix(python: str, zygote: str, tmp_bytes: int) -> list[str]:
         cmd += ["--tmpfs", home, *_bind_back(home, needed)]
     cmd += ["--size", str(tmp_bytes), "--tmpfs", "/tmp", *_bind_back("/tmp", needed)]
     cmd += ["--proc", "/proc", "--dev", "/dev"]
+    # a private writable /dev/shm (POSIX semaphores: multiprocessing's locks and Pool), wiped after each run
+    cmd += ["--perms", "01777", "--size", str(tmp_bytes), "--tmpfs", "/dev/shm"]
     cmd += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     cmd += ["--die-with-parent", "--new-session", "--as-pid-1", "--clearenv", "--chdir", "/tmp"]
     for k, v in ENV.items():

@@ -48,8 +48,10 @@ What it does NOT cover:
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
+import math
 import os
 import queue
 import select
@@ -72,6 +74,7 @@ from tirl.sandbox.isolation import (
     worker_command,
 )
 from tirl.sandbox.routing import heavy_import_pattern, needs_heavy
+from tirl.sandbox.seccomp import compile_filter
 from tirl.sandbox.types import ExecResult, batch_stdins
 
 __all__ = ["LocalSandbox", "SandboxConfig", "SandboxOverloaded", "SandboxUnavailable"]
@@ -80,6 +83,25 @@ _READY_TIMEOUT_S = 120.0  # a worker's start: namespaces plus importing sympy on
 _MAX_TIMEOUT_S = 86400.0  # a day: per-run timeouts above this are surely a unit mistake
 _MAX_MEMORY_MB = 2**20  # 1 TiB; the wire header holds 32 bits
 _GRACE_S = 5.0  # beyond a run's timeout before the host gives up on a silent worker
+
+
+def file_request(files: dict[str, str | None], fetch_files: Sequence[str]) -> bytes:
+    """The zygote's extra frame for SandboxFusion's `files`/`fetch_files`; ValueError names a bad path or content.
+
+    Paths must stay inside the run's directory (relative, no `..`): SandboxFusion would write or read anywhere.
+    """
+    if not files and not fetch_files:
+        return b""
+    for path in [*files, *fetch_files]:
+        if proto.safe_relpath(path) is None:
+            raise ValueError(f"file path {path!r} must be relative and inside the run directory (no '..')")
+    for path, content in files.items():
+        if content is not None:
+            try:
+                base64.b64decode(content, validate=True)
+            except (ValueError, TypeError):
+                raise ValueError(f"files[{path!r}] is not valid base64") from None
+    return json.dumps({"files": files, "fetch": list(fetch_files)}).encode()
 
 
 class SandboxOverloaded(RuntimeError):
@@ -141,18 +163,22 @@ class _Worker:
             left -= len(b)
         return b"".join(parts)
 
-    def execute(self, code: bytes, stdin: bytes | None, timeout: float, memory_mb: int) -> tuple:
+    def execute(
+        self, code: bytes, stdin: bytes | None, timeout: float, memory_mb: int, cpu_s: int, extra: bytes
+    ) -> tuple:
         stdin_len = proto.NO_STDIN if stdin is None else len(stdin)
-        msg = proto.REQ.pack(len(code), stdin_len, timeout, memory_mb) + code + (stdin or b"")
+        head = proto.REQ.pack(len(code), stdin_len, timeout, memory_mb, cpu_s, len(extra))
+        msg = head + code + (stdin or b"") + extra
         try:
             proto._write_all(self.fd_in, msg)
         except (BrokenPipeError, OSError) as e:
             raise WorkerDied(f"worker gone: {e}") from None
         deadline = time.monotonic() + timeout + _GRACE_S + 1.0  # the worker drains for up to 0.5 s
-        exit_code, flags, wall, n_out, n_err = proto.RESP.unpack(self._read(proto.RESP.size, deadline))
-        body = self._read(n_out + n_err, deadline) if n_out + n_err else b""
+        exit_code, flags, wall, n_out, n_err, n_extra = proto.RESP.unpack(self._read(proto.RESP.size, deadline))
+        n = n_out + n_err + n_extra
+        body = self._read(n, deadline) if n else b""
         self.runs += 1
-        return exit_code, flags, wall, body[:n_out], body[n_out:]
+        return exit_code, flags, wall, body[:n_out], body[n_out : n_out + n_err], body[n_out + n_err :]
 
     def kill(self) -> None:
         with contextlib.suppress(ProcessLookupError):
@@ -187,6 +213,7 @@ class LocalSandbox:
             preload = tuple(cfg.preload) + tuple(cfg.preload_heavy)
             self._heavy = _Tier("heavy", preload, range(per_tier, 2 * per_tier), started=False)
         self._pattern = heavy_import_pattern(cfg.preload_heavy)
+        self._seccomp_bpf = compile_filter() if cfg.seccomp else b""  # SandboxUnavailable without libseccomp
         self.workers = per_tier * (2 if self._heavy else 1)  # all tiers, started or not
         self._use_cgroups = cfg.cgroups == "required" or (cfg.cgroups == "auto" and cgroups_writable())
         if cfg.cgroups == "required" and not cgroups_writable():
@@ -222,7 +249,7 @@ class LocalSandbox:
             "private_tmp": cfg.isolation != "none",  # /tmp and /dev/shm are the worker's own tmpfs
             "keep_tmp": kept_tmp_entries(self._python, proto.__file__),  # a checkout under /tmp, bound back
             "preload": list(tier.preload),
-            "cpu_time_s": cfg.cpu_time_s,
+            "seccomp_bpf": self._seccomp_bpf.hex(),
             "memory_mb": cfg.memory_mb,
             "max_file_bytes": cfg.max_file_bytes,
             "max_output_bytes": cfg.max_output_bytes,
@@ -277,15 +304,22 @@ class LocalSandbox:
         stdin: str | None = None,
         timeout_s: float | None = None,
         memory_mb: int | None = None,
+        files: dict[str, str | None] | None = None,
+        fetch_files: Sequence[str] = (),
     ) -> ExecResult:
-        """Execute `code` as a script; `timeout_s` and `memory_mb` override the configured limits for this run."""
+        """Execute `code` as a script; `timeout_s` and `memory_mb` override the configured limits for this run.
+
+        `files` (relative path -> base64) are written into the run's directory first; `fetch_files` (relative
+        paths) come back base64 in the result's `files` when they exist after the run (SandboxFusion's fields).
+        """
         timeout = self.config.timeout_s if timeout_s is None else timeout_s
         if not 0 < timeout <= _MAX_TIMEOUT_S:  # beyond, the pipes' poll() overflows its millisecond count
             raise ValueError(f"timeout_s must be > 0 and <= {_MAX_TIMEOUT_S:.0f}, got {timeout}")
-        if memory_mb is not None and not 32 <= memory_mb <= _MAX_MEMORY_MB:
+        if memory_mb is not None and not 1 <= memory_mb <= _MAX_MEMORY_MB:
             raise ValueError(
-                f"memory_mb must be 32-{_MAX_MEMORY_MB} (None = the configured limit), got {memory_mb}"
+                f"memory_mb must be 1-{_MAX_MEMORY_MB} (None = the configured limit), got {memory_mb}"
             )
+        extra = file_request(files or {}, fetch_files)
         start = time.monotonic()
         tier = self._heavy if self._heavy is not None and needs_heavy(code, self._pattern) else self._light
         with self._lock:
@@ -316,15 +350,25 @@ class LocalSandbox:
         finally:
             with self._lock:
                 self._waiting -= 1
-        return self._run_on(worker, code, stdin, timeout, memory_mb or 0, start)
+        return self._run_on(worker, code, stdin, timeout, memory_mb or 0, start, extra)
 
     def _run_on(
-        self, worker: _Worker, code: str, stdin: str | None, timeout: float, memory_mb: int, start: float
+        self,
+        worker: _Worker,
+        code: str,
+        stdin: str | None,
+        timeout: float,
+        memory_mb: int,
+        start: float,
+        extra: bytes = b"",
     ) -> ExecResult:
         data = code.encode("utf-8", errors="replace")
         stdin_b = None if stdin is None else stdin.encode("utf-8", errors="replace")
+        cpu_s = self.config.cpu_time_s or math.ceil(timeout) + 1  # the wall clock normally fires first
         try:
-            exit_code, flags, wall, out, err = worker.execute(data, stdin_b, timeout, memory_mb)
+            exit_code, flags, wall, out, err, fetched = worker.execute(
+                data, stdin_b, timeout, memory_mb, cpu_s, extra
+            )
         except WorkerDied as e:
             self._retire(worker)
             return ExecResult("", "", None, False, False, time.monotonic() - start, f"sandbox worker: {e}")
@@ -345,6 +389,7 @@ class LocalSandbox:
             output_truncated=bool(flags & proto.F_TRUNCATED),
             wall_time=wall,
             memory_exceeded=oom,
+            files=json.loads(fetched)["files"] if fetched else {},
         )
 
     def run_batch(

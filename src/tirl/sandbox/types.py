@@ -22,6 +22,7 @@ class ExecResult:
     wall_time: seconds from start to reaping, including process start-up.
     sandbox_error: the sandbox itself failed (could not start the interpreter); not the snippet's fault.
     memory_exceeded: the run was killed for memory (the cgroup's OOM killer), not only a MemoryError.
+    files: the files the caller asked to fetch that existed after the run (SandboxFusion's `fetch_files`).
     """
 
     stdout: str
@@ -32,6 +33,7 @@ class ExecResult:
     wall_time: float
     sandbox_error: str | None = None
     memory_exceeded: bool = False
+    files: dict[str, str] = dataclasses.field(default_factory=dict)  # fetched files, path -> base64
 
     @property
     def status(self) -> Status:

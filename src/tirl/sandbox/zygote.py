@@ -5,8 +5,10 @@ library (plus the modules it preloads for snippets) and never tirl, so it starts
 
 Protocol on fds 0 (requests) and 1 (responses), binary and compact so a run costs a fork, not Python framing:
   ready:    b"R" once the preloads are imported
-  request:  REQ header (code length, stdin length or NO_STDIN, timeout s, memory MB or 0) + code + stdin
-  response: RESP header (exit code, flags, wall s, stdout length, stderr length) + stdout + stderr
+  request:  REQ header (code length, stdin length or NO_STDIN, timeout s, memory MB or 0, CPU s, extra length)
+            + code + stdin + extra (JSON {"files": {path: base64}, "fetch": [path]}, empty when neither is used)
+  response: RESP header (exit code, flags, wall s, stdout length, stderr length, extra length)
+            + stdout + stderr + extra (JSON {"files": {path: base64}} of the fetched files, empty when none asked)
 
 Per run: a fresh directory under /tmp (its cwd, HOME and TMPDIR), pipes for stdout/stderr read here up to the
 cap, a memfd for stdin, rlimits (CPU, address space, file size, no core, process count) set in the child, and,
@@ -15,11 +17,15 @@ root-owned files, or read 0700 ones). When the snippet's main process exits, tim
 every other process in the worker's pid namespace is SIGKILLed (kill(-1) spares only us and the namespace init),
 so daemons and setsid() escapes die with the run. The directory (and, without a uid switch, all of /tmp) is
 wiped before the next request. The child is a fresh fork of a zygote that never runs snippets: no Python state
-carries over from one run to the next.
+carries over from one run to the next. The child ends the way `python file.py` does: non-daemon threads are
+joined, atexit handlers run, buffers flushed. A seccomp filter (BPF compiled by libseccomp on the host, see
+seccomp.py) is loaded in the child just before the snippet runs, never in the zygote.
 """
 
 from __future__ import annotations
 
+import atexit
+import base64
 import ctypes
 import gc
 import io
@@ -37,8 +43,8 @@ import time
 import traceback
 import types
 
-REQ = struct.Struct("!IIdI")
-RESP = struct.Struct("!iBdII")
+REQ = struct.Struct("!IIdIII")
+RESP = struct.Struct("!iBdIII")
 NO_STDIN = 0xFFFFFFFF
 F_TIMEOUT, F_TRUNCATED, F_KILLED = 1, 2, 4  # F_KILLED: SIGKILL from outside the run (e.g. the OOM killer)
 _CHUNK = 65536
@@ -76,6 +82,43 @@ def _read_exact(fd: int, n: int) -> bytes:
     return b"".join(parts)
 
 
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+_PR_SET_NO_NEW_PRIVS, _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 38, 22, 2
+
+
+def _install_seccomp(prog: _SockFprog) -> None:
+    """Load the prepared BPF program into this (child) process; an error ends the run rather than run unfiltered."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS) failed")
+    if libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
+
+
+def safe_relpath(path: str) -> str | None:
+    """`path` normalized if it names something inside the run directory (relative, no `..`), else None."""
+    if not isinstance(path, str) or not path or "\0" in path or os.path.isabs(path):
+        return None
+    norm = os.path.normpath(path)
+    if norm in (".", "..") or norm.startswith("../"):
+        return None
+    return norm
+
+
+def _finish_like_python() -> None:
+    """What the interpreter does at exit: join non-daemon threads, run atexit handlers (flushing is the caller's)."""
+    threading = sys.modules.get("threading")
+    if threading is not None:
+        me = threading.current_thread()
+        for t in threading.enumerate():
+            if t is not me and not t.daemon and t is not threading.main_thread():
+                t.join()
+    atexit._run_exitfuncs()
+
+
 def _write_quietly(path: str, text: str) -> bool:
     try:
         with open(path, "w") as f:
@@ -111,22 +154,42 @@ def _snippet_main(main: types.ModuleType, compiled: types.CodeType | BaseExcepti
     """Runs in the forked child: the code as __main__, an uncaught exception's traceback without our frames."""
     sys.modules["__main__"] = main
     sys.argv[:] = ["snippet.py"]
+    status = _run_main(main, compiled)
+    try:
+        _finish_like_python()
+    except SystemExit as e:  # sys.exit() in an atexit handler: Python prints nothing and keeps the status
+        status = _exit_status(e) if status == 0 else status
+    except BaseException as e:
+        _print_snippet_traceback(e)
+        status = status or 1
+    return status
+
+
+def _exit_status(e: SystemExit) -> int:
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code & 0xFF
+    print(e.code, file=sys.stderr)
+    return 1
+
+
+def _print_snippet_traceback(e: BaseException) -> None:
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename != "snippet.py":
+        tb = tb.tb_next
+    traceback.print_exception(type(e), e, tb)
+
+
+def _run_main(main: types.ModuleType, compiled: types.CodeType | BaseException) -> int:
     try:
         if isinstance(compiled, BaseException):
             raise compiled
         exec(compiled, main.__dict__)
     except SystemExit as e:
-        if e.code is None:
-            return 0
-        if isinstance(e.code, int):
-            return e.code & 0xFF
-        print(e.code, file=sys.stderr)
-        return 1
+        return _exit_status(e)
     except BaseException as e:
-        tb = e.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename != "snippet.py":
-            tb = tb.tb_next
-        traceback.print_exception(type(e), e, tb)
+        _print_snippet_traceback(e)
         return 1
     return 0
 
@@ -138,6 +201,9 @@ class Zygote:
         self.n = 0
         self.base_vm = 0
         self.oom_protected = False
+        bpf = bytes.fromhex(cfg.get("seccomp_bpf", ""))
+        self._bpf = ctypes.create_string_buffer(bpf, len(bpf))  # kept alive: the program points into it
+        self.seccomp = _SockFprog(len(bpf) // 8, ctypes.addressof(self._bpf)) if bpf else None
 
     def preload(self) -> None:
         for name in self.cfg["preload"]:
@@ -159,7 +225,9 @@ class Zygote:
         gc.collect()
         gc.freeze()  # children then never touch (copy) the preloaded objects' pages to collect them
 
-    def child(self, prepared: tuple, stdin_fd: int, out_w: int, err_w: int, rundir: str, mem_mb: int) -> None:
+    def child(
+        self, prepared: tuple, stdin_fd: int, out_w: int, err_w: int, rundir: str, mem_mb: int, cpu_s: int
+    ) -> None:
         status = 1
         try:
             os.dup2(stdin_fd, 0)
@@ -172,7 +240,7 @@ class Zygote:
             cfg = self.cfg
             mem = self.base_vm + mem_mb * 2**20
             limits = [
-                (resource.RLIMIT_CPU, (cfg["cpu_time_s"], cfg["cpu_time_s"] + 1)),
+                (resource.RLIMIT_CPU, (cpu_s, cpu_s + 1)),
                 (resource.RLIMIT_AS, (mem, mem)),
                 (resource.RLIMIT_FSIZE, (cfg["max_file_bytes"], cfg["max_file_bytes"])),
                 (resource.RLIMIT_CORE, (0, 0)),
@@ -186,6 +254,8 @@ class Zygote:
                 os.setgroups([])
                 os.setresgid(self.uid, self.uid, self.uid)
                 os.setresuid(self.uid, self.uid, self.uid)
+            if self.seccomp is not None:
+                _install_seccomp(self.seccomp)
             status = _snippet_main(*prepared)
             for stream in (sys.stdout, sys.stderr):
                 try:
@@ -200,7 +270,9 @@ class Zygote:
         finally:
             os._exit(status)
 
-    def run(self, code: bytes, stdin: bytes | None, timeout: float, mem_mb: int) -> bytes:
+    def run(
+        self, code: bytes, stdin: bytes | None, timeout: float, mem_mb: int, cpu_s: int, extra: dict
+    ) -> bytes:
         """One snippet, start to cleanup; returns the response frame."""
         self.n += 1
         rundir = f"/tmp/tirl-run-{os.getpid()}-{self.n}"  # pid: unique on a shared /tmp (isolation none)
@@ -211,6 +283,8 @@ class Zygote:
             os.mkdir(rundir, 0o700)
         if self.uid >= 0:
             os.chown(rundir, self.uid, self.uid)
+        if extra.get("files"):
+            self._restore_files(rundir, extra["files"])
         if stdin is None:
             stdin_fd = os.open("/dev/null", os.O_RDONLY)
         else:
@@ -224,7 +298,7 @@ class Zygote:
         t0 = time.monotonic()
         pid = _raw_fork()
         if pid == 0:
-            self.child(prepared, stdin_fd, out_w, err_w, rundir, mem_mb or self.cfg["memory_mb"])
+            self.child(prepared, stdin_fd, out_w, err_w, rundir, mem_mb or self.cfg["memory_mb"], cpu_s)
         for fd in (stdin_fd, out_w, err_w):
             os.close(fd)
         pidfd = os.pidfd_open(pid)
@@ -235,11 +309,47 @@ class Zygote:
         for fd in (out_r, err_r, pidfd):
             os.close(fd)
         self._reap()
+        fetched = b""
+        if extra.get("fetch"):  # every process of the run is dead: no symlink can change under us
+            fetched = json.dumps({"files": self._fetch_files(rundir, extra["fetch"])}).encode()
         self._wipe(rundir)
         code_ = os.waitstatus_to_exitcode(wstatus)
         if code_ == -signal.SIGKILL and not flags & (F_TIMEOUT | F_TRUNCATED):
             flags |= F_KILLED  # not by us: the host checks the memory cgroup's OOM counter
-        return RESP.pack(code_, flags, wall, len(out), len(err)) + out + err
+        return RESP.pack(code_, flags, wall, len(out), len(err), len(fetched)) + out + err + fetched
+
+    def _restore_files(self, rundir: str, files: dict) -> None:
+        """SandboxFusion's `files`: base64 contents written under the run directory, subfolders created."""
+        for path, content in files.items():
+            rel = safe_relpath(path)
+            if rel is None or not isinstance(content, str):
+                continue  # the host refuses unsafe paths with a clear error; None contents are skipped
+            target = os.path.join(rundir, rel)
+            parent = os.path.dirname(target)
+            os.makedirs(parent, exist_ok=True)
+            with open(target, "wb") as f:
+                f.write(base64.b64decode(content))
+            if self.uid >= 0:
+                d = parent
+                while d.startswith(rundir + "/"):
+                    os.chown(d, self.uid, self.uid)
+                    d = os.path.dirname(d)
+                os.chown(target, self.uid, self.uid)
+
+    def _fetch_files(self, rundir: str, paths: list) -> dict:
+        """SandboxFusion's `fetch_files`: each regular file inside the run directory, base64; others are absent."""
+        out = {}
+        root = os.path.realpath(rundir) + "/"
+        for path in paths:
+            rel = safe_relpath(path)
+            if rel is None:
+                continue
+            real = os.path.realpath(os.path.join(rundir, rel))
+            if not real.startswith(root) or not os.path.isfile(real):
+                continue  # a symlink out of the run directory is not followed
+            with open(real, "rb") as f:
+                out[path] = base64.b64encode(f.read(self.cfg["max_file_bytes"])).decode()
+        return out
 
     def _collect(
         self, pid: int, pidfd: int, out_r: int, err_r: int, deadline: float
@@ -321,7 +431,7 @@ class Zygote:
             os.rmdir(rundir)  # the common case: the snippet wrote no file
         except OSError:
             shutil.rmtree(rundir, ignore_errors=True)
-        if self.uid < 0 and self.cfg["private_tmp"]:  # the snippet ran as us: it may have written there
+        if self.cfg["private_tmp"]:  # the snippet may have written there (its /dev/shm is writable)
             for d in ("/tmp", "/dev/shm"):
                 try:
                     entries = os.listdir(d)
@@ -347,10 +457,11 @@ class Zygote:
                 head = _read_exact(0, REQ.size)
             except EOFError:
                 return
-            code_len, stdin_len, timeout, mem_mb = REQ.unpack(head)
+            code_len, stdin_len, timeout, mem_mb, cpu_s, extra_len = REQ.unpack(head)
             code = _read_exact(0, code_len)
             stdin = None if stdin_len == NO_STDIN else _read_exact(0, stdin_len)
-            _write_all(1, self.run(code, stdin, timeout, mem_mb))
+            extra = json.loads(_read_exact(0, extra_len)) if extra_len else {}
+            _write_all(1, self.run(code, stdin, timeout, mem_mb, cpu_s, extra))
 
 
 def main() -> None:
