@@ -286,7 +286,7 @@ def test_to_dict_includes_status(sandbox: LocalSandbox) -> None:
     ("kwargs", "match"),
     [
         ({"timeout_s": 0}, "timeout_s"),
-        ({"cpu_time_s": 0}, "cpu_time_s"),
+        ({"cpu_time_s": -1}, "cpu_time_s"),
         ({"memory_mb": 8}, "memory_mb"),
         ({"max_output_bytes": 0}, "max_output_bytes"),
         ({"max_workers": -1}, "max_workers"),

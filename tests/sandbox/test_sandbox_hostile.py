@@ -287,8 +287,12 @@ def test_bad_requests_get_clear_4xx(server: Server) -> None:
     assert r.status_code == 422 and "code" in r.text
     r = server.http.post("/run_code", json={"code": "print(1)", "run_timeout": -1})
     assert r.status_code == 422 and "run_timeout" in r.text
-    r = server.http.post("/run_code", json={"code": "print(1)", "files": {"a.txt": "eA=="}})
-    assert r.status_code == 400 and "files" in r.json()["detail"]
+    r = server.http.post("/run_code", json={"code": "print(1)", "files": {"../a.txt": "eA=="}})
+    assert r.status_code == 400 and "inside the run directory" in r.json()["detail"]
+    r = server.http.post("/run_code", json={"code": "print(1)", "fetch_files": ["/etc/passwd"]})
+    assert r.status_code == 400 and "/etc/passwd" in r.json()["detail"]
+    r = server.http.post("/run_code", json={"code": "print(1)", "files": {"a.txt": "not base64!"}})
+    assert r.status_code == 400 and "base64" in r.json()["detail"]
     r = server.http.post(
         "/run_code", content=b"x" * (5 * 2**20), headers={"content-type": "application/json"}
     )

@@ -16,7 +16,10 @@ class EchoPool:
 
     workers = 1
 
-    def run(self, code: str, *, stdin=None, timeout_s=None, memory_mb=None) -> ExecResult:
+    memory_mb: int | None = None
+
+    def run(self, code: str, *, stdin=None, timeout_s=None, memory_mb=None, **files: object) -> ExecResult:
+        self.memory_mb = memory_mb
         return ExecResult(code, "", 0, False, False, 0.001)
 
     def stats(self) -> dict[str, int]:
@@ -51,11 +54,15 @@ def test_chunked_body_under_the_limit_is_run() -> None:
     assert r.status_code == 200 and r.json()["run_result"]["stdout"] == "y" * 3000
 
 
-def test_huge_memory_limit_is_a_422_not_a_500() -> None:
-    async def go() -> httpx.Response:
-        transport = httpx.ASGITransport(app=create_app(EchoPool()), raise_app_exceptions=False)
-        async with httpx.AsyncClient(transport=transport, base_url="http://sandbox") as c:
-            return await c.post("/run_code", json={"code": "print(1)", "memory_limit_MB": 5_000_000_000})
+def test_memory_limits_map_as_sandboxfusion_accepts_them() -> None:
+    """SandboxFusion takes any int: <= 0 means no limit (here: the server's own), a huge one is clamped to 1 TiB."""
+    pool = EchoPool()
 
-    r = asyncio.run(go())
-    assert r.status_code == 422 and "memory_limit_MB" in r.text
+    async def go(limit: int) -> httpx.Response:
+        transport = httpx.ASGITransport(app=create_app(pool), raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sandbox") as c:
+            return await c.post("/run_code", json={"code": "print(1)", "memory_limit_MB": limit})
+
+    for limit, expected in ((5_000_000_000, 2**20), (-1, None), (0, None), (512, 512)):
+        r = asyncio.run(go(limit))
+        assert r.status_code == 200 and pool.memory_mb == expected, (limit, r.text)

@@ -19,7 +19,9 @@ class SandboxConfig:
     isolation: Isolation = "bwrap"  # local backend; "none" needs the explicit opt-in and warns loudly
     cgroups: Literal["auto", "required", "off"] = "auto"  # per-worker pids/memory cgroups where writable
     timeout_s: float = 5.0
-    cpu_time_s: int = 0  # RLIMIT_CPU per process; 0 = the run's own timeout + 1 s (SandboxFusion bounds CPU so)
+    cpu_time_s: int = (
+        0  # RLIMIT_CPU per process; 0 = the run's own timeout + 1 s (SandboxFusion bounds CPU so)
+    )
     memory_mb: int = 1024
     max_output_bytes: int = 2**20  # per stream: SandboxFusion returns up to 1 MiB of each
     seccomp: bool = True  # the syscall filter (seccomp.py) on every snippet; needs libseccomp + pyseccomp

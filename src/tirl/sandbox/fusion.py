@@ -1,13 +1,16 @@
 """SandboxFusion's `/run_code` wire format <-> ExecResult: pure functions shared by tirl's server and client.
 
-SandboxFusion (bytedance/SandboxFusion) answers `status` Success/Failed/SandboxError and a `run_result` with
-`status` Finished/TimeLimitExceeded/Error, `stdout`, `stderr`, `return_code`, `execution_time`. That format has no
-place for "output truncated" or "killed for memory", so tirl's server adds a `tirl` object with its own status;
-the client uses it when present and falls back to the SandboxFusion fields for a real SandboxFusion server.
+SandboxFusion (bytedance/SandboxFusion) answers a RunCodeResponse: `status` Success/Failed/SandboxError,
+`message`, `compile_result` (always null for Python), `run_result` (`status` Finished/TimeLimitExceeded/Error,
+`execution_time`, `return_code` (null after a timeout), `stdout`, `stderr`), `executor_pod_name` (the server's
+MY_POD_NAME, else null) and `files` (fetched files, path -> base64). That format has no place for "output
+truncated" or "killed for memory", so tirl's server adds a `tirl` object with its own status; the client uses it
+when present and falls back to the SandboxFusion fields for a real SandboxFusion server.
 """
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from tirl.sandbox.types import ExecResult
@@ -29,14 +32,27 @@ def request_body(code: str, *, stdin: str | None, timeout_s: float, memory_mb: i
 
 def to_response(r: ExecResult) -> dict[str, Any]:
     """ExecResult -> SandboxFusion RunCodeResponse (+ the `tirl` extension)."""
-    if r.sandbox_error is not None:
+    pod = os.environ.get("MY_POD_NAME")
+    if r.sandbox_error is not None:  # as SandboxFusion's runner reports its own errors: status Error, no code
         return {
             "status": "SandboxError",
             "message": r.sandbox_error,
             "compile_result": None,
-            "run_result": None,
+            "run_result": {
+                "status": "Error",
+                "execution_time": None,
+                "return_code": None,
+                "stdout": None,
+                "stderr": r.sandbox_error,
+            },
+            "executor_pod_name": pod,
             "files": {},
-            "tirl": {"status": r.status, "output_truncated": False, "memory_exceeded": False},
+            "tirl": {
+                "status": r.status,
+                "output_truncated": False,
+                "memory_exceeded": False,
+                "timed_out": False,
+            },
         }
     run_status = "TimeLimitExceeded" if r.status == "timeout" else "Finished"
     failed = run_status != "Finished" or r.exit_code != 0 or r.output_truncated
@@ -47,11 +63,12 @@ def to_response(r: ExecResult) -> dict[str, Any]:
         "run_result": {
             "status": run_status,
             "execution_time": r.wall_time,
-            "return_code": r.exit_code,
+            "return_code": None if run_status == "TimeLimitExceeded" else r.exit_code,
             "stdout": r.stdout,
             "stderr": r.stderr,
         },
-        "files": {},
+        "executor_pod_name": pod,
+        "files": dict(r.files),
         "tirl": {
             "status": r.status,
             "output_truncated": r.output_truncated,
@@ -76,8 +93,10 @@ def from_response(payload: dict[str, Any], *, wall_time: float) -> ExecResult:
         ext = {}
     timed_out = bool(ext.get("timed_out", run.get("status") == "TimeLimitExceeded"))
     code = run.get("return_code")
-    if code is None and timed_out:
-        code = -9  # SandboxFusion reports no return code for a killed run
+    if code is None and run.get("status") == "TimeLimitExceeded":
+        # SandboxFusion reports no return code for a killed run; tirl's own says whether the wall clock (SIGKILL)
+        # or the CPU-time limit (SIGXCPU) ended it
+        code = -9 if timed_out or "timed_out" not in ext else -24
     stdout, stderr, elapsed = run.get("stdout") or "", run.get("stderr") or "", run.get("execution_time")
     wrong = [
         k
@@ -91,7 +110,9 @@ def from_response(payload: dict[str, Any], *, wall_time: float) -> ExecResult:
     ]
     if wrong:  # a broken server must not crash the rollout with a TypeError deep in a caller
         return ExecResult("", "", None, False, False, wall_time, f"malformed sandbox response: bad {wrong}")
+    files = payload.get("files") or {}
     return ExecResult(
+        files={k: v for k, v in files.items() if isinstance(v, str)} if isinstance(files, dict) else {},
         stdout=stdout,
         stderr=stderr,
         exit_code=code,

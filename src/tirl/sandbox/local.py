@@ -121,6 +121,8 @@ class _Tier:
         self.slots = slots
         self.started = started  # the heavy tier's workers are spawned on its first run
         self.runs = 0  # runs routed here, for stats() and tests
+        self.recycles = 0  # workers replaced after a kill, a crash or max_runs_per_worker
+        self.alive = 0  # started workers (idle or busy)
         self.idle: queue.Queue[_Worker | None] = queue.Queue()  # None: the pool closed, wake up and leave
 
 
@@ -174,7 +176,9 @@ class _Worker:
         except (BrokenPipeError, OSError) as e:
             raise WorkerDied(f"worker gone: {e}") from None
         deadline = time.monotonic() + timeout + _GRACE_S + 1.0  # the worker drains for up to 0.5 s
-        exit_code, flags, wall, n_out, n_err, n_extra = proto.RESP.unpack(self._read(proto.RESP.size, deadline))
+        exit_code, flags, wall, n_out, n_err, n_extra = proto.RESP.unpack(
+            self._read(proto.RESP.size, deadline)
+        )
         n = n_out + n_err + n_extra
         body = self._read(n, deadline) if n else b""
         self.runs += 1
@@ -283,12 +287,16 @@ class LocalSandbox:
                 worker.kill()
                 return None
             self._all.add(worker)
+            tier.alive += 1
         if not raise_errors:
             tier.idle.put(worker)
         return worker
 
     def _retire(self, worker: _Worker) -> None:
         with self._lock:
+            if worker in self._all:
+                worker.tier.alive -= 1
+                worker.tier.recycles += 1
             self._all.discard(worker)
             closed = self._closed
         worker.kill()
@@ -410,12 +418,15 @@ class LocalSandbox:
         return list(pool.map(lambda c, s: self.run(c, stdin=s, timeout_s=timeout_s), codes, inputs))
 
     def stats(self) -> dict[str, int]:
-        """Queue depth and pool size for /metrics; per tier: idle workers and runs routed there (`heavy_*`: 0
-        without a heavy tier)."""
+        """Queue depth and pool size for /metrics; per tier: idle and busy workers, workers recycled, runs routed
+        there (`heavy_*`: 0 without a heavy tier)."""
         with self._lock:
             out = {"waiting": self._waiting, "workers": self.workers}
             for name, tier in (("light", self._light), ("heavy", self._heavy)):
-                out[f"{name}_idle"] = tier.idle.qsize() if tier else 0
+                idle = tier.idle.qsize() if tier else 0
+                out[f"{name}_idle"] = idle
+                out[f"{name}_busy"] = max(0, tier.alive - idle) if tier else 0
+                out[f"{name}_recycles"] = tier.recycles if tier else 0
                 out[f"{name}_runs"] = tier.runs if tier else 0
             out["idle"] = out["light_idle"] + out["heavy_idle"]
             return out

@@ -2,25 +2,45 @@
 
 POST /run_code  SandboxFusion request/response (Python only; other languages get a 400 saying so)
 GET  /health    pool size, idle workers, waiting runs
-GET  /metrics   Prometheus text: runs by status, run latency histogram, queue depth, rejected requests
+GET  /metrics   Prometheus text: runs by status, run latency histogram, queue depth, rejected requests, and per
+                tier (light/heavy): idle and busy workers, recycled workers, runs routed there
 
 Overload never hangs a client: beyond `workers + queue` runs in flight the server answers 429 at once, and a
 request body over the size limit gets 413 (unread when Content-Length says so, else as soon as it passes the
-limit). It deliberately does not support `files` and `fetch_files` (rejected with 400) nor authentication: bind
-it to a private interface.
+limit). Every run that does not end `ok` is logged (logger `tirl.sandbox`, one line: status and reason). No
+authentication: bind it to a private interface.
 """
 
 # No `from __future__ import annotations`: FastAPI must see the request model class defined in create_app.
 
+import logging
 import time
 from typing import Any
 
 from tirl.sandbox.fusion import to_response
-from tirl.sandbox.local import LocalSandbox, SandboxOverloaded
+from tirl.sandbox.local import LocalSandbox, SandboxOverloaded, file_request
+from tirl.sandbox.types import ExecResult
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 STATUSES = ("ok", "runtime_error", "timeout", "memory_exceeded", "output_truncated", "sandbox_error")
-MAX_RUN_TIMEOUT_S = 300.0
+MAX_RUN_TIMEOUT_S = 86400.0  # LocalSandbox's own bound; SandboxFusion sets none
+MAX_MEMORY_MB = 2**20  # larger requests are clamped to this (1 TiB: no limit in practice)
+TIERS = ("light", "heavy")
+log = logging.getLogger("tirl.sandbox")
+
+
+def failure_reason(r: ExecResult, timeout_s: float) -> str:
+    """One line saying why a run did not end ok (for the server's log)."""
+    if r.sandbox_error is not None:
+        return r.sandbox_error
+    if r.status == "timeout":
+        return f"killed after {timeout_s:g} s wall clock" if r.timed_out else "CPU time limit (SIGXCPU)"
+    if r.status == "output_truncated":
+        return "output over the per-stream cap; run killed"
+    if r.status == "memory_exceeded" and r.memory_exceeded:
+        return "killed by the memory cgroup's OOM killer"
+    last = next((line for line in reversed(r.stderr.splitlines()) if line.strip()), "")
+    return f"exit code {r.exit_code}: {last[:200]}" if last else f"exit code {r.exit_code}"
 
 
 class Metrics:
@@ -64,6 +84,19 @@ class Metrics:
             ("idle_workers", stats["idle"], "Workers ready for a run."),
         ):
             lines += block(f"tirl_sandbox_{name}", "gauge", help_, [("", value)])
+        for name, kind, key, help_ in (
+            ("tier_idle_workers", "gauge", "idle", "Started workers of the tier waiting for a run."),
+            ("tier_busy_workers", "gauge", "busy", "Started workers of the tier running a snippet."),
+            (
+                "tier_recycles_total",
+                "counter",
+                "recycles",
+                "Workers of the tier replaced (kill, crash, max runs).",
+            ),
+            ("tier_routed_total", "counter", "runs", "Runs the router sent to the tier."),
+        ):
+            samples = [(f'{{tier="{t}"}}', stats[f"{t}_{key}"]) for t in TIERS]
+            lines += block(f"tirl_sandbox_{name}", kind, help_, samples)
         return "\n".join(lines) + "\n"
 
 
@@ -124,9 +157,9 @@ def create_app(sandbox: LocalSandbox, *, max_body_bytes: int = 4 * 2**20, max_qu
         model_config = ConfigDict(extra="ignore")
         code: str
         language: str = "python"
-        compile_timeout: float = 10.0
+        compile_timeout: float = 10.0  # accepted and unused: Python has no compile step (as in SandboxFusion)
         run_timeout: float = Field(default=10.0, gt=0, le=MAX_RUN_TIMEOUT_S)
-        memory_limit_MB: int = Field(default=-1, le=2**20)  # 1 TiB: larger is a unit mistake
+        memory_limit_MB: int = -1  # <= 0: the server's sandbox.memory_mb (SandboxFusion: no limit)
         stdin: str | None = None
         files: dict[str, str | None] = Field(default_factory=dict)
         fetch_files: list[str] = Field(default_factory=list)
@@ -145,19 +178,29 @@ def create_app(sandbox: LocalSandbox, *, max_body_bytes: int = 4 * 2**20, max_qu
     async def run_code(req: RunCodeRequest) -> dict:
         if req.language.lower() not in ("python", "python3"):
             raise bad(f"language {req.language!r} is not supported by tirl's sandbox: only 'python'")
-        if req.files or req.fetch_files:
-            raise bad("'files' and 'fetch_files' are not supported by tirl's sandbox; send them empty")
-        if req.memory_limit_MB != -1 and req.memory_limit_MB < 32:
-            raise bad(f"memory_limit_MB must be -1 (server default) or >= 32, got {req.memory_limit_MB}")
+        files = {
+            k: v for k, v in req.files.items() if "IGNORE_THIS_FILE" not in k
+        }  # SandboxFusion skips these
+        try:
+            file_request(files, req.fetch_files)
+        except ValueError as e:
+            raise bad(str(e)) from None
         if state["inflight"] >= capacity:
             metrics.rejected["overloaded"] += 1
             raise HTTPException(429, f"overloaded: {capacity} runs in flight", headers={"Retry-After": "1"})
         state["inflight"] += 1
         t0 = time.monotonic()
         try:
-            memory = None if req.memory_limit_MB == -1 else req.memory_limit_MB
+            memory = None if req.memory_limit_MB <= 0 else min(req.memory_limit_MB, MAX_MEMORY_MB)
             result = await anyio.to_thread.run_sync(
-                lambda: sandbox.run(req.code, stdin=req.stdin, timeout_s=req.run_timeout, memory_mb=memory),
+                lambda: sandbox.run(
+                    req.code,
+                    stdin=req.stdin,
+                    timeout_s=req.run_timeout,
+                    memory_mb=memory,
+                    files=files,
+                    fetch_files=req.fetch_files,
+                ),
                 limiter=limiter,
             )
         except SandboxOverloaded as e:
@@ -168,6 +211,13 @@ def create_app(sandbox: LocalSandbox, *, max_body_bytes: int = 4 * 2**20, max_qu
         finally:
             state["inflight"] -= 1
         metrics.observe(result.status, time.monotonic() - t0)
+        if result.status != "ok":
+            log.warning(
+                "run failed: status=%s reason=%s wall=%.3fs",
+                result.status,
+                failure_reason(result, req.run_timeout),
+                result.wall_time,
+            )
         return to_response(result)
 
     @app.get("/health")
@@ -185,5 +235,10 @@ def serve(sandbox: LocalSandbox, *, host: str, port: int, max_body_bytes: int, m
     """Run uvicorn in the foreground until interrupted; the pool is closed by the caller."""
     import uvicorn
 
+    if not log.handlers:  # the failed-run lines go to stderr next to uvicorn's own warnings
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
     app = create_app(sandbox, max_body_bytes=max_body_bytes, max_queue=max_queue)
     uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_keep_alive=30)
