@@ -367,3 +367,91 @@ def test_code_rewards_and_batches_go_through_the_server_by_config(server: Server
     assert results[0].stdout == "cba\n" and results[1].stdout == "{2: 3, 3: 2, 5: 1}\n"
     assert "ZeroDivisionError" in results[2].stderr
     server.assert_healthy()
+
+
+SYSCALL_PROBE = r"""
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def call(name, nr, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(nr, *[ctypes.c_long(a) for a in args])
+    if r == 0 and name.startswith("clone"):
+        os._exit(0)  # the filter failed and this is the new child: leave at once
+    print(name, r, ctypes.get_errno())
+CLONE_NEWUSER, SIGCHLD = 0x10000000, 17
+call("ptrace", 101, 0, 0, 0, 0)
+call("mount", 165, 0, 0, 0, 0, 0)
+call("unshare", 272, CLONE_NEWUSER)
+call("clone", 56, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0)
+call("setns", 308, -1, 0)
+call("bpf", 321, 0, 0, 0)
+call("perf_event_open", 298, 0, 0, -1, -1, 0)
+call("keyctl", 250, 0, -3, 0)
+call("kexec_load", 246, 0, 0, 0, 0)
+call("socket", 41, 17, 3, 0)
+call("clone3", 435, 0, 0)
+"""
+
+
+@pytest.mark.skipif(os.uname().machine != "x86_64", reason="the probe uses x86_64 syscall numbers")
+def test_seccomp_denies_dangerous_syscalls(server: Server) -> None:
+    """Without the filter ptrace(TRACEME), unshare(CLONE_NEWUSER) and keyctl succeed here; with it all fail."""
+    out = server.run(SYSCALL_PROBE)
+    assert out["status"] == "Success", out
+    seen = {line.split()[0]: line.split()[1:] for line in out["run_result"]["stdout"].splitlines()}
+    assert len(seen) == 11, seen
+    for name, (ret, err) in seen.items():
+        assert ret == "-1" and err == ("38" if name == "clone3" else "1"), (name, ret, err)  # ENOSYS / EPERM
+    # what snippets do need still works under the filter: threads (clone3 -> clone), fork, subprocess
+    code = (
+        "import subprocess, sys, threading, os\nt = threading.Thread(target=print, args=('thread',))\n"
+        "t.start(); t.join()\npid = os.fork()\nif pid == 0:\n    os._exit(7)\n"
+        "print(os.waitpid(pid, 0)[1] >> 8)\n"
+        "print(subprocess.run([sys.executable, '-c', 'print(5)'], capture_output=True, text=True).stdout, end='')"
+    )
+    out = server.run(code)
+    assert out["status"] == "Success" and out["run_result"]["stdout"] == "thread\n7\n5\n", out
+    server.assert_healthy()
+
+
+def test_multiprocessing_works_on_a_private_dev_shm(server: Server) -> None:
+    code = (
+        "import multiprocessing as mp, os\n"
+        "from multiprocessing import shared_memory\n"
+        "def square(x):\n    return x * x\n"
+        "if __name__ == '__main__':\n"
+        "    lock = mp.Lock()\n"
+        "    with lock:\n        pass\n"
+        "    with mp.Pool(2) as pool:\n        print(pool.map(square, range(5)))\n"
+        "    shm = shared_memory.SharedMemory(name='tirl-left-behind', create=True, size=16)\n"
+        "    shm.buf[:2] = b'ok'\n    print(bytes(shm.buf[:2]).decode())\n"
+        "    shm.close()\n"  # not unlinked: the next run must not see it
+        "    print(sorted(os.listdir('/dev/shm')))\n"
+    )
+    out = server.run(code, run_timeout=10)
+    assert out["status"] == "Success", out
+    assert out["run_result"]["stdout"].splitlines()[:2] == ["[0, 1, 4, 9, 16]", "ok"]
+    for _ in range(2):  # both workers: nothing left by a previous run, and the host's /dev/shm is not visible
+        out = server.run("import os\nprint(os.listdir('/dev/shm'))")
+        assert out["run_result"]["stdout"] == "[]\n", out
+    server.assert_healthy()
+
+
+def test_fetch_files_cannot_follow_a_symlink_out_of_the_run_directory(server: Server) -> None:
+    code = "import os\nos.symlink('/etc/shadow', 'leak')\nos.symlink('/proc/1/environ', 'env')\nprint('made')"
+    out = server.run(code, fetch_files=["leak", "env"])
+    assert out["status"] == "Success" and out["files"] == {}, out
+    server.assert_healthy()
+
+
+def test_metrics_have_per_tier_worker_gauges(server: Server) -> None:
+    server.run("while True: pass", run_timeout=0.5)  # a kill: that worker is recycled
+    server.assert_healthy()
+    text = server.http.get("/metrics").text
+    samples = dict(line.rsplit(" ", 1) for line in text.splitlines() if line and not line.startswith("#"))
+    for tier in ("light", "heavy"):
+        for name in ("idle_workers", "busy_workers", "recycles_total", "routed_total"):
+            assert f'tirl_sandbox_tier_{name}{{tier="{tier}"}}' in samples, (tier, name)
+    assert int(samples['tirl_sandbox_tier_recycles_total{tier="light"}']) >= 1
+    assert int(samples['tirl_sandbox_tier_routed_total{tier="light"}']) >= 3
+    assert int(samples['tirl_sandbox_tier_busy_workers{tier="light"}']) == 0  # nothing runs between requests

@@ -19,9 +19,8 @@ import pytest
 sandbox_fusion = pytest.importorskip(
     "sandbox_fusion", reason="the sandbox-fusion client (dev extra) is missing"
 )
-from sandbox_fusion import RunCodeRequest, RunStatus, SummaryMapping, run_code, summary_run_code_result  # noqa: E402
-
 from fusion_server import FusionServer  # noqa: E402
+from sandbox_fusion import RunCodeRequest, RunStatus, SummaryMapping, run_code, summary_run_code_result  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     shutil.which("bwrap") is None, reason="needs bubblewrap (the default isolation)"

@@ -1,6 +1,8 @@
 """How a warm worker is wrapped: the command line per isolation mode, and per-worker cgroups.
 
-Cgroups: v1 pids and memory hierarchies only (v2 is not handled: `cgroups: auto` then runs without them).
+Cgroups: the v1 pids and memory hierarchies where they are writable, else the v2 unified hierarchy where this
+process's cgroup delegates (or can enable) the memory and pids controllers to children; `cgroup_support()` says
+which, or why neither.
 
 Modes, strongest first (what each does and does not cover is listed in tirl/sandbox/local.py):
   bwrap   : bubblewrap namespaces (pid, net, ipc, uts, mount); / read-only, fresh tmpfs /tmp, /proc, /dev;
@@ -164,19 +166,29 @@ def worker_command(config: SandboxConfig, python: str, zygote_cfg: str) -> list[
 
 
 class WorkerCgroup:
-    """One pids (+ memory) cgroup per worker, nested under this process's own cgroup; removed on close."""
+    """One pids + memory cgroup per worker (two v1 directories or one v2), under this process's own cgroup;
+    removed on close. `version`: "v1", "v2", or None for whichever `cgroup_support()` finds."""
 
-    def __init__(self, name: str, *, pids_max: int, memory_bytes: int) -> None:
+    def __init__(self, name: str, *, pids_max: int, memory_bytes: int, version: str | None = None) -> None:
         self.dirs: list[Path] = []
+        self.version = version or cgroup_support()[0]
+        if self.version == "v1":
+            plan = [
+                (_own_cgroup("pids") / name, {"pids.max": pids_max}),
+                (_own_cgroup("memory") / name, {"memory.limit_in_bytes": memory_bytes}),
+            ]
+        elif self.version == "v2":
+            limits = {"pids.max": pids_max, "memory.max": memory_bytes, "memory.swap.max": 0}
+            plan = [(_own_cgroup_v2() / name, limits)]
+        else:
+            raise OSError(f"no usable cgroup hierarchy: {cgroup_support()[1]}")
         try:
-            for controller, limits in (
-                ("pids", {"pids.max": pids_max}),
-                ("memory", {"memory.limit_in_bytes": memory_bytes}),
-            ):
-                d = _own_cgroup(controller) / name
+            for d, limits in plan:
                 d.mkdir()
                 self.dirs.append(d)
                 for key, value in limits.items():
+                    if key == "memory.swap.max" and not (d / key).exists():
+                        continue  # a kernel without swap accounting
                     (d / key).write_text(str(value))
         except OSError:
             self.close()
@@ -185,10 +197,11 @@ class WorkerCgroup:
     def oom_kills(self) -> int:
         """Processes the memory cgroup's OOM killer has killed (the worker is replaced after any kill)."""
         for d in self.dirs:
-            if (d / "memory.oom_control").exists():
-                for line in (d / "memory.oom_control").read_text().splitlines():
-                    if line.startswith("oom_kill "):
-                        return int(line.split()[1])
+            for name in ("memory.oom_control", "memory.events"):  # v1, v2
+                if (d / name).exists():
+                    for line in (d / name).read_text().splitlines():
+                        if line.startswith("oom_kill "):
+                            return int(line.split()[1])
         return 0
 
     def enter_command(self) -> list[str]:
@@ -231,8 +244,58 @@ def _own_cgroup(controller: str) -> Path:
     raise OSError(f"no cgroup v1 '{controller}' hierarchy in /proc/self/cgroup")
 
 
-def cgroups_writable() -> bool:
+def _v2_mount() -> Path | None:
+    """Where the unified (v2) hierarchy is mounted: /sys/fs/cgroup (pure v2) or /sys/fs/cgroup/unified (hybrid)."""
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split(" - ", 1)
+        if len(fields) == 2 and fields[1].split()[0] == "cgroup2":
+            return Path(fields[0].split()[4])
+    return None
+
+
+def _own_cgroup_v2() -> Path:
+    """This process's cgroup in the unified hierarchy (the '0::/path' line)."""
+    mount = _v2_mount()
+    if mount is None:
+        raise OSError("no cgroup2 file system is mounted")
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        if line.startswith("0::"):
+            return mount / line[3:].lstrip("/")
+    raise OSError("no cgroup v2 entry in /proc/self/cgroup")
+
+
+def _v2_delegates(d: Path) -> str:
+    """'' when children of `d` get the memory and pids controllers (enabling them if needed), else why not."""
     try:
-        return all(os.access(_own_cgroup(c), os.W_OK) for c in ("pids", "memory"))
-    except OSError:
-        return False
+        available = (d / "cgroup.controllers").read_text().split()
+        missing = [c for c in ("memory", "pids") if c not in available]
+        if missing:
+            return f"cgroup v2 at {d} lacks the {missing} controllers (bound to v1 hierarchies, or not delegated)"
+        enabled = (d / "cgroup.subtree_control").read_text().split()
+        wanted = [f"+{c}" for c in ("memory", "pids") if c not in enabled]
+        if wanted:  # fails (EBUSY) when `d` holds processes itself and is not the root
+            (d / "cgroup.subtree_control").write_text(" ".join(wanted))
+        if not os.access(d, os.W_OK):
+            return f"cgroup v2 directory {d} is not writable"
+    except OSError as e:
+        return f"cgroup v2 at {d}: cannot enable memory and pids for children ({e})"
+    return ""
+
+
+def cgroup_support() -> tuple[str, str]:
+    """("v1" or "v2", "") for the hierarchy per-worker cgroups use here (v1 first), else ("", why neither)."""
+    try:
+        if all(os.access(_own_cgroup(c), os.W_OK) for c in ("pids", "memory")):
+            return "v1", ""
+        v1 = "the v1 pids/memory cgroups are not writable"
+    except OSError as e:
+        v1 = str(e)
+    try:
+        why = _v2_delegates(_own_cgroup_v2())
+    except OSError as e:
+        why = str(e)
+    return ("v2", "") if not why else ("", f"{v1}; {why}")
+
+
+def cgroups_writable() -> bool:
+    return bool(cgroup_support()[0])

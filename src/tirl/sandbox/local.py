@@ -68,7 +68,7 @@ from tirl.sandbox.config import SandboxConfig
 from tirl.sandbox.isolation import (
     SandboxUnavailable,
     WorkerCgroup,
-    cgroups_writable,
+    cgroup_support,
     kept_tmp_entries,
     snippet_uid,
     worker_command,
@@ -219,11 +219,12 @@ class LocalSandbox:
         self._pattern = heavy_import_pattern(cfg.preload_heavy)
         self._seccomp_bpf = compile_filter() if cfg.seccomp else b""  # SandboxUnavailable without libseccomp
         self.workers = per_tier * (2 if self._heavy else 1)  # all tiers, started or not
-        self._use_cgroups = cfg.cgroups == "required" or (cfg.cgroups == "auto" and cgroups_writable())
-        if cfg.cgroups == "required" and not cgroups_writable():
-            raise SandboxUnavailable(
-                "sandbox.cgroups 'required' but the v1 pids/memory cgroups are not writable"
-            )
+        self.cgroup_version, why = (
+            cgroup_support() if cfg.cgroups != "off" else ("", "sandbox.cgroups is off")
+        )
+        self._use_cgroups = bool(self.cgroup_version)
+        if cfg.cgroups == "required" and not self._use_cgroups:
+            raise SandboxUnavailable(f"sandbox.cgroups 'required' but no cgroups are usable: {why}")
         self._lock = threading.Lock()
         self._waiting = 0
         self._closed = False
@@ -268,6 +269,7 @@ class LocalSandbox:
                     f"tirl-sandbox-{os.getpid()}-{slot}-{time.monotonic_ns()}",
                     pids_max=cfg.max_processes + 8,
                     memory_bytes=(cfg.memory_mb + 512) * 2**20,  # + the warm interpreter and the run's tmpfs
+                    version=self.cgroup_version,
                 )
                 argv = cgroup.enter_command() + argv
             worker = _Worker(tier, slot, argv, cgroup)
@@ -288,8 +290,8 @@ class LocalSandbox:
                 return None
             self._all.add(worker)
             tier.alive += 1
-        if not raise_errors:
-            tier.idle.put(worker)
+            if not raise_errors:  # under the lock: stats() never counts a fresh worker as busy
+                tier.idle.put(worker)
         return worker
 
     def _retire(self, worker: _Worker) -> None:
