@@ -9,16 +9,18 @@ TORCH_SPEC ?= torch==2.13.0
 
 install: system-deps $(STAMP)
 
-# bubblewrap: the sandbox's namespaces; chromium: the report tests open report.html headless. Installed where we
+# bubblewrap: the sandbox's namespaces; libseccomp2: its syscall filter; chromium: the report tests open
+# report.html headless. Installed where we
 # are root on Debian/Ubuntu; elsewhere a warning (the sandbox then refuses its default mode, browser tests skip).
-SYSTEM_PKGS := bubblewrap chromium chromium-driver
+SYSTEM_PKGS := bubblewrap libseccomp2 chromium chromium-driver
 system-deps:
-	@if command -v bwrap >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1; then :; \
+	@if command -v bwrap >/dev/null 2>&1 && command -v chromium >/dev/null 2>&1 \
+		&& ldconfig -p 2>/dev/null | grep -q libseccomp.so.2; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 		echo "installing $(SYSTEM_PKGS) (apt)"; \
 		apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(SYSTEM_PKGS) >/dev/null; \
 	else \
-		echo "warning: bubblewrap/chromium missing and apt-get not usable as root; install $(SYSTEM_PKGS) yourself"; \
+		echo "warning: bubblewrap/libseccomp2/chromium missing and apt-get not usable as root; install $(SYSTEM_PKGS) yourself"; \
 	fi
 
 $(STAMP): pyproject.toml

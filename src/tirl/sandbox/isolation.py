@@ -5,7 +5,8 @@ process's cgroup delegates (or can enable) the memory and pids controllers to ch
 which, or why neither.
 
 Modes, strongest first (what each does and does not cover is listed in tirl/sandbox/local.py):
-  bwrap   : bubblewrap namespaces (pid, net, ipc, uts, mount); / read-only, fresh tmpfs /tmp, /proc, /dev;
+  bwrap   : bubblewrap namespaces (pid, net, ipc, uts, mount); / read-only, fresh tmpfs /tmp, /proc, /dev, and
+            a writable tmpfs /dev/shm;
             root's home hidden behind an empty tmpfs; the interpreter's own directories (a virtualenv or
             checkout under /tmp or a home) bound back read-only.
   unshare : util-linux `unshare` namespaces (pid, net, ipc, uts, mount) with private tmpfs /tmp and /dev/shm

@@ -18,31 +18,39 @@ What a run gets with `isolation: bwrap` (each property has an adversarial test i
   - its own pid namespace (the worker is its init): children, daemons and setsid() escapes are SIGKILLed when
     the run ends, and /proc shows no host process, so other processes' environments are out of reach;
   - its own network namespace with nothing in it: no network, not even the host's loopback services;
-  - the host filesystem read-only, a fresh tmpfs /tmp, root's home hidden (interpreter directories bound back),
-    and a fresh empty working directory (also HOME and TMPDIR) that is deleted after the run;
+  - the host filesystem read-only, a fresh tmpfs /tmp and a writable private /dev/shm (multiprocessing's locks
+    and Pool work), both wiped after each run, root's home hidden (interpreter directories bound back), and a
+    fresh empty working directory (also HOME and TMPDIR) holding the request's `files`, deleted after the run
+    (`fetch_files` are read back first, never through a symlink leading out of it);
+  - a seccomp filter (seccomp.py; loaded by the zygote, inherited by each fork): ptrace, mount, kexec, bpf, perf_event_open, keyctl,
+    unshare/setns/clone with namespace flags (new user namespaces above all), raw and packet sockets, io_uring,
+    module loading and other calls no snippet needs fail with EPERM;
   - a scrubbed environment (PATH, locale, thread counts; HOME/TMPDIR set per run), nothing from the parent;
   - when tirl runs as root: the snippet switches to an unprivileged uid of its own, so it cannot signal the
     worker, read 0700 files or write root-owned ones, and RLIMIT_NPROC binds;
-  - rlimits: CPU time, address space (warm interpreter + memory_mb), file size, process count, no core dumps;
-  - per-worker cgroups (pids.max, memory.limit_in_bytes = memory_mb + 512 MiB) where the v1 hierarchies are
-    writable: a fork bomb stops at the process limit, memory spread over many processes meets the OOM killer
-    (reported as memory_exceeded when it kills the main process);
+  - rlimits: CPU time (the run's timeout + 1 s unless `cpu_time_s` fixes it), address space (warm interpreter +
+    memory_mb), file size, process count, no core dumps;
+  - per-worker cgroups (pids.max, memory limit = memory_mb + 512 MiB) in the v1 hierarchies where writable, else
+    in the v2 unified one where it delegates memory and pids: a fork bomb stops at the process limit, memory
+    spread over many processes meets the OOM killer (reported as memory_exceeded when it kills the main process);
   - a wall-clock timeout and per-stream output caps (truncated and flagged; the run is killed, never buffered
     without bound); non-UTF-8 output decoded with replacement characters.
 
 What it does NOT cover:
-  - kernel exploits: namespaces share the host kernel (no seccomp filter, no VM); use a VM for that threat;
+  - kernel exploits through the syscalls the filter allows: namespaces share the host kernel (no VM); use a VM
+    for that threat;
   - `unshare` mode (pid, net, ipc, uts, mount namespaces, private /tmp and /dev/shm) keeps the rest of the host
     filesystem writable by the worker's uid, hides no home, and does not switch the snippet's uid;
     `none` mode has no namespaces at all (only rlimits, setsid and process-group kills: setsid escapes survive,
     the network and filesystem are open); it needs the explicit opt-in and logs a loud warning;
   - without root, the snippet runs as the worker's uid: RLIMIT_NPROC counts all of that uid's processes, and
-    it may ptrace its worker where the kernel allows it (the worker holds no secret; signals cannot reach it,
-    as the namespace's init); a worker that dies anyway is replaced and that run reports a sandbox_error;
+    (ptrace is filtered; signals cannot reach the worker, the namespace's init); a worker that dies anyway is
+    replaced and that run reports a sandbox_error;
   - the preloaded modules are shared, read-only state: a snippet sees the same hash seed as the previous one;
   - CPU share between concurrent runs is not limited (no cpu cgroup): a busy snippet slows its neighbours;
-  - /dev/shm is read-only for the snippet (so `multiprocessing` locks fail), and there is no per-run disk quota
-    beyond the file-size rlimit and the worker's /tmp tmpfs size;
+  - there is no per-run disk quota beyond the file-size rlimit and the worker's /tmp and /dev/shm tmpfs sizes;
+  - cgroup v2 is used only where this process's cgroup can give children the memory and pids controllers (a
+    delegated subtree, or one without processes of its own); elsewhere `cgroups: auto` runs without cgroups;
   - the worker's OOM protection (oom_score_adj) is best effort: some kernels and VMs refuse it.
 """
 

@@ -1,5 +1,5 @@
-"""The syscall filter every snippet runs under: compiled once on the host by libseccomp (pyseccomp), loaded by the
-forked child just before the snippet starts (zygote.py), so the warm zygote itself stays unfiltered.
+"""The syscall filter every snippet runs under: compiled once on the host by libseccomp (pyseccomp), loaded by each
+warm zygote after its imports (zygote.py) and so inherited by every snippet it forks, at no cost per run.
 
 Default allow; the calls below fail with EPERM (clone3 with ENOSYS, so glibc falls back to clone, whose flags a
 filter can inspect). A syscall from another ABI (i386, x32) kills the process: libseccomp's bad-arch action.
