@@ -144,6 +144,17 @@ def test_client_unjoined_thread_and_atexit_output_arrive(server: FusionServer) -
     assert r.run_result.stdout == "main done\nanswer 42\natexit ran\n"
 
 
+def test_client_buffers_left_open_are_flushed_at_exit(server: FusionServer) -> None:
+    """As at Python's exit: a buffered stdout wrapper and a file never closed (held in globals) keep their data."""
+    code = (
+        "import os\nout = os.fdopen(1, 'w', closefd=False)\nout.write('fast io')\n"
+        "log = open('log.txt', 'w')\nlog.write('kept')\n"
+    )
+    r = client_run(server, code, fetch_files=["log.txt"])
+    assert r.status == RunStatus.Success and r.run_result.stdout == "fast io"
+    assert base64.b64decode(r.files["log.txt"]) == b"kept"
+
+
 def test_client_unicode_round_trips(server: FusionServer) -> None:
     r = client_run(server, "s = input()\nprint(s[::-1], '✓ 中文 🙂')", stdin="αβγ\n")
     assert r.status == RunStatus.Success and r.run_result.stdout == "γβα ✓ 中文 🙂\n"
@@ -201,6 +212,7 @@ def test_verl_tool_request_shows_stdout_and_stderr(server: FusionServer) -> None
     assert run["stdout"] + run["stderr"] == "out\nwarn\n"
 
 
+@pytest.mark.slow
 def test_failed_runs_are_logged_with_status_and_reason() -> None:
     srv = FusionServer("--workers", "1", "sandbox.preload_heavy=[]")
     try:

@@ -107,8 +107,12 @@ def safe_relpath(path: str) -> str | None:
     return norm
 
 
-def _finish_like_python() -> None:
-    """What the interpreter does at exit: join non-daemon threads, run atexit handlers (flushing is the caller's)."""
+def _finish_like_python(main: types.ModuleType) -> None:
+    """What the interpreter does at exit: join non-daemon threads, run atexit handlers, then flush the file objects
+    the snippet's globals still hold (Python's finalization flushes them as it frees them; os._exit would not).
+
+    Only globals: a scan of every object (gc.get_objects) costs ~0.25 ms a run in copy-on-write page faults.
+    """
     threading = sys.modules.get("threading")
     if threading is not None:
         me = threading.current_thread()
@@ -116,6 +120,20 @@ def _finish_like_python() -> None:
             if t is not me and not t.daemon and t is not threading.main_thread():
                 t.join()
     atexit._run_exitfuncs()
+    for obj in list(main.__dict__.values()):
+        if _is_open(obj):
+            try:
+                if obj.writable():
+                    obj.flush()  # a text wrapper flushes its buffer too
+            except Exception:
+                pass
+
+
+def _is_open(obj: object) -> bool:
+    try:
+        return isinstance(obj, io.IOBase) and not obj.closed
+    except Exception:  # a half-built or detached wrapper
+        return False
 
 
 def _write_quietly(path: str, text: str) -> bool:
@@ -155,7 +173,7 @@ def _snippet_main(main: types.ModuleType, compiled: types.CodeType | BaseExcepti
     sys.argv[:] = ["snippet.py"]
     status = _run_main(main, compiled)
     try:
-        _finish_like_python()
+        _finish_like_python(main)
     except SystemExit as e:  # sys.exit() in an atexit handler: Python prints nothing and keeps the status
         status = _exit_status(e) if status == 0 else status
     except BaseException as e:
