@@ -30,7 +30,8 @@ OUTER_MEMORY = 3 * 2**30
 SECRET = "hunter2-do-not-leak"
 
 pytestmark = pytest.mark.skipif(
-    shutil.which("bwrap") is None or cgroup_support()[0] != "v1", reason="needs bubblewrap and writable v1 cgroups"
+    shutil.which("bwrap") is None or cgroup_support()[0] != "v1",
+    reason="needs bubblewrap and writable v1 cgroups",
 )
 
 
