@@ -194,12 +194,14 @@ def summarize_records(records: Sequence[SampleRecord], ks: Sequence[int] = ()) -
 
 def _summary(records: Sequence[SampleRecord], ks: Sequence[int]) -> dict[str, float]:
     # keyed by source and id: two data sources may both number their problems 0..N
-    problems: dict[str, tuple[list[bool], list[str | None]]] = defaultdict(lambda: ([], []))
+    by_problem: dict[tuple[str, str], tuple[list[bool], list[str | None]]] = defaultdict(lambda: ([], []))
     for r in records:
-        key = f"{r.data_source}/{r.problem_id}"
-        problems[key][0].append(r.correct)
-        problems[key][1].append(r.pred)
-    problems = {key: (correct, canonical_answers(preds)) for key, (correct, preds) in problems.items()}
+        by_problem[(r.data_source, r.problem_id)][0].append(r.correct)
+        by_problem[(r.data_source, r.problem_id)][1].append(r.pred)
+    problems = {  # answers grouped by the equivalence of each source's verifier
+        f"{src}/{pid}": (correct, canonical_answers(preds, src))
+        for (src, pid), (correct, preds) in by_problem.items()
+    }
     n = len(next(iter(problems.values()))[0])
     out = summarize(problems, list(ks) or default_ks(n))
     total = max(1, len(records))

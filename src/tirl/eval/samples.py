@@ -235,7 +235,7 @@ def _load_verl(path: Path, label: str | None) -> Run:
             raise ValueError(f"{where}: 'acc' must be a number or true/false, got {acc!r}")
         correct = float(acc) > 0 if "acc" in row else score > 0
         pred = row.get("pred")
-        pred = extract_answer(output) if pred is None else str(pred)
+        pred = extract_answer(output, source) if pred is None else str(pred)
         responses = _TOOL_RESPONSE.findall(output)
         errors = [r for r in responses if _ERROR.search(r)]
         calls = len(_TOOL_CALL.findall(output))
