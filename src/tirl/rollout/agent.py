@@ -7,7 +7,9 @@ renderer; the history is never decoded and re-tokenized.
 A trajectory stops when a turn has no tool call ("answer"), after `max_turns` assistant turns ("max_turns"), when
 the response budget (model and tool tokens together) is spent or the tool response would not fit ("budget"), or
 when a turn runs into the per-turn token cap without a call ("turn_length"). The trajectory always ends on model
-tokens. Only the first call of a turn runs (the recipe's max_parallel_calls=1).
+tokens. Up to `max_calls_per_turn` calls of a turn run (the recipe's max_parallel_calls=1: only the first; more,
+and a turn no longer stops at `</tool_call>`); the task's tools (`tirl.tools.ToolSet`, default: the code
+interpreter alone) check each call and run them, the sandboxed ones in one batch for the whole step.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from typing import Any, Literal
 
 import torch
 
-from tirl.chat.hermes import format_tool_output, parse_tool_call, prepare_code, truncate_middle
+from tirl.chat.hermes import ToolCall, parse_tool_calls
 from tirl.chat.template import ChatRenderer
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Engine, ToolCallRecord, Trajectory
-from tirl.sandbox.types import ExecResult, Sandbox
+from tirl.sandbox.types import Sandbox
+from tirl.tools.base import CodeInterpreter, ToolOutput, ToolSet
 
 
 @dataclass
@@ -33,28 +36,42 @@ class AgentConfig:
     max_tool_response_chars: int = 256
     truncate_side: Literal["middle", "right"] = "middle"
     auto_print: bool = True  # print a bare final expression, as the recipe's tool does
-    stop_at_tool_call_end: bool = True  # end a turn at </tool_call> instead of waiting for EOS
+    stop_at_tool_call_end: bool = (
+        True  # end a turn at </tool_call> instead of waiting for EOS (one call per turn)
+    )
+    max_calls_per_turn: int = 1  # calls of one turn that run (the recipe: 1); later ones are ignored
 
     def __post_init__(self) -> None:
-        for name in ("max_turns", "max_response_tokens", "max_tokens_per_turn"):
+        for name in ("max_turns", "max_response_tokens", "max_tokens_per_turn", "max_calls_per_turn"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 def stop_token_ids(renderer: ChatRenderer, config: AgentConfig) -> list[int]:
-    """Token ids the engine should stop a turn at besides EOS (`</tool_call>` when configured and single-token)."""
+    """Token ids the engine should stop a turn at besides EOS (`</tool_call>` when configured, single-token, and
+    a turn runs one call)."""
     end = renderer.tool_call_end_id
-    return [end] if config.stop_at_tool_call_end and end is not None else []
+    one_call = config.max_calls_per_turn == 1
+    return [end] if config.stop_at_tool_call_end and one_call and end is not None else []
 
 
 class AgentLoop:
     """Runs batches of prompts to finished trajectories."""
 
-    def __init__(self, engine: Engine, renderer: ChatRenderer, sandbox: Sandbox, config: AgentConfig) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        renderer: ChatRenderer,
+        sandbox: Sandbox,
+        config: AgentConfig,
+        *,
+        tools: ToolSet | None = None,
+    ) -> None:
         self.engine = engine
         self.renderer = renderer
         self.sandbox = sandbox
         self.config = config
+        self.tools = tools or ToolSet([CodeInterpreter(auto_print=config.auto_print)])
 
     def stop_ids(self) -> list[int]:
         return stop_token_ids(self.renderer, self.config)
@@ -80,16 +97,18 @@ class AgentLoop:
                 min(cfg.max_tokens_per_turn, cfg.max_response_tokens - trajs[i].response_length) for i in live
             ]
             gens = self.engine.generate(ctx, params, max_new_tokens=budget, generator=generator)
-            pending: list[tuple[int, Any, bool]] = []  # (trajectory index, ToolCall, turn closed by EOS)
+            pending: list[
+                tuple[int, list[ToolCall], bool]
+            ] = []  # (trajectory, its calls, turn closed by EOS)
             for i, g in zip(live, gens, strict=True):
                 t = trajs[i]
                 t.response_ids += g.token_ids
                 t.loss_mask += [1] * len(g.token_ids)
                 t.logprobs += g.logprobs
                 t.turn_texts.append(self.renderer.tokenizer.decode(g.token_ids, skip_special_tokens=False))
-                call = parse_tool_call(t.turn_texts[-1])
+                calls = parse_tool_calls(t.turn_texts[-1], limit=cfg.max_calls_per_turn)
                 spent = t.response_length >= cfg.max_response_tokens
-                if call is None:
+                if not calls:
                     t.stop_reason = (
                         "answer" if g.finish_reason == "eos" else ("budget" if spent else "turn_length")
                     )
@@ -98,15 +117,17 @@ class AgentLoop:
                 elif t.turns >= cfg.max_turns:
                     t.stop_reason = "max_turns"
                 else:
-                    pending.append((i, call, g.finish_reason == "eos"))
-            outputs = self._execute([c for _, c, _ in pending])
+                    pending.append((i, calls, g.finish_reason == "eos"))
+            outputs = iter(self._execute([c for _, calls, _ in pending for c in calls]))
             live = []
-            for (i, call, closed), (response, status, result) in zip(pending, outputs, strict=True):
+            for i, calls, closed in pending:
                 t = trajs[i]
-                ids = self.renderer.tool_response_ids([response], assistant_closed=closed)
-                t.tool_calls.append(
-                    ToolCallRecord(t.turns, call.code, response, status, result.to_dict() if result else None)
-                )
+                results = [next(outputs) for _ in calls]
+                ids = self.renderer.tool_response_ids([o.text for o in results], assistant_closed=closed)
+                for c, o in zip(calls, results, strict=True):
+                    t.tool_calls.append(
+                        ToolCallRecord(t.turns, c.code, o.text, o.status, o.exec_result, c.name, c.arguments)
+                    )
                 if t.response_length + len(ids) >= cfg.max_response_tokens:
                     t.stop_reason = "budget"  # the result would not fit: end on model tokens
                     t.tool_calls[-1].result_seen = False
@@ -119,26 +140,9 @@ class AgentLoop:
             t.check()
         return trajs
 
-    def _execute(self, calls: list[Any]) -> list[tuple[str, str, ExecResult | None]]:
-        """Run the valid calls as one sandbox batch; malformed ones get their error text without running."""
+    def _execute(self, calls: list[ToolCall]) -> list[ToolOutput]:
+        """One step's calls through the task's tools; malformed ones get their error text without running."""
         cfg = self.config
-        runnable = [k for k, c in enumerate(calls) if c.error is None]
-        results = self.sandbox.run_batch(
-            [prepare_code(calls[k].code, auto_print=cfg.auto_print) for k in runnable]
+        return self.tools.execute(
+            calls, self.sandbox, max_chars=cfg.max_tool_response_chars, truncate_side=cfg.truncate_side
         )
-        by_call = dict(zip(runnable, results, strict=True))
-        out: list[tuple[str, str, ExecResult | None]] = []
-        for k, c in enumerate(calls):
-            if c.error is not None:
-                out.append((c.error, "parse_error", None))
-                continue
-            r = by_call[k]
-            text = format_tool_output(r.stdout, r.stderr, timed_out=r.timed_out)
-            if r.sandbox_error:
-                text = f"Error: the sandbox failed: {r.sandbox_error}"
-            if cfg.truncate_side == "middle":
-                text = truncate_middle(text, cfg.max_tool_response_chars)
-            elif len(text) > cfg.max_tool_response_chars:
-                text = text[: cfg.max_tool_response_chars] + "...(truncated)"
-            out.append((text, r.status, r))
-        return out
