@@ -55,7 +55,7 @@ def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
     lines = inspect.cleandoc(doc).splitlines()
     desc: list[str] = []
     args: dict[str, str] = {}
-    section, current = None, None
+    section, current, args_indent = None, None, 0
     for line in lines:
         m = _SECTION_RE.match(line)
         if m:
