@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from tirl.data.records import ProblemRow, problem_rows
 from tirl.eval.answers import canonical_answers
 from tirl.eval.metrics import default_ks, summarize
 from tirl.io import atomic_write_json, atomic_write_jsonl
@@ -79,7 +80,7 @@ class SampleRecord:
 
 def evaluate(
     agent: AgentLoop,
-    rows: Sequence[dict[str, Any]],
+    rows: Sequence[dict[str, Any] | ProblemRow],
     cfg: EvalConfig,
     *,
     model_label: str,
@@ -90,7 +91,7 @@ def evaluate(
 
     Records and trajectories come temperature by temperature, problem by problem, sample by sample.
     """
-    rows = list(rows)[: cfg.max_problems or None]
+    rows = problem_rows(rows)[: cfg.max_problems or None]
     reward = reward or RewardConfig()
     gen = torch.Generator().manual_seed(seed)
     records: list[SampleRecord] = []
@@ -106,7 +107,7 @@ def evaluate(
 
 def _evaluate_at(
     agent: AgentLoop,
-    rows: list[dict[str, Any]],
+    rows: list[ProblemRow],
     cfg: EvalConfig,
     params: SamplingParams,
     reward: RewardConfig,
@@ -120,20 +121,8 @@ def _evaluate_at(
     with progress(f"eval {label}", len(rows)) as bar:
         for s in range(0, len(rows), cfg.batch_problems):
             chunk = rows[s : s + cfg.batch_problems]
-            prompts = [r["prompt"] for r in chunk for _ in range(cfg.n)]
-            metas = [
-                {
-                    "id": _problem_id(r, s + i),
-                    "data_source": r.get("data_source", "unknown"),
-                    "ability": r.get("ability", ""),
-                    "sample": k,
-                    "ground_truth": r["reward_model"]["ground_truth"],
-                    "temperature": params.temperature,
-                    "prompt": r["prompt"],  # to re-render the ids (tirl check-tokens)
-                }
-                for i, r in enumerate(chunk)
-                for k in range(cfg.n)
-            ]
+            prompts = [r.prompt for r in chunk for _ in range(cfg.n)]
+            metas = [r.meta(sample=k, temperature=params.temperature) for r in chunk for k in range(cfg.n)]
             out = agent.run(prompts, params, metas=metas, generator=gen)
             scores = score_trajectories(
                 out, reward, max_len=agent.config.max_response_tokens, sandbox=agent.sandbox
@@ -163,11 +152,6 @@ def _evaluate_at(
             trajs += out
             bar.advance(len(chunk))
     return records, trajs
-
-
-def _problem_id(row: dict[str, Any], index: int) -> str:
-    info = row.get("extra_info") or {}
-    return str(info.get("id", info.get("index", index)))
 
 
 def summarize_records(records: Sequence[SampleRecord], ks: Sequence[int] = ()) -> dict[str, dict[str, float]]:
