@@ -53,6 +53,7 @@ def divide(a: float, b: float) -> float:
 
 
 def run(renderer, sandbox, turns, tools, **cfg):
+    cfg = {"max_response_tokens": 4096, "max_tokens_per_turn": 1024, **cfg}
     prompts = [[{"role": "user", "content": "q"}]]
     loop = AgentLoop(
         ScriptedEngine(renderer, [list(turns)]), renderer, sandbox, AgentConfig(**cfg), tools=tools
