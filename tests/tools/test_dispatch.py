@@ -5,7 +5,7 @@ import threading
 import time
 
 from tirl.chat.hermes import call_json, parse_tool_calls
-from tirl.rewards.shaping import RewardConfig, tool_call_term
+from tirl.rewards.shaping import tool_call_term
 from tirl.rollout.agent import AgentConfig, AgentLoop, stop_token_ids
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation
@@ -87,9 +87,9 @@ def test_calls_are_dispatched_by_name_and_bad_ones_get_an_error_text(renderer, s
                               "quotes at char 1)."),
     ]  # fmt: skip
     assert t.stop_reason == "answer" and t.turns == 8
-    # the tool-call reward counts executed calls only (parse errors earn nothing), as before: 4 ran
-    assert t.num_executed_calls == 4
-    assert tool_call_term(t.num_executed_calls, RewardConfig()) == -1.0 + 0.1 * 4
+    # the tool-call reward counts executed calls only (parse errors earn nothing), as before: 3 ran
+    assert t.num_executed_calls == 3
+    assert tool_call_term(-1.0, t.num_executed_calls) == -1.0 + 0.1 * 3
 
 
 def test_several_calls_in_one_turn_run_and_answer_in_one_tool_turn(renderer, sandbox):

@@ -130,7 +130,8 @@ class AgentLoop:
                     )
                 if t.response_length + len(ids) >= cfg.max_response_tokens:
                     t.stop_reason = "budget"  # the result would not fit: end on model tokens
-                    t.tool_calls[-1].result_seen = False
+                    for record in t.tool_calls[-len(calls) :]:  # none of this turn's results was seen
+                        record.result_seen = False
                     continue
                 t.response_ids += ids
                 t.loss_mask += [0] * len(ids)
