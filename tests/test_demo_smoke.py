@@ -6,29 +6,25 @@ import pytest
 
 from tirl.cli import main
 
+TOY = [  # every stage at toy size
+    "task.num_sft=64",
+    "task.num_rl=32",
+    "task.num_test=6",
+    "warmup.epochs=1",
+    "sft.epochs=1",
+    "rl.prompts_per_step=4",
+    "rl.n=4",
+    "eval.n=4",
+    "agent.max_response_tokens=96",
+    "agent.max_tokens_per_turn=48",
+]
+
 
 @pytest.mark.slow
 def test_demo_pipeline_writes_report(tmp_path, monkeypatch):
     monkeypatch.setenv("TIRL_QUIET", "1")
     out = tmp_path / "demo"
-    code = main(
-        [
-            "demo",
-            f"out_dir={out}",
-            "task.num_sft=64",
-            "task.num_rl=32",
-            "task.num_test=6",
-            "warmup.epochs=1",
-            "sft.epochs=1",
-            "rl.steps=2",
-            "rl.prompts_per_step=4",
-            "rl.n=4",
-            "rl.mini_batch_size=8",
-            "eval.n=4",
-            "agent.max_response_tokens=96",
-            "agent.max_tokens_per_turn=48",
-        ]
-    )
+    code = main(["demo", f"out_dir={out}", *TOY, "rl.steps=2", "rl.mini_batch_size=8"])
     assert code == 0
     report = json.loads((out / "report.json").read_text())
     for key in ("sft", "rl"):
@@ -55,22 +51,7 @@ def test_demo_pipeline_writes_report(tmp_path, monkeypatch):
 def test_demo_compare_trains_both_objectives_and_analyses_three(tmp_path, monkeypatch):
     monkeypatch.setenv("TIRL_QUIET", "1")
     out = tmp_path / "demo"
-    toy = [
-        f"out_dir={out}",
-        "task.num_sft=64",
-        "task.num_rl=32",
-        "task.num_test=6",
-        "warmup.epochs=1",
-        "sft.epochs=1",
-        "rl.steps=1",
-        "rl.prompts_per_step=4",
-        "rl.n=4",
-        "rl.passk_k=2",
-        "rl.mini_batch_size=16",
-        "eval.n=4",
-        "agent.max_response_tokens=96",
-        "agent.max_tokens_per_turn=48",
-    ]
+    toy = [f"out_dir={out}", *TOY, "rl.steps=1", "rl.passk_k=2", "rl.mini_batch_size=16"]
     assert main(["demo", "--compare", "passk", "--temperatures", "0.6,1.0", *toy]) == 0
     cmp_dir = out / "compare-passk"
     report = json.loads((cmp_dir / "analysis" / "report.json").read_text())

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tirl.config import ConfigError, load_config
+from tirl.errors import TirlError
 
 DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.yaml"
 
@@ -42,22 +43,31 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         run_compare(_config(args), args.compare, temperatures=temps)
         return 0
     from tirl.demo import run_demo
+    from tirl.train.signals import StopRequested
 
-    run_demo(_config(args))
+    try:
+        run_demo(_config(args))
+    except StopRequested as e:
+        print(f"tirl demo: {e}", file=sys.stderr)
+        return 130
     return 0
 
 
 def _cmd_stage(args: argparse.Namespace) -> int:
     from tirl.logging import console
     from tirl.stages import run_eval, run_rl, run_sft, setup_torch
+    from tirl.train.signals import EXIT_RESUMABLE, StopRequested
 
     cfg = _config(args)
     setup_torch(cfg)
     out = Path(args.out or Path(cfg.out_dir) / args.command)
-    if args.command == "sft":
-        console.print(f"checkpoint: {run_sft(cfg, out)}")
-    elif args.command == "rl":
-        console.print(f"checkpoint: {run_rl(cfg, out)}")
+    if args.command in ("sft", "rl"):
+        run = run_sft if args.command == "sft" else run_rl
+        try:
+            console.print(f"checkpoint: {run(cfg, out, resume=args.resume)}")
+        except StopRequested as e:
+            console.print(str(e))
+            return EXIT_RESUMABLE
     else:
         summary = run_eval(cfg, out, label=args.label)
         for source, metrics in summary.items():
@@ -108,6 +118,13 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--out", default=None, help="output directory (default: OUT_DIR/<command>)")
         if name == "eval":
             p.add_argument("--label", default="model", help="model label written into every record")
+        if name in ("sft", "rl"):
+            p.add_argument(
+                "--resume",
+                default=None,
+                help="continue from a checkpoint: DIR, or 'auto' for the newest complete one in the output "
+                "directory (a fresh start when there is none)",
+            )
     from tirl.data.commands import add_parsers
     from tirl.eval.analyze import add_analyze_arguments
     from tirl.sandbox.cli import add_sandbox_parser
@@ -132,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     _quiet_libraries()
     try:
         return args.fn(args)
-    except (ConfigError, FileNotFoundError, ValueError) as e:
+    except (ConfigError, FileNotFoundError, ValueError, TirlError) as e:
         if os.environ.get("TIRL_DEBUG"):
             raise
         print(f"tirl {args.command}: error: {e}  (TIRL_DEBUG=1 shows the traceback)", file=sys.stderr)

@@ -20,7 +20,7 @@ from tirl.chat.template import ChatRenderer
 from tirl.config import save_config
 from tirl.data import read_rows
 from tirl.eval.evaluate import evaluate, summarize_records, write_eval
-from tirl.logging import MetricsLogger
+from tirl.logging import MetricsLogger, console
 from tirl.models.loading import load_model, load_tokenizer, save_checkpoint
 from tirl.rollout.agent import AgentLoop, stop_token_ids
 from tirl.rollout.engine import TorchEngine
@@ -30,6 +30,7 @@ from tirl.sandbox import build_sandbox
 from tirl.sandbox.types import Sandbox
 from tirl.tasks import Task, load_task
 from tirl.tools import CodeInterpreter
+from tirl.train import checkpoint
 from tirl.train.rl import RLTrainer
 from tirl.train.sft import SFTConfig, train_sft
 
@@ -93,17 +94,41 @@ def run_sft(
     rows: Sequence[dict[str, Any]] | None = None,
     stage: SFTConfig | None = None,
     label: str = "SFT",
+    resume: str | None = None,
 ) -> Path:
-    """SFT from `model_path` (or model.path) on sft.data (or `stage`'s data); returns the checkpoint directory."""
+    """SFT from `model_path` (or model.path) on sft.data (or `stage`'s data); returns the checkpoint directory.
+
+    `resume`: a checkpoint directory, or "auto" (the newest complete one in `out_dir`; a fresh start if none)."""
     out = Path(out_dir)
+    ckpt = checkpoint.resolve_resume(resume, out)
+    if resume == "auto" and ckpt is None:
+        console.print(f"--resume auto: no complete checkpoint in {out}; starting from step 0")
+    state = checkpoint.load_state(ckpt) if ckpt else None
     save_config(cfg, out / "config.yaml")
     path = _model_path(cfg, model_path)
     stage = stage or cfg.sft
     rows = rows if rows is not None else read_rows(stage.data)
     tokenizer = load_tokenizer(path)
     model = load_model(cfg.model, path)
+    if ckpt and state:
+        checkpoint.load_weights(model, ckpt)
+        checkpoint.set_rng_state(state["rng"])
+        console.print(f"resuming from {ckpt} at step {state['step']}")
     renderer = build_renderer(tokenizer, cfg)
-    logger = MetricsLogger(out, backends=cfg.logging.backends)
+    logger = MetricsLogger(
+        out,
+        backends=cfg.logging.backends,
+        resume_step=state["step"] if state else None,
+        run_id=state.get("wandb_id") if state else None,
+    )
+
+    def save(step: int, trainer_state: dict[str, Any]) -> Path:
+        done = checkpoint.save(
+            out / f"checkpoint-{step}", model=model, tokenizer=tokenizer, state=trainer_state
+        )
+        checkpoint.rotate(out, stage.keep_last)
+        return done
+
     try:
         train_sft(
             model,
@@ -114,6 +139,8 @@ def run_sft(
             seed=cfg.seed,
             logger=logger,
             label=label,
+            save=save,
+            resume_state=state,
         )
     finally:
         logger.close()
@@ -126,9 +153,18 @@ def run_rl(
     *,
     model_path: str | Path | None = None,
     rows: Sequence[dict[str, Any]] | None = None,
+    resume: str | None = None,
 ) -> Path:
-    """GRPO-TCR from `model_path` on rl.data; returns the final checkpoint directory."""
+    """GRPO-TCR from `model_path` on rl.data; returns the final checkpoint directory.
+
+    `resume`: a checkpoint directory, or "auto" (the newest complete one in `out_dir`; a fresh start if none). The
+    model is loaded from `model_path` first (it is the KL reference) and the checkpoint's weights replace the
+    policy's, so a resumed run never takes its resumed policy as the reference."""
     out = Path(out_dir)
+    ckpt = checkpoint.resolve_resume(resume, out)
+    if resume == "auto" and ckpt is None:
+        console.print(f"--resume auto: no complete checkpoint in {out}; starting from step 0")
+    state = checkpoint.load_state(ckpt) if ckpt else None
     save_config(cfg, out / "config.yaml")
     path = _model_path(cfg, model_path)
     rows = rows if rows is not None else _task_rows(cfg, cfg.rl.data, "train")
@@ -138,7 +174,14 @@ def run_rl(
         temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k
     )
     keys = ("reward/mean", "reward/accuracy", "rollout/tool_calls", "loss/clipfrac", "time/step")
-    logger = MetricsLogger(out, backends=cfg.logging.backends, console_keys=keys, config=asdict(cfg))
+    logger = MetricsLogger(
+        out,
+        backends=cfg.logging.backends,
+        console_keys=keys,
+        config=asdict(cfg),
+        resume_step=state["step"] if state else None,
+        run_id=state.get("wandb_id") if state else None,
+    )
     with build_sandbox(cfg.sandbox) as sandbox, contextlib.closing(logger):
         agent = build_agent(model, tokenizer, cfg, sandbox)
         trainer = RLTrainer(
@@ -152,9 +195,34 @@ def run_rl(
             out_dir=out,
             seed=cfg.seed,
             logger=logger,
+            ref_source=str(path),
         )
+        if cfg.rl.eval_every:
+            trainer.validate = validator(cfg, out, agent, str(path))
+        if ckpt and state:
+            checkpoint.load_weights(model, ckpt)
+            trainer.load_state_dict(state)
+            checkpoint.set_rng_state(state["rng"])
+            console.print(f"resuming from {ckpt} at step {trainer.step_done} of {cfg.rl.steps}")
         trainer.train()
     return out / "model"
+
+
+def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str):
+    """step -> `val/<data_source>/<metric>` of the current policy on rl.eval_data (eval.n samples each); each
+    evaluation's records go to OUT/eval/step-<k>/, where `tirl analyze` reads them."""
+    rows = [row for f in cfg.rl.eval_data for row in read_rows(f)]  # read now: a bad file fails at start-up
+    conf = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=model_path))  # its tokenizer
+
+    def validate(step: int) -> dict[str, float]:
+        records, trajs = evaluate(agent, rows, cfg.eval, model_label=f"step-{step}", seed=cfg.seed)
+        summary = summarize_records(records, cfg.eval.ks)
+        where = out / "eval" / f"step-{step:06d}"
+        write_eval(where, records, trajs, summary)
+        save_config(conf, where / "config.yaml")
+        return {f"val/{src}/{k}": float(v) for src, m in summary.items() for k, v in m.items() if "@" in k}
+
+    return validate
 
 
 def run_eval(

@@ -61,7 +61,7 @@ def test_passk_hand_values_and_groups():
     r = torch.tensor([1.0, -1.0, -1.0, -1.0, 1.0, 1.0, 1.0, 1.0])
     adv = passk_analytic(r, torch.tensor([3, 3, 3, 3, 8, 8, 8, 8]), k=2, eps=0.0)
     torch.testing.assert_close(adv, torch.tensor([1.0, -1 / 3, -1 / 3, -1 / 3, 0.0, 0.0, 0.0, 0.0]))
-    with pytest.raises(ValueError, match="at least 3 samples"):
+    with pytest.raises(ValueError, match="k=3 needs groups of at least 3 samples"):
         passk_analytic(r[:2], torch.zeros(2, dtype=torch.long), k=3)
 
 

@@ -23,7 +23,6 @@ from tirl.algorithms import (
     get_advantage_estimator,
     get_policy_loss,
     kl_penalty,
-    policy_loss,
 )
 
 HERE = Path(__file__).parent
@@ -109,52 +108,49 @@ def test_advantages(case, name):
     torch.testing.assert_close(ours, ref[name][:, -1])
 
 
-@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+AGGS = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+
+
+def _loss_and_grad(name, inp, agg):
+    """tirl's policy loss `name` on the case's inputs: (loss, d loss / d logp, stats)."""
+    logp = inp["logp"].clone().requires_grad_(True)
+    loss, stats = get_policy_loss(name)(
+        logp,
+        inp["old_logp"],
+        inp["adv"],
+        inp["loss_mask"],
+        clip_low=inp["clip_low"],
+        clip_high=inp["clip_high"],
+        clip_c=inp["clip_c"],
+        agg=agg,
+        norm_len=inp["norm_len"],
+    )
+    loss.backward()
+    return loss.detach(), logp.grad, stats
+
+
+@pytest.mark.parametrize("agg", AGGS)
 def test_policy_loss_value_gradient_and_clipfrac(case, agg):
     inp, ref = case
     ratio = (inp["logp"] - inp["old_logp"]).exp()
     assert (ratio < 0.8).any() and (ratio > 1.28).any()  # both clip sides are exercised
     assert ((inp["adv"] < 0) & (ratio > inp["clip_c"])).any()  # and the dual clip
-    logp = inp["logp"].clone().requires_grad_(True)
-    loss, stats = policy_loss(
-        logp,
-        inp["old_logp"],
-        inp["adv"],
-        inp["loss_mask"],
-        clip_low=inp["clip_low"],
-        clip_high=inp["clip_high"],
-        clip_c=inp["clip_c"],
-        agg=agg,
-        norm_len=inp["norm_len"],
-    )
-    loss.backward()
-    torch.testing.assert_close(loss.detach(), ref[f"pg/{agg}"])
-    torch.testing.assert_close(logp.grad, ref[f"pg_grad/{agg}"])
+    loss, grad, stats = _loss_and_grad("ppo", inp, agg)
+    torch.testing.assert_close(loss, ref[f"pg/{agg}"])
+    torch.testing.assert_close(grad, ref[f"pg_grad/{agg}"])
     assert stats["loss/clipfrac"] == pytest.approx(float(ref[f"clipfrac/{agg}"]), abs=1e-6)
 
 
 @pytest.mark.parametrize("name", ["gspo", "cispo"])
-@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize("agg", AGGS)
 def test_gspo_and_cispo(case, name, agg):
     inp, ref = case
-    logp = inp["logp"].clone().requires_grad_(True)
-    loss, _ = get_policy_loss(name)(
-        logp,
-        inp["old_logp"],
-        inp["adv"],
-        inp["loss_mask"],
-        clip_low=inp["clip_low"],
-        clip_high=inp["clip_high"],
-        clip_c=inp["clip_c"],
-        agg=agg,
-        norm_len=inp["norm_len"],
-    )
-    loss.backward()
-    torch.testing.assert_close(loss.detach(), ref[f"{name}/{agg}"])
-    torch.testing.assert_close(logp.grad, ref[f"{name}_grad/{agg}"])
+    loss, grad, _ = _loss_and_grad(name, inp, agg)
+    torch.testing.assert_close(loss, ref[f"{name}/{agg}"])
+    torch.testing.assert_close(grad, ref[f"{name}_grad/{agg}"])
 
 
-@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+@pytest.mark.parametrize("agg", AGGS)
 def test_aggregation(case, agg):
     inp, ref = case
     ours = aggregate(inp["values"], inp["loss_mask"], agg, norm_len=inp["norm_len"])

@@ -1,6 +1,5 @@
 """Micro-batches: the accumulated gradient of a mini-batch does not depend on how it is split."""
 
-
 import pytest
 import torch
 

@@ -109,14 +109,22 @@ def grpo_batch_std(rewards: torch.Tensor, group_ids: torch.Tensor, *, eps: float
     return (adv / (std + eps)).to(rewards.dtype)
 
 
-def _group_members(group_ids: torch.Tensor) -> list[torch.Tensor]:
-    """Indices of each group's members, one (G,) tensor per group."""
+def _groups_of_at_least(group_ids: torch.Tensor, k: int, what: str) -> list[torch.Tensor]:
+    """Indices of each group's members, one (G,) tensor per group; every group must hold at least k >= 1."""
+    if k < 1:
+        raise ValueError(f"{what} needs k >= 1, got {k}")
     _, inverse = torch.unique(group_ids, return_inverse=True)
-    return (
+    groups = (
         [torch.nonzero(inverse == g).squeeze(-1) for g in range(int(inverse.max()) + 1)]
         if inverse.numel()
         else []
     )
+    for idx in groups:
+        if idx.numel() < k:
+            raise ValueError(
+                f"{what} with k={k} needs groups of at least {k} samples, got {idx.numel()} (raise rl.n)"
+            )
+    return groups
 
 
 def passk_analytic(
@@ -131,13 +139,9 @@ def passk_analytic(
     share subsets with successes are penalised less, which keeps exploring. Not verl's `grpo_passk` (arXiv
     2503.19595: only the best sample gets r_max - r_second_max). Groups smaller than k are an error.
     """
-    if k < 1:
-        raise ValueError(f"pass@k needs k >= 1, got {k}")
     adv = torch.zeros(rewards.shape, dtype=torch.float64, device=rewards.device)
-    for idx in _group_members(group_ids):
+    for idx in _groups_of_at_least(group_ids, k, "the pass@k advantage"):
         n = idx.numel()
-        if n < k:
-            raise ValueError(f"pass@{k} advantage needs groups of at least {k} samples, got {n} (raise rl.n)")
         success = rewards[idx] > 0  # (G,)
         n_neg = int((~success).sum())
         r_bar = 1.0 - comb(n_neg, k) / comb(n, k)
@@ -161,13 +165,9 @@ def pkpo_rewards(rewards: torch.Tensor, group_ids: torch.Tensor, *, k: int) -> t
     the subsets containing the i-th smallest have their max at i itself (C(i-1, k-1) of them) or at a larger m
     (C(m-2, k-2) of them each).
     """
-    if k < 1:
-        raise ValueError(f"PKPO needs k >= 1, got {k}")
     out = torch.zeros(rewards.shape, dtype=torch.float64, device=rewards.device)
-    for idx in _group_members(group_ids):
+    for idx in _groups_of_at_least(group_ids, k, "PKPO"):
         n = idx.numel()
-        if n < k:
-            raise ValueError(f"PKPO pass@{k} needs groups of at least {k} samples, got {n} (raise rl.n)")
         r, order = torch.sort(rewards[idx].to(torch.float64))  # ascending
         total = comb(n, k)
         s = torch.empty(n, dtype=torch.float64)

@@ -14,6 +14,8 @@ from typing import Literal
 
 import torch
 
+from tirl.errors import TirlError
+
 
 @dataclass
 class OptimConfig:
@@ -91,7 +93,7 @@ def clip_and_step(
     return norm, stepped
 
 
-class NonFiniteError(RuntimeError):
+class NonFiniteError(TirlError):
     """Several updates in a row had a non-finite loss or gradient: the run cannot recover by itself."""
 
 

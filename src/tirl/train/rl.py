@@ -45,9 +45,13 @@ from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentLoop
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
+from tirl.train import checkpoint
 from tirl.train.batch import TokenBatch, collate, slice_rows
+from tirl.train.checkpoint import CheckpointError
 from tirl.train.logprobs import token_logprobs
 from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
+from tirl.train.perf import Timers, peak_memory_mb
+from tirl.train.signals import StopRequested, graceful_stop
 from tirl.train.update import LossSpec, accumulate_gradients
 
 
@@ -78,7 +82,15 @@ class RLConfig:
     dynamic_max_rounds: int = 3  # extra generation rounds per step at most, when dynamic_sampling is on
     overlong_filter: bool = False  # truncated responses (budget / turn cap hit) are masked out of the loss
     logprob_batch_size: int = 64  # sequences per no-grad forward when recomputing old log-probs
-    save_every: int = 0  # steps between checkpoints; 0 = only the final one
+    eval_every: int = (
+        0  # steps between validations on eval_data (records kept in OUT/eval/step-<k>/); 0 = none
+    )
+    eval_data: list[str] = field(
+        default_factory=list
+    )  # benchmark files validated during training (eval.n each)
+    log_samples: int = 2  # trajectories per step logged as text (JSONL samples file, TensorBoard, wandb)
+    save_every: int = 0  # steps between resumable checkpoints (checkpoint-<step>/); 0 = only the final model
+    keep_last: int = 0  # complete checkpoints kept, oldest deleted first, never the newest; 0 = all
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-6, weight_decay=0.01, grad_clip=1.0))
 
     def __post_init__(self) -> None:
@@ -97,6 +109,14 @@ class RLConfig:
             raise ValueError(
                 f"rl.passk_k={self.passk_k} must be in [1, rl.n={self.n}] for {self.adv_estimator!r}"
             )
+        if self.eval_every < 0 or (self.eval_every and not self.eval_data):
+            raise ValueError(
+                f"rl.eval_every={self.eval_every} needs rl.eval_data (a list of benchmark files) and must be >= 0"
+            )
+        if self.save_every < 0 or self.keep_last < 0:
+            raise ValueError(
+                f"save_every and keep_last must be >= 0, got {self.save_every}, {self.keep_last}"
+            )
         if self.dynamic_max_rounds < 0:
             raise ValueError(f"dynamic_max_rounds must be >= 0, got {self.dynamic_max_rounds}")
         if self.micro_batch_size < 0 or self.micro_batch_tokens < 0:
@@ -108,6 +128,17 @@ class RLConfig:
             raise ValueError(
                 f"loss_norm_len must be >= 0 (0 = the response budget), got {self.loss_norm_len}"
             )
+
+
+def render_samples(trajs: Sequence[Trajectory], tokenizer: Any, k: int = 2) -> str:
+    """The first `k` trajectories as text (prompt, response with tool output, reward-relevant meta)."""
+    parts = []
+    for t in trajs[:k]:
+        text = tokenizer.decode(t.prompt_ids + t.response_ids, skip_special_tokens=False)
+        parts.append(
+            f"# group {t.meta.get('group')} sample {t.meta.get('sample')} stop={t.stop_reason}\n{text}"
+        )
+    return "\n\n".join(parts)
 
 
 TRUNCATED = ("budget", "turn_length")  # stop reasons of a response cut off before it could answer
@@ -179,6 +210,7 @@ class RLTrainer:
         out_dir: str | Path,
         seed: int,
         logger: MetricsLogger | None = None,
+        ref_source: str = "",
     ) -> None:
         if not rows:
             raise ValueError("RL needs at least one prompt row")
@@ -202,6 +234,11 @@ class RLTrainer:
         self.norm_len = cfg.loss_norm_len or agent.config.max_response_tokens
         self.skips = SkipGuard(cfg.optim.max_skipped_in_row)
         self.updates_done = 0
+        self.step_done = 0
+        self.timers = Timers()
+        self.last_trajectories: list[Trajectory] = []
+        self.validate: Any = None  # step -> metrics; set by the caller when rl.eval_every is on
+        self.ref_source = ref_source  # where the KL reference (the initial policy) was loaded from
         self.loss_spec = LossSpec(
             self.loss_fn,
             clip_low=cfg.clip_low,
@@ -250,10 +287,12 @@ class RLTrainer:
         prompts = [r.prompt for r in rows for _ in range(cfg.n)]
         metas = [r.meta(group=first_group + g, sample=k) for g, r in enumerate(rows) for k in range(cfg.n)]
         self.policy.eval()
-        trajs = self.agent.run(prompts, self.sampling, metas=metas, generator=self.gen)
-        scores = score_trajectories(
-            trajs, self.reward, max_len=self.agent.config.max_response_tokens, sandbox=self.agent.sandbox
-        )
+        with self.timers.time("rollout"):
+            trajs = self.agent.run(prompts, self.sampling, metas=metas, generator=self.gen)
+        with self.timers.time("reward"):
+            scores = score_trajectories(
+                trajs, self.reward, max_len=self.agent.config.max_response_tokens, sandbox=self.agent.sandbox
+            )
         return trajs, scores
 
     def _sample_batch(self) -> tuple[list[Trajectory], list[Any], dict[str, float]]:
@@ -299,11 +338,23 @@ class RLTrainer:
         # One update per step on the whole batch is exactly on-policy: the old log-probs are the policy's own log-probs
         # of this forward pass (detached), so the separate recomputation is skipped (as verl does).
         on_policy = cfg.ppo_epochs == 1 and cfg.mini_batch_size >= len(trajs)
-        old_logp = None if on_policy else self._logprobs(self.policy, batch)
-        ref_logp = self._logprobs(self.ref, batch) if self.ref is not None else None
+        with self.timers.time("update"):
+            old_logp = None if on_policy else self._logprobs(self.policy, batch)
+            ref_logp = self._logprobs(self.ref, batch) if self.ref is not None else None
+            update = self._update(batch, old_logp, ref_logp)
         metrics = rollout_metrics(trajs, rewards.tolist(), [s.correct for s in scores])
-        metrics.update(self._update(batch, old_logp, ref_logp))
+        metrics.update(update)
         metrics.update(dyn)
+        perf = self.timers.pop()
+        perf["perf/step_s/update"] -= perf.get("perf/step_s/sync", 0.0)  # sync is timed inside the update
+        sampled = sum(sum(t.loss_mask) for t in trajs)
+        metrics.update(perf)
+        metrics.update(peak_memory_mb())
+        metrics["perf/tokens_per_s/rollout"] = sampled / max(perf.get("perf/step_s/rollout", 0.0), 1e-9)
+        metrics["perf/tokens_per_s/update"] = (
+            cfg.ppo_epochs * int(batch.attention_mask.sum()) / max(perf["perf/step_s/update"], 1e-9)
+        )
+        self.last_trajectories = trajs
         metrics.update(
             {
                 "time/rollout": t_rollout,
@@ -344,30 +395,83 @@ class RLTrainer:
                 sums.update(stats)
                 updates += 1
         self.policy.eval()
-        self.agent.engine.sync_weights(self.policy)  # the next rollout must sample from the updated policy
+        with self.timers.time("sync"):
+            self.agent.engine.sync_weights(
+                self.policy
+            )  # the next rollout must sample from the updated policy
         out = {k: v / updates for k, v in sums.items()}
         out["optim/lr"] = self.sched.get_last_lr()[0]
         out["loss/skipped_updates"] = float(self.skips.total)
         return out
 
     def train(self) -> list[dict[str, float]]:
-        history = []
-        with progress("RL", self.cfg.steps) as bar:
-            for step in range(self.cfg.steps):
+        """Steps from `step_done` (0, or where a resumed checkpoint left off) to `steps`; returns their metrics.
+
+        SIGTERM / SIGINT finish the current step, write a checkpoint and raise `StopRequested`."""
+        cfg, history = self.cfg, []
+        with graceful_stop() as stop, progress("RL", cfg.steps) as bar:
+            bar.advance(self.step_done)
+            for step in range(self.step_done, cfg.steps):
                 m = self.step()
                 history.append(m)
                 if self.logger:
                     self.logger.log(m, step=step)
+                    self.logger.log_text(
+                        "samples", render_samples(self.last_trajectories, self.tokenizer), step=step
+                    )
+                self.step_done = step + 1
+                if self.validate is not None and cfg.eval_every and self.step_done % cfg.eval_every == 0:
+                    val = self.validate(self.step_done)
+                    m.update(val)
+                    if self.logger:
+                        self.logger.log(val, step=step)
                 bar.advance(1, info=f"reward {m['reward/mean']:+.2f}  acc {m['reward/accuracy']:.2f}")
-                if self.cfg.save_every and (step + 1) % self.cfg.save_every == 0:
-                    self.save(self.out_dir / f"checkpoint-{step + 1}", step + 1)
-        self.save(self.out_dir / "model", self.cfg.steps)
+                if (cfg.save_every and self.step_done % cfg.save_every == 0) or stop.requested:
+                    path = self.save_checkpoint()
+                    if stop.requested:
+                        raise StopRequested(str(path), self.step_done)
+        self.save(self.out_dir / "model", cfg.steps)
         return history
 
-    def save(self, path: Path, step: int) -> None:
-        save_checkpoint(
-            self.policy,
-            self.tokenizer,
-            path,
-            extra={"step": step, "optimizer": self.opt.state_dict(), "scheduler": self.sched.state_dict()},
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the next step depends on besides the weights and the global generators."""
+        return {
+            "step": self.step_done,
+            "optimizer": self.opt.state_dict(),
+            "scheduler": self.sched.state_dict(),
+            "order": list(self._order),
+            "order_rng": self.rng.getstate(),
+            "generator": self.gen.get_state(),
+            "updates_done": self.updates_done,
+            "skips": (self.skips.in_row, self.skips.total),
+            "ref_source": self.ref_source,
+            "wandb_id": self.logger.run_id if self.logger else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.ref is not None and state.get("ref_source") != self.ref_source:
+            raise CheckpointError(
+                f"the checkpoint's KL reference is {state.get('ref_source')!r} but this run's model.path is "
+                f"{self.ref_source!r}: resume with the model.path the run started from"
+            )
+        self.step_done = int(state["step"])
+        self.opt.load_state_dict(state["optimizer"])
+        self.sched.load_state_dict(state["scheduler"])
+        self._order = list(state["order"])
+        self.rng.setstate(state["order_rng"])
+        self.gen.set_state(state["generator"])
+        self.updates_done = int(state["updates_done"])
+        self.skips.in_row, self.skips.total = state["skips"]
+
+    def save_checkpoint(self) -> Path:
+        path = checkpoint.save(
+            self.out_dir / f"checkpoint-{self.step_done}",
+            model=self.policy,
+            tokenizer=self.tokenizer,
+            state=self.state_dict(),
         )
+        checkpoint.rotate(self.out_dir, self.cfg.keep_last)
+        return path
+
+    def save(self, path: Path, step: int) -> None:
+        save_checkpoint(self.policy, self.tokenizer, path, extra={"step": step})

@@ -10,8 +10,9 @@ of a batch, as the reference recipe's SFT.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -23,6 +24,7 @@ from tirl.train.batch import TokenBatch, collate, micro_batches, slice_rows
 from tirl.train.dist import all_reduce_sum
 from tirl.train.logprobs import token_logprobs
 from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
+from tirl.train.signals import StopRequested, graceful_stop
 
 
 @dataclass
@@ -34,6 +36,8 @@ class SFTConfig:
     group_by_length: bool = False  # similar lengths per batch: less padding, but batches less mixed
     micro_batch_size: int = 0  # sequences per forward/backward (gradients accumulate); 0 = the whole batch
     micro_batch_tokens: int = 0  # padded tokens per forward/backward; 0 = no budget
+    save_every: int = 0  # steps between resumable checkpoints (checkpoint-<step>/, `tirl sft` only); 0 = none
+    keep_last: int = 0  # complete checkpoints kept, oldest deleted first, never the newest; 0 = all
     optim: OptimConfig = field(
         default_factory=lambda: OptimConfig(lr=1e-5, schedule="cosine", warmup_ratio=0.1)
     )
@@ -43,6 +47,10 @@ class SFTConfig:
             raise ValueError(
                 f"micro_batch_size and micro_batch_tokens must be >= 0 (0 = no limit), "
                 f"got {self.micro_batch_size}, {self.micro_batch_tokens}"
+            )
+        if self.save_every < 0 or self.keep_last < 0:
+            raise ValueError(
+                f"save_every and keep_last must be >= 0, got {self.save_every}, {self.keep_last}"
             )
         if self.epochs < 0 or self.batch_size < 1:
             raise ValueError(
@@ -135,38 +143,62 @@ def train_sft(
     seed: int,
     logger: MetricsLogger | None = None,
     label: str = "SFT",
+    save: Callable[[int, dict[str, Any]], Path] | None = None,
+    resume_state: dict[str, Any] | None = None,
 ) -> dict[str, float]:
-    """Train in place; returns the last logged metrics."""
+    """Train in place; returns the last logged metrics.
+
+    `save(step, state)` writes a resumable checkpoint every `cfg.save_every` steps and when SIGTERM/SIGINT ask to
+    stop (then `StopRequested` is raised). `resume_state` (a checkpoint's trainer state) continues a run: the batch
+    plan is rebuilt from the seed, the batches already trained are skipped, optimizer and schedule restored.
+    """
     examples = render_rows(rows, renderer, max_length=cfg.max_length)
     rng = random.Random(seed)
     lengths = [len(e[0]) for e in examples]
     window = 50 if cfg.group_by_length else 1
     plan = [length_grouped_batches(lengths, cfg.batch_size, rng, window=window) for _ in range(cfg.epochs)]
-    total = sum(len(p) for p in plan)
-    opt, sched = build_optimizer(model, cfg.optim, total)
+    flat = [(epoch, idx) for epoch, batches in enumerate(plan) for idx in batches]
+    opt, sched = build_optimizer(model, cfg.optim, len(flat))
+    guard = SkipGuard(cfg.optim.max_skipped_in_row)
+    start = 0
+    if resume_state is not None:
+        start = int(resume_state["step"])
+        opt.load_state_dict(resume_state["optimizer"])
+        sched.load_state_dict(resume_state["scheduler"])
+        guard.in_row, guard.total = resume_state["skips"]
     device = next(model.parameters()).device
     model.train()
-    guard = SkipGuard(cfg.optim.max_skipped_in_row)
-    step, last = 0, {}
-    with progress(label, total) as bar:
-        for epoch, batches in enumerate(plan):
-            for idx in batches:
-                chunk = [examples[i] for i in idx]
-                batch = collate([c[0] for c in chunk], [c[1] for c in chunk], pad_id=pad_id).to(device)
-                loss, n = sft_step(model, batch, cfg)
-                grad_norm, stepped = clip_and_step(model, opt, sched, cfg.optim, loss=loss)
-                guard.record(stepped, where=f"{label} step {step}")
-                last = {
-                    "sft/loss": loss,
-                    "sft/grad_norm": grad_norm,
-                    "sft/tokens": float(n),
-                    "sft/lr": sched.get_last_lr()[0],
-                    "sft/epoch": float(epoch),
-                    "sft/skipped_updates": float(guard.total),
+    last: dict[str, float] = {}
+    with graceful_stop() as stop, progress(label, len(flat)) as bar:
+        bar.advance(start)
+        for step in range(start, len(flat)):
+            epoch, idx = flat[step]
+            chunk = [examples[i] for i in idx]
+            batch = collate([c[0] for c in chunk], [c[1] for c in chunk], pad_id=pad_id).to(device)
+            loss, n = sft_step(model, batch, cfg)
+            grad_norm, stepped = clip_and_step(model, opt, sched, cfg.optim, loss=loss)
+            guard.record(stepped, where=f"{label} step {step}")
+            last = {
+                "sft/loss": loss,
+                "sft/grad_norm": grad_norm,
+                "sft/tokens": float(n),
+                "sft/lr": sched.get_last_lr()[0],
+                "sft/epoch": float(epoch),
+                "sft/skipped_updates": float(guard.total),
+            }
+            if logger:
+                logger.log(last, step=step)
+            bar.advance(1, info=f"loss {last['sft/loss']:.3f}")
+            done = step + 1
+            if save is not None and ((cfg.save_every and done % cfg.save_every == 0) or stop.requested):
+                state = {
+                    "step": done,
+                    "optimizer": opt.state_dict(),
+                    "scheduler": sched.state_dict(),
+                    "skips": (guard.in_row, guard.total),
                 }
-                if logger:
-                    logger.log(last, step=step)
-                step += 1
-                bar.advance(1, info=f"loss {last['sft/loss']:.3f}")
+                path = save(done, state)
+                if stop.requested:
+                    raise StopRequested(str(path), done)
     model.eval()
     return last
