@@ -32,7 +32,12 @@ def _config(args: argparse.Namespace):
     path = args.config or (DEMO_CONFIG if args.command == "demo" else None)
     # `task=NAME` is short for `task.name=NAME` (a registered task or package.module:attribute)
     overrides = [f"task.name={o[5:]}" if o.startswith("task=") else o for o in args.overrides]
-    return load_config(TirlConfig, path, overrides)
+    cfg = load_config(TirlConfig, path, overrides)
+    if args.command in ("demo", "sft", "rl", "eval"):
+        from tirl.tasks import load_task
+
+        load_task(cfg.task.name)  # a bad task name or path fails before any model is loaded
+    return cfg
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

@@ -107,3 +107,13 @@ def test_tirl_rl_trains_a_few_steps_with_the_example_task(spec, tmp_path):
     text = build_renderer(AutoTokenizer.from_pretrained(model), qwen).text([{"role": "user", "content": "q"}])
     for t in load_task(spec).tools:
         assert json.dumps(t.schema, ensure_ascii=False) in text
+
+
+def test_a_bad_task_fails_at_start_naming_it(capsys):
+    from tirl.cli import main
+
+    assert main(["eval", "task=examples.nope:task"]) == 2
+    assert main(["rl", "task=nosuch"]) == 2
+    err = capsys.readouterr().err
+    assert "task 'examples.nope:task': cannot import 'task' from 'examples.nope'" in err
+    assert "unknown task 'nosuch'; valid: arith or package.module:attribute" in err

@@ -1,7 +1,7 @@
 """A task bundles what a run needs beyond the model: its data, its tools, its verifier and its prompt wording.
 
 `tirl rl|eval|demo task=NAME` picks a registered task (`register_task`), `task=my_pkg.tasks:sql_task` imports
-one from the user's own package (a `Task`, or a function returning one), so adding a task never means editing
+one from the user's own package (installed, or under the working directory) (a `Task`, or a function returning one), so adding a task never means editing
 tirl. The verifier is routed through the one registry (`tirl.rewards.registry`): a task that names one sends its
 `data_sources` to it when it is loaded. Rows come from the stage's data file when one is set (`rl.data`,
 `eval.data`), else from the task's `rows(split, cfg)` ("train" for RL, "test" for eval).
@@ -10,6 +10,8 @@ tirl. The verifier is routed through the one registry (`tirl.rewards.registry`):
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -92,6 +94,10 @@ def load_task(spec: str) -> Task:
     """A registered task by name, or `package.module:attribute` (a Task or a function returning one)."""
     if ":" in spec:
         module, _, attr = spec.partition(":")
+        if (
+            os.getcwd() not in sys.path
+        ):  # as `python -m` and uvicorn do: the user's package in the working directory
+            sys.path.append(os.getcwd())
         try:
             obj = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as e:
