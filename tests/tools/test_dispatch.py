@@ -9,6 +9,7 @@ from tirl.rewards.shaping import tool_call_term
 from tirl.rollout.agent import AgentConfig, AgentLoop, stop_token_ids
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation
+from tirl.tokcheck import check_rows
 from tirl.tools import CodeInterpreter, ToolSet, tool
 
 
@@ -105,6 +106,8 @@ def test_several_calls_in_one_turn_run_and_answer_in_one_tool_turn(renderer, san
     # the third call is over the cap and ignored; both results come back in one user turn, in call order
     tool_ids = [i for i, m in zip(t.response_ids, t.loss_mask, strict=True) if not m]
     assert tool_ids == renderer.tool_response_ids(["3", "10\n"], assistant_closed=True)
+    t.meta["prompt"] = [{"role": "user", "content": "q"}]  # tirl check-tokens re-renders the whole trajectory
+    assert check_rows(renderer, iter([(1, t.to_dict())])).divergences == []
     one = run(renderer, sandbox, [turn, "\\boxed{3}"], tools)  # the recipe's default: only the first call
     assert [c.name for c in one.tool_calls] == ["add"]
 
