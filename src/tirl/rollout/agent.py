@@ -23,7 +23,7 @@ import torch
 from tirl.chat.hermes import ToolCall, parse_tool_calls
 from tirl.chat.template import ChatRenderer
 from tirl.rollout.sampling import SamplingParams
-from tirl.rollout.types import Engine, ToolCallRecord, Trajectory
+from tirl.rollout.types import Engine, Generation, ToolCallRecord, Trajectory
 from tirl.sandbox.types import Sandbox
 from tirl.tools.base import CodeInterpreter, ToolOutput, ToolSet
 
@@ -93,57 +93,85 @@ class AgentLoop:
         live = list(range(len(trajs)))
         while live:
             ctx = [trajs[i].prompt_ids + trajs[i].response_ids for i in live]
-            budget = [
-                min(cfg.max_tokens_per_turn, cfg.max_response_tokens - trajs[i].response_length) for i in live
-            ]
+            budget = [turn_budget(trajs[i], cfg) for i in live]
             gens = self.engine.generate(ctx, params, max_new_tokens=budget, generator=generator)
             pending: list[
                 tuple[int, list[ToolCall], bool]
             ] = []  # (trajectory, its calls, turn closed by EOS)
             for i, g in zip(live, gens, strict=True):
-                t = trajs[i]
-                t.response_ids += g.token_ids
-                t.loss_mask += [1] * len(g.token_ids)
-                t.logprobs += g.logprobs
-                t.turn_texts.append(self.renderer.tokenizer.decode(g.token_ids, skip_special_tokens=False))
-                calls = parse_tool_calls(t.turn_texts[-1], limit=cfg.max_calls_per_turn)
-                spent = t.response_length >= cfg.max_response_tokens
-                if not calls:
-                    t.stop_reason = (
-                        "answer" if g.finish_reason == "eos" else ("budget" if spent else "turn_length")
-                    )
-                elif spent:
-                    t.stop_reason = "budget"
-                elif t.turns >= cfg.max_turns:
-                    t.stop_reason = "max_turns"
-                else:
+                calls = apply_turn(trajs[i], g, self.renderer, cfg)
+                if calls:
                     pending.append((i, calls, g.finish_reason == "eos"))
             outputs = iter(self._execute([c for _, calls, _ in pending for c in calls]))
             live = []
             for i, calls, closed in pending:
-                t = trajs[i]
                 results = [next(outputs) for _ in calls]
-                ids = self.renderer.tool_response_ids([o.text for o in results], assistant_closed=closed)
-                for c, o in zip(calls, results, strict=True):
-                    t.tool_calls.append(
-                        ToolCallRecord(t.turns, c.code, o.text, o.status, o.exec_result, c.name, c.arguments)
-                    )
-                if t.response_length + len(ids) >= cfg.max_response_tokens:
-                    t.stop_reason = "budget"  # the result would not fit: end on model tokens
-                    for record in t.tool_calls[-len(calls) :]:  # none of this turn's results was seen
-                        record.result_seen = False
-                    continue
-                t.response_ids += ids
-                t.loss_mask += [0] * len(ids)
-                t.logprobs += [0.0] * len(ids)
-                live.append(i)
+                if apply_tool_results(trajs[i], calls, results, closed, self.renderer, cfg):
+                    live.append(i)
         for t in trajs:
             t.check()
         return trajs
 
     def _execute(self, calls: list[ToolCall]) -> list[ToolOutput]:
-        """One step's calls through the task's tools; malformed ones get their error text without running."""
-        cfg = self.config
-        return self.tools.execute(
-            calls, self.sandbox, max_chars=cfg.max_tool_response_chars, truncate_side=cfg.truncate_side
+        return execute_tool_calls(self.tools, self.sandbox, calls, self.config)
+
+
+def turn_budget(t: Trajectory, cfg: AgentConfig) -> int:
+    """New tokens the next turn may sample: the per-turn cap, or what is left of the response budget."""
+    return min(cfg.max_tokens_per_turn, cfg.max_response_tokens - t.response_length)
+
+
+def apply_turn(t: Trajectory, g: Generation, renderer: ChatRenderer, cfg: AgentConfig) -> list[ToolCall]:
+    """Append a sampled turn (ids, mask 1, log-probs); return its calls (at most `max_calls_per_turn`) if the
+    trajectory goes on, else [] with `t.stop_reason` set (the stop rules of the module docstring)."""
+    t.response_ids += g.token_ids
+    t.loss_mask += [1] * len(g.token_ids)
+    t.logprobs += g.logprobs
+    t.turn_texts.append(renderer.tokenizer.decode(g.token_ids, skip_special_tokens=False))
+    calls = parse_tool_calls(t.turn_texts[-1], limit=cfg.max_calls_per_turn)
+    spent = t.response_length >= cfg.max_response_tokens
+    if not calls:
+        t.stop_reason = "answer" if g.finish_reason == "eos" else ("budget" if spent else "turn_length")
+    elif spent:
+        t.stop_reason = "budget"
+    elif t.turns >= cfg.max_turns:
+        t.stop_reason = "max_turns"
+    else:
+        return calls
+    return []
+
+
+def apply_tool_results(
+    t: Trajectory,
+    calls: Sequence[ToolCall],
+    outputs: Sequence[ToolOutput],
+    closed: bool,
+    renderer: ChatRenderer,
+    cfg: AgentConfig,
+) -> bool:
+    """Record a turn's calls and append their results as one masked tool turn; False (stop reason "budget") when it
+    would not fit, so the trajectory ends on model tokens. `closed`: the turn ended at EOS."""
+    ids = renderer.tool_response_ids([o.text for o in outputs], assistant_closed=closed)
+    for c, o in zip(calls, outputs, strict=True):
+        t.tool_calls.append(
+            ToolCallRecord(t.turns, c.code, o.text, o.status, o.exec_result, c.name, c.arguments)
         )
+    if t.response_length + len(ids) >= cfg.max_response_tokens:
+        t.stop_reason = "budget"
+        for record in t.tool_calls[-len(calls) :]:  # none of this turn's results was seen
+            record.result_seen = False
+        return False
+    t.response_ids += ids
+    t.loss_mask += [0] * len(ids)
+    t.logprobs += [0.0] * len(ids)
+    return True
+
+
+def execute_tool_calls(
+    tools: ToolSet, sandbox: Sandbox, calls: list[ToolCall], cfg: AgentConfig
+) -> list[ToolOutput]:
+    """One batch of calls through the task's tools (sandboxed ones in one sandbox batch); malformed calls, unknown
+    tools and bad arguments get their error text without running."""
+    return tools.execute(
+        calls, sandbox, max_chars=cfg.max_tool_response_chars, truncate_side=cfg.truncate_side
+    )
