@@ -21,7 +21,7 @@ import torch
 from tirl.chat.hermes import format_tool_output, parse_tool_call, prepare_code, truncate_middle
 from tirl.chat.template import ChatRenderer
 from tirl.rollout.sampling import SamplingParams
-from tirl.rollout.types import Engine, ToolCallRecord, Trajectory
+from tirl.rollout.types import Engine, Generation, ToolCallRecord, Trajectory
 from tirl.sandbox.types import ExecResult, Sandbox
 
 
@@ -76,69 +76,92 @@ class AgentLoop:
         live = list(range(len(trajs)))
         while live:
             ctx = [trajs[i].prompt_ids + trajs[i].response_ids for i in live]
-            budget = [
-                min(cfg.max_tokens_per_turn, cfg.max_response_tokens - trajs[i].response_length) for i in live
-            ]
+            budget = [turn_budget(trajs[i], cfg) for i in live]
             gens = self.engine.generate(ctx, params, max_new_tokens=budget, generator=generator)
             pending: list[tuple[int, Any, bool]] = []  # (trajectory index, ToolCall, turn closed by EOS)
             for i, g in zip(live, gens, strict=True):
-                t = trajs[i]
-                t.response_ids += g.token_ids
-                t.loss_mask += [1] * len(g.token_ids)
-                t.logprobs += g.logprobs
-                t.turn_texts.append(self.renderer.tokenizer.decode(g.token_ids, skip_special_tokens=False))
-                call = parse_tool_call(t.turn_texts[-1])
-                spent = t.response_length >= cfg.max_response_tokens
-                if call is None:
-                    t.stop_reason = (
-                        "answer" if g.finish_reason == "eos" else ("budget" if spent else "turn_length")
-                    )
-                elif spent:
-                    t.stop_reason = "budget"
-                elif t.turns >= cfg.max_turns:
-                    t.stop_reason = "max_turns"
-                else:
+                call = apply_turn(trajs[i], g, self.renderer, cfg)
+                if call is not None:
                     pending.append((i, call, g.finish_reason == "eos"))
             outputs = self._execute([c for _, c, _ in pending])
-            live = []
-            for (i, call, closed), (response, status, result) in zip(pending, outputs, strict=True):
-                t = trajs[i]
-                ids = self.renderer.tool_response_ids([response], assistant_closed=closed)
-                t.tool_calls.append(
-                    ToolCallRecord(t.turns, call.code, response, status, result.to_dict() if result else None)
-                )
-                if t.response_length + len(ids) >= cfg.max_response_tokens:
-                    t.stop_reason = "budget"  # the result would not fit: end on model tokens
-                    t.tool_calls[-1].result_seen = False
-                    continue
-                t.response_ids += ids
-                t.loss_mask += [0] * len(ids)
-                t.logprobs += [0.0] * len(ids)
-                live.append(i)
+            live = [
+                i
+                for (i, call, closed), out in zip(pending, outputs, strict=True)
+                if apply_tool_result(trajs[i], call, out, closed, self.renderer, cfg)
+            ]
         for t in trajs:
             t.check()
         return trajs
 
-    def _execute(self, calls: list[Any]) -> list[tuple[str, str, ExecResult | None]]:
-        """Run the valid calls as one sandbox batch; malformed ones get their error text without running."""
-        cfg = self.config
-        runnable = [k for k, c in enumerate(calls) if c.error is None]
-        results = self.sandbox.run_batch(
-            [prepare_code(calls[k].code, auto_print=cfg.auto_print) for k in runnable]
-        )
-        by_call = dict(zip(runnable, results, strict=True))
-        out: list[tuple[str, str, ExecResult | None]] = []
-        for k, c in enumerate(calls):
-            if c.error is not None:
-                out.append((c.error, "parse_error", None))
-                continue
-            r = by_call[k]
-            text = format_tool_output(r.stdout, r.stderr, timed_out=r.timed_out)
-            if r.sandbox_error:
-                text = f"Error: the sandbox failed: {r.sandbox_error}"
-            if cfg.truncate_side == "middle":
-                text = truncate_middle(text, cfg.max_tool_response_chars)
-            elif len(text) > cfg.max_tool_response_chars:
-                text = text[: cfg.max_tool_response_chars] + "...(truncated)"
-            out.append((text, r.status, r))
-        return out
+    def _execute(self, calls: list[Any]) -> list[ToolOutput]:
+        return execute_tool_calls(self.sandbox, calls, self.config)
+
+
+def turn_budget(t: Trajectory, cfg: AgentConfig) -> int:
+    """New tokens the next turn may sample: the per-turn cap, or what is left of the response budget."""
+    return min(cfg.max_tokens_per_turn, cfg.max_response_tokens - t.response_length)
+
+
+def apply_turn(t: Trajectory, g: Generation, renderer: ChatRenderer, cfg: AgentConfig) -> Any | None:
+    """Append a sampled turn (ids, mask 1, log-probs); return its tool call if the trajectory goes on, else None
+    with `t.stop_reason` set (the stop rules of the module docstring)."""
+    t.response_ids += g.token_ids
+    t.loss_mask += [1] * len(g.token_ids)
+    t.logprobs += g.logprobs
+    t.turn_texts.append(renderer.tokenizer.decode(g.token_ids, skip_special_tokens=False))
+    call = parse_tool_call(t.turn_texts[-1])
+    spent = t.response_length >= cfg.max_response_tokens
+    if call is None:
+        t.stop_reason = "answer" if g.finish_reason == "eos" else ("budget" if spent else "turn_length")
+    elif spent:
+        t.stop_reason = "budget"
+    elif t.turns >= cfg.max_turns:
+        t.stop_reason = "max_turns"
+    else:
+        return call
+    return None
+
+
+def apply_tool_result(
+    t: Trajectory, call: Any, out: ToolOutput, closed: bool, renderer: ChatRenderer, cfg: AgentConfig
+) -> bool:
+    """Record a tool call and append its result as masked ids; False (stop reason "budget") when it would not fit,
+    so the trajectory ends on model tokens. `closed`: the turn ended at EOS (the renderer closes the turn)."""
+    response, status, result = out
+    ids = renderer.tool_response_ids([response], assistant_closed=closed)
+    t.tool_calls.append(
+        ToolCallRecord(t.turns, call.code, response, status, result.to_dict() if result else None)
+    )
+    if t.response_length + len(ids) >= cfg.max_response_tokens:
+        t.stop_reason = "budget"
+        t.tool_calls[-1].result_seen = False
+        return False
+    t.response_ids += ids
+    t.loss_mask += [0] * len(ids)
+    t.logprobs += [0.0] * len(ids)
+    return True
+
+
+ToolOutput = tuple[str, str, "ExecResult | None"]  # (text the model sees, status, the sandbox result)
+
+
+def execute_tool_calls(sandbox: Sandbox, calls: list[Any], cfg: AgentConfig) -> list[ToolOutput]:
+    """Run the valid calls as one sandbox batch; malformed ones get their error text without running."""
+    runnable = [k for k, c in enumerate(calls) if c.error is None]
+    results = sandbox.run_batch([prepare_code(calls[k].code, auto_print=cfg.auto_print) for k in runnable])
+    by_call = dict(zip(runnable, results, strict=True))
+    out: list[tuple[str, str, ExecResult | None]] = []
+    for k, c in enumerate(calls):
+        if c.error is not None:
+            out.append((c.error, "parse_error", None))
+            continue
+        r = by_call[k]
+        text = format_tool_output(r.stdout, r.stderr, timed_out=r.timed_out)
+        if r.sandbox_error:
+            text = f"Error: the sandbox failed: {r.sandbox_error}"
+        if cfg.truncate_side == "middle":
+            text = truncate_middle(text, cfg.max_tool_response_chars)
+        elif len(text) > cfg.max_tool_response_chars:
+            text = text[: cfg.max_tool_response_chars] + "...(truncated)"
+        out.append((text, r.status, r))
+    return out
