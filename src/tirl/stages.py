@@ -23,7 +23,9 @@ from tirl.eval.evaluate import evaluate, summarize_records, write_eval
 from tirl.logging import MetricsLogger, console
 from tirl.models.loading import load_model, load_tokenizer, save_checkpoint
 from tirl.rollout.agent import AgentLoop, stop_token_ids
+from tirl.rollout.async_agent import AsyncAgentLoop
 from tirl.rollout.engine import TorchEngine
+from tirl.rollout.modes import resolve_mode
 from tirl.rollout.sampling import SamplingParams
 from tirl.run_config import TirlConfig
 from tirl.sandbox import build_sandbox
@@ -56,6 +58,15 @@ def build_agent(model: torch.nn.Module, tokenizer: Any, cfg: TirlConfig, sandbox
         stop_ids=stop_token_ids(renderer, cfg.agent),
         max_batch_size=cfg.rollout.max_batch_size,
     )
+    if resolve_mode(cfg.rollout.mode, engine) == "async":
+        return AsyncAgentLoop(  # type: ignore[return-value]  # the same run() interface
+            engine,
+            renderer,
+            sandbox,
+            cfg.agent,
+            concurrency=cfg.rollout.concurrency,
+            timeout_s=cfg.rollout.timeout_s,
+        )
     return AgentLoop(engine, renderer, sandbox, cfg.agent)
 
 

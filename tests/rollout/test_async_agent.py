@@ -138,3 +138,18 @@ def test_check_tokens_cli_passes_on_async_trajectories(renderer, tokenizer, tmp_
     path = tmp_path / "eval" / "trajectories.jsonl"
     assert main(["check-tokens", str(path), "--model", str(tmp_path / "tok"), "--strict"]) == 0
     assert "4 rows checked, 0 diverge" in capsys.readouterr().out
+
+
+def test_rollout_mode_picks_the_loop(tokenizer, model, sandbox):
+    import pytest
+
+    from tirl.run_config import RolloutConfig, TirlConfig
+    from tirl.stages import build_agent
+
+    cfg = TirlConfig()
+    assert type(build_agent(model, tokenizer, cfg, sandbox)) is AgentLoop  # auto + torch engine: lock-step
+    cfg.rollout = RolloutConfig(mode="async", concurrency=4, timeout_s=30)
+    agent = build_agent(model, tokenizer, cfg, sandbox)
+    assert isinstance(agent, AsyncAgentLoop) and agent.concurrency == 4 and agent.timeout_s == 30
+    with pytest.raises(ValueError, match="rollout.mode"):
+        RolloutConfig(mode="fast")
