@@ -4,8 +4,8 @@ The lock-step `AgentLoop` waits, at each turn, for the slowest generation and th
 whole batch. Here each trajectory runs in its own worker (at most `concurrency` at once): it generates a turn (one
 prompt per `generate` request), runs its tool call, appends the result and goes on, so one trajectory's sandbox call
 overlaps other trajectories' generation, and a finished trajectory frees its slot for the next prompt at once. That
-pays off with server engines (vLLM, OpenAI-compatible), which batch concurrent requests themselves; the in-process
-torch engine decodes one request per call here, so lock-step is faster there (bench/rollout_async.py measures both).
+pays off most with server engines (vLLM, OpenAI-compatible), which batch concurrent requests themselves; with the
+in-process torch engine each request is its own decode loop on a thread (bench/rollout_async.py measures both).
 
 Threads, not asyncio: `Engine.generate` and `Sandbox.run_batch` are blocking calls that release the GIL (HTTP, torch
 ops, subprocess pipes). The stop rules, budgets, token-in/token-out and loss masks are the lock-step loop's own
