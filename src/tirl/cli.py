@@ -1,7 +1,7 @@
 """The `tirl` command. Stages (demo, sft, rl, eval) take an optional YAML config and dotted overrides; the tools
 (analyze, data, check-tokens, sandbox) register their own parsers from their packages.
 
-tirl demo [--config FILE] [key=value ...]
+tirl demo [--config FILE] [task=NAME|pkg.module:attr] [key=value ...]
 tirl sft  --config FILE [model.path=DIR sft.data=FILE ...] [--out DIR]
 tirl rl   --config FILE [model.path=DIR rl.data=FILE ...]  [--out DIR]
 tirl eval --config FILE [model.path=DIR eval.data=FILE ...] [--out DIR] [--label NAME]
@@ -30,7 +30,14 @@ def _config(args: argparse.Namespace):
     from tirl.run_config import TirlConfig
 
     path = args.config or (DEMO_CONFIG if args.command == "demo" else None)
-    return load_config(TirlConfig, path, args.overrides)
+    # `task=NAME` is short for `task.name=NAME` (a registered task or package.module:attribute)
+    overrides = [f"task.name={o[5:]}" if o.startswith("task=") else o for o in args.overrides]
+    cfg = load_config(TirlConfig, path, overrides)
+    if args.command in ("demo", "sft", "rl", "eval"):
+        from tirl.tasks import load_task
+
+        load_task(cfg.task.name)  # a bad task name or path fails before any model is loaded
+    return cfg
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

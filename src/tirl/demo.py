@@ -27,9 +27,7 @@ from tirl.models.tiny import build_tiny
 from tirl.run_config import TirlConfig
 from tirl.sandbox import build_sandbox
 from tirl.stages import run_eval, run_rl, run_sft, setup_torch
-from tirl.tasks.arith import split_problems
-from tirl.tasks.solver import scripted_trajectories
-from tirl.tasks.warmup import copy_warmup_rows
+from tirl.tasks import load_task
 
 
 def _tokenizer_corpus(
@@ -45,29 +43,26 @@ def _tokenizer_corpus(
 
 def prepare(cfg: TirlConfig, out: Path) -> dict[str, Any]:
     """Data and the initial tiny model; returns paths and the rows."""
-    t = cfg.task
-    sft_p, rl_p, test_p = split_problems(
-        seed=cfg.seed,
-        num_sft=t.num_sft,
-        num_rl=t.num_rl,
-        num_test=t.num_test,
-        levels=tuple(t.levels),
-        style=t.style,
-    )
+    task = load_task(cfg.task.name)
+    if task.demo_data is None:
+        raise ValueError(
+            f"task {task.name!r} has no demo data (Task.demo_data): `tirl demo` needs SFT trajectories"
+        )
     console.print(
-        f"[bold]data[/] {len(sft_p)} SFT, {len(rl_p)} RL, {len(test_p)} held-out test problems; "
-        "running the scripted solver's tool calls in the sandbox"
+        f"[bold]data[/] task {task.name!r}: SFT, RL and held-out test problems; SFT tool calls run in the sandbox"
     )
     with build_sandbox(cfg.sandbox) as sandbox:
-        sft_rows = scripted_trajectories(sft_p, sandbox, t.solver, seed=cfg.seed)
-    rl_rows, test_rows = [p.to_row() for p in rl_p], [p.to_row() for p in test_p]
+        demo = task.demo_data(cfg, sandbox)
+    sft_rows, rl_rows, test_rows, warmup_rows = demo.sft_rows, demo.rl_rows, demo.test_rows, demo.warmup_rows
+    console.print(f"{len(sft_rows)} SFT, {len(rl_rows)} RL, {len(test_rows)} held-out test problems")
     data = out / "data"
     write_rows(data / "sft.jsonl", sft_rows)
     write_rows(data / "rl.jsonl", rl_rows)
     write_rows(data / "test.jsonl", test_rows)
-    warmup_rows = copy_warmup_rows(sft_p)
     write_rows(data / "warmup.jsonl", warmup_rows)
-    corpus = _tokenizer_corpus(sft_rows, rl_rows + test_rows, cfg.chat.system_prompt)
+    corpus = _tokenizer_corpus(
+        sft_rows, rl_rows + test_rows, cfg.chat.system_prompt or task.system_prompt or ""
+    )
     corpus += [r["prompt"] + r["completion"] for r in warmup_rows]
     init = build_tiny(out / "model-init", corpus, cfg.tiny, seed=cfg.seed)
     return {

@@ -23,8 +23,10 @@ from tirl.train.sft import SFTConfig
 
 @dataclass
 class TaskConfig:
-    """The demo's arithmetic task (see tirl.tasks.arith)."""
+    """The run's task (`name`: registered, or package.module:attribute; see tirl.tasks.task) and the settings of the
+    demo's arithmetic task (see tirl.tasks.arith)."""
 
+    name: str = "arith"
     num_sft: int = 3000
     num_rl: int = 2000
     num_test: int = 200
@@ -35,6 +37,8 @@ class TaskConfig:
     def __post_init__(self) -> None:
         if min(self.num_sft, self.num_rl, self.num_test) < 1:
             raise ValueError("task.num_sft, num_rl and num_test must be >= 1")
+        if not self.name:
+            raise ValueError("task.name must name a task (e.g. arith, or my_pkg.tasks:my_task)")
         if self.style not in STYLES:
             raise ValueError(f"unknown style {self.style!r}; valid: {list(STYLES)}")
 

@@ -30,6 +30,8 @@ from tirl.rollout.sampling import SamplingParams
 from tirl.run_config import TirlConfig
 from tirl.sandbox import build_sandbox
 from tirl.sandbox.types import Sandbox
+from tirl.tasks import Task, load_task
+from tirl.tools import CodeInterpreter
 from tirl.train import checkpoint
 from tirl.train.rl import RLTrainer
 from tirl.train.sft import SFTConfig, train_sft
@@ -40,17 +42,31 @@ def setup_torch(cfg: TirlConfig) -> None:
     torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
 
 
-def build_renderer(tokenizer: Any, cfg: TirlConfig) -> ChatRenderer:
+def current_task(cfg: TirlConfig) -> Task:
+    """The run's task (`task.name`: a registered name or package.module:attribute)."""
+    return load_task(cfg.task.name)
+
+
+def build_renderer(tokenizer: Any, cfg: TirlConfig, task: Task | None = None) -> ChatRenderer:
+    """The chat renderer, listing the task's tools in the system turn (Qwen formats)."""
+    task = task or current_task(cfg)
     return ChatRenderer(
         tokenizer,
-        system_prompt=cfg.chat.system_prompt or None,
+        system_prompt=cfg.chat.system_prompt or task.system_prompt or None,
         fmt=cfg.chat.format,
+        tools=task.toolset().schemas,
         enable_thinking=cfg.chat.enable_thinking,
     )
 
 
+def _task_rows(cfg: TirlConfig, path: str, split: str) -> list[dict[str, Any]]:
+    """The stage's data file when set, else the task's own rows."""
+    return read_rows(path) if path else current_task(cfg).load_rows(split, cfg)
+
+
 def build_agent(model: torch.nn.Module, tokenizer: Any, cfg: TirlConfig, sandbox: Sandbox) -> AgentLoop:
-    renderer = build_renderer(tokenizer, cfg)
+    task = current_task(cfg)
+    renderer = build_renderer(tokenizer, cfg, task)
     engine = TorchEngine(
         model,
         eos_ids=[renderer.eos_id],
@@ -58,16 +74,16 @@ def build_agent(model: torch.nn.Module, tokenizer: Any, cfg: TirlConfig, sandbox
         stop_ids=stop_token_ids(renderer, cfg.agent),
         max_batch_size=cfg.rollout.max_batch_size,
     )
+    tools = task.toolset()
+    for name, t in tools.tools.items():  # agent.auto_print configures the code interpreter of any task
+        if isinstance(t, CodeInterpreter) and t.auto_print != cfg.agent.auto_print:
+            tools.tools[name] = CodeInterpreter(auto_print=cfg.agent.auto_print)
     if resolve_mode(cfg.rollout.mode, engine) == "async":
         return AsyncAgentLoop(  # type: ignore[return-value]  # the same run() interface
-            engine,
-            renderer,
-            sandbox,
-            cfg.agent,
-            concurrency=cfg.rollout.concurrency,
-            timeout_s=cfg.rollout.timeout_s,
-        )
-    return AgentLoop(engine, renderer, sandbox, cfg.agent)
+            engine, renderer, sandbox, cfg.agent, tools=tools,
+            concurrency=cfg.rollout.concurrency, timeout_s=cfg.rollout.timeout_s,
+        )  # fmt: skip
+    return AgentLoop(engine, renderer, sandbox, cfg.agent, tools=tools)
 
 
 def _model_path(cfg: TirlConfig, model_path: str | Path | None) -> str:
@@ -158,7 +174,7 @@ def run_rl(
     state = checkpoint.load_state(ckpt) if ckpt else None
     save_config(cfg, out / "config.yaml")
     path = _model_path(cfg, model_path)
-    rows = rows if rows is not None else read_rows(cfg.rl.data)
+    rows = rows if rows is not None else _task_rows(cfg, cfg.rl.data, "train")
     tokenizer = load_tokenizer(path)
     model = load_model(cfg.model, path)
     sampling = SamplingParams(
@@ -231,7 +247,7 @@ def run_eval(
     save_config(
         dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(path))), out / "config.yaml"
     )
-    rows = rows if rows is not None else read_rows(cfg.eval.data)
+    rows = rows if rows is not None else _task_rows(cfg, cfg.eval.data, "test")
     tokenizer = load_tokenizer(path)
     model = load_model(cfg.model, path).eval()
     with build_sandbox(cfg.sandbox) as sandbox:

@@ -123,7 +123,9 @@ def check_rollout(
         return d, 0
     pos, drift = len(exp), 0
     turns = traj.get("turn_texts") or []
-    responses = {c["turn"]: c["response"] for c in traj.get("tool_calls") or []}
+    responses: dict[int, list[str]] = {}  # turn -> the responses of its calls, in order (several per turn)
+    for c in traj.get("tool_calls") or []:
+        responses.setdefault(c["turn"], []).append(c["response"])
     for k, text in enumerate(turns):
         canon = renderer.encode(text)
         if ids[pos : pos + len(canon)] == canon:
@@ -139,7 +141,7 @@ def check_rollout(
             return d, drift
         pos += n
         if k + 1 in responses and k + 1 < len(turns):  # the last turn's result was never appended
-            tool = renderer.tool_response_ids([responses[k + 1]], assistant_closed=text.endswith(IM_END))
+            tool = renderer.tool_response_ids(responses[k + 1], assistant_closed=text.endswith(IM_END))
             if d := _segment_divergence(row, pos, ids[pos : pos + len(tool)], tool, "ids", decode):
                 return d, drift
             seg = slice(pos, pos + len(tool))
@@ -266,10 +268,14 @@ def check_tokens_command(
         raise ValueError(
             "no tokenizer: pass --model DIR (a model or tokenizer directory) or a config with model.path"
         )
+    from tirl.tasks import load_task
+
+    task = load_task(cfg.task.name)  # its tools are listed in the system turn the rollouts started from
     renderer = ChatRenderer(
         load_tokenizer(model),
-        system_prompt=cfg.chat.system_prompt or None,
+        system_prompt=cfg.chat.system_prompt or task.system_prompt or None,
         fmt=fmt or cfg.chat.format,
+        tools=task.toolset().schemas,
         enable_thinking=cfg.chat.enable_thinking,
     )
     res = check_rows(renderer, _jsonl_rows(path), _prompts_by_id(data) if data else None)

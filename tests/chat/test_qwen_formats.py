@@ -166,3 +166,68 @@ def test_chat_format_comes_from_the_config(qwen3):
     assert (r.fmt, r.enable_thinking) == ("qwen3", False)
     with pytest.raises(ConfigError, match="unknown chat.format 'llama'; valid: chatml, qwen2.5, qwen3"):
         load_config(TirlConfig, None, ["chat.format=llama"])
+
+
+# Qwen3's template for a conversation with tools and no system message: the "# Tools" block lists every tool as
+# `"\n" + tool | tojson`, in order (the tool branch of Qwen's Jinja, reduced to what this test renders).
+QWEN_TOOLS_JINJA = (
+    "{{- '<|im_start|>system\\n# Tools\\n\\nYou may call one or more functions to assist with the user query.\\n\\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\\n<tools>' }}"
+    "{%- for tool in tools %}{{- '\\n' }}{{- tool | tojson }}{%- endfor %}"
+    "{{- '\\n</tools>\\n\\nFor each function call, return a json object with function name and arguments within "
+    '<tool_call></tool_call> XML tags:\\n<tool_call>\\n{"name": <function-name>, "arguments": '
+    "<args-json-object>}\\n</tool_call><|im_end|>\\n' }}"
+    "{%- for message in messages %}{{- '<|im_start|>' + message.role + '\\n' + message.content + '<|im_end|>\\n' }}"
+    "{%- endfor %}{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def lookup_element(name: str, field: str = "symbol"):
+    """Look up a chemical element in the table.
+
+    Args:
+        name: The element's English name, e.g. "carbon".
+        field: Which column to return: symbol, atomic_number or atomic_mass.
+    """
+
+
+def convert_units(value: float, unit_from: str, unit_to: str):
+    """Convert a quantity between units.
+
+    Args:
+        value: The quantity — in any unit (unicode kept as is).
+        unit_from: Its unit.
+        unit_to: The unit wanted.
+    """
+
+
+def test_several_tools_render_as_qwens_template_does(qwen3):
+    """Our schemas (derived from the functions) in our tool block == transformers deriving the same functions'
+    schemas and rendering them with Qwen's tool loop and its `tojson`; the ids are the real vocabulary's."""
+    from tirl.chat.hermes import CODE_INTERPRETER_SCHEMA
+    from tirl.tools import CodeInterpreter, ToolSet, tool
+
+    tools = ToolSet(
+        [CodeInterpreter(), tool(lookup_element, sandbox=False), tool(convert_units, sandbox=False)]
+    )
+    msgs = [{"role": "user", "content": "What is the symbol of carbon?"}]
+    r = ChatRenderer(qwen3, fmt="qwen3", tools=tools.schemas)
+    ours = r.text(msgs, add_generation_prompt=True)
+    theirs = qwen3.apply_chat_template(
+        msgs,
+        tools=[CODE_INTERPRETER_SCHEMA, lookup_element, convert_units],
+        chat_template=QWEN_TOOLS_JINJA,
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    assert ours == theirs
+    assert ours.count('\n{"type": "function", "function": {"name": ') == 3
+    assert "in any unit (unicode kept as is)" in ours and "—" in ours  # ensure_ascii=False, as tojson
+    ids = r.prompt_ids(msgs)
+    assert ids == qwen3.encode(theirs, add_special_tokens=False)
+    assert ids[:3] == [151644, 8948, 198] and ids[-3:] == [
+        151644,
+        77091,
+        198,
+    ]  # <|im_start|>system\n ... assistant\n
+    assert qwen3.decode(ids) == theirs

@@ -43,7 +43,7 @@ def _scripted_rollout(trainer, rewards_by_round, stop_reason="answer"):
 
     def rollout(rows, first_group):
         rewards = next(rounds)
-        prompts = [r["prompt"] for r in rows for _ in range(trainer.cfg.n)]
+        prompts = [r.prompt for r in rows for _ in range(trainer.cfg.n)]
         metas = [
             {"group": first_group + g, "ground_truth": "6"}
             for g in range(len(rows))

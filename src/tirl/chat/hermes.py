@@ -1,7 +1,8 @@
 """The Hermes tool-call format of the reference recipe: parse a model's call, prepare its code, format the result.
 
-The model writes `<tool_call>{"name": "code_interpreter", "arguments": {"code": "..."}}</tool_call>`. Anything
-malformed (bad JSON, unknown tool, missing code) becomes a `ToolCall` with an `error` text that is fed back to the
+The model writes `<tool_call>{"name": "code_interpreter", "arguments": {"code": "..."}}</tool_call>`, one or more
+per turn. `parse_tool_calls` reads the syntax; which names and arguments are valid is the task's tools' business
+(`tirl.tools.ToolSet.check`). Anything malformed becomes a `ToolCall` with an `error` text that is fed back to the
 model as the tool response: a broken call never crashes a rollout. Departure from the recipe: the recipe drops a
 malformed call and ends the trajectory; tirl answers it with the error so the model can learn to fix it.
 """
@@ -12,6 +13,7 @@ import ast
 import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 TOOL_CALL_START = "<tool_call>"
 TOOL_CALL_END = "</tool_call>"
@@ -36,49 +38,74 @@ CODE_INTERPRETER_SCHEMA = {
 
 @dataclass(frozen=True)
 class ToolCall:
-    """A parsed call: `code` to run, or `error` to send back instead of running anything."""
+    """A parsed call: the tool `name` and its `arguments`, or `error` to send back instead of running anything.
+
+    `code` is the code_interpreter's code argument (None for other tools)."""
 
     raw: str
     name: str | None = None
     code: str | None = None
     error: str | None = None
+    arguments: dict[str, Any] | None = None
 
 
-def parse_tool_call(text: str) -> ToolCall | None:
-    """The first tool call in an assistant turn, or None if the turn has none (then it is the final answer).
-
-    An opening `<tool_call>` without its closing tag counts as a malformed call.
-    """
-    m = _CALL_RE.search(text)
-    if m is None:
-        if TOOL_CALL_START in text:
-            raw = text[text.index(TOOL_CALL_START) :]
-            return ToolCall(raw=raw, error=f"Error: the tool call is not closed with {TOOL_CALL_END}.")
-        return None
-    raw = m.group(1).strip()
+def _parse_body(raw: str) -> ToolCall:
     try:
         obj = json.loads(raw)
     except json.JSONDecodeError as e:
         return ToolCall(raw=raw, error=f"Error: the tool call is not valid JSON ({e.msg} at char {e.pos}).")
-    if not isinstance(obj, dict):
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return ToolCall(
             raw=raw, error="Error: the tool call must be a JSON object with 'name' and 'arguments'."
         )
-    name = obj.get("name")
-    if name != TOOL_NAME:
-        return ToolCall(
-            raw=raw, name=str(name), error=f"Error: unknown tool {name!r}; available: {TOOL_NAME}."
-        )
-    args = obj.get("arguments")
+    name = obj["name"]
+    args = obj.get("arguments", {})
     if isinstance(args, str):  # some models send the arguments as a JSON string
         try:
             args = json.loads(args)
         except json.JSONDecodeError:
-            args = None
-    code = args.get("code") if isinstance(args, dict) else None
-    if not isinstance(code, str) or not code.strip():
-        return ToolCall(raw=raw, name=name, error="Error: the tool call has no 'code' argument.")
-    return ToolCall(raw=raw, name=name, code=code)
+            pass
+    if not isinstance(args, dict):
+        return ToolCall(
+            raw=raw,
+            name=name,
+            error=f"Error: the arguments of {name!r} must be a JSON object of named values.",
+        )
+    code = args.get("code") if name == TOOL_NAME and isinstance(args.get("code"), str) else None
+    return ToolCall(raw=raw, name=name, code=code, arguments=args)
+
+
+def parse_tool_calls(text: str, limit: int | None = None) -> list[ToolCall]:
+    """Every call of an assistant turn in order, at most `limit` (empty: the turn is the final answer).
+
+    An opening `<tool_call>` without its closing tag after the last closed call counts as a malformed call.
+    """
+    calls = []
+    end = 0
+    for m in _CALL_RE.finditer(text):
+        calls.append(_parse_body(m.group(1).strip()))
+        end = m.end()
+    if TOOL_CALL_START in text[end:]:
+        raw = text[text.index(TOOL_CALL_START, end) :]
+        calls.append(ToolCall(raw=raw, error=f"Error: the tool call is not closed with {TOOL_CALL_END}."))
+    return calls[:limit] if limit is not None else calls
+
+
+def parse_tool_call(text: str) -> ToolCall | None:
+    """The first call of a turn checked as a code_interpreter call (None: no call; the turn is the answer)."""
+    calls = parse_tool_calls(text, limit=1)
+    if not calls:
+        return None
+    call = calls[0]
+    if call.error is not None:
+        return call
+    if call.name != TOOL_NAME:
+        return ToolCall(
+            raw=call.raw, name=call.name, error=f"Error: unknown tool {call.name!r}; available: {TOOL_NAME}."
+        )
+    if not call.code or not call.code.strip():
+        return ToolCall(raw=call.raw, name=call.name, error="Error: the tool call has no 'code' argument.")
+    return call
 
 
 def prepare_code(code: str, *, auto_print: bool = True) -> str:

@@ -113,13 +113,16 @@ def _histogram(correct_counts: np.ndarray, n: int) -> dict[str, list]:
     return {"labels": labels, "counts": [int((rates == 0).sum()), *counts.tolist(), int((rates == 1).sum())]}
 
 
-def _maj_table(table: Table, cfg: AnalysisConfig) -> tuple[list[int], np.ndarray, np.ndarray]:
-    """maj@k per problem at k = 1, 2, 4, ..., n: (ks, values (P, K), Monte Carlo standard errors (P, K))."""
+def _maj_table(
+    table: Table, cfg: AnalysisConfig, source: str | None = None
+) -> tuple[list[int], np.ndarray, np.ndarray]:
+    """maj@k per problem at k = 1, 2, 4, ..., n: (ks, values (P, K), Monte Carlo standard errors (P, K)); answers
+    are grouped by the equivalence of the verifier `source` routes to."""
     ks = default_ks(table.n)
     vals = np.zeros((len(table.ids), len(ks)))
     ses = np.zeros_like(vals)
     for i, answers in enumerate(table.answers):
-        canon = canonical_answers(answers)
+        canon = canonical_answers(answers, source)
         for j, k in enumerate(ks):
             vals[i, j], ses[i, j] = maj_at_k(
                 canon,
@@ -132,13 +135,13 @@ def _maj_table(table: Table, cfg: AnalysisConfig) -> tuple[list[int], np.ndarray
     return ks, vals, ses
 
 
-def model_block(table: Table, cfg: AnalysisConfig) -> tuple[dict, np.ndarray]:
+def model_block(table: Table, cfg: AnalysisConfig, source: str | None = None) -> tuple[dict, np.ndarray]:
     """One model at one temperature on one source: the report entry and the (P, n) per-problem pass@k table."""
     P, n = table.correct.shape
     counts = table.correct.sum(axis=1)
     pk = pass_at_k_table(n, counts)
     w = resample_weights(P, cfg.num_resamples, cfg.seed)
-    maj_ks, maj, maj_se = _maj_table(table, cfg)
+    maj_ks, maj, maj_se = _maj_table(table, cfg, source)
     taus = np.asarray(cfg.taus)
     cover = (counts[:, None] / n >= taus[None, :] - 1e-12).astype(np.float64)  # (P, len(taus))
     block = {
@@ -329,11 +332,13 @@ Curves = tuple[
 ]  # per-problem pass@k (P, n), problem ids, correct counts (P,)
 
 
-def _model_entry(by_t: dict[str, Table], cfg: AnalysisConfig) -> tuple[dict, dict[str, Curves]]:
+def _model_entry(
+    by_t: dict[str, Table], cfg: AnalysisConfig, source: str | None = None
+) -> tuple[dict, dict[str, Curves]]:
     """One model on one source: its report entry, and its curves per temperature key (and "envelope")."""
     blocks, pks = {}, {}
     for tkey, t in by_t.items():
-        blocks[tkey], pks[tkey] = model_block(t, cfg)
+        blocks[tkey], pks[tkey] = model_block(t, cfg, source)
     entry: dict = {"temperatures": blocks}
     curves = {tkey: (pks[tkey], by_t[tkey].ids, by_t[tkey].correct.sum(axis=1)) for tkey in by_t}
     if len(by_t) > 1:
@@ -364,7 +369,7 @@ def _source_entry(
     curves: dict[str, dict[str, Curves]] = {}
     for label in labels:
         if tables[label].get(source):
-            entry["models"][label], curves[label] = _model_entry(tables[label][source], cfg)
+            entry["models"][label], curves[label] = _model_entry(tables[label][source], cfg, source)
     base = labels[0]
     for other in labels[1:]:
         if base not in curves or other not in curves:

@@ -1,44 +1,39 @@
-"""The one adapter between the analysis and the verifier: answer extraction and answer equivalence.
+"""The one adapter between the analysis and the verifiers: answer extraction and answer equivalence for maj@k.
 
-Everything the analysis needs from `tirl.rewards.math` goes through this module, so a change there (new answer
-formats, another verifier) touches one file here. Equivalence is the verifier's: two answers are the same when
-grading one against the other as ground truth says correct (math-verify, integers fast-pathed).
+Both come from the verifier a data source routes to (`tirl.rewards.registry`): math answers are the last
+\\boxed{} and two are the same vote when one grades correct against the other (math-verify, numbers fast-pathed);
+multiple choice votes on the letter; a verifier registered from outside tirl brings its own `extract` and
+`equivalent`. With no data source, the math verifier's rules apply (the records of older runs name no source).
 """
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Sequence
-from fractions import Fraction
 
-from tirl.rewards.math import grade, last_boxed
-
-# what Fraction() reads: an integer or decimal, or integer/integer with a nonzero denominator ("1.5/2", "1/00" no)
-_PLAIN_NUMBER = re.compile(r"[-+]?(\d+(\.\d+)?|\d+/0*[1-9]\d*)")
+from tirl.rewards.registry import Verifier, get_verifier, verifier_for
 
 
-def extract_answer(text: str) -> str | None:
-    """The final answer a response commits to (its last \\boxed{}), as the grader sees it."""
-    return last_boxed(text)
+def _verifier(data_source: str | None) -> Verifier:
+    return verifier_for(data_source) if data_source else get_verifier("math")
 
 
-@functools.lru_cache(maxsize=65536)
-def equivalent(a: str, b: str) -> bool:
-    """True if answer `b` grades correct against `a` as ground truth (cached: one problem's answers repeat)."""
-    if a == b:
-        return True
-    if _PLAIN_NUMBER.fullmatch(a) and _PLAIN_NUMBER.fullmatch(b):
-        return Fraction(a) == Fraction(b)  # fast path for plain numbers, where math-verify agrees
-    return grade(f"\\boxed{{{b}}}", a, timeout_s=2.0).correct
+def extract_answer(text: str, data_source: str | None = None) -> str | None:
+    """The final answer a response commits to, as its verifier sees it (math: the last \\boxed{})."""
+    return _verifier(data_source).extract(text)
 
 
-def canonical_answers(answers: Sequence[str | None]) -> list[str | None]:
+def equivalent(a: str, b: str, data_source: str | None = None) -> bool:
+    """True if answers `a` and `b` are one vote for maj@k under the data source's verifier."""
+    return a == b or _verifier(data_source).equivalent(a, b)
+
+
+def canonical_answers(answers: Sequence[str | None], data_source: str | None = None) -> list[str | None]:
     """Each answer replaced by the first-seen member of its equivalence class (None stays None).
 
     Classes are built greedily in order of first appearance: an answer joins the first representative it is
     equivalent to. For a transitive verifier this is exactly the partition into equivalence classes.
     """
+    same = _verifier(data_source).equivalent
     reps: list[str] = []
     mapping: dict[str, str] = {}
     out: list[str | None] = []
@@ -48,7 +43,7 @@ def canonical_answers(answers: Sequence[str | None]) -> list[str | None]:
             continue
         key = a.strip()
         if key not in mapping:
-            mapping[key] = next((r for r in reps if equivalent(r, key)), key)
+            mapping[key] = next((r for r in reps if r == key or same(r, key)), key)
             if mapping[key] == key:
                 reps.append(key)
         out.append(mapping[key])

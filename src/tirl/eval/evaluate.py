@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from tirl.data.records import ProblemRow, problem_rows
 from tirl.eval.answers import canonical_answers
 from tirl.eval.metrics import default_ks, summarize
 from tirl.io import atomic_write_json, atomic_write_jsonl
@@ -79,7 +80,7 @@ class SampleRecord:
 
 def evaluate(
     agent: AgentLoop,
-    rows: Sequence[dict[str, Any]],
+    rows: Sequence[dict[str, Any] | ProblemRow],
     cfg: EvalConfig,
     *,
     model_label: str,
@@ -90,7 +91,7 @@ def evaluate(
 
     Records and trajectories come temperature by temperature, problem by problem, sample by sample.
     """
-    rows = list(rows)[: cfg.max_problems or None]
+    rows = problem_rows(rows)[: cfg.max_problems or None]
     reward = reward or RewardConfig()
     gen = torch.Generator().manual_seed(seed)
     records: list[SampleRecord] = []
@@ -106,7 +107,7 @@ def evaluate(
 
 def _evaluate_at(
     agent: AgentLoop,
-    rows: list[dict[str, Any]],
+    rows: list[ProblemRow],
     cfg: EvalConfig,
     params: SamplingParams,
     reward: RewardConfig,
@@ -120,20 +121,8 @@ def _evaluate_at(
     with progress(f"eval {label}", len(rows)) as bar:
         for s in range(0, len(rows), cfg.batch_problems):
             chunk = rows[s : s + cfg.batch_problems]
-            prompts = [r["prompt"] for r in chunk for _ in range(cfg.n)]
-            metas = [
-                {
-                    "id": _problem_id(r, s + i),
-                    "data_source": r.get("data_source", "unknown"),
-                    "ability": r.get("ability", ""),
-                    "sample": k,
-                    "ground_truth": r["reward_model"]["ground_truth"],
-                    "temperature": params.temperature,
-                    "prompt": r["prompt"],  # to re-render the ids (tirl check-tokens)
-                }
-                for i, r in enumerate(chunk)
-                for k in range(cfg.n)
-            ]
+            prompts = [r.prompt for r in chunk for _ in range(cfg.n)]
+            metas = [r.meta(sample=k, temperature=params.temperature) for r in chunk for k in range(cfg.n)]
             out = agent.run(prompts, params, metas=metas, generator=gen)
             scores = score_trajectories(
                 out, reward, max_len=agent.config.max_response_tokens, sandbox=agent.sandbox
@@ -165,11 +154,6 @@ def _evaluate_at(
     return records, trajs
 
 
-def _problem_id(row: dict[str, Any], index: int) -> str:
-    info = row.get("extra_info") or {}
-    return str(info.get("id", info.get("index", index)))
-
-
 def summarize_records(records: Sequence[SampleRecord], ks: Sequence[int] = ()) -> dict[str, dict[str, float]]:
     """Per data source and overall: avg@n, pass@k, maj@k (answers grouped by the verifier's equivalence, as in
     `tirl analyze`, so both report the same maj@k), tool use.
@@ -194,12 +178,14 @@ def summarize_records(records: Sequence[SampleRecord], ks: Sequence[int] = ()) -
 
 def _summary(records: Sequence[SampleRecord], ks: Sequence[int]) -> dict[str, float]:
     # keyed by source and id: two data sources may both number their problems 0..N
-    problems: dict[str, tuple[list[bool], list[str | None]]] = defaultdict(lambda: ([], []))
+    by_problem: dict[tuple[str, str], tuple[list[bool], list[str | None]]] = defaultdict(lambda: ([], []))
     for r in records:
-        key = f"{r.data_source}/{r.problem_id}"
-        problems[key][0].append(r.correct)
-        problems[key][1].append(r.pred)
-    problems = {key: (correct, canonical_answers(preds)) for key, (correct, preds) in problems.items()}
+        by_problem[(r.data_source, r.problem_id)][0].append(r.correct)
+        by_problem[(r.data_source, r.problem_id)][1].append(r.pred)
+    problems = {  # answers grouped by the equivalence of each source's verifier
+        f"{src}/{pid}": (correct, canonical_answers(preds, src))
+        for (src, pid), (correct, preds) in by_problem.items()
+    }
     n = len(next(iter(problems.values()))[0])
     out = summarize(problems, list(ks) or default_ks(n))
     total = max(1, len(records))

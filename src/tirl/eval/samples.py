@@ -169,11 +169,30 @@ def _tokenizer_from_config(run_dir: Path) -> str | None:
     return None
 
 
+def _activate_task(run_dir: Path) -> str | None:
+    """Load the run's task (config.yaml `task.name`) so that verifiers it registers group its answers for maj@k;
+    a note if it cannot be imported here (its sources then fall back to the registry's default routing)."""
+    cfg_path = run_dir / "config.yaml"
+    if not cfg_path.is_file():
+        return None
+    name = ((yaml.safe_load(cfg_path.read_text()) or {}).get("task") or {}).get("name")
+    if not name:
+        return None
+    from tirl.tasks import load_task
+
+    try:
+        load_task(str(name))
+    except (ValueError, ImportError) as e:
+        return f"task {name!r} could not be loaded ({e}); its answers are grouped by the default verifiers"
+    return None
+
+
 def _load_tirl(run_dir: Path, label: str | None) -> Run:
+    task_note = _activate_task(run_dir)
     rows = _read_jsonl(run_dir / "records.jsonl")
     records = [_record(r, f"{run_dir / 'records.jsonl'}:{i + 1}") for i, r in enumerate(rows)]
     traj_path = run_dir / "trajectories.jsonl"
-    notes = []
+    notes = [task_note] if task_note else []
     trajs: list[dict[str, Any] | None] = [None] * len(records)
     if traj_path.is_file():
         trajs = _read_jsonl(traj_path, trajectories=True)
@@ -235,7 +254,7 @@ def _load_verl(path: Path, label: str | None) -> Run:
             raise ValueError(f"{where}: 'acc' must be a number or true/false, got {acc!r}")
         correct = float(acc) > 0 if "acc" in row else score > 0
         pred = row.get("pred")
-        pred = extract_answer(output) if pred is None else str(pred)
+        pred = extract_answer(output, source) if pred is None else str(pred)
         responses = _TOOL_RESPONSE.findall(output)
         errors = [r for r in responses if _ERROR.search(r)]
         calls = len(_TOOL_CALL.findall(output))

@@ -1,7 +1,8 @@
-"""Grade many (verifier, response, ground truth) items in parallel worker processes, each within a time limit.
+"""Grade many (verifier, response, ground truth) items in parallel, each within a time limit.
 
-Items decided without sympy (no box, plain integers, letters) are graded inline: they take microseconds. The
-rest go to a pool of spawned workers that stays alive between batches (importing sympy costs seconds). In a
+Items the verifier calls fast (`Verifier.is_fast`: no box, plain integers, letters) are graded inline: they take
+microseconds. Verifiers that are not `in_workers` (most registered from outside tirl) run in threads of this
+process; one that misses its deadline is reported {"timeout": True} and its thread abandoned. The rest go to a pool of spawned workers that stays alive between batches (importing sympy costs seconds). In a
 worker, math-verify bounds each check with its own SIGALRM timeout (workers run items on their main thread), and
 the parent adds a deadline for the whole batch; an item that misses it is reported with details
 {"timeout": True}, never as a plain wrong answer, and the pool is killed and rebuilt so no stuck worker remains.
@@ -19,8 +20,8 @@ from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
-from tirl.rewards.math import GradeResult, _as_int, last_boxed
-from tirl.rewards.registry import VERIFIERS
+from tirl.rewards.math import GradeResult
+from tirl.rewards.registry import Verifier, get_verifier
 
 _STARTUP_S = 120.0
 _pool: ProcessPoolExecutor | None = None
@@ -37,14 +38,52 @@ def _warm() -> int:
 
 
 def _grade_one(name: str, response: str, ground_truth: Any, timeout_s: float) -> GradeResult:
-    return VERIFIERS[name](response, ground_truth, timeout_s=timeout_s)
+    return get_verifier(name).fn(response, ground_truth, timeout_s=timeout_s)
 
 
-def _is_fast(name: str, response: str, ground_truth: Any) -> bool:
-    if name == "choice":
-        return True
-    pred = last_boxed(response)
-    return pred is None or (_as_int(pred) is not None and _as_int(str(ground_truth)) is not None)
+def _call(fn: Any, response: str, ground_truth: Any, timeout_s: float) -> GradeResult:
+    return fn(response, ground_truth, timeout_s=timeout_s)
+
+
+def _work(item: tuple[str, str, Any], timeout_s: float) -> tuple[Any, str, Any, float]:
+    """What a worker process runs: the function itself (pickled by its import path, so a verifier registered
+    outside tirl needs no registration in the worker), the item, and the verifier's own time limit."""
+    v = get_verifier(item[0])
+    return v.fn, item[1], item[2], v.timeout_s or timeout_s
+
+
+def _late(response: str, v: Verifier) -> GradeResult:
+    return GradeResult(-1.0, False, v.extract(response), {"timeout": True})
+
+
+_threads: concurrent.futures.ThreadPoolExecutor | None = None
+
+
+def _grade_in_threads(
+    items: Sequence[tuple[str, str, Any]], idx: list[int], timeout_s: float, workers: int
+) -> dict[int, GradeResult]:
+    """Verifiers that are not `in_workers`: a thread each, their own time limit (or `timeout_s`) per item."""
+    global _threads
+    with _lock:
+        if _threads is None:
+            _threads = concurrent.futures.ThreadPoolExecutor(max_workers=max(2, workers))
+    out: dict[int, GradeResult] = {}
+    futures = {}
+    for i in idx:
+        v = get_verifier(items[i][0])
+        futures[i] = (_threads.submit(_grade_one, *items[i], v.timeout_s or timeout_s), v)
+    limit = max((v.timeout_s or timeout_s) for _, v in futures.values()) if futures else 0.0
+    deadline = limit * (math.ceil(len(idx) / max(2, workers)) + 1)
+    concurrent.futures.wait([f for f, _ in futures.values()], timeout=deadline)
+    for i, (f, v) in futures.items():
+        if not f.done():
+            out[i] = _late(items[i][1], v)
+            continue
+        try:
+            out[i] = f.result()
+        except Exception as e:  # a verifier bug grades that item as an error, never crashes the run
+            out[i] = GradeResult(-1.0, False, None, {"error": f"verifier {v.name!r} raised {e!r}"})
+    return out
 
 
 def _get_pool(workers: int) -> ProcessPoolExecutor:
@@ -79,19 +118,24 @@ def grade_many(
 ) -> list[GradeResult]:
     """One GradeResult per (verifier name, response, ground truth), in order."""
     out: list[GradeResult | None] = [None] * len(items)
-    slow = []
+    slow, threaded = [], []
     for i, (name, resp, truth) in enumerate(items):
-        if name not in VERIFIERS:
-            raise ValueError(f"unknown verifier {name!r}; valid: {', '.join(VERIFIERS)}")
-        if _is_fast(name, resp, truth):
+        v = get_verifier(name)
+        if v.needs_sandbox:
+            raise ValueError(f"verifier {name!r} needs the sandbox: grade it with grade_trajectories")
+        if v.is_fast is not None and v.is_fast(resp, truth):
             out[i] = _grade_one(name, resp, truth, timeout_s)
-        else:
+        elif v.in_workers:
             slow.append(i)
+        else:
+            threaded.append(i)
+    for i, g in _grade_in_threads(items, threaded, timeout_s, workers or os.cpu_count() or 1).items():
+        out[i] = g
     if slow:
         size = workers or os.cpu_count() or 1
         pool = _get_pool(size)  # sized by the config, not the batch: a resized pool would re-import sympy
         n = min(len(slow), size)
-        futures = {pool.submit(_grade_one, *items[i], timeout_s): i for i in slow}
+        futures = {pool.submit(_call, *_work(items[i], timeout_s)): i for i in slow}
         # every worker gets its share of items, each allowed timeout_s, plus one item's worth of slack
         deadline = timeout_s * (math.ceil(len(slow) / n) + 1)
         done, late = concurrent.futures.wait(futures, timeout=deadline)
@@ -101,8 +145,8 @@ def grade_many(
             except Exception as e:  # a worker died (e.g. killed by memory pressure)
                 out[futures[f]] = GradeResult(-1.0, False, None, {"error": repr(e)})
         for f in late:
-            resp = items[futures[f]][1]
-            out[futures[f]] = GradeResult(-1.0, False, last_boxed(resp), {"timeout": True})
+            name, resp = items[futures[f]][:2]
+            out[futures[f]] = _late(resp, get_verifier(name))
         if late or any(f.exception() is not None for f in done):
             _discard(pool)
     return [r for r in out if r is not None]

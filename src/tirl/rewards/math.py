@@ -12,6 +12,7 @@ Not here: answer formats other than `\\boxed{}` / `\\fbox{}`, partial credit, re
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import logging
 import math
 import multiprocessing
@@ -21,12 +22,15 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 from math_verify import parse, verify
 from math_verify.errors import TimeoutException
 
 _BOXED_RE = re.compile(r"\\(?:boxed|fbox)\s*\{")
+# what Fraction() reads: an integer or decimal, or integer/integer with a nonzero denominator ("1.5/2", "1/00" no)
+_PLAIN_NUMBER = re.compile(r"[-+]?(\d+(\.\d+)?|\d+/0*[1-9]\d*)")
 _INT_RE = re.compile(r"[+-]?(\d+|\d{1,3}(,\d{3})+)")
 _POOL_STARTUP_TIMEOUT_S = 120.0  # importing sympy in a fresh process is slow; not charged to any one grade
 
@@ -66,7 +70,8 @@ class GradeResult:
     details: dict[str, Any] = field(default_factory=dict)
 
 
-def _as_int(text: str) -> int | None:
+def as_int(text: str) -> int | None:
+    """The integer a plain integer answer spells ("025", "1,000"); None for anything else."""
     text = text.strip()
     if not _INT_RE.fullmatch(text):
         return None
@@ -137,7 +142,7 @@ def grade(response: str, ground_truth: str, *, timeout_s: float = 5.0) -> GradeR
     shown = pred
     # an escaped dollar is a currency sign (MATH's "\\$18.90"), not a math delimiter
     ground_truth, pred = ground_truth.replace("\\$", "").strip(), pred.replace("\\$", "").strip()
-    gold_int, pred_int = _as_int(ground_truth), _as_int(pred)
+    gold_int, pred_int = as_int(ground_truth), as_int(pred)
     if gold_int is not None and pred_int is not None:  # AIME-style: "025" == "25", no sympy needed
         correct = gold_int == pred_int
         return GradeResult(1.0 if correct else -1.0, correct, shown)
@@ -164,3 +169,13 @@ def grade(response: str, ground_truth: str, *, timeout_s: float = 5.0) -> GradeR
     if error is not None:
         details["error"] = error
     return GradeResult(1.0 if correct else -1.0, correct, shown, details)
+
+
+@functools.lru_cache(maxsize=65536)
+def math_equivalent(a: str, b: str) -> bool:
+    """True if answer `b` grades correct against `a` as ground truth (cached: one problem's answers repeat)."""
+    if a == b:
+        return True
+    if _PLAIN_NUMBER.fullmatch(a) and _PLAIN_NUMBER.fullmatch(b):
+        return Fraction(a) == Fraction(b)  # fast path for plain numbers, where math-verify agrees
+    return grade(f"\\boxed{{{b}}}", a, timeout_s=2.0).correct

@@ -1,19 +1,31 @@
-"""Which verifier grades a row: one table keyed by `data_source`, a default per `ability`, then the recipe's rule.
+"""Which verifier grades a row, and what each verifier is: one registry, open to verifiers defined outside tirl.
 
-A verifier is a name; the functions behind the names take (response, ground_truth) and return a GradeResult, and
-are top-level so worker processes can run them (batch.py). Code grading needs a sandbox and is batched
-separately (code.py). Lookup order: data_source (case-insensitive) in REGISTRY, then ability in BY_ABILITY, then
-the recipe's routing: "code" in the data_source means code, anything else math.
+A `Verifier` is a grading function plus the properties the rest of tirl asks about, so no caller branches on a
+verifier's name:
+  - `needs_sandbox`: `fn(responses, ground_truths, *, sandbox, timeout_s) -> list[GradeResult]`, graded in one
+    sandbox batch (code tests); otherwise `fn(response, ground_truth, *, timeout_s) -> GradeResult`, one item;
+  - `timeout_s`: the per-item time limit (None: the run's `reward.timeout_s`, or `code_timeout_s` with a sandbox);
+  - `in_workers`: graded in the spawned worker processes with a hard per-item timeout (the function must be
+    importable by name); otherwise in a thread of the trainer, where a late item is reported as a timeout;
+  - `is_fast(response, ground_truth)`: decided in microseconds, graded inline even when `in_workers` (math's
+    plain integers, a missing box);
+  - `extract(response)` and `equivalent(a, b)`: the answer maj@k votes on, and when two answers are the same
+    vote (`tirl eval` summaries and `tirl analyze`).
+
+Routing, in order: `data_source` (case-insensitive) in the source table, then `ability`, then the recipe's rule
+("code" in the data_source means code, anything else math). `register_verifier(name, fn, ...)` adds a verifier and
+`route(data_source, name)` sends a data source to it; both work from any module, before a run starts.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tirl.data.benchmarks import gsm8k_answer, integer_answer
-from tirl.rewards.choice import grade_choice
-from tirl.rewards.math import GradeResult, grade
+from tirl.rewards.choice import boxed_letter, grade_choice
+from tirl.rewards.math import GradeResult, as_int, grade, last_boxed, math_equivalent
 
 CODE = "code"
 
@@ -38,44 +50,121 @@ def grade_letter(response: str, ground_truth: Any, *, timeout_s: float = 5.0) ->
     return grade_choice(response, str(ground_truth))
 
 
-VERIFIERS: dict[str, Callable[..., GradeResult]] = {
-    "math": grade_math,
-    "integer": grade_integer,
-    "gsm8k": grade_gsm8k,
-    "choice": grade_letter,
-}
-KINDS = (*VERIFIERS, CODE)
+def math_is_fast(response: str, ground_truth: Any) -> bool:
+    """No box, or two plain integers: decided without sympy."""
+    pred = last_boxed(response)
+    return pred is None or (as_int(pred) is not None and as_int(str(ground_truth)) is not None)
 
-REGISTRY: dict[str, str] = {
-    "aime24": "integer",
-    "aime25": "integer",
-    "aime2024": "integer",
-    "aime2025": "integer",
-    "amc23": "integer",
-    "math500": "math",
-    "math_dapo": "math",
-    "gsm8k": "gsm8k",
-    "openai/gsm8k": "gsm8k",
-    "gpqa": "choice",
-    "gpqa_diamond": "choice",
-    "humaneval": CODE,
-    "livecodebench": CODE,
-    "livecodebench_v6": CODE,
-}
+
+def _always(response: str, ground_truth: Any) -> bool:
+    return True
+
+
+def _same(a: str, b: str) -> bool:
+    return a.strip() == b.strip()
+
+
+def _code_batch(*args: Any, **kwargs: Any) -> list[GradeResult]:
+    from tirl.rewards.code import (
+        grade_code_batch,  # code.py imports the sandbox types; keep this module light
+    )
+
+    return grade_code_batch(*args, **kwargs)
+
+
+@dataclass(frozen=True)
+class Verifier:
+    """A grading function and how to run it (see the module docstring for each property)."""
+
+    name: str
+    fn: Callable[..., Any]
+    needs_sandbox: bool = False
+    timeout_s: float | None = None
+    in_workers: bool = False
+    is_fast: Callable[[str, Any], bool] | None = None
+    extract: Callable[[str], str | None] = last_boxed
+    equivalent: Callable[[str, str], bool] = _same
+
+
+_VERIFIERS: dict[str, Verifier] = {}
+_SOURCES: dict[str, str] = {}
 BY_ABILITY: dict[str, str] = {"math": "math", "code": CODE, "choice": "choice", "multiple_choice": "choice"}
+
+
+def register_verifier(
+    name: str,
+    fn: Callable[..., Any],
+    *,
+    needs_sandbox: bool = False,
+    timeout_s: float | None = None,
+    in_workers: bool = False,
+    is_fast: Callable[[str, Any], bool] | None = None,
+    extract: Callable[[str], str | None] = last_boxed,
+    equivalent: Callable[[str, str], bool] = _same,
+    data_sources: tuple[str, ...] = (),
+    abilities: tuple[str, ...] = (),
+    replace: bool = False,
+) -> Verifier:
+    """Add a verifier under `name` and route `data_sources` / `abilities` to it; returns it.
+
+    Registering a taken name raises unless `replace=True` (two packages must not silently fight over one name).
+    """
+    if not name or not callable(fn):
+        raise ValueError(f"register_verifier needs a name and a callable, got {name!r}, {fn!r}")
+    if name in _VERIFIERS and not replace:
+        raise ValueError(f"verifier {name!r} is already registered (pass replace=True to override it)")
+    if timeout_s is not None and timeout_s <= 0:
+        raise ValueError(f"verifier {name!r}: timeout_s must be > 0, got {timeout_s}")
+    v = Verifier(name, fn, needs_sandbox, timeout_s, in_workers, is_fast, extract, equivalent)
+    _VERIFIERS[name] = v
+    for source in data_sources:
+        route(source, name)
+    for ability in abilities:
+        BY_ABILITY[ability.lower()] = name
+    return v
+
+
+def get_verifier(name: str) -> Verifier:
+    """The verifier registered as `name`; a bad name raises and lists the valid ones."""
+    if name not in _VERIFIERS:
+        raise ValueError(f"unknown verifier {name!r}; valid: {', '.join(sorted(_VERIFIERS))}")
+    return _VERIFIERS[name]
+
+
+def verifier_names() -> list[str]:
+    return sorted(_VERIFIERS)
+
+
+def route(data_source: str, name: str) -> None:
+    """Send rows of `data_source` to verifier `name` (a bad name raises and lists the valid ones)."""
+    get_verifier(name)
+    _SOURCES[data_source.lower()] = name
 
 
 def verifier_name(data_source: str, ability: str = "") -> str:
     source = (data_source or "").lower()
-    if source in REGISTRY:
-        return REGISTRY[source]
+    if source in _SOURCES:
+        return _SOURCES[source]
     if (ability or "").lower() in BY_ABILITY:
         return BY_ABILITY[ability.lower()]
     return CODE if "code" in source else "math"
 
 
-def register(data_source: str, name: str) -> None:
-    """Route a new data source to an existing verifier (a bad name raises and lists the valid ones)."""
-    if name not in KINDS:
-        raise ValueError(f"unknown verifier {name!r}; valid: {', '.join(KINDS)}")
-    REGISTRY[data_source.lower()] = name
+def verifier_for(data_source: str, ability: str = "") -> Verifier:
+    return get_verifier(verifier_name(data_source, ability))
+
+
+register = route  # the earlier name of `route`
+
+_MATH = {"in_workers": True, "is_fast": math_is_fast, "equivalent": math_equivalent}
+register_verifier("math", grade_math, **_MATH, data_sources=("math500", "math_dapo"))
+register_verifier(
+    "integer", grade_integer, **_MATH, data_sources=("aime24", "aime25", "aime2024", "aime2025", "amc23")
+)
+register_verifier("gsm8k", grade_gsm8k, **_MATH, data_sources=("gsm8k", "openai/gsm8k"))
+register_verifier(
+    "choice", grade_letter, is_fast=_always, extract=boxed_letter, data_sources=("gpqa", "gpqa_diamond")
+)
+register_verifier(
+    CODE, _code_batch, needs_sandbox=True, data_sources=("humaneval", "livecodebench", "livecodebench_v6")
+)

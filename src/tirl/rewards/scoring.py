@@ -1,8 +1,7 @@
 """Score finished trajectories: the task verdict on the assistant's text, then the recipe's shaping terms.
 
-Each trajectory is routed by its meta (`data_source`, `ability`) through the registry to its verifier; math and
-multiple-choice items are graded in parallel worker processes (batch.py), code items in one sandbox batch
-(code.py). The verdict says what happened: correct, wrong, no_answer, timeout or error, so a timed-out check is
+Each trajectory is routed by its meta (`data_source`, `ability`) through the registry to its verifier; verifiers
+that need the sandbox grade their items in one sandbox batch each (code tests), the rest in parallel (batch.py). The verdict says what happened: correct, wrong, no_answer, timeout or error, so a timed-out check is
 never mistaken for a wrong answer when reading results (its task score is still -1: the trainer needs a number).
 """
 
@@ -13,9 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tirl.rewards.batch import grade_many
-from tirl.rewards.code import grade_code_batch
 from tirl.rewards.math import GradeResult
-from tirl.rewards.registry import CODE, verifier_name
+from tirl.rewards.registry import get_verifier, verifier_name
 from tirl.rewards.shaping import RewardConfig, shape_reward
 from tirl.rollout.types import Trajectory
 from tirl.sandbox.types import Sandbox
@@ -51,22 +49,24 @@ def grade_trajectories(
             raise KeyError("trajectory meta has no 'ground_truth' to grade against")
     names = [verifier_name(str(t.meta.get("data_source", "")), str(t.meta.get("ability", ""))) for t in trajs]
     out: list[GradeResult | None] = [None] * len(trajs)
-    code = [i for i, n in enumerate(names) if n == CODE]
-    if code:
-        if sandbox is None:
-            from tirl.sandbox import SandboxConfig, build_sandbox
+    boxed = [n for n in dict.fromkeys(names) if get_verifier(n).needs_sandbox]
+    if boxed and sandbox is None:
+        from tirl.sandbox import SandboxConfig, build_sandbox
 
-            with build_sandbox(SandboxConfig()) as sb:
-                return grade_trajectories(trajs, config, sandbox=sb)
-        graded = grade_code_batch(
-            [trajs[i].assistant_text for i in code],
-            [trajs[i].meta["ground_truth"] for i in code],
+        with build_sandbox(SandboxConfig()) as sb:
+            return grade_trajectories(trajs, config, sandbox=sb)
+    for name in boxed:  # one sandbox batch per verifier: every test of every answer runs in parallel
+        v = get_verifier(name)
+        idx = [i for i, n in enumerate(names) if n == name]
+        graded = v.fn(
+            [trajs[i].assistant_text for i in idx],
+            [trajs[i].meta["ground_truth"] for i in idx],
             sandbox=sandbox,
-            timeout_s=config.code_timeout_s,
+            timeout_s=v.timeout_s or config.code_timeout_s,
         )
-        for i, g in zip(code, graded, strict=True):
+        for i, g in zip(idx, graded, strict=True):
             out[i] = g
-    rest = [i for i, n in enumerate(names) if n != CODE]
+    rest = [i for i, n in enumerate(names) if out[i] is None]
     items = [(names[i], trajs[i].assistant_text, trajs[i].meta["ground_truth"]) for i in rest]
     for i, g in zip(rest, grade_many(items, workers=config.workers, timeout_s=config.timeout_s), strict=True):
         out[i] = g

@@ -7,7 +7,9 @@ renderer; the history is never decoded and re-tokenized.
 A trajectory stops when a turn has no tool call ("answer"), after `max_turns` assistant turns ("max_turns"), when
 the response budget (model and tool tokens together) is spent or the tool response would not fit ("budget"), or
 when a turn runs into the per-turn token cap without a call ("turn_length"). The trajectory always ends on model
-tokens. Only the first call of a turn runs (the recipe's max_parallel_calls=1).
+tokens. Up to `max_calls_per_turn` calls of a turn run (the recipe's max_parallel_calls=1: only the first; more,
+and a turn no longer stops at `</tool_call>`); the task's tools (`tirl.tools.ToolSet`, default: the code
+interpreter alone) check each call and run them, the sandboxed ones in one batch for the whole step.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from typing import Any, Literal
 
 import torch
 
-from tirl.chat.hermes import format_tool_output, parse_tool_call, prepare_code, truncate_middle
+from tirl.chat.hermes import ToolCall, parse_tool_calls
 from tirl.chat.template import ChatRenderer
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Engine, Generation, ToolCallRecord, Trajectory
-from tirl.sandbox.types import ExecResult, Sandbox
+from tirl.sandbox.types import Sandbox
+from tirl.tools.base import CodeInterpreter, ToolOutput, ToolSet
 
 
 @dataclass
@@ -33,28 +36,42 @@ class AgentConfig:
     max_tool_response_chars: int = 256
     truncate_side: Literal["middle", "right"] = "middle"
     auto_print: bool = True  # print a bare final expression, as the recipe's tool does
-    stop_at_tool_call_end: bool = True  # end a turn at </tool_call> instead of waiting for EOS
+    stop_at_tool_call_end: bool = (
+        True  # end a turn at </tool_call> instead of waiting for EOS (one call per turn)
+    )
+    max_calls_per_turn: int = 1  # calls of one turn that run (the recipe: 1); later ones are ignored
 
     def __post_init__(self) -> None:
-        for name in ("max_turns", "max_response_tokens", "max_tokens_per_turn"):
+        for name in ("max_turns", "max_response_tokens", "max_tokens_per_turn", "max_calls_per_turn"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
 
 
 def stop_token_ids(renderer: ChatRenderer, config: AgentConfig) -> list[int]:
-    """Token ids the engine should stop a turn at besides EOS (`</tool_call>` when configured and single-token)."""
+    """Token ids the engine should stop a turn at besides EOS (`</tool_call>` when configured, single-token, and
+    a turn runs one call)."""
     end = renderer.tool_call_end_id
-    return [end] if config.stop_at_tool_call_end and end is not None else []
+    one_call = config.max_calls_per_turn == 1
+    return [end] if config.stop_at_tool_call_end and one_call and end is not None else []
 
 
 class AgentLoop:
     """Runs batches of prompts to finished trajectories."""
 
-    def __init__(self, engine: Engine, renderer: ChatRenderer, sandbox: Sandbox, config: AgentConfig) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        renderer: ChatRenderer,
+        sandbox: Sandbox,
+        config: AgentConfig,
+        *,
+        tools: ToolSet | None = None,
+    ) -> None:
         self.engine = engine
         self.renderer = renderer
         self.sandbox = sandbox
         self.config = config
+        self.tools = tools or ToolSet([CodeInterpreter(auto_print=config.auto_print)])
 
     def stop_ids(self) -> list[int]:
         return stop_token_ids(self.renderer, self.config)
@@ -78,23 +95,25 @@ class AgentLoop:
             ctx = [trajs[i].prompt_ids + trajs[i].response_ids for i in live]
             budget = [turn_budget(trajs[i], cfg) for i in live]
             gens = self.engine.generate(ctx, params, max_new_tokens=budget, generator=generator)
-            pending: list[tuple[int, Any, bool]] = []  # (trajectory index, ToolCall, turn closed by EOS)
+            pending: list[
+                tuple[int, list[ToolCall], bool]
+            ] = []  # (trajectory, its calls, turn closed by EOS)
             for i, g in zip(live, gens, strict=True):
-                call = apply_turn(trajs[i], g, self.renderer, cfg)
-                if call is not None:
-                    pending.append((i, call, g.finish_reason == "eos"))
-            outputs = self._execute([c for _, c, _ in pending])
-            live = [
-                i
-                for (i, call, closed), out in zip(pending, outputs, strict=True)
-                if apply_tool_result(trajs[i], call, out, closed, self.renderer, cfg)
-            ]
+                calls = apply_turn(trajs[i], g, self.renderer, cfg)
+                if calls:
+                    pending.append((i, calls, g.finish_reason == "eos"))
+            outputs = iter(self._execute([c for _, calls, _ in pending for c in calls]))
+            live = []
+            for i, calls, closed in pending:
+                results = [next(outputs) for _ in calls]
+                if apply_tool_results(trajs[i], calls, results, closed, self.renderer, cfg):
+                    live.append(i)
         for t in trajs:
             t.check()
         return trajs
 
-    def _execute(self, calls: list[Any]) -> list[ToolOutput]:
-        return execute_tool_calls(self.sandbox, calls, self.config)
+    def _execute(self, calls: list[ToolCall]) -> list[ToolOutput]:
+        return execute_tool_calls(self.tools, self.sandbox, calls, self.config)
 
 
 def turn_budget(t: Trajectory, cfg: AgentConfig) -> int:
@@ -102,39 +121,45 @@ def turn_budget(t: Trajectory, cfg: AgentConfig) -> int:
     return min(cfg.max_tokens_per_turn, cfg.max_response_tokens - t.response_length)
 
 
-def apply_turn(t: Trajectory, g: Generation, renderer: ChatRenderer, cfg: AgentConfig) -> Any | None:
-    """Append a sampled turn (ids, mask 1, log-probs); return its tool call if the trajectory goes on, else None
-    with `t.stop_reason` set (the stop rules of the module docstring)."""
+def apply_turn(t: Trajectory, g: Generation, renderer: ChatRenderer, cfg: AgentConfig) -> list[ToolCall]:
+    """Append a sampled turn (ids, mask 1, log-probs); return its calls (at most `max_calls_per_turn`) if the
+    trajectory goes on, else [] with `t.stop_reason` set (the stop rules of the module docstring)."""
     t.response_ids += g.token_ids
     t.loss_mask += [1] * len(g.token_ids)
     t.logprobs += g.logprobs
     t.turn_texts.append(renderer.tokenizer.decode(g.token_ids, skip_special_tokens=False))
-    call = parse_tool_call(t.turn_texts[-1])
+    calls = parse_tool_calls(t.turn_texts[-1], limit=cfg.max_calls_per_turn)
     spent = t.response_length >= cfg.max_response_tokens
-    if call is None:
+    if not calls:
         t.stop_reason = "answer" if g.finish_reason == "eos" else ("budget" if spent else "turn_length")
     elif spent:
         t.stop_reason = "budget"
     elif t.turns >= cfg.max_turns:
         t.stop_reason = "max_turns"
     else:
-        return call
-    return None
+        return calls
+    return []
 
 
-def apply_tool_result(
-    t: Trajectory, call: Any, out: ToolOutput, closed: bool, renderer: ChatRenderer, cfg: AgentConfig
+def apply_tool_results(
+    t: Trajectory,
+    calls: Sequence[ToolCall],
+    outputs: Sequence[ToolOutput],
+    closed: bool,
+    renderer: ChatRenderer,
+    cfg: AgentConfig,
 ) -> bool:
-    """Record a tool call and append its result as masked ids; False (stop reason "budget") when it would not fit,
-    so the trajectory ends on model tokens. `closed`: the turn ended at EOS (the renderer closes the turn)."""
-    response, status, result = out
-    ids = renderer.tool_response_ids([response], assistant_closed=closed)
-    t.tool_calls.append(
-        ToolCallRecord(t.turns, call.code, response, status, result.to_dict() if result else None)
-    )
+    """Record a turn's calls and append their results as one masked tool turn; False (stop reason "budget") when it
+    would not fit, so the trajectory ends on model tokens. `closed`: the turn ended at EOS."""
+    ids = renderer.tool_response_ids([o.text for o in outputs], assistant_closed=closed)
+    for c, o in zip(calls, outputs, strict=True):
+        t.tool_calls.append(
+            ToolCallRecord(t.turns, c.code, o.text, o.status, o.exec_result, c.name, c.arguments)
+        )
     if t.response_length + len(ids) >= cfg.max_response_tokens:
         t.stop_reason = "budget"
-        t.tool_calls[-1].result_seen = False
+        for record in t.tool_calls[-len(calls) :]:  # none of this turn's results was seen
+            record.result_seen = False
         return False
     t.response_ids += ids
     t.loss_mask += [0] * len(ids)
@@ -142,26 +167,11 @@ def apply_tool_result(
     return True
 
 
-ToolOutput = tuple[str, str, "ExecResult | None"]  # (text the model sees, status, the sandbox result)
-
-
-def execute_tool_calls(sandbox: Sandbox, calls: list[Any], cfg: AgentConfig) -> list[ToolOutput]:
-    """Run the valid calls as one sandbox batch; malformed ones get their error text without running."""
-    runnable = [k for k, c in enumerate(calls) if c.error is None]
-    results = sandbox.run_batch([prepare_code(calls[k].code, auto_print=cfg.auto_print) for k in runnable])
-    by_call = dict(zip(runnable, results, strict=True))
-    out: list[tuple[str, str, ExecResult | None]] = []
-    for k, c in enumerate(calls):
-        if c.error is not None:
-            out.append((c.error, "parse_error", None))
-            continue
-        r = by_call[k]
-        text = format_tool_output(r.stdout, r.stderr, timed_out=r.timed_out)
-        if r.sandbox_error:
-            text = f"Error: the sandbox failed: {r.sandbox_error}"
-        if cfg.truncate_side == "middle":
-            text = truncate_middle(text, cfg.max_tool_response_chars)
-        elif len(text) > cfg.max_tool_response_chars:
-            text = text[: cfg.max_tool_response_chars] + "...(truncated)"
-        out.append((text, r.status, r))
-    return out
+def execute_tool_calls(
+    tools: ToolSet, sandbox: Sandbox, calls: list[ToolCall], cfg: AgentConfig
+) -> list[ToolOutput]:
+    """One batch of calls through the task's tools (sandboxed ones in one sandbox batch); malformed calls, unknown
+    tools and bad arguments get their error text without running."""
+    return tools.execute(
+        calls, sandbox, max_chars=cfg.max_tool_response_chars, truncate_side=cfg.truncate_side
+    )

@@ -9,7 +9,7 @@ in-process torch engine each request is its own decode loop on a thread (bench/r
 
 Threads, not asyncio: `Engine.generate` and `Sandbox.run_batch` are blocking calls that release the GIL (HTTP, torch
 ops, subprocess pipes). The stop rules, budgets, token-in/token-out and loss masks are the lock-step loop's own
-functions (`apply_turn`, `apply_tool_result`, `execute_tool_calls`). A trajectory that runs past `timeout_s` (a hung
+functions (`apply_turn`, `apply_tool_results`, `execute_tool_calls`). A trajectory that runs past `timeout_s` (a hung
 request or tool) is returned with stop reason "error", cut back to its last model tokens; its worker is abandoned
 (a daemon thread: it cannot block exit) and replaced, so the run never hangs.
 """
@@ -25,11 +25,12 @@ from typing import Any
 import torch
 
 from tirl.chat.template import ChatRenderer
-from tirl.rollout.agent import AgentConfig, apply_tool_result, apply_turn, execute_tool_calls, turn_budget
+from tirl.rollout.agent import AgentConfig, apply_tool_results, apply_turn, execute_tool_calls, turn_budget
 from tirl.rollout.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Engine, Trajectory
 from tirl.sandbox.types import Sandbox
+from tirl.tools.base import CodeInterpreter, ToolSet
 
 
 class _Cancelled(Exception):
@@ -43,8 +44,9 @@ def end_on_model_tokens(t: Trajectory) -> Trajectory:
         n -= 1
     if n < len(t.loss_mask):
         del t.response_ids[n:], t.loss_mask[n:], t.logprobs[n:]
-        if t.tool_calls:
-            t.tool_calls[-1].result_seen = False
+        for record in t.tool_calls:  # the dropped tool turn held the results of the last turn's calls
+            if record.turn == t.turns:
+                record.result_seen = False
     return t
 
 
@@ -65,6 +67,7 @@ class AsyncAgentLoop:
         sandbox: Sandbox,
         config: AgentConfig,
         *,
+        tools: ToolSet | None = None,
         concurrency: int = 64,
         timeout_s: float = 600.0,
     ) -> None:
@@ -72,6 +75,7 @@ class AsyncAgentLoop:
             raise ValueError(f"concurrency must be >= 1 and timeout_s > 0, got {concurrency}, {timeout_s}")
         self.engine, self.renderer, self.sandbox, self.config = engine, renderer, sandbox, config
         self.concurrency, self.timeout_s = concurrency, timeout_s
+        self.tools = tools or ToolSet([CodeInterpreter(auto_print=config.auto_print)])
 
     def run(
         self,
@@ -147,13 +151,13 @@ class _Run:
             )[0]
             with self.cond:
                 self._guard(i)
-                call = apply_turn(t, g, lp.renderer, cfg)
-            if call is None:
+                calls = apply_turn(t, g, lp.renderer, cfg)
+            if not calls:
                 return t
-            out = execute_tool_calls(lp.sandbox, [call], cfg)[0]
+            outs = execute_tool_calls(lp.tools, lp.sandbox, calls, cfg)
             with self.cond:
                 self._guard(i)
-                if not apply_tool_result(t, call, out, g.finish_reason == "eos", lp.renderer, cfg):
+                if not apply_tool_results(t, calls, outs, g.finish_reason == "eos", lp.renderer, cfg):
                     return t
 
     def wait(self) -> list[Trajectory]:

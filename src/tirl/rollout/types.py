@@ -54,13 +54,16 @@ class Engine(Protocol):
 
 @dataclass
 class ToolCallRecord:
-    """One tool call: the code that ran (or the parse error that was sent back instead) and what the model saw."""
+    """One tool call: what ran (code_interpreter's code, or another tool's name and arguments; or the error that
+    was sent back instead) and what the model saw."""
 
     turn: int
     code: str | None
     response: str  # the text fed back to the model, after truncation
-    status: str  # sandbox status ("ok", "runtime_error", "timeout", ...) or "parse_error"
+    status: str  # "ok", sandbox statuses ("runtime_error", "timeout", ...), "tool_error", or "parse_error" (not run)
     exec_result: dict[str, Any] | None = None
+    name: str | None = "code_interpreter"  # None: the call was too malformed to name a tool
+    arguments: dict[str, Any] | None = None
     result_seen: bool = True  # False when the result did not fit the budget and was never appended
 
     @property

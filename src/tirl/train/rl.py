@@ -36,6 +36,7 @@ import torch
 
 from tirl.algorithms import equal_reward_groups, get_advantage_estimator, get_policy_loss
 from tirl.algorithms.rollout_correction import CORRECTIONS, correction_weights, mismatch_metrics
+from tirl.data.records import ProblemRow, problem_rows
 from tirl.eval.toolstats import tool_use_stats
 from tirl.logging import MetricsLogger
 from tirl.models.loading import save_checkpoint
@@ -245,7 +246,7 @@ class RLTrainer:
             policy,
             tokenizer,
             agent,
-            list(rows),
+            problem_rows(rows),
             cfg,
         )
         self.sampling, self.reward, self.out_dir, self.logger = sampling, reward, Path(out_dir), logger
@@ -283,7 +284,7 @@ class RLTrainer:
             micro_batch_tokens=cfg.micro_batch_tokens,
         )
 
-    def _next_prompts(self) -> list[dict[str, Any]]:
+    def _next_prompts(self) -> list[ProblemRow]:
         """Epoch-wise shuffled prompts: each row is used once before any is reused."""
         out = []
         while len(out) < self.cfg.prompts_per_step:
@@ -310,24 +311,11 @@ class RLTrainer:
             out[rows, : lp.shape[1]] = lp
         return out
 
-    def _rollout(
-        self, rows: Sequence[dict[str, Any]], first_group: int
-    ) -> tuple[list[Trajectory], list[Any]]:
+    def _rollout(self, rows: Sequence[ProblemRow], first_group: int) -> tuple[list[Trajectory], list[Any]]:
         """`n` trajectories per row, scored; their meta "group" numbers the rows from `first_group` on."""
         cfg = self.cfg
-        prompts = [r["prompt"] for r in rows for _ in range(cfg.n)]
-        metas = [
-            {
-                "group": first_group + g,
-                "sample": k,
-                "ground_truth": r["reward_model"]["ground_truth"],
-                "id": r.get("extra_info", {}).get("id", ""),
-                "data_source": r.get("data_source", ""),
-                "ability": r.get("ability", ""),
-            }
-            for g, r in enumerate(rows)
-            for k in range(cfg.n)
-        ]
+        prompts = [r.prompt for r in rows for _ in range(cfg.n)]
+        metas = [r.meta(group=first_group + g, sample=k) for g, r in enumerate(rows) for k in range(cfg.n)]
         self.policy.eval()
         with self.timers.time("rollout"):
             trajs = self.agent.run(prompts, self.sampling, metas=metas, generator=self.gen)

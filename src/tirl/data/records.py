@@ -1,0 +1,64 @@
+"""The typed record of one problem as it flows from data to rollout to rewards, built in one place for RL and eval.
+
+A verl-schema row (`data_source`, `prompt`, `ability`, `reward_model.ground_truth`, `extra_info`) is validated
+and becomes a `ProblemRow`; its `meta(...)` is what each trajectory carries to the verifier and into eval
+records. A row without a `data_source` is "unknown" (graded as math). The problem id is `extra_info.id`, else `extra_info.index`, else the row's position in its file, so RL
+logs and eval records name a problem the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tirl.data.schema import SchemaError, validate_rl_row
+
+
+@dataclass(frozen=True)
+class ProblemRow:
+    """One problem: `prompt` (chat messages ending with the user turn), what grades it (`ground_truth`, routed by
+    `data_source` / `ability` to a verifier) and the row's other fields (`extra`, the row's extra_info)."""
+
+    problem_id: str
+    data_source: str
+    prompt: list[dict[str, Any]]
+    ground_truth: Any
+    ability: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any], index: int) -> ProblemRow:
+        """From a verl-schema row (validated; SchemaError names the column); `index` is its position."""
+        r = validate_rl_row({"data_source": "unknown", **row})  # in-memory rows may leave the source out
+        info = r["extra_info"]
+        pid = info.get("id", info.get("index", index))
+        return cls(
+            str(pid), r["data_source"], r["prompt"], r["reward_model"]["ground_truth"], r["ability"], info
+        )
+
+    def meta(self, **fields: Any) -> dict[str, Any]:
+        """What a trajectory of this problem carries: its identity, what grades it, the prompt (for
+        `tirl check-tokens`), and the caller's `fields` (sample index, group, temperature)."""
+        return {
+            "id": self.problem_id,
+            "data_source": self.data_source,
+            "ability": self.ability,
+            "ground_truth": self.ground_truth,
+            "prompt": self.prompt,
+            **fields,
+        }
+
+
+def problem_rows(rows: Iterable[dict[str, Any] | ProblemRow]) -> list[ProblemRow]:
+    """Rows as records (records pass through); a bad row raises naming its position and column."""
+    out = []
+    for i, r in enumerate(rows):
+        if isinstance(r, ProblemRow):
+            out.append(r)
+            continue
+        try:
+            out.append(ProblemRow.from_row(r, i))
+        except SchemaError as e:
+            raise ValueError(f"row {i + 1}, column {e.column!r}: {e.message}") from None
+    return out

@@ -1,0 +1,114 @@
+"""A task bundles what a run needs beyond the model: its data, its tools, its verifier and its prompt wording.
+
+`tirl rl|eval|demo task=NAME` picks a registered task (`register_task`), `task=my_pkg.tasks:sql_task` imports
+one from the user's own package (installed, or under the working directory) (a `Task`, or a function returning one), so adding a task never means editing
+tirl. The verifier is routed through the one registry (`tirl.rewards.registry`): a task that names one sends its
+`data_sources` to it when it is loaded. Rows come from the stage's data file when one is set (`rl.data`,
+`eval.data`), else from the task's `rows(split, cfg)` ("train" for RL, "test" for eval).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tirl.rewards.registry import route
+from tirl.tools.base import CodeInterpreter, Tool, ToolSet
+
+if TYPE_CHECKING:
+    from tirl.run_config import TirlConfig
+    from tirl.sandbox.types import Sandbox
+
+SPLITS = ("train", "test")
+
+
+@dataclass(frozen=True)
+class DemoData:
+    """What `tirl demo` trains and evaluates on: SFT conversations, RL and held-out prompts, warm-up rows."""
+
+    sft_rows: list[dict[str, Any]]
+    rl_rows: list[dict[str, Any]]
+    test_rows: list[dict[str, Any]]
+    warmup_rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task. `tools` are listed in the system turn and dispatched by name; `verifier` (a registered name) grades
+    rows of `data_sources`; `system_prompt` is used when `chat.system_prompt` is empty; `rows(split, cfg)` gives
+    verl-schema rows; `demo_data(cfg, sandbox)` what `tirl demo` needs (SFT trajectories included)."""
+
+    name: str
+    tools: Sequence[Tool] = field(default_factory=lambda: (CodeInterpreter(),))
+    verifier: str | None = None
+    data_sources: Sequence[str] = ()
+    system_prompt: str | None = None
+    rows: Callable[[str, TirlConfig], list[dict[str, Any]]] | None = None
+    demo_data: Callable[[TirlConfig, Sandbox], DemoData] | None = None
+
+    def __post_init__(self) -> None:
+        ToolSet(self.tools)  # two tools with one name, or a non-tool, fail here
+        if self.verifier is not None and not self.data_sources:
+            raise ValueError(
+                f"task {self.name!r} names verifier {self.verifier!r} but no data_sources to route to it"
+            )
+
+    def toolset(self) -> ToolSet:
+        return ToolSet(self.tools)
+
+    def activate(self) -> Task:
+        """Route the task's data sources to its verifier (idempotent); returns the task."""
+        for source in self.data_sources if self.verifier else ():
+            route(source, self.verifier)
+        return self
+
+    def load_rows(self, split: str, cfg: TirlConfig) -> list[dict[str, Any]]:
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+        if self.rows is None:
+            key = "rl.data" if split == "train" else "eval.data"
+            raise ValueError(f"task {self.name!r} has no rows of its own: set {key}=FILE")
+        return self.rows(split, cfg)
+
+
+_TASKS: dict[str, Task | Callable[[], Task]] = {}
+
+
+def register_task(task: Task | Callable[[], Task], name: str | None = None) -> None:
+    """Make a task available as `task=NAME` (a factory is called when the task is first loaded)."""
+    key = name or getattr(task, "name", None)
+    if not key:
+        raise ValueError("register_task needs a name for a task factory")
+    _TASKS[key] = task
+
+
+def task_names() -> list[str]:
+    return sorted(_TASKS)
+
+
+def load_task(spec: str) -> Task:
+    """A registered task by name, or `package.module:attribute` (a Task or a function returning one)."""
+    if ":" in spec:
+        module, _, attr = spec.partition(":")
+        if (
+            os.getcwd() not in sys.path
+        ):  # as `python -m` and uvicorn do: the user's package in the working directory
+            sys.path.append(os.getcwd())
+        try:
+            obj = getattr(importlib.import_module(module), attr)
+        except (ImportError, AttributeError) as e:
+            raise ValueError(f"task {spec!r}: cannot import {attr!r} from {module!r} ({e})") from None
+    elif spec in _TASKS:
+        obj = _TASKS[spec]
+    else:
+        raise ValueError(
+            f"unknown task {spec!r}; valid: {', '.join(task_names())} or package.module:attribute"
+        )
+    task = obj if isinstance(obj, Task) else obj()
+    if not isinstance(task, Task):
+        raise ValueError(f"task {spec!r} is a {type(task).__name__}, not a tirl.tasks.Task")
+    return task.activate()

@@ -1,0 +1,27 @@
+"""Tools for the agent loop: typed Python functions whose schemas tirl derives, and the sandboxed code interpreter.
+
+from tirl.tools import tool
+
+@tool(sandbox=False)
+def lookup(key: str) -> str:
+    '''Look up a key in the table.
+
+    Args:
+        key: The row to read.
+    '''
+    return TABLE.get(key, "not found")
+"""
+
+from tirl.tools.base import CodeInterpreter, FunctionTool, Tool, ToolOutput, ToolSet, tool
+from tirl.tools.schema import check_arguments, function_schema
+
+__all__ = [
+    "CodeInterpreter",
+    "FunctionTool",
+    "Tool",
+    "ToolOutput",
+    "ToolSet",
+    "check_arguments",
+    "function_schema",
+    "tool",
+]
