@@ -2,8 +2,8 @@
 
 - `rollout.mode: auto` runs the async loop on server engines, which batch concurrent requests themselves, and
   the lock-step loop on the in-process torch engine. That last choice is NOT a speed claim: bench/rollout_async.py
-  measured the async loop faster on the tiny torch model too (2-core CPU: 1.6x without slow tool calls, 2.2-2.7x
-  with them), but lock-step keeps the demo's sampled trajectories, the README's demo numbers and the exact-resume
+  measured the async loop faster on the tiny torch model too (2-core CPU shared with other jobs: 1.6-1.7x without
+  slow tool calls, 2.2-4.8x with them), but lock-step keeps the demo's sampled trajectories, the README's demo numbers and the exact-resume
   path (one generator for the batch) as they were; `rollout.mode: async` opts in.
 - `rl.rollout_correction: auto` is off (none) for the torch engine, whose sampling log-probs are the trainer's own
   computation on the same module, and token_tis (cap 2.0) otherwise: it keeps every sequence (no data dropped on
