@@ -153,3 +153,33 @@ def test_rollout_mode_picks_the_loop(tokenizer, model, sandbox):
     assert isinstance(agent, AsyncAgentLoop) and agent.concurrency == 4 and agent.timeout_s == 30
     with pytest.raises(ValueError, match="rollout.mode"):
         RolloutConfig(mode="fast")
+
+
+def test_cli_eval_runs_the_async_loop(tokenizer, model, tmp_path, monkeypatch):
+    """`tirl eval rollout.mode=async` end to end on a saved tiny model: trajectories written, none timed out."""
+    import json
+
+    from tirl.cli import main
+
+    model.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(
+        "".join(
+            json.dumps({"data_source": "tirl/arith", "prompt": [{"role": "user", "content": f"What is {k} + 1?"}],
+                        "reward_model": {"ground_truth": str(k + 1)}, "extra_info": {"id": f"p{k}"}}) + "\n"
+            for k in range(3)
+        )
+    )  # fmt: skip
+    args = [f"eval.data={rows}", f"model.path={tmp_path / 'm'}", f"out_dir={tmp_path / 'out'}", "eval.n=2"]
+    args += ["rollout.mode=async", "rollout.concurrency=3", "agent.max_response_tokens=16"]
+    runs = []
+    original = AsyncAgentLoop.run
+    monkeypatch.setattr(
+        AsyncAgentLoop, "run", lambda self, *a, **k: runs.append(1) or original(self, *a, **k)
+    )
+    assert main(["eval", *args]) == 0
+    assert runs  # the async loop did the rollouts
+    written = list((tmp_path / "out").rglob("trajectories.jsonl"))
+    trajs = [json.loads(line) for line in written[0].read_text().splitlines()]
+    assert len(trajs) == 6 and all(t["stop_reason"] != "error" for t in trajs)
