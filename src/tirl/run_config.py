@@ -66,6 +66,19 @@ class RolloutConfig:
     top_p: float = 1.0
     top_k: int = -1
     max_batch_size: int = 256  # sequences per engine forward
+    mode: str = "auto"  # lockstep | async | auto (lock-step for the torch engine, async for servers)
+    concurrency: int = 64  # async: trajectories in flight at once
+    timeout_s: float = 600.0  # async: a trajectory running longer is returned with stop reason "error"
+
+    def __post_init__(self) -> None:
+        from tirl.rollout.modes import MODES
+
+        if self.mode not in MODES:
+            raise ValueError(f"unknown rollout.mode {self.mode!r}; valid: {', '.join(MODES)}")
+        if self.concurrency < 1 or self.timeout_s <= 0:
+            raise ValueError(
+                f"rollout.concurrency must be >= 1 and timeout_s > 0, got {self.concurrency}, {self.timeout_s}"
+            )
 
 
 @dataclass

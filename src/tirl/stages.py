@@ -23,7 +23,9 @@ from tirl.eval.evaluate import evaluate, summarize_records, write_eval
 from tirl.logging import MetricsLogger, console
 from tirl.models.loading import load_model, load_tokenizer, save_checkpoint
 from tirl.rollout.agent import AgentLoop, stop_token_ids
+from tirl.rollout.async_agent import AsyncAgentLoop
 from tirl.rollout.engine import TorchEngine
+from tirl.rollout.modes import resolve_mode
 from tirl.rollout.sampling import SamplingParams
 from tirl.run_config import TirlConfig
 from tirl.sandbox import build_sandbox
@@ -76,6 +78,11 @@ def build_agent(model: torch.nn.Module, tokenizer: Any, cfg: TirlConfig, sandbox
     for name, t in tools.tools.items():  # agent.auto_print configures the code interpreter of any task
         if isinstance(t, CodeInterpreter) and t.auto_print != cfg.agent.auto_print:
             tools.tools[name] = CodeInterpreter(auto_print=cfg.agent.auto_print)
+    if resolve_mode(cfg.rollout.mode, engine) == "async":
+        return AsyncAgentLoop(  # type: ignore[return-value]  # the same run() interface
+            engine, renderer, sandbox, cfg.agent, tools=tools,
+            concurrency=cfg.rollout.concurrency, timeout_s=cfg.rollout.timeout_s,
+        )  # fmt: skip
     return AgentLoop(engine, renderer, sandbox, cfg.agent, tools=tools)
 
 

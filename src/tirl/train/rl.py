@@ -35,6 +35,7 @@ from typing import Any, Literal
 import torch
 
 from tirl.algorithms import equal_reward_groups, get_advantage_estimator, get_policy_loss
+from tirl.algorithms.rollout_correction import CORRECTIONS, correction_weights, mismatch_metrics
 from tirl.data.records import ProblemRow, problem_rows
 from tirl.eval.toolstats import tool_use_stats
 from tirl.logging import MetricsLogger
@@ -43,6 +44,7 @@ from tirl.progress import progress
 from tirl.rewards.scoring import score_trajectories
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentLoop
+from tirl.rollout.modes import check_rl_sampling, is_in_process, resolve_correction
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
 from tirl.train import checkpoint
@@ -92,6 +94,14 @@ class RLConfig:
     save_every: int = 0  # steps between resumable checkpoints (checkpoint-<step>/); 0 = only the final model
     keep_last: int = 0  # complete checkpoints kept, oldest deleted first, never the newest; 0 = all
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-6, weight_decay=0.01, grad_clip=1.0))
+    # engine/trainer log-prob mismatch (tirl.algorithms.rollout_correction): auto = none for the torch engine,
+    # token_tis otherwise (tirl.rollout.modes says why)
+    rollout_correction: Literal["auto", "none", "token_tis", "seq_mis"] = "auto"
+    tis_cap: float = 2.0  # token_tis: weights min(pi_old / pi_rollout, cap) (verl's rollout_is_threshold)
+    mis_low: float = (
+        0.0  # seq_mis: sequences whose ratio is outside [mis_low, mis_high] are masked (TRL's 0, 3)
+    )
+    mis_high: float = 3.0
 
     def __post_init__(self) -> None:
         for name in ("steps", "prompts_per_step", "n", "mini_batch_size", "ppo_epochs", "logprob_batch_size"):
@@ -124,6 +134,15 @@ class RLConfig:
                 f"micro_batch_size and micro_batch_tokens must be >= 0 (0 = no limit), "
                 f"got {self.micro_batch_size}, {self.micro_batch_tokens}"
             )
+        if self.rollout_correction not in ("auto", *CORRECTIONS):
+            raise ValueError(
+                f"rl.rollout_correction={self.rollout_correction!r}; valid: auto, {', '.join(CORRECTIONS)}"
+            )
+        if self.tis_cap <= 0 or not 0.0 <= self.mis_low < self.mis_high:
+            raise ValueError(
+                f"need tis_cap > 0 and 0 <= mis_low < mis_high, got {self.tis_cap}, "
+                f"{self.mis_low}, {self.mis_high}"
+            )
         if self.loss_norm_len < 0:
             raise ValueError(
                 f"loss_norm_len must be >= 0 (0 = the response budget), got {self.loss_norm_len}"
@@ -141,7 +160,7 @@ def render_samples(trajs: Sequence[Trajectory], tokenizer: Any, k: int = 2) -> s
     return "\n\n".join(parts)
 
 
-TRUNCATED = ("budget", "turn_length")  # stop reasons of a response cut off before it could answer
+TRUNCATED = ("budget", "turn_length", "error")  # stop reasons of a response cut off before it could answer
 
 
 def _groups_with_signal(
@@ -164,6 +183,15 @@ def trajectory_batch(trajs: Sequence[Trajectory], advantages: torch.Tensor, *, p
     masks = [[0] * len(t.prompt_ids) + t.loss_mask for t in trajs]
     adv = [[float(a)] * len(x) for a, x in zip(advantages.tolist(), ids, strict=True)]
     return collate(ids, masks, pad_id=pad_id, extra={"advantages": adv})
+
+
+def rollout_logprobs(trajs: Sequence[Trajectory], like: torch.Tensor) -> torch.Tensor:
+    """(B, T) the engine's sampling log-probs aligned with `trajectory_batch` (0 on prompt, tool and padding)."""
+    out = torch.zeros(like.shape, dtype=torch.float32)
+    for b, t in enumerate(trajs):
+        p = len(t.prompt_ids)
+        out[b, p : p + len(t.logprobs)] = torch.tensor(t.logprobs, dtype=torch.float32)
+    return out.to(like.device)
 
 
 def rollout_metrics(
@@ -223,6 +251,8 @@ class RLTrainer:
         )
         self.sampling, self.reward, self.out_dir, self.logger = sampling, reward, Path(out_dir), logger
         self.pad_id = agent.renderer.pad_id
+        check_rl_sampling(agent.engine, sampling)
+        self.correction = resolve_correction(cfg.rollout_correction, agent.engine)
         self.adv_fn = get_advantage_estimator(cfg.adv_estimator, k=cfg.passk_k)
         self.loss_fn = get_policy_loss(cfg.policy_loss)
         self.ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
@@ -338,13 +368,18 @@ class RLTrainer:
         # One update per step on the whole batch is exactly on-policy: the old log-probs are the policy's own log-probs
         # of this forward pass (detached), so the separate recomputation is skipped (as verl does).
         on_policy = cfg.ppo_epochs == 1 and cfg.mini_batch_size >= len(trajs)
+        # The engine's log-probs are the trainer's own only for the in-process torch engine; otherwise the old
+        # log-probs are recomputed even on-policy, to measure the mismatch and correct for it.
+        need_old = not on_policy or not is_in_process(self.agent.engine) or self.correction != "none"
         with self.timers.time("update"):
-            old_logp = None if on_policy else self._logprobs(self.policy, batch)
+            old_logp = self._logprobs(self.policy, batch) if need_old else None
+            mismatch = {} if old_logp is None else self._correct(batch, old_logp, trajs)
             ref_logp = self._logprobs(self.ref, batch) if self.ref is not None else None
             update = self._update(batch, old_logp, ref_logp)
         metrics = rollout_metrics(trajs, rewards.tolist(), [s.correct for s in scores])
         metrics.update(update)
         metrics.update(dyn)
+        metrics.update(mismatch)
         perf = self.timers.pop()
         perf["perf/step_s/update"] -= perf.get("perf/step_s/sync", 0.0)  # sync is timed inside the update
         sampled = sum(sum(t.loss_mask) for t in trajs)
@@ -365,6 +400,29 @@ class RLTrainer:
             }
         )
         return metrics
+
+    def _correct(
+        self, batch: TokenBatch, old_logp: torch.Tensor, trajs: Sequence[Trajectory]
+    ) -> dict[str, float]:
+        """Mismatch metrics, and the rollout correction applied to `batch` in place by multiplying its per-token
+        advantages by the detached weight: the PPO/dual-clip surrogate is positively homogeneous in the advantage
+        (loss(w A) = w loss(A) for w >= 0, tests/algorithms/test_rollout_correction.py), so this weights each
+        token's loss without touching the micro-batched update."""
+        cfg, sampled = self.cfg, rollout_logprobs(trajs, batch.input_ids)
+        out = mismatch_metrics(old_logp, sampled, batch.loss_mask)
+        w, stats = correction_weights(
+            self.correction,
+            old_logp,
+            sampled,
+            batch.loss_mask,
+            cap=cfg.tis_cap,
+            low=cfg.mis_low,
+            high=cfg.mis_high,
+        )
+        if w is not None:
+            batch.extra["advantages"] = batch.extra["advantages"] * w
+        out.update(stats)
+        return out
 
     def _update(
         self, batch: TokenBatch, old_logp: torch.Tensor | None, ref_logp: torch.Tensor | None

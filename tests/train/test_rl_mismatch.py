@@ -1,0 +1,105 @@
+"""Mismatch metrics and the rollout correction inside an RL step, with a server-like engine whose log-probs are
+off by a planted constant; the top-p/top-k rule for RL."""
+
+import math
+
+import pytest
+import torch
+
+from conftest import make_agent, make_model
+from tirl.rewards.shaping import RewardConfig
+from tirl.rollout.sampling import SamplingParams
+from tirl.rollout.types import Generation
+from tirl.train.optim import OptimConfig
+from tirl.train.rl import RLConfig, RLTrainer
+
+SHIFT = 0.3  # the engine reports log pi_rollout = log pi_trainer - 0.3 on every sampled token
+
+
+class ShiftedEngine:
+    """Not the in-process engine (as a vLLM or HTTP engine would be): samples with it, reports shifted log-probs."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    @property
+    def weight_version(self):
+        return self.inner.weight_version
+
+    def generate(self, prompts, params, *, max_new_tokens=None, generator=None, seeds=None):
+        gens = self.inner.generate(prompts, params, max_new_tokens=max_new_tokens, generator=generator)
+        return [Generation(g.token_ids, [x - SHIFT for x in g.logprobs], g.finish_reason) for g in gens]
+
+    def sync_weights(self, model):
+        self.inner.sync_weights(model)
+
+    def close(self):
+        pass
+
+
+def _trainer(tokenizer, renderer, sandbox, tmp_path, *, shifted, sampling=None, **rl):
+    model = make_model(tokenizer)
+    agent = make_agent(model, renderer, sandbox, max_tokens=12)
+    if shifted:
+        agent.engine = ShiftedEngine(agent.engine)
+    rows = [
+        {"prompt": [{"role": "user", "content": "What is 2 * 3?"}], "reward_model": {"ground_truth": "6"}}
+    ]
+    cfg = RLConfig(steps=1, prompts_per_step=2, n=4, mini_batch_size=8, optim=OptimConfig(lr=1e-3), **rl)
+    return RLTrainer(
+        model, tokenizer, agent, rows, cfg, sampling=sampling or SamplingParams(), reward=RewardConfig(),
+        out_dir=tmp_path, seed=0,
+    )  # fmt: skip
+
+
+def test_server_engine_step_logs_mismatch_and_applies_token_tis(tokenizer, renderer, sandbox, tmp_path):
+    torch.manual_seed(0)
+    t = _trainer(tokenizer, renderer, sandbox, tmp_path, shifted=True)
+    assert t.correction == "token_tis"  # the default (auto) for an engine other than the in-process one
+    m = t.step()
+    # recomputation in a different batch shape: float32 round-off only
+    assert m["rollout/logprob_diff_mean"] == pytest.approx(SHIFT, abs=1e-4)
+    assert m["rollout/logprob_diff_max"] == pytest.approx(SHIFT, abs=1e-4)
+    assert m["rollout/kl_k3"] == pytest.approx(math.exp(SHIFT) - SHIFT - 1, abs=1e-4)
+    assert m["rollout_corr/weight_mean"] == pytest.approx(math.exp(SHIFT), abs=1e-3)  # below the cap 2
+    assert m["rollout_corr/capped_frac"] == 0.0
+
+
+def test_seq_mis_masks_long_shifted_sequences(tokenizer, renderer, sandbox, tmp_path):
+    torch.manual_seed(0)
+    t = _trainer(
+        tokenizer, renderer, sandbox, tmp_path, shifted=True, rollout_correction="seq_mis", mis_high=1.5
+    )
+    m = t.step()
+    # a sequence of n sampled tokens has rho = exp(0.3 n): kept only when n = 1 (1.35 <= 1.5)
+    n = [sum(x.loss_mask) for x in t.last_trajectories]
+    assert m["rollout_corr/masked_seq_frac"] == pytest.approx(sum(k > 1 for k in n) / len(n))
+
+
+def test_torch_engine_default_is_off_and_unchanged(tokenizer, renderer, sandbox, tmp_path):
+    torch.manual_seed(0)
+    t = _trainer(tokenizer, renderer, sandbox, tmp_path, shifted=False)
+    assert t.correction == "none"
+    m = t.step()
+    assert not any(
+        k.startswith(("rollout/logprob_diff", "rollout_corr/")) for k in m
+    )  # on-policy: no recompute
+    t2 = _trainer(tokenizer, renderer, sandbox, tmp_path / "b", shifted=False, ppo_epochs=2)
+    m2 = t2.step()
+    assert m2["rollout/logprob_diff_max"] < 1e-4  # same module: only round-off between batch shapes
+
+
+def test_truncated_sampling_refused_for_renormalizing_engines(tokenizer, renderer, sandbox, tmp_path):
+    with pytest.raises(ValueError, match="renormalized"):
+        _trainer(tokenizer, renderer, sandbox, tmp_path, shifted=True, sampling=SamplingParams(top_p=0.9))
+    with pytest.raises(ValueError, match="renormalized"):
+        _trainer(tokenizer, renderer, sandbox, tmp_path, shifted=True, sampling=SamplingParams(top_k=5))
+    # the torch engine reports full-vocabulary log-probs (before truncation): allowed
+    _trainer(tokenizer, renderer, sandbox, tmp_path, shifted=False, sampling=SamplingParams(top_p=0.9))
+
+
+def test_bad_correction_config():
+    with pytest.raises(ValueError, match="rollout_correction"):
+        RLConfig(rollout_correction="tis")
+    with pytest.raises(ValueError, match="mis_low"):
+        RLConfig(mis_low=2.0, mis_high=1.0)
