@@ -58,6 +58,9 @@ class ChatConfig:
             raise ValueError(f"unknown chat.format {self.format!r}; valid: {', '.join(FORMATS)}")
 
 
+ENGINES = ("torch", "openai")
+
+
 @dataclass
 class RolloutConfig:
     """Sampling for RL rollouts (evaluation has its own temperature and top_p in `eval`)."""
@@ -69,9 +72,19 @@ class RolloutConfig:
     mode: str = "auto"  # lockstep | async | auto (lock-step for the torch engine, async for servers)
     concurrency: int = 64  # async: trajectories in flight at once
     timeout_s: float = 600.0  # async: a trajectory running longer is returned with stop reason "error"
+    engine: str = "torch"  # torch (in-process) | openai (a /v1/completions server; eval only, no weight sync)
+    urls: list[str] = field(default_factory=list)  # openai: server base URLs, used round-robin
+    model_name: str = ""  # openai: the served model's name, checked against /v1/models
+    retries: int = 3  # openai: attempts after the first, with exponential back-off
+    request_timeout_s: float = 120.0  # openai: one HTTP request
 
     def __post_init__(self) -> None:
         from tirl.rollout.modes import MODES
+
+        if self.engine not in ENGINES:
+            raise ValueError(f"unknown rollout.engine {self.engine!r}; valid: {', '.join(ENGINES)}")
+        if self.engine == "openai" and (not self.urls or not self.model_name):
+            raise ValueError("rollout.engine=openai needs rollout.urls and rollout.model_name")
 
         if self.mode not in MODES:
             raise ValueError(f"unknown rollout.mode {self.mode!r}; valid: {', '.join(MODES)}")

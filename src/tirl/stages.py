@@ -64,16 +64,31 @@ def _task_rows(cfg: TirlConfig, path: str, split: str) -> list[dict[str, Any]]:
     return read_rows(path) if path else current_task(cfg).load_rows(split, cfg)
 
 
+def build_engine(model: torch.nn.Module, tokenizer: Any, renderer: ChatRenderer, cfg: TirlConfig) -> Any:
+    """`rollout.engine` picks the engine; a server engine is checked (model name, vocabulary) before any rollout."""
+    stops = stop_token_ids(renderer, cfg.agent)
+    if cfg.rollout.engine == "openai":
+        from tirl.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig
+
+        ro = cfg.rollout
+        engine = OpenAIEngine(
+            OpenAIEngineConfig(
+                urls=list(ro.urls), model=ro.model_name, concurrency=ro.concurrency, timeout_s=ro.request_timeout_s,
+                retries=ro.retries, eos_ids=[renderer.eos_id], stop_ids=list(stops),
+            )
+        )  # fmt: skip
+        engine.check(tokenizer)
+        return engine
+    return TorchEngine(
+        model, eos_ids=[renderer.eos_id], pad_id=renderer.pad_id, stop_ids=stops,
+        max_batch_size=cfg.rollout.max_batch_size,
+    )  # fmt: skip
+
+
 def build_agent(model: torch.nn.Module, tokenizer: Any, cfg: TirlConfig, sandbox: Sandbox) -> AgentLoop:
     task = current_task(cfg)
     renderer = build_renderer(tokenizer, cfg, task)
-    engine = TorchEngine(
-        model,
-        eos_ids=[renderer.eos_id],
-        pad_id=renderer.pad_id,
-        stop_ids=stop_token_ids(renderer, cfg.agent),
-        max_batch_size=cfg.rollout.max_batch_size,
-    )
+    engine = build_engine(model, tokenizer, renderer, cfg)
     tools = task.toolset()
     for name, t in tools.tools.items():  # agent.auto_print configures the code interpreter of any task
         if isinstance(t, CodeInterpreter) and t.auto_print != cfg.agent.auto_print:
@@ -167,6 +182,11 @@ def run_rl(
     `resume`: a checkpoint directory, or "auto" (the newest complete one in `out_dir`; a fresh start if none). The
     model is loaded from `model_path` first (it is the KL reference) and the checkpoint's weights replace the
     policy's, so a resumed run never takes its resumed policy as the reference."""
+    if cfg.rollout.engine == "openai":
+        raise ValueError(
+            "rollout.engine=openai cannot receive the policy's new weights, so RL would sample from a stale policy; "
+            "use it for tirl eval, and rollout.engine=torch for tirl rl"
+        )
     out = Path(out_dir)
     ckpt = checkpoint.resolve_resume(resume, out)
     if resume == "auto" and ckpt is None:

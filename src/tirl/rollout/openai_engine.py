@@ -1,0 +1,193 @@
+"""A rollout engine over any server speaking the OpenAI `/v1/completions` API (vLLM, SGLang, TGI, hosted).
+
+Token-in/token-out: the prompt goes as a list of token ids, and the sampled ids and their log-probs come back
+through vLLM's `return_token_ids: true` and `logprobs: 0` (the sampled token's log-prob only). A server that
+answers with text only is refused: re-tokenizing text would not give the ids that were sampled. Requests go to
+the URLs round-robin over one pooled httpx client, at most `concurrency` at once (a thread pool), each retried with
+exponential back-off on connection errors and 5xx/429 answers. `check()` compares `/v1/models` with the model name
+and the server's vocabulary with the tokenizer's (a probe `/tokenize` where the server has it), so a wrong server
+fails at start-up, not as garbage rollouts.
+
+Weights: this engine cannot push new weights to a generic server, so `sync_weights` raises; RL with it is refused
+at start-up (`supports_weight_sync` is False). Evaluation needs no sync.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from tirl.rollout.sampling import SamplingParams
+from tirl.rollout.types import Generation
+
+RETRY_STATUS = {429, 500, 502, 503, 504}
+
+
+class EngineError(RuntimeError):
+    """The server is unreachable, misconfigured, or answered something this engine cannot use."""
+
+
+@dataclass
+class OpenAIEngineConfig:
+    urls: list[str]
+    model: str
+    concurrency: int = 16
+    timeout_s: float = 120.0
+    retries: int = 3
+    backoff_s: float = 0.5
+    eos_ids: list[int] = field(default_factory=list)
+    stop_ids: list[int] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.urls:
+            raise ValueError("the openai engine needs rollout.urls (one or more server base URLs)")
+        if not self.model:
+            raise ValueError("the openai engine needs rollout.model_name (the served model's name)")
+        if self.concurrency < 1 or self.retries < 0 or self.timeout_s <= 0:
+            raise ValueError("openai engine: concurrency >= 1, retries >= 0 and timeout_s > 0 required")
+
+
+class OpenAIEngine:
+    """See the module docstring. Thread-safe: `generate` fans requests out over a pool."""
+
+    supports_weight_sync = False
+
+    def __init__(self, cfg: OpenAIEngineConfig) -> None:
+        self.cfg = cfg
+        self.weight_version = 0
+        self._urls = [u.rstrip("/") for u in cfg.urls]
+        self._next = itertools.cycle(range(len(self._urls)))
+        self._lock = threading.Lock()
+        limits = httpx.Limits(max_connections=cfg.concurrency, max_keepalive_connections=cfg.concurrency)
+        self._client = httpx.Client(timeout=cfg.timeout_s, limits=limits)
+        self._pool = ThreadPoolExecutor(max_workers=cfg.concurrency, thread_name_prefix="tirl-openai")
+
+    def _url(self) -> str:
+        with self._lock:
+            return self._urls[next(self._next)]
+
+    def _request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, url: str | None = None
+    ) -> Any:
+        """One call with retries and exponential back-off; the last failure becomes an EngineError."""
+        last: str = ""
+        for attempt in range(self.cfg.retries + 1):
+            base = url or self._url()
+            try:
+                r = self._client.request(method, base + path, json=body)
+                if r.status_code in RETRY_STATUS:
+                    last = f"{base}{path}: HTTP {r.status_code} {r.text[:200]}"
+                elif r.status_code >= 400:
+                    raise EngineError(f"{base}{path}: HTTP {r.status_code} {r.text[:500]}")
+                else:
+                    return r.json()
+            except httpx.HTTPError as e:
+                last = f"{base}{path}: {type(e).__name__}: {e}"
+            if attempt < self.cfg.retries:
+                time.sleep(self.cfg.backoff_s * 2**attempt)
+        raise EngineError(f"request failed after {self.cfg.retries + 1} attempts: {last}")
+
+    def check(self, tokenizer: Any | None = None) -> None:
+        """Every server serves `model`, and (when the server can tokenize) with the tokenizer's vocabulary."""
+        for base in self._urls:
+            names = [m.get("id") for m in self._request("GET", "/v1/models", url=base).get("data", [])]
+            if self.cfg.model not in names:
+                raise EngineError(f"{base} serves {names}, not rollout.model_name={self.cfg.model!r}")
+            if tokenizer is None:
+                continue
+            probe = "Hello, world! 12 + 30 = 42 </tool_call>"
+            want = tokenizer.encode(probe, add_special_tokens=False)
+            try:
+                r = self._client.post(base + "/tokenize", json={"model": self.cfg.model, "prompt": probe,
+                                                                "add_special_tokens": False})  # fmt: skip
+            except httpx.HTTPError:
+                continue  # a server without /tokenize: the model-name check is all we can do
+            if r.status_code == 200 and r.json().get("tokens") != want:
+                raise EngineError(
+                    f"{base}: the server's tokenizer disagrees with ours on a probe "
+                    f"(server {r.json().get('tokens')}, ours {want}): wrong model for this tokenizer"
+                )
+
+    def _one(
+        self, prompt: Sequence[int], params: SamplingParams, budget: int, seed: int | None
+    ) -> Generation:
+        body: dict[str, Any] = {
+            "model": self.cfg.model,
+            "prompt": list(prompt),
+            "max_tokens": budget,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "stop_token_ids": [*self.cfg.eos_ids, *self.cfg.stop_ids],
+            "skip_special_tokens": False,
+            "include_stop_str_in_output": True,
+        }
+        if params.top_k > 0:
+            body["top_k"] = params.top_k
+        if seed is not None:
+            body["seed"] = seed
+        choice = self._request("POST", "/v1/completions", body)["choices"][0]
+        return self._parse(choice, budget)
+
+    def _parse(self, choice: dict[str, Any], budget: int) -> Generation:
+        ids = choice.get("token_ids")
+        lp = (choice.get("logprobs") or {}).get("token_logprobs")
+        if ids is None or lp is None:
+            raise EngineError(
+                "the server returned text without sampled token ids or log-probs (needs return_token_ids and "
+                "logprobs, e.g. vLLM >= 0.10); re-tokenized text is not token-in/token-out, so it is refused"
+            )
+        if len(ids) != len(lp):
+            raise EngineError(f"server returned {len(ids)} token ids but {len(lp)} log-probs")
+        last = ids[-1] if ids else None
+        if last is not None and last in self.cfg.stop_ids:
+            reason = "stop"
+        elif last is not None and last in self.cfg.eos_ids:
+            reason = "eos"
+        elif choice.get("finish_reason") == "length" or len(ids) >= budget:
+            reason = "length"
+        else:
+            reason = "eos"
+        return Generation(list(ids), [float(x) for x in lp], reason, self.weight_version)
+
+    def generate(
+        self,
+        prompts: Sequence[Sequence[int]],
+        params: SamplingParams,
+        *,
+        max_new_tokens: Sequence[int] | int | None = None,
+        generator: Any = None,
+        seeds: Sequence[int] | None = None,
+    ) -> list[Generation]:
+        n = len(prompts)
+        if max_new_tokens is None:
+            budgets = [params.max_new_tokens] * n
+        elif isinstance(max_new_tokens, int):
+            budgets = [max_new_tokens] * n
+        else:
+            budgets = list(max_new_tokens)
+        seed_list: list[int | None] = list(seeds) if seeds is not None else [None] * n
+        if len(budgets) != n or len(seed_list) != n:
+            raise ValueError("max_new_tokens and seeds must have one entry per prompt")
+        futures = [
+            self._pool.submit(self._one, p, params, b, s)
+            for p, b, s in zip(prompts, budgets, seed_list, strict=True)
+        ]
+        return [f.result() for f in futures]
+
+    def sync_weights(self, model: Any) -> None:
+        raise EngineError(
+            "the openai engine cannot send new weights to its server; use rollout.engine=vllm for RL"
+        )
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._client.close()
