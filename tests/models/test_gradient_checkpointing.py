@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from conftest import make_model
-from tirl.models.loading import ModelConfig, enable_gradient_checkpointing
+from tirl.models.loading import ModelConfig, enable_gradient_checkpointing, load_model
 
 
 def _grads(model, ids):
@@ -30,3 +30,11 @@ def test_checkpointing_gives_the_same_gradients(tokenizer):
 def test_unknown_dtype_is_refused():
     with pytest.raises(ValueError, match="model.dtype"):
         ModelConfig(dtype="float8")
+
+
+def test_load_model_applies_the_option(tokenizer, tmp_path):
+    make_model(tokenizer, seed=1).save_pretrained(tmp_path)
+    assert load_model(
+        ModelConfig(path=str(tmp_path), gradient_checkpointing=True)
+    ).is_activation_checkpointing
+    assert not load_model(ModelConfig(path=str(tmp_path))).is_activation_checkpointing

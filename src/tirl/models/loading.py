@@ -47,9 +47,9 @@ def load_model(cfg: ModelConfig, path: str | Path | None = None) -> torch.nn.Mod
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
-    """Non-reentrant checkpointing (works with frozen inputs and no_grad reference passes); no KV cache in training."""
+    """Non-reentrant checkpointing (works with frozen inputs and no_grad reference passes). Transformers only
+    recomputes in train mode, so the engine's eval-mode generation keeps its KV cache."""
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    model.config.use_cache = False
 
 
 def save_checkpoint(
