@@ -20,6 +20,13 @@ class ModelConfig:
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     attn_implementation: str = "sdpa"
     device: str = "cpu"
+    # Recompute each decoder layer's activations in the backward pass instead of keeping them: less memory for
+    # long responses at about one extra forward's cost. Off by default (the CPU demo's activations are small).
+    gradient_checkpointing: bool = False
+
+    def __post_init__(self) -> None:
+        if self.dtype not in _DTYPES:
+            raise ValueError(f"model.dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
 
 
 def load_tokenizer(path: str | Path) -> Any:
@@ -34,7 +41,15 @@ def load_model(cfg: ModelConfig, path: str | Path | None = None) -> torch.nn.Mod
     model = AutoModelForCausalLM.from_pretrained(
         str(p), dtype=_DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation
     )
+    if cfg.gradient_checkpointing:
+        enable_gradient_checkpointing(model)
     return model.to(cfg.device)
+
+
+def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
+    """Non-reentrant checkpointing (works with frozen inputs and no_grad reference passes). Transformers only
+    recomputes in train mode, so the engine's eval-mode generation keeps its KV cache."""
+    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
 
 
 def save_checkpoint(
