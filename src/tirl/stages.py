@@ -94,7 +94,7 @@ def build_agent(model: torch.nn.Module, tokenizer: Any, cfg: TirlConfig, sandbox
         if isinstance(t, CodeInterpreter) and t.auto_print != cfg.agent.auto_print:
             tools.tools[name] = CodeInterpreter(auto_print=cfg.agent.auto_print)
     if resolve_mode(cfg.rollout.mode, engine) == "async":
-        return AsyncAgentLoop(  # type: ignore[return-value]  # the same run() interface
+        return AsyncAgentLoop(
             engine, renderer, sandbox, cfg.agent, tools=tools,
             concurrency=cfg.rollout.concurrency, timeout_s=cfg.rollout.timeout_s,
         )  # fmt: skip

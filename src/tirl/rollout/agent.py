@@ -76,6 +76,15 @@ class AgentLoop:
     def stop_ids(self) -> list[int]:
         return stop_token_ids(self.renderer, self.config)
 
+    def new_trajectories(
+        self, prompts: Sequence[Sequence[dict[str, Any]]], metas: Sequence[dict[str, Any]] | None
+    ) -> list[Trajectory]:
+        """An empty trajectory per prompt (chat messages rendered to ids), with a copy of its meta."""
+        return [
+            Trajectory(self.renderer.prompt_ids(m), [], [], [], meta=dict(metas[i]) if metas else {})
+            for i, m in enumerate(prompts)
+        ]
+
     def run(
         self,
         prompts: Sequence[Sequence[dict[str, Any]]],
@@ -86,10 +95,7 @@ class AgentLoop:
     ) -> list[Trajectory]:
         """One trajectory per prompt (a list of chat messages); `metas` are copied into each trajectory."""
         cfg = self.config
-        trajs = [
-            Trajectory(self.renderer.prompt_ids(m), [], [], [], meta=dict(metas[i]) if metas else {})
-            for i, m in enumerate(prompts)
-        ]
+        trajs = self.new_trajectories(prompts, metas)
         live = list(range(len(trajs)))
         while live:
             ctx = [trajs[i].prompt_ids + trajs[i].response_ids for i in live]

@@ -25,12 +25,19 @@ from typing import Any
 import torch
 
 from tirl.chat.template import ChatRenderer
-from tirl.rollout.agent import AgentConfig, apply_tool_results, apply_turn, execute_tool_calls, turn_budget
+from tirl.rollout.agent import (
+    AgentConfig,
+    AgentLoop,
+    apply_tool_results,
+    apply_turn,
+    execute_tool_calls,
+    turn_budget,
+)
 from tirl.rollout.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Engine, Trajectory
 from tirl.sandbox.types import Sandbox
-from tirl.tools.base import CodeInterpreter, ToolSet
+from tirl.tools.base import ToolSet
 
 
 class _Cancelled(Exception):
@@ -57,7 +64,7 @@ def _seed_kwargs(engine: Engine, seed: int) -> dict[str, Any]:
     return {"seeds": [seed]}
 
 
-class AsyncAgentLoop:
+class AsyncAgentLoop(AgentLoop):
     """Runs batches of prompts to finished trajectories, each on its own (same interface as `AgentLoop.run`)."""
 
     def __init__(
@@ -73,9 +80,8 @@ class AsyncAgentLoop:
     ) -> None:
         if concurrency < 1 or timeout_s <= 0:
             raise ValueError(f"concurrency must be >= 1 and timeout_s > 0, got {concurrency}, {timeout_s}")
-        self.engine, self.renderer, self.sandbox, self.config = engine, renderer, sandbox, config
+        super().__init__(engine, renderer, sandbox, config, tools=tools)
         self.concurrency, self.timeout_s = concurrency, timeout_s
-        self.tools = tools or ToolSet([CodeInterpreter(auto_print=config.auto_print)])
 
     def run(
         self,
@@ -87,10 +93,7 @@ class AsyncAgentLoop:
     ) -> list[Trajectory]:
         """One trajectory per prompt, in prompt order. `generator` seeds one integer seed per trajectory, passed
         to the engine as a per-request seed (engines without per-request seeds must not be used here)."""
-        trajs = [
-            Trajectory(self.renderer.prompt_ids(m), [], [], [], meta=dict(metas[i]) if metas else {})
-            for i, m in enumerate(prompts)
-        ]
+        trajs = self.new_trajectories(prompts, metas)
         seeds = torch.randint(0, 2**31 - 1, (len(trajs),), generator=generator).tolist()
         return _Run(self, trajs, params, seeds).wait()
 
