@@ -49,7 +49,11 @@ def load_model(cfg: ModelConfig, path: str | Path | None = None) -> torch.nn.Mod
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
     """Non-reentrant checkpointing (works with frozen inputs and no_grad reference passes). Transformers only
     recomputes in train mode, so the engine's eval-mode generation keeps its KV cache."""
-    model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x; the old name is deprecated
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
 
 
 def save_checkpoint(

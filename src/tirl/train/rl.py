@@ -37,7 +37,6 @@ import torch
 from tirl.algorithms import equal_reward_groups, get_advantage_estimator, get_policy_loss
 from tirl.algorithms.rollout_correction import CORRECTIONS, correction_weights, mismatch_metrics
 from tirl.data.records import ProblemRow, problem_rows
-from tirl.eval.toolstats import tool_use_stats
 from tirl.logging import MetricsLogger
 from tirl.models.loading import save_checkpoint
 from tirl.progress import progress
@@ -48,11 +47,19 @@ from tirl.rollout.modes import check_rl_sampling, is_in_process, resolve_correct
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
 from tirl.train import checkpoint
-from tirl.train.batch import TokenBatch, collate, slice_rows
+from tirl.train.batch import TokenBatch, slice_rows
 from tirl.train.checkpoint import CheckpointError
 from tirl.train.logprobs import token_logprobs
 from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
 from tirl.train.perf import Timers, peak_memory_mb
+from tirl.train.rl_batch import (
+    TRUNCATED,
+    groups_with_signal,
+    render_samples,
+    rollout_logprobs,
+    rollout_metrics,
+    trajectory_batch,
+)
 from tirl.train.signals import StopRequested, graceful_stop
 from tirl.train.update import LossSpec, accumulate_gradients
 
@@ -147,81 +154,6 @@ class RLConfig:
             raise ValueError(
                 f"loss_norm_len must be >= 0 (0 = the response budget), got {self.loss_norm_len}"
             )
-
-
-def render_samples(trajs: Sequence[Trajectory], tokenizer: Any, k: int = 2) -> str:
-    """The first `k` trajectories as text (prompt, response with tool output, reward-relevant meta)."""
-    parts = []
-    for t in trajs[:k]:
-        text = tokenizer.decode(t.prompt_ids + t.response_ids, skip_special_tokens=False)
-        parts.append(
-            f"# group {t.meta.get('group')} sample {t.meta.get('sample')} stop={t.stop_reason}\n{text}"
-        )
-    return "\n\n".join(parts)
-
-
-TRUNCATED = ("budget", "turn_length", "error")  # stop reasons of a response cut off before it could answer
-
-
-def _groups_with_signal(
-    trajs: Sequence[Trajectory], scores: Sequence[Any]
-) -> tuple[list[Trajectory], list[Any]]:
-    """The trajectories (and scores) of the groups whose rewards are not all equal, in their order."""
-    if not trajs:
-        return [], []
-    groups = torch.tensor([t.meta["group"] for t in trajs])
-    equal = equal_reward_groups(torch.tensor([s.reward for s in scores]), groups)  # (num_groups,)
-    ids = torch.unique(groups)  # sorted, as equal_reward_groups indexes them
-    live = {int(g) for g, e in zip(ids.tolist(), equal.tolist(), strict=True) if not e}
-    kept = [i for i, t in enumerate(trajs) if t.meta["group"] in live]
-    return [trajs[i] for i in kept], [scores[i] for i in kept]
-
-
-def trajectory_batch(trajs: Sequence[Trajectory], advantages: torch.Tensor, *, pad_id: int) -> TokenBatch:
-    """(B, T) tensors over prompt + response; the loss mask is 0 on the prompt, the trajectory's mask after it."""
-    ids = [t.prompt_ids + t.response_ids for t in trajs]
-    masks = [[0] * len(t.prompt_ids) + t.loss_mask for t in trajs]
-    adv = [[float(a)] * len(x) for a, x in zip(advantages.tolist(), ids, strict=True)]
-    return collate(ids, masks, pad_id=pad_id, extra={"advantages": adv})
-
-
-def rollout_logprobs(trajs: Sequence[Trajectory], like: torch.Tensor) -> torch.Tensor:
-    """(B, T) the engine's sampling log-probs aligned with `trajectory_batch` (0 on prompt, tool and padding)."""
-    out = torch.zeros(like.shape, dtype=torch.float32)
-    for b, t in enumerate(trajs):
-        p = len(t.prompt_ids)
-        out[b, p : p + len(t.logprobs)] = torch.tensor(t.logprobs, dtype=torch.float32)
-    return out.to(like.device)
-
-
-def rollout_metrics(
-    trajs: Sequence[Trajectory], rewards: Sequence[float], correct: Sequence[bool]
-) -> dict[str, float]:
-    n = max(1, len(trajs))
-    stops = Counter(t.stop_reason for t in trajs)
-    calls = sum(t.num_tool_calls for t in trajs)
-    out = {
-        "reward/mean": sum(rewards) / n,
-        "reward/accuracy": sum(correct) / n,
-        "rollout/tool_calls": calls / n,
-        "rollout/tool_error_rate": sum(t.num_tool_errors for t in trajs) / max(1, calls),
-        "rollout/turns": sum(t.turns for t in trajs) / n,
-        "rollout/response_len": sum(t.response_length for t in trajs) / n,
-        "rollout/sampled_tokens": sum(sum(t.loss_mask) for t in trajs) / n,
-    }
-    for reason in ("answer", "budget", "max_turns", "turn_length"):
-        out[f"rollout/stop_{reason}"] = stops.get(reason, 0) / n
-    split = tool_use_stats(
-        [t.num_tool_calls for t in trajs],
-        [t.num_tool_errors for t in trajs],
-        [t.turns for t in trajs],
-        [t.response_length for t in trajs],
-        [t.stop_reason for t in trajs],
-        correct,
-    )  # the same numbers `tirl analyze` reports, split by correct / incorrect
-    out.update({f"rollout/{k}": v for k, v in split.items() if "/" in k and not k.endswith("/responses")})
-    out["rollout/budget_share"] = split["budget_share"]
-    return out
 
 
 class RLTrainer:
@@ -333,13 +265,13 @@ class RLTrainer:
         if not cfg.dynamic_sampling:
             return trajs, scores, {}
         drawn_t, drawn_s, rounds = list(trajs), list(scores), 0
-        keep_t, keep_s = _groups_with_signal(trajs, scores)
+        keep_t, keep_s = groups_with_signal(trajs, scores)
         while len(keep_t) < cfg.prompts_per_step * cfg.n and rounds < cfg.dynamic_max_rounds:
             rounds += 1
             more_t, more_s = self._rollout(self._next_prompts(), rounds * cfg.prompts_per_step)
             drawn_t += more_t
             drawn_s += more_s
-            t, sc = _groups_with_signal(more_t, more_s)
+            t, sc = groups_with_signal(more_t, more_s)
             keep_t, keep_s = keep_t + t, keep_s + sc
         keep_t, keep_s = keep_t[: cfg.prompts_per_step * cfg.n], keep_s[: cfg.prompts_per_step * cfg.n]
         stats = {

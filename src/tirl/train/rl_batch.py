@@ -1,0 +1,90 @@
+"""From scored trajectories to what the RL trainer consumes: padded tensors, rollout log-probs, the groups that
+carry a signal, the per-step rollout metrics, and sample text for the logs."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from tirl.algorithms import equal_reward_groups
+from tirl.eval.toolstats import tool_use_stats
+from tirl.rollout.types import Trajectory
+from tirl.train.batch import TokenBatch, collate
+
+
+def render_samples(trajs: Sequence[Trajectory], tokenizer: Any, k: int = 2) -> str:
+    """The first `k` trajectories as text (prompt, response with tool output, reward-relevant meta)."""
+    parts = []
+    for t in trajs[:k]:
+        text = tokenizer.decode(t.prompt_ids + t.response_ids, skip_special_tokens=False)
+        parts.append(
+            f"# group {t.meta.get('group')} sample {t.meta.get('sample')} stop={t.stop_reason}\n{text}"
+        )
+    return "\n\n".join(parts)
+
+
+TRUNCATED = ("budget", "turn_length", "error")  # stop reasons of a response cut off before it could answer
+
+
+def groups_with_signal(
+    trajs: Sequence[Trajectory], scores: Sequence[Any]
+) -> tuple[list[Trajectory], list[Any]]:
+    """The trajectories (and scores) of the groups whose rewards are not all equal, in their order."""
+    if not trajs:
+        return [], []
+    groups = torch.tensor([t.meta["group"] for t in trajs])
+    equal = equal_reward_groups(torch.tensor([s.reward for s in scores]), groups)  # (num_groups,)
+    ids = torch.unique(groups)  # sorted, as equal_reward_groups indexes them
+    live = {int(g) for g, e in zip(ids.tolist(), equal.tolist(), strict=True) if not e}
+    kept = [i for i, t in enumerate(trajs) if t.meta["group"] in live]
+    return [trajs[i] for i in kept], [scores[i] for i in kept]
+
+
+def trajectory_batch(trajs: Sequence[Trajectory], advantages: torch.Tensor, *, pad_id: int) -> TokenBatch:
+    """(B, T) tensors over prompt + response; the loss mask is 0 on the prompt, the trajectory's mask after it."""
+    ids = [t.prompt_ids + t.response_ids for t in trajs]
+    masks = [[0] * len(t.prompt_ids) + t.loss_mask for t in trajs]
+    adv = [[float(a)] * len(x) for a, x in zip(advantages.tolist(), ids, strict=True)]
+    return collate(ids, masks, pad_id=pad_id, extra={"advantages": adv})
+
+
+def rollout_logprobs(trajs: Sequence[Trajectory], like: torch.Tensor) -> torch.Tensor:
+    """(B, T) the engine's sampling log-probs aligned with `trajectory_batch` (0 on prompt, tool and padding)."""
+    out = torch.zeros(like.shape, dtype=torch.float32)
+    for b, t in enumerate(trajs):
+        p = len(t.prompt_ids)
+        out[b, p : p + len(t.logprobs)] = torch.tensor(t.logprobs, dtype=torch.float32)
+    return out.to(like.device)
+
+
+def rollout_metrics(
+    trajs: Sequence[Trajectory], rewards: Sequence[float], correct: Sequence[bool]
+) -> dict[str, float]:
+    n = max(1, len(trajs))
+    stops = Counter(t.stop_reason for t in trajs)
+    calls = sum(t.num_tool_calls for t in trajs)
+    out = {
+        "reward/mean": sum(rewards) / n,
+        "reward/accuracy": sum(correct) / n,
+        "rollout/tool_calls": calls / n,
+        "rollout/tool_error_rate": sum(t.num_tool_errors for t in trajs) / max(1, calls),
+        "rollout/turns": sum(t.turns for t in trajs) / n,
+        "rollout/response_len": sum(t.response_length for t in trajs) / n,
+        "rollout/sampled_tokens": sum(sum(t.loss_mask) for t in trajs) / n,
+    }
+    for reason in ("answer", "budget", "max_turns", "turn_length"):
+        out[f"rollout/stop_{reason}"] = stops.get(reason, 0) / n
+    split = tool_use_stats(
+        [t.num_tool_calls for t in trajs],
+        [t.num_tool_errors for t in trajs],
+        [t.turns for t in trajs],
+        [t.response_length for t in trajs],
+        [t.stop_reason for t in trajs],
+        correct,
+    )  # the same numbers `tirl analyze` reports, split by correct / incorrect
+    out.update({f"rollout/{k}": v for k, v in split.items() if "/" in k and not k.endswith("/responses")})
+    out["rollout/budget_share"] = split["budget_share"]
+    return out
