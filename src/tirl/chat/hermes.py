@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,7 +121,11 @@ def prepare_code(code: str, *, auto_print: bool = True) -> str:
     if not auto_print:
         return code
     try:
-        tree = ast.parse(code)
+        with (
+            warnings.catch_warnings()
+        ):  # model code's SyntaxWarnings ("1x") belong in the sandbox's stderr, not ours
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(code)
     except SyntaxError:
         return code  # let the sandbox report the syntax error to the model
     if not tree.body or not isinstance(tree.body[-1], ast.Expr):
