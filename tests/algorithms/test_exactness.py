@@ -107,3 +107,21 @@ def test_finite_grad_but_non_finite_loss_is_skipped():
     assert clip_and_step(model, opt, sched, cfg, loss=float("nan"))[1] is False
     for a, b in zip(before, model.parameters()):
         assert torch.equal(a, b)
+
+
+def test_sft_defaults_are_the_recipe_sft_trainers():
+    """verl's sft_trainer.yaml (the recipe's SFT): AdamW lr 1e-5, betas (0.9, 0.95), wd 0.01, 10% warm-up, cosine;
+    the RL trainer keeps (0.9, 0.999)."""
+    from tirl.train.rl import RLConfig
+    from tirl.train.sft import SFTConfig
+
+    o = SFTConfig().optim
+    assert (o.lr, o.beta1, o.beta2, o.weight_decay, o.warmup_ratio, o.schedule) == (
+        1e-5,
+        0.9,
+        0.95,
+        0.01,
+        0.1,
+        "cosine",
+    )
+    assert RLConfig().optim.beta2 == 0.999

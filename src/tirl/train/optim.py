@@ -1,8 +1,8 @@
 """AdamW with a warm-up and decay schedule, gradient clipping and the non-finite-update guard: what every trainer
 shares.
 
-The defaults are verl's (the reference recipe's trainer): betas (0.9, 0.999), eps 1e-8, and weight decay on
-every parameter (verl passes `module.parameters()` to AdamW as one group). `decay_all: false` exempts biases and
+The defaults are verl's (the reference recipe's RL trainer): betas (0.9, 0.999), eps 1e-8, and weight decay on
+every parameter; verl's SFT trainer uses beta2 0.95 with a 10% warm-up and cosine decay (SFTConfig's default) (verl passes `module.parameters()` to AdamW as one group). `decay_all: false` exempts biases and
 norm weights, the common LLM-pretraining choice, which the demo's settings were measured with.
 """
 

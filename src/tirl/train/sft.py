@@ -39,7 +39,7 @@ class SFTConfig:
     save_every: int = 0  # steps between resumable checkpoints (checkpoint-<step>/, `tirl sft` only); 0 = none
     keep_last: int = 0  # complete checkpoints kept, oldest deleted first, never the newest; 0 = all
     optim: OptimConfig = field(
-        default_factory=lambda: OptimConfig(lr=1e-5, schedule="cosine", warmup_ratio=0.1)
+        default_factory=lambda: OptimConfig(lr=1e-5, beta2=0.95, schedule="cosine", warmup_ratio=0.1)
     )
 
     def __post_init__(self) -> None:
