@@ -32,7 +32,7 @@ DEMO = TinyModelConfig(hidden_size=192, intermediate_size=576, num_layers=2, num
 
 def _batch(tokenizer, B=32, T=160):
     g = torch.Generator().manual_seed(0)
-    ids = [torch.randint(3, 500, (T,), generator=g).tolist() for _ in range(B)]
+    ids = [torch.randint(3, len(tokenizer), (T,), generator=g).tolist() for _ in range(B)]
     masks = [[0] * 32 + [1] * (T - 32) for _ in range(B)]
     adv = [[float(torch.randn(1, generator=g))] * T for _ in range(B)]
     return collate(ids, masks, pad_id=tokenizer.pad_token_id, extra={"advantages": adv})
@@ -70,7 +70,7 @@ def main(repeats: int = 5) -> dict:
     out = {
         "machine": f"{os.cpu_count()}-core CPU box, torch {torch.__version__}",
         "batch": {"sequences": 32, "tokens": 160, "trained_tokens_per_sequence": 128},
-        "model": "demo shape (hidden 192, 2 layers), vocabulary 512",
+        "model": f"demo shape (hidden 192, 2 layers), vocabulary {len(tokenizer)}",
         "baseline": "fp32",
     }
     for n in names:
