@@ -245,23 +245,30 @@ def _own_cgroup(controller: str) -> Path:
     raise OSError(f"no cgroup v1 '{controller}' hierarchy in /proc/self/cgroup")
 
 
-def _v2_mount() -> Path | None:
-    """Where the unified (v2) hierarchy is mounted: /sys/fs/cgroup (pure v2) or /sys/fs/cgroup/unified (hybrid)."""
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+def _v2_mount(mountinfo: str | None = None) -> Path | None:
+    """Where the unified (v2) hierarchy is mounted: /sys/fs/cgroup (pure v2) or /sys/fs/cgroup/unified (hybrid).
+
+    `mountinfo`: the text of /proc/self/mountinfo (read when None).
+    """
+    if mountinfo is None:
+        mountinfo = Path("/proc/self/mountinfo").read_text()
+    for line in mountinfo.splitlines():
         fields = line.split(" - ", 1)
-        if len(fields) == 2 and fields[1].split()[0] == "cgroup2":
+        if len(fields) == 2 and fields[1].split()[:1] == ["cgroup2"]:
             return Path(fields[0].split()[4])
     return None
 
 
-def _own_cgroup_v2() -> Path:
-    """This process's cgroup in the unified hierarchy (the '0::/path' line)."""
-    mount = _v2_mount()
+def _own_cgroup_v2(mountinfo: str | None = None, proc_cgroup: str | None = None) -> Path:
+    """This process's cgroup in the unified hierarchy (the '0::/path' line of /proc/self/cgroup, or `proc_cgroup`)."""
+    mount = _v2_mount(mountinfo)
     if mount is None:
         raise OSError("no cgroup2 file system is mounted")
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
+    if proc_cgroup is None:
+        proc_cgroup = Path("/proc/self/cgroup").read_text()
+    for line in proc_cgroup.splitlines():
         if line.startswith("0::"):
-            return mount / line[3:].lstrip("/")
+            return mount / line[3:].strip().lstrip("/")
     raise OSError("no cgroup v2 entry in /proc/self/cgroup")
 
 
