@@ -8,8 +8,14 @@
   (b_heavy) as (b) on the sympy snippet: the service (a_heavy) replaces;
   (c) a fresh `python -c` per run without isolation (how SandboxFusion's runner executes a snippet).
 
-Writes bench/results/sandbox.json. Latency is what the caller sees, from the call to the result. Usage:
-  python bench/sandbox.py [--quick]
+Writes bench/results/sandbox.json. Latency is what the caller sees, from the call to the result.
+
+`--compare REV[,REV...]` instead measures this checkout against git revisions (e.g. the commit before a change)
+in alternating subprocesses, one warm worker per tier, sequential runs: wall ms per run, the worker's CPU ms per
+run and its page faults per run (from /proc: the zygote plus the children it reaped). On a shared machine wall
+time swings with the load; CPU and page faults much less, and page faults not at all. Writes
+bench/results/sandbox_compare.json. Usage:
+  python bench/sandbox.py [--quick] [--compare REV [--rounds N]]
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +34,7 @@ from pathlib import Path
 from tirl.io import atomic_write_json
 from tirl.sandbox import LocalSandbox, SandboxConfig
 from tirl.sandbox.isolation import ENV, worker_command
+from tirl.sandbox.routing import heavy_import_pattern, needs_heavy
 
 CODE = "print(123456 * 789)"
 EXPECTED = "97406784\n"
@@ -111,6 +119,12 @@ def main(quick: bool = False) -> dict:
         for c in (1, 16):
             res[f"c{c}"] = measure(fresh_process(argv, env), n if c == 1 else 2 * n, c, expected)
     r = out["results"]
+    routed = "x = 0\nfor i in range(10):\n    x += i * i\nprint(x)\n" * 20  # ~800 chars, no heavy import
+    pattern = heavy_import_pattern(config.preload_heavy)
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        needs_heavy(routed, pattern)
+    out["routing_us_per_800_char_snippet"] = round(1e6 * (time.perf_counter() - t0) / 2000, 2)
     out["load_avg_after"] = os.getloadavg()  # other jobs on the machine make every figure lower
 
     def speedup(x: str, y: str) -> dict:
@@ -123,7 +137,113 @@ def main(quick: bool = False) -> dict:
     return out
 
 
+def _worker_counters(pid: int) -> tuple[float, int]:
+    """CPU seconds and minor page faults of the worker tree under `pid` (bwrap): each process with the children
+    it has reaped (the zygote reaps every snippet)."""
+    cpu, faults, todo = 0.0, 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            f = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            continue
+        faults += int(f[7]) + int(f[8])  # minflt, cminflt
+        cpu += sum(int(x) for x in f[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+    return cpu, faults
+
+
+def probe(blocks: int, runs: int) -> dict:
+    """One side of --compare, in its own process: per tier, one warm worker, `blocks` x `runs` sequential runs."""
+    out = {}
+    for tier, code, expected, heavy in (
+        ("light", CODE, EXPECTED, ()),
+        ("heavy", HEAVY_CODE, HEAVY_EXPECTED, ("numpy", "sympy")),
+    ):
+        # one tier per pool (the snippet's own), so the worker measured is the only one
+        preload = ("math", *heavy)
+        cfg = SandboxConfig(preload=preload, preload_heavy=(), max_workers=1, max_runs_per_worker=10**6)
+        n = runs if tier == "light" else max(5, runs // 4)
+        with LocalSandbox(cfg) as sb:
+            for _ in range(10):
+                sb.run(code)
+            (worker,) = list(sb._all)
+            wall, faults = [], []
+            cpu0, _ = _worker_counters(worker.proc.pid)
+            for _ in range(blocks):
+                _, f0 = _worker_counters(worker.proc.pid)
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    r = sb.run(code)
+                wall.append(1000 * (time.perf_counter() - t0) / n)
+                faults.append((_worker_counters(worker.proc.pid)[1] - f0) / n)
+                if r.stdout != expected:
+                    raise RuntimeError(f"wrong output {r}")
+            cpu = (
+                1000 * (_worker_counters(worker.proc.pid)[0] - cpu0) / (blocks * n)
+            )  # ticks: sum, not per block
+        out[tier] = {
+            "wall_ms_min": round(min(wall), 3),
+            "wall_ms_median": round(statistics.median(wall), 3),
+            "worker_cpu_ms": round(cpu, 3),
+            "page_faults_per_run_median": round(statistics.median(faults), 1),
+        }
+    return out
+
+
+def compare(revs: list[str], rounds: int, quick: bool) -> dict:
+    """This checkout against git revisions `revs`, alternating A, B, C, A, B, C... so all see the same load;
+    ratios are against the first revision."""
+    repo = Path(__file__).resolve().parents[1]
+    blocks, runs = (4, 40) if quick else (8, 50)
+    with tempfile.TemporaryDirectory(prefix="tirl-bench-") as tmp:
+        sides = {}
+        for rev in revs:
+            archive = subprocess.run(
+                ["git", "-C", str(repo), "archive", rev, "src"], capture_output=True, check=True
+            )
+            (Path(tmp) / rev).mkdir()
+            subprocess.run(["tar", "-x", "-C", str(Path(tmp) / rev)], input=archive.stdout, check=True)
+            sides[rev] = Path(tmp) / rev / "src"
+        sides["this checkout"] = repo / "src"
+        samples: dict[str, list[dict]] = {name: [] for name in sides}
+        for _ in range(rounds):
+            for name, src in sides.items():
+                cmd = [sys.executable, __file__, "--probe", str(blocks), str(runs)]
+                env = {**os.environ, "PYTHONPATH": str(src)}
+                res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, timeout=600)
+                samples[name].append({**json.loads(res.stdout), "load_1min": os.getloadavg()[0]})
+    out: dict = {"revisions": revs, "rounds": rounds, "blocks": blocks, "runs_per_block": runs}
+    out["machine_cpus"] = os.cpu_count()
+    summary = out["median_over_rounds"] = {}
+    for name, rows in samples.items():
+        summary[name] = {
+            tier: {k: round(statistics.median(r[tier][k] for r in rows), 3) for k in rows[0][tier]}
+            for tier in ("light", "heavy")
+        }
+    base = summary[revs[0]]
+    out[f"ratio_over_{revs[0]}"] = {
+        name: {
+            tier: {k: round(summary[name][tier][k] / base[tier][k], 3) for k in base[tier]}
+            for tier in ("light", "heavy")
+        }
+        for name in list(sides)[1:]
+    }
+    out["samples"] = samples
+    return out
+
+
 if __name__ == "__main__":
-    res = main(quick="--quick" in sys.argv)
-    atomic_write_json(Path(__file__).parent / "results" / "sandbox.json", res)
-    print(json.dumps(res, indent=2))
+    if "--probe" in sys.argv:
+        i = sys.argv.index("--probe")
+        print(json.dumps(probe(int(sys.argv[i + 1]), int(sys.argv[i + 2]))))
+    elif "--compare" in sys.argv:
+        i = sys.argv.index("--compare")
+        n_rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 5
+        res = compare(sys.argv[i + 1].split(","), n_rounds, quick="--quick" in sys.argv)
+        atomic_write_json(Path(__file__).parent / "results" / "sandbox_compare.json", res)
+        print(json.dumps({k: v for k, v in res.items() if k != "samples"}, indent=2))
+    else:
+        res = main(quick="--quick" in sys.argv)
+        atomic_write_json(Path(__file__).parent / "results" / "sandbox.json", res)
+        print(json.dumps(res, indent=2))
