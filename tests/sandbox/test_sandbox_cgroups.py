@@ -116,13 +116,29 @@ class FakeCgroup2:
                 enabled = [x for x in enabled if x != c] + ([c] if op == "+" else [])
             f.write_bytes(" ".join(sorted(enabled)).encode())
             return
+        if f.name == "cgroup.procs":  # moves the process: out of every other cgroup, into this one
+            pid = data.strip()
+            enabled = set((f.parent / "cgroup.subtree_control").read_text().split())
+            if f.parent != self.root and enabled & {"memory", "pids", "cpu", "io"}:
+                raise OSError(errno.EBUSY, "no internal processes", str(f))
+            for procs in self.root.rglob("cgroup.procs"):
+                procs.write_bytes("".join(f"{p}\n" for p in procs.read_text().split() if p != pid).encode())
+            f.write_bytes(f"{f.read_text()}{pid}\n".encode())
+            return
         if f.name in ("pids.max", "memory.max", "memory.swap.max"):
             value = data.strip()
             if value != "max" and not (value.isdigit() and (int(value) > 0 or f.name == "memory.swap.max")):
                 raise OSError(errno.EINVAL, f"invalid value {data!r}", str(f))
-        elif f.name not in ("cgroup.procs", "memory.events"):
+        elif f.name != "memory.events":
             raise PermissionError(errno.EACCES, "read-only interface file", str(f))
         f.write_bytes(data.encode())
+
+    def own(self) -> Path:
+        """This process's cgroup: the one whose cgroup.procs lists it (what /proc/self/cgroup would say)."""
+        for procs in self.root.rglob("cgroup.procs"):
+            if str(os.getpid()) in procs.read_text().split():
+                return procs.parent
+        return self.root
 
     def rmdir(self, d: Path) -> None:
         if any(p.is_dir() for p in d.iterdir()):
@@ -170,7 +186,7 @@ def fake_v2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
             raise OSError(f"no cgroup v1 '{controller}' hierarchy (emulated v2-only host)")
 
         monkeypatch.setattr(iso, "_own_cgroup", no_v1)
-        monkeypatch.setattr(iso, "_own_cgroup_v2", lambda: fake.root)
+        monkeypatch.setattr(iso, "_own_cgroup_v2", fake.own)
         return fake
 
     return make
@@ -190,19 +206,40 @@ def test_v2_support_explains_missing_controllers(fake_v2) -> None:
     assert version == "" and "lacks the ['memory', 'pids'] controllers" in why and "v1" in why
 
 
-def test_v2_support_explains_a_parent_holding_processes(tmp_path: Path, fake_v2, monkeypatch) -> None:
-    """Enabling controllers below a non-root cgroup that holds processes is EBUSY: reported, not raised."""
-    fake = fake_v2()
+def _service_cgroup(fake: FakeCgroup2, *pids: int) -> Path:
+    """A non-root cgroup with memory and pids available, holding `pids` (as systemd gives a service or scope)."""
     (fake.root / "cgroup.subtree_control").write_text("+memory +pids")
-    inner = fake.root / "service"
-    inner.mkdir()
-    (inner / "cgroup.subtree_control").write_text("+memory +pids")
-    leaf = inner / "busy"
-    leaf.mkdir()
-    (leaf / "cgroup.procs").write_text(str(os.getpid()))
-    monkeypatch.setattr(iso, "_own_cgroup_v2", lambda: leaf)
+    service = fake.root / "service"
+    service.mkdir()
+    for pid in pids:
+        (service / "cgroup.procs").write_text(str(pid))
+    return service
+
+
+def test_v2_in_a_cgroup_of_its_own_moves_into_a_leaf_and_delegates(fake_v2) -> None:
+    """A delegated cgroup holding only tirl (systemd-run --scope -p Delegate=yes, a one-process container): tirl
+    moves itself into tirl-host, enables memory and pids, and worker cgroups go next to it."""
+    fake = fake_v2()
+    service = _service_cgroup(fake, os.getpid())
+    assert cgroup_support() == ("v2", "")
+    assert (service / "tirl-host" / "cgroup.procs").read_text().split() == [str(os.getpid())]
+    assert (service / "cgroup.procs").read_text().split() == []
+    assert (service / "cgroup.subtree_control").read_text().split() == ["memory", "pids"]
+    assert cgroup_support() == ("v2", "")  # again, from inside tirl-host: nothing moves, nothing nests
+    assert sorted(p.name for p in service.iterdir() if p.is_dir()) == ["tirl-host"]
+    cg = WorkerCgroup("w0", pids_max=8, memory_bytes=2**30, version="v2")
+    assert cg.dirs == [service / "w0"] and (service / "w0" / "pids.max").read_text() == "8"
+    cg.close()
+    assert not (service / "w0").exists()
+
+
+def test_v2_support_explains_a_cgroup_shared_with_other_processes(fake_v2) -> None:
+    """tirl's cgroup also holds another process (a login shell's session scope): no cgroups, and what to do."""
+    fake = fake_v2()
+    service = _service_cgroup(fake, os.getppid(), os.getpid())
     version, why = cgroup_support()
-    assert version == "" and "cannot enable memory and pids" in why and "no internal processes" in why
+    assert version == "" and "holds 2 processes" in why and "Delegate=yes" in why
+    assert not (service / "tirl-host").exists()  # nothing moved
 
 
 def test_v2_worker_cgroup_writes_limits_enters_counts_ooms_and_cleans_up(fake_v2) -> None:
