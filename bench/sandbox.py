@@ -10,12 +10,12 @@
 
 Writes bench/results/sandbox.json. Latency is what the caller sees, from the call to the result.
 
-`--compare REV[,REV...]` instead measures this checkout against git revisions (e.g. the commit before a change)
-in alternating subprocesses, one warm worker per tier, sequential runs: wall ms per run, the worker's CPU ms per
-run and its page faults per run (from /proc: the zygote plus the children it reaped). On a shared machine wall
-time swings with the load; CPU and page faults much less, and page faults not at all. Writes
-bench/results/sandbox_compare.json. Usage:
-  python bench/sandbox.py [--quick] [--compare REV [--rounds N]]
+`--compare REV[,REV...]` instead measures this checkout against git revisions (e.g. the commit before a change):
+one process per side running that side's code, one warm worker per tier, blocks of sequential runs asked of each
+side in turn (so all sides share the machine's load), reporting per run the wall time, the worker's CPU time and
+its page faults (from /proc: the zygote plus the children it reaped). On a shared machine wall time swings with
+the load and CPU time less; page faults do not. Writes bench/results/sandbox_compare.json. Usage:
+  python bench/sandbox.py [--quick] [--compare REV[,REV...] [--rounds N]]
 """
 
 from __future__ import annotations
@@ -153,49 +153,42 @@ def _worker_counters(pid: int) -> tuple[float, int]:
     return cpu, faults
 
 
-def probe(blocks: int, runs: int) -> dict:
-    """One side of --compare, in its own process: per tier, one warm worker, `blocks` x `runs` sequential runs."""
-    out = {}
-    for tier, code, expected, heavy in (
-        ("light", CODE, EXPECTED, ()),
-        ("heavy", HEAVY_CODE, HEAVY_EXPECTED, ("numpy", "sympy")),
+def probe_server() -> None:
+    """One side of --compare, in its own process with this side's code: a one-worker pool per tier, then blocks of
+    sequential runs on request ("light 50" on stdin -> one JSON line: wall and worker CPU seconds, page faults)."""
+    pools = {}
+    for tier, code, preload in (
+        ("light", CODE, ("math",)),
+        ("heavy", HEAVY_CODE, ("math", "numpy", "sympy")),
     ):
-        # one tier per pool (the snippet's own), so the worker measured is the only one
-        preload = ("math", *heavy)
         cfg = SandboxConfig(preload=preload, preload_heavy=(), max_workers=1, max_runs_per_worker=10**6)
-        n = runs if tier == "light" else max(5, runs // 4)
-        with LocalSandbox(cfg) as sb:
-            for _ in range(10):
-                sb.run(code)
-            (worker,) = list(sb._all)
-            wall, faults = [], []
-            cpu0, _ = _worker_counters(worker.proc.pid)
-            for _ in range(blocks):
-                _, f0 = _worker_counters(worker.proc.pid)
-                t0 = time.perf_counter()
-                for _ in range(n):
-                    r = sb.run(code)
-                wall.append(1000 * (time.perf_counter() - t0) / n)
-                faults.append((_worker_counters(worker.proc.pid)[1] - f0) / n)
-                if r.stdout != expected:
-                    raise RuntimeError(f"wrong output {r}")
-            cpu = (
-                1000 * (_worker_counters(worker.proc.pid)[0] - cpu0) / (blocks * n)
-            )  # ticks: sum, not per block
-        out[tier] = {
-            "wall_ms_min": round(min(wall), 3),
-            "wall_ms_median": round(statistics.median(wall), 3),
-            "worker_cpu_ms": round(cpu, 3),
-            "page_faults_per_run_median": round(statistics.median(faults), 1),
-        }
-    return out
+        sb = LocalSandbox(cfg)
+        for _ in range(10):
+            sb.run(code)
+        pools[tier] = (sb, code, HEAVY_EXPECTED if tier == "heavy" else EXPECTED)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        tier, n = line.split()
+        sb, code, expected = pools[tier]
+        (worker,) = list(sb._all)  # one worker, never recycled (max_runs_per_worker), so its counters add up
+        c0, f0 = _worker_counters(worker.proc.pid)
+        t0 = time.perf_counter()
+        for _ in range(int(n)):
+            r = sb.run(code)
+            if r.stdout != expected:
+                raise RuntimeError(f"wrong output {r}")
+        wall = time.perf_counter() - t0
+        c1, f1 = _worker_counters(worker.proc.pid)
+        print(json.dumps({"runs": int(n), "wall_s": wall, "cpu_s": c1 - c0, "faults": f1 - f0}), flush=True)
+    for sb, _, _ in pools.values():
+        sb.close()
 
 
 def compare(revs: list[str], rounds: int, quick: bool) -> dict:
-    """This checkout against git revisions `revs`, alternating A, B, C, A, B, C... so all see the same load;
-    ratios are against the first revision."""
+    """This checkout against git revisions `revs`: one probe process per side, all started at once, asked for
+    blocks in turn (light, then heavy; the side that goes first rotates), so every side sees the same load."""
     repo = Path(__file__).resolve().parents[1]
-    blocks, runs = (4, 40) if quick else (8, 50)
+    runs = {"light": 40 if quick else 50, "heavy": 10 if quick else 12}
     with tempfile.TemporaryDirectory(prefix="tirl-bench-") as tmp:
         sides = {}
         for rev in revs:
@@ -206,21 +199,50 @@ def compare(revs: list[str], rounds: int, quick: bool) -> dict:
             subprocess.run(["tar", "-x", "-C", str(Path(tmp) / rev)], input=archive.stdout, check=True)
             sides[rev] = Path(tmp) / rev / "src"
         sides["this checkout"] = repo / "src"
-        samples: dict[str, list[dict]] = {name: [] for name in sides}
-        for _ in range(rounds):
-            for name, src in sides.items():
-                cmd = [sys.executable, __file__, "--probe", str(blocks), str(runs)]
-                env = {**os.environ, "PYTHONPATH": str(src)}
-                res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True, timeout=600)
-                samples[name].append({**json.loads(res.stdout), "load_1min": os.getloadavg()[0]})
-    out: dict = {"revisions": revs, "rounds": rounds, "blocks": blocks, "runs_per_block": runs}
-    out["machine_cpus"] = os.cpu_count()
-    summary = out["median_over_rounds"] = {}
-    for name, rows in samples.items():
-        summary[name] = {
-            tier: {k: round(statistics.median(r[tier][k] for r in rows), 3) for k in rows[0][tier]}
-            for tier in ("light", "heavy")
+        procs = {
+            name: subprocess.Popen(
+                [sys.executable, __file__, "--probe-server"],
+                env={**os.environ, "PYTHONPATH": str(src)},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for name, src in sides.items()
         }
+        blocks: dict[str, dict[str, list[dict]]] = {name: {"light": [], "heavy": []} for name in sides}
+        loads = []
+        try:
+            for proc in procs.values():
+                if proc.stdout.readline().strip() != "ready":
+                    raise RuntimeError("a probe failed to start")
+            names = list(sides)
+            for i in range(rounds):
+                loads.append(os.getloadavg()[0])
+                for tier in ("light", "heavy"):
+                    for name in names[i % len(names) :] + names[: i % len(names)]:
+                        procs[name].stdin.write(f"{tier} {runs[tier]}\n")
+                        procs[name].stdin.flush()
+                        blocks[name][tier].append(json.loads(procs[name].stdout.readline()))
+        finally:
+            for proc in procs.values():
+                proc.stdin.close()
+                proc.wait(timeout=60)
+    out: dict = {"revisions": revs, "rounds": rounds, "runs_per_block": runs, "machine_cpus": os.cpu_count()}
+    out["load_1min_min_max"] = [min(loads), max(loads)]
+    summary = out["per_run"] = {}
+    for name, tiers in blocks.items():
+        summary[name] = {}
+        for tier, rows in tiers.items():
+            per_run = [r["wall_s"] / r["runs"] for r in rows]
+            summary[name][tier] = {
+                "wall_ms_min": round(1000 * min(per_run), 3),
+                "wall_ms_median": round(1000 * statistics.median(per_run), 3),
+                # /proc counts CPU in clock ticks: summed over all blocks, not per block
+                "worker_cpu_ms": round(
+                    1000 * sum(r["cpu_s"] for r in rows) / sum(r["runs"] for r in rows), 3
+                ),
+                "page_faults_median": round(statistics.median(r["faults"] / r["runs"] for r in rows), 1),
+            }
     base = summary[revs[0]]
     out[f"ratio_over_{revs[0]}"] = {
         name: {
@@ -229,20 +251,19 @@ def compare(revs: list[str], rounds: int, quick: bool) -> dict:
         }
         for name in list(sides)[1:]
     }
-    out["samples"] = samples
+    out["blocks"] = blocks
     return out
 
 
 if __name__ == "__main__":
-    if "--probe" in sys.argv:
-        i = sys.argv.index("--probe")
-        print(json.dumps(probe(int(sys.argv[i + 1]), int(sys.argv[i + 2]))))
+    if "--probe-server" in sys.argv:
+        probe_server()
     elif "--compare" in sys.argv:
         i = sys.argv.index("--compare")
-        n_rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 5
+        n_rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 20
         res = compare(sys.argv[i + 1].split(","), n_rounds, quick="--quick" in sys.argv)
         atomic_write_json(Path(__file__).parent / "results" / "sandbox_compare.json", res)
-        print(json.dumps({k: v for k, v in res.items() if k != "samples"}, indent=2))
+        print(json.dumps({k: v for k, v in res.items() if k != "blocks"}, indent=2))
     else:
         res = main(quick="--quick" in sys.argv)
         atomic_write_json(Path(__file__).parent / "results" / "sandbox.json", res)
