@@ -11,6 +11,7 @@ tirl data prepare NAME --out FILE.parquet [--wording recipe|plain] [--source FIL
 tirl data inspect FILE [--model DIR] [--format qwen3]
 tirl check-tokens FILE [--model DIR] [--format F] [--config FILE] [--data FILE] [--strict]
 tirl sandbox serve [--host H] [--port P] [--workers N] [--config FILE] [sandbox.key=value ...]
+tirl plan --config FILE [--stage rl|sft] [--nproc N] [--gpu-gib G] [--arch NAME|config.json] [--json]
 """
 
 from __future__ import annotations
@@ -91,6 +92,16 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_plan(args: argparse.Namespace) -> int:
+    import json
+
+    from tirl.plan import plan, render
+
+    p = plan(_config(args), stage=args.stage, processes=args.nproc, gpu_gib=args.gpu_gib, arch=args.arch)
+    print(json.dumps(p.to_dict(), indent=2) if args.json else render(p))
+    return 0 if p.fits else 3
+
+
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from tirl.eval.analyze import main_analyze
 
@@ -151,6 +162,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     export.set_defaults(fn=_cmd_export)
+    plan = add("plan", "memory per process and config checks for a run, without loading weights", _cmd_plan)
+    plan.add_argument("--stage", choices=["rl", "sft"], default="rl")
+    plan.add_argument("--nproc", type=int, default=1, help="processes (GPUs) the run will use (torchrun)")
+    plan.add_argument(
+        "--gpu-gib", type=float, default=80.0, help="memory of one GPU, GiB (exit code 3 if over)"
+    )
+    plan.add_argument(
+        "--arch",
+        default="",
+        help="a config.json, or a bundled architecture (when model.path is not downloaded)",
+    )
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     from tirl.data.commands import add_parsers
     from tirl.eval.analyze import add_analyze_arguments
     from tirl.sandbox.cli import add_sandbox_parser

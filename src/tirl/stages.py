@@ -26,7 +26,7 @@ from tirl.models.lora import is_lora, parameter_counts
 from tirl.rollout.agent import AgentLoop, stop_token_ids
 from tirl.rollout.async_agent import AsyncAgentLoop
 from tirl.rollout.engine import TorchEngine
-from tirl.rollout.modes import resolve_mode
+from tirl.rollout.modes import is_in_process, resolve_mode
 from tirl.rollout.sampling import SamplingParams
 from tirl.run_config import TirlConfig
 from tirl.sandbox import build_sandbox
@@ -65,9 +65,40 @@ def _task_rows(cfg: TirlConfig, path: str, split: str) -> list[dict[str, Any]]:
     return read_rows(path) if path else current_task(cfg).load_rows(split, cfg)
 
 
-def build_engine(model: torch.nn.Module, tokenizer: Any, renderer: ChatRenderer, cfg: TirlConfig) -> Any:
-    """`rollout.engine` picks the engine; a server engine is checked (model name, vocabulary) before any rollout."""
+def build_engine(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    renderer: ChatRenderer,
+    cfg: TirlConfig,
+    *,
+    model_path: str | Path = "",
+    work_dir: str | Path | None = None,
+) -> Any:
+    """`rollout.engine` picks the engine; a server engine is checked (model name, vocabulary) before any rollout.
+
+    vllm serves `model_path` when it is a plain HF directory, else `model` written out under `work_dir`; its log
+    and synced weights go to `work_dir`/vllm (a temporary directory without one)."""
     stops = stop_token_ids(renderer, cfg.agent)
+    if cfg.rollout.engine == "vllm":
+        from tirl.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
+        from tirl.rollout.vllm_weights import servable_dir
+
+        ro, wd = cfg.rollout, Path(work_dir) / "vllm" if work_dir else None
+        engine = VLLMEngine(
+            VLLMEngineConfig(
+                model=str(servable_dir(model_path, model, tokenizer, wd)), python=ro.vllm_python, port=ro.vllm_port,
+                kv_cache_gib=ro.vllm_kv_cache_gib, dtype=cfg.model.dtype, extra_args=list(ro.vllm_args),
+                startup_timeout_s=ro.vllm_startup_timeout_s, work_dir=str(wd or ""), eos_ids=[renderer.eos_id],
+                stop_ids=list(stops), concurrency=ro.concurrency, request_timeout_s=ro.request_timeout_s,
+                retries=ro.retries,
+            )
+        )  # fmt: skip
+        try:
+            engine.check(tokenizer)
+        except BaseException:
+            engine.close()
+            raise
+        return engine
     if cfg.rollout.engine == "openai":
         from tirl.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig
 
@@ -86,10 +117,19 @@ def build_engine(model: torch.nn.Module, tokenizer: Any, renderer: ChatRenderer,
     )  # fmt: skip
 
 
-def build_agent(model: torch.nn.Module, tokenizer: Any, cfg: TirlConfig, sandbox: Sandbox) -> AgentLoop:
+def build_agent(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    cfg: TirlConfig,
+    sandbox: Sandbox,
+    *,
+    model_path: str | Path = "",
+    work_dir: str | Path | None = None,
+) -> AgentLoop:
+    """The agent loop over `build_engine`'s engine; the caller closes `agent.engine` (a server engine's process)."""
     task = current_task(cfg)
     renderer = build_renderer(tokenizer, cfg, task)
-    engine = build_engine(model, tokenizer, renderer, cfg)
+    engine = build_engine(model, tokenizer, renderer, cfg, model_path=model_path, work_dir=work_dir)
     tools = task.toolset()
     for name, t in tools.tools.items():  # agent.auto_print configures the code interpreter of any task
         if isinstance(t, CodeInterpreter) and t.auto_print != cfg.agent.auto_print:
@@ -199,7 +239,7 @@ def run_rl(
     if cfg.rollout.engine == "openai":
         raise ValueError(
             "rollout.engine=openai cannot receive the policy's new weights, so RL would sample from a stale policy; "
-            "use it for tirl eval, and rollout.engine=torch for tirl rl"
+            "use it for tirl eval, and rollout.engine=torch or vllm for tirl rl"
         )
     out = Path(out_dir)
     ckpt = checkpoint.resolve_resume(resume, out)
@@ -223,8 +263,9 @@ def run_rl(
         resume_step=state["step"] if state else None,
         run_id=state.get("wandb_id") if state else None,
     )
-    with build_sandbox(cfg.sandbox) as sandbox, contextlib.closing(logger):
-        agent = build_agent(model, tokenizer, cfg, sandbox)
+    with build_sandbox(cfg.sandbox) as sandbox, contextlib.closing(logger), contextlib.ExitStack() as stack:
+        agent = build_agent(model, tokenizer, cfg, sandbox, model_path=path, work_dir=out)
+        stack.callback(agent.engine.close)
         trainer = RLTrainer(
             model,
             tokenizer,
@@ -247,6 +288,8 @@ def run_rl(
             trainer.load_state_dict(state)
             checkpoint.set_rng_state(state["rng"])
             console.print(f"resuming from {ckpt} at step {trainer.step_done} of {cfg.rl.steps}")
+            if not is_in_process(agent.engine):
+                agent.engine.sync_weights(model)  # a server engine still serves the weights it started with
         trainer.train()
     return out / "model"
 
@@ -287,8 +330,9 @@ def run_eval(
     tokenizer = load_tokenizer(path)
     model = load_for_inference(cfg.model, path)  # a LoRA adapter directory is merged onto its recorded base
     with build_sandbox(cfg.sandbox) as sandbox:
-        agent = build_agent(model, tokenizer, cfg, sandbox)
-        records, trajs = evaluate(agent, rows, cfg.eval, model_label=label, seed=cfg.seed)
+        agent = build_agent(model, tokenizer, cfg, sandbox, model_path=path, work_dir=out)
+        with contextlib.closing(agent.engine):
+            records, trajs = evaluate(agent, rows, cfg.eval, model_label=label, seed=cfg.seed)
     summary = summarize_records(records, cfg.eval.ks)
     write_eval(out, records, trajs, summary)
     return summary
