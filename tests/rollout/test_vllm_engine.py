@@ -281,7 +281,7 @@ def test_cli_rl_with_the_vllm_engine(tiny, tmp_path):
     _, path = tiny
     out = tmp_path / "rl"
     args = [
-        "rl", f"model.path={path}", f"out_dir={out}", "rollout.engine=vllm", "rollout.vllm_args=[--max-model-len,1024]",
+        "rl", f"model.path={path}", f"out_dir={out}", "rollout.engine=vllm", "rollout.vllm_args=[--max-model-len=1024]",
         "rl.steps=2", "rl.prompts_per_step=2", "rl.n=4", "rl.mini_batch_size=8", "rl.optim.lr=5e-2",
         "task.num_rl=4", "agent.max_response_tokens=64", "agent.max_tokens_per_turn=32", "logging.backends=[jsonl]",
     ]  # fmt: skip
