@@ -286,6 +286,7 @@ def test_cli_rl_with_the_vllm_engine(tiny, tmp_path):
         "task.num_rl=4", "agent.max_response_tokens=64", "agent.max_tokens_per_turn=32", "logging.backends=[jsonl]",
     ]  # fmt: skip
     assert main(args) == 0
+    out = out / "rl"  # the stage's directory
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     steps = [s for s in steps if "rollout/logprob_diff_max" in s]
     assert len(steps) == 2
