@@ -21,7 +21,8 @@ from tirl.config import save_config
 from tirl.data import read_rows
 from tirl.eval.evaluate import evaluate, summarize_records, write_eval
 from tirl.logging import MetricsLogger, console
-from tirl.models.loading import load_model, load_tokenizer, save_checkpoint
+from tirl.models.loading import load_for_inference, load_policy, load_tokenizer, save_checkpoint
+from tirl.models.lora import is_lora, parameter_counts
 from tirl.rollout.agent import AgentLoop, stop_token_ids
 from tirl.rollout.async_agent import AsyncAgentLoop
 from tirl.rollout.engine import TorchEngine
@@ -148,6 +149,18 @@ def _model_path(cfg: TirlConfig, model_path: str | Path | None) -> str:
     return path
 
 
+def _policy(cfg: TirlConfig, path: str) -> torch.nn.Module:
+    """The trained model (with a fresh LoRA adapter when model.lora.rank > 0), its trainable share printed."""
+    model = load_policy(cfg.model, path)
+    if is_lora(model):
+        trainable, total = parameter_counts(model)
+        console.print(
+            f"LoRA rank {cfg.model.lora.rank}: {trainable:,} trainable parameters of {total:,} "
+            f"({100 * trainable / total:.2f}%)"
+        )
+    return model
+
+
 def run_sft(
     cfg: TirlConfig,
     out_dir: str | Path,
@@ -171,7 +184,7 @@ def run_sft(
     stage = stage or cfg.sft
     rows = rows if rows is not None else read_rows(stage.data)
     tokenizer = load_tokenizer(path)
-    model = load_model(cfg.model, path)
+    model = _policy(cfg, path)
     if ckpt and state:
         checkpoint.load_weights(model, ckpt)
         checkpoint.set_rng_state(state["rng"])
@@ -203,6 +216,7 @@ def run_sft(
             label=label,
             save=save,
             resume_state=state,
+            autocast=cfg.model.autocast_dtype,
         )
     finally:
         logger.close()
@@ -236,7 +250,7 @@ def run_rl(
     path = _model_path(cfg, model_path)
     rows = rows if rows is not None else _task_rows(cfg, cfg.rl.data, "train")
     tokenizer = load_tokenizer(path)
-    model = load_model(cfg.model, path)
+    model = _policy(cfg, path)
     sampling = SamplingParams(
         temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k
     )
@@ -264,6 +278,8 @@ def run_rl(
             seed=cfg.seed,
             logger=logger,
             ref_source=str(path),
+            autocast=cfg.model.autocast_dtype,
+            ref_dtype=cfg.model.reference_dtype,
         )
         if cfg.rl.eval_every:
             trainer.validate = validator(cfg, out, agent, str(path))
@@ -312,7 +328,7 @@ def run_eval(
     )
     rows = rows if rows is not None else _task_rows(cfg, cfg.eval.data, "test")
     tokenizer = load_tokenizer(path)
-    model = load_model(cfg.model, path).eval()
+    model = load_for_inference(cfg.model, path)  # a LoRA adapter directory is merged onto its recorded base
     with build_sandbox(cfg.sandbox) as sandbox:
         agent = build_agent(model, tokenizer, cfg, sandbox, model_path=path, work_dir=out)
         with contextlib.closing(agent.engine):
