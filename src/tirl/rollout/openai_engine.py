@@ -5,7 +5,7 @@ through vLLM's `return_token_ids: true` and `logprobs: 0` (the sampled token's l
 answers with text only is refused: re-tokenizing text would not give the ids that were sampled. Requests go to
 the URLs round-robin over one pooled httpx client, at most `concurrency` at once (a thread pool), each retried with
 exponential back-off on connection errors and 5xx/429 answers. `check()` compares `/v1/models` with the model name
-and the server's vocabulary with the tokenizer's (a probe `/tokenize` where the server has it), so a wrong server
+and the server's vocabulary with the tokenizer's (a probe `/detokenize` where the server has it), so a wrong server
 fails at start-up, not as garbage rollouts.
 
 Weights: this engine cannot push new weights to a generic server, so `sync_weights` raises; RL with it is refused
@@ -95,24 +95,29 @@ class OpenAIEngine:
         raise EngineError(f"request failed after {self.cfg.retries + 1} attempts: {last}")
 
     def check(self, tokenizer: Any | None = None) -> None:
-        """Every server serves `model`, and (when the server can tokenize) with the tokenizer's vocabulary."""
+        """Every server serves `model`, and (when the server can detokenize) with the tokenizer's vocabulary.
+
+        The probe goes ids -> text (`/detokenize`), not text -> ids: this engine only ever sends and receives ids,
+        so what must agree is what an id means. (A server may split text differently and still be right here: a
+        transformers release that re-derives a tokenizer's pre-tokenizer from its model type does that.)"""
         for base in self._urls:
             names = [m.get("id") for m in self._request("GET", "/v1/models", url=base).get("data", [])]
             if self.cfg.model not in names:
                 raise EngineError(f"{base} serves {names}, not rollout.model_name={self.cfg.model!r}")
             if tokenizer is None:
                 continue
-            probe = "Hello, world! 12 + 30 = 42 </tool_call>"
-            want = tokenizer.encode(probe, add_special_tokens=False)
+            ids = tokenizer.encode(
+                "Hello, world! 12 + 30 = 42; def f(x): return x ** 2", add_special_tokens=False
+            )
+            want = tokenizer.decode(ids)
             try:
-                r = self._client.post(base + "/tokenize", json={"model": self.cfg.model, "prompt": probe,
-                                                                "add_special_tokens": False})  # fmt: skip
+                r = self._client.post(base + "/detokenize", json={"model": self.cfg.model, "tokens": ids})
             except httpx.HTTPError:
-                continue  # a server without /tokenize: the model-name check is all we can do
-            if r.status_code == 200 and r.json().get("tokens") != want:
+                continue  # a server without /detokenize: the model-name check is all we can do
+            if r.status_code == 200 and r.json().get("prompt") != want:
                 raise EngineError(
-                    f"{base}: the server's tokenizer disagrees with ours on a probe "
-                    f"(server {r.json().get('tokens')}, ours {want}): wrong model for this tokenizer"
+                    f"{base}: the server's tokenizer disagrees with ours on a probe (ids {ids} are "
+                    f"{r.json().get('prompt')!r} there, {want!r} here): wrong model for this tokenizer"
                 )
 
     def _one(

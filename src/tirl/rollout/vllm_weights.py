@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.io import atomic_dir, atomic_write_json
+from tirl.models.export import export_hf
 
 EMBED_SUFFIX = "embed_tokens.weight"  # Llama, Qwen2/3, Mistral, Gemma, SmolLM2: model.embed_tokens.weight
 LM_HEAD = "lm_head.weight"
@@ -33,11 +34,12 @@ class WeightsError(ValueError):
 
 
 def is_plain_hf_dir(path: str | Path) -> bool:
-    """A directory vLLM loads as is: config.json, safetensors weights and a tokenizer."""
+    """A directory vLLM loads as is: config.json, safetensors weights and a tokenizer (not a LoRA adapter)."""
     p = Path(path) if path else None
     return bool(
         p
         and (p / "config.json").is_file()
+        and not (p / "adapter_config.json").exists()
         and any(p.glob("*.safetensors"))
         and (p / "tokenizer_config.json").is_file()
     )
@@ -94,27 +96,13 @@ def write_weights(
 ) -> Path:
     """The policy as a plain HF directory (merged if LoRA), untied if asked, replacing `out_dir` atomically."""
     with atomic_dir(out_dir) as stage:
-        _export(model, tokenizer, stage / "hf")
+        export_hf(model, tokenizer, stage / "hf")
         for f in (stage / "hf").iterdir():
             os.replace(f, stage / f.name)
         shutil.rmtree(stage / "hf")
         if untie_embeddings:
             untie(stage)
     return out_dir
-
-
-def _export(model: Any, tokenizer: Any, out: Path) -> None:
-    try:
-        from tirl.models.export import export_hf
-    except ImportError:  # before models/export.py exists: plain models only
-        if hasattr(model, "peft_config"):
-            raise WeightsError("syncing a LoRA policy to vLLM needs tirl.models.export") from None
-        out.mkdir()
-        model.save_pretrained(out)
-        if tokenizer is not None:
-            tokenizer.save_pretrained(out)
-        return
-    export_hf(model, tokenizer, out)
 
 
 def servable_dir(path: str | Path, model: Any, tokenizer: Any, work_dir: Path | None) -> Path:
