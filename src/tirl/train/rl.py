@@ -19,6 +19,9 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
    untouched) and counted in `loss/skipped_updates`; `optim.max_skipped_in_row` in a row stop the run.
 10. Groups of one (`n = 1`) are refused: every group-relative estimator gives them zero advantage (verl's GRPO
    instead passes the raw reward through, an unbaselined REINFORCE), so such a run would silently learn nothing.
+11. Under torchrun, each rank takes its slice of the step's prompts and samples all `n` rollouts of each with its
+   own in-process engine (generators seeded from seed and rank): groups stay whole on one rank, so advantages need
+   no communication and no token crosses ranks; only loss normalizers, gradients and metrics are reduced.
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from tirl.rollout.agent import AgentLoop
 from tirl.rollout.modes import check_rl_sampling, is_in_process, resolve_correction
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
-from tirl.train import checkpoint
+from tirl.train import checkpoint, dist, fsdp
 from tirl.train.batch import TokenBatch, slice_rows
 from tirl.train.checkpoint import CheckpointError
 from tirl.train.logprobs import token_logprobs
@@ -54,6 +57,7 @@ from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_s
 from tirl.train.perf import Timers, peak_memory_mb
 from tirl.train.rl_batch import (
     TRUNCATED,
+    RolloutStats,
     fitting_prompts,
     groups_with_signal,
     render_samples,
@@ -157,6 +161,21 @@ class RLConfig:
             )
 
 
+def check_world(cfg: RLConfig, world: int) -> None:
+    """Under torchrun every rank takes an equal share of each step's prompts and of each mini-batch."""
+    if world == 1:
+        return
+    if cfg.prompts_per_step % world or cfg.mini_batch_size % world:
+        raise ValueError(
+            f"rl.prompts_per_step={cfg.prompts_per_step} and rl.mini_batch_size={cfg.mini_batch_size} must both be "
+            f"divisible by the number of processes ({world})"
+        )
+    if cfg.dynamic_sampling:
+        raise ValueError(
+            "rl.dynamic_sampling is single-process only for now: ranks would keep different numbers of groups"
+        )
+
+
 class RLTrainer:
     def __init__(
         self,
@@ -172,7 +191,10 @@ class RLTrainer:
         seed: int,
         logger: MetricsLogger | None = None,
         ref_source: str = "",
+        ref_model: torch.nn.Module | None = None,
     ) -> None:
+        """`ref_model`: the KL reference when `policy` cannot be copied (FSDP-sharded); by default a frozen copy
+        of `policy` as it is now."""
         if not rows:
             raise ValueError("RL needs at least one prompt row")
         self.policy, self.tokenizer, self.agent, self.rows, self.cfg = (
@@ -188,11 +210,19 @@ class RLTrainer:
         self.correction = resolve_correction(cfg.rollout_correction, agent.engine)
         self.adv_fn = get_advantage_estimator(cfg.adv_estimator, k=cfg.passk_k)
         self.loss_fn = get_policy_loss(cfg.policy_loss)
-        self.ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
+        self.world = dist.world_size()
+        check_world(cfg, self.world)
+        self.local_mini = cfg.mini_batch_size // self.world  # trajectories per update on this rank
+        if ref_model is not None:
+            self.ref = ref_model.eval().requires_grad_(False) if cfg.kl_coef > 0 else None
+        else:
+            self.ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
         updates = cfg.steps * cfg.ppo_epochs * -(-cfg.prompts_per_step * cfg.n // cfg.mini_batch_size)
         self.opt, self.sched = build_optimizer(policy, cfg.optim, updates)
         self.rng = random.Random(seed)
-        self.gen = torch.Generator().manual_seed(seed)
+        self.gen = torch.Generator().manual_seed(
+            dist.rank_seed(seed)
+        )  # sampling and mini-batch order: per rank
         self._order: list[int] = []
         self.norm_len = cfg.loss_norm_len or agent.config.max_response_tokens
         self.skips = SkipGuard(cfg.optim.max_skipped_in_row)
@@ -218,14 +248,16 @@ class RLTrainer:
         )
 
     def _next_prompts(self) -> list[ProblemRow]:
-        """Epoch-wise shuffled prompts: each row is used once before any is reused."""
+        """Epoch-wise shuffled prompts: each row is used once before any is reused. Every rank draws the same
+        step's prompts (one order, seeded alike) and keeps its own slice."""
         out = []
         while len(out) < self.cfg.prompts_per_step:
             if not self._order:
                 self._order = list(range(len(self.rows)))
                 self.rng.shuffle(self._order)
             out.append(self.rows[self._order.pop()])
-        return out
+        k = len(out) // self.world
+        return out[dist.rank() * k : (dist.rank() + 1) * k]
 
     @torch.no_grad()
     def _logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
@@ -250,7 +282,7 @@ class RLTrainer:
         prompts = [r.prompt for r in rows for _ in range(cfg.n)]
         metas = [r.meta(group=first_group + g, sample=k) for g, r in enumerate(rows) for k in range(cfg.n)]
         self.policy.eval()
-        with self.timers.time("rollout"):
+        with self.timers.time("rollout"), fsdp.gathered(self.policy):
             trajs = self.agent.run(prompts, self.sampling, metas=metas, generator=self.gen)
         with self.timers.time("reward"):
             scores = score_trajectories(
@@ -262,7 +294,8 @@ class RLTrainer:
         """This step's trajectories; with dynamic sampling (DAPO), only groups with a reward signal, refilled from
         new prompts for up to `dynamic_max_rounds` extra rounds, trimmed to `prompts_per_step` groups."""
         cfg = self.cfg
-        trajs, scores = self._rollout(self._next_prompts(), 0)
+        rows = self._next_prompts()
+        trajs, scores = self._rollout(rows, dist.rank() * len(rows))  # group numbers unique over ranks
         if not cfg.dynamic_sampling:
             return trajs, scores, {}
         drawn_t, drawn_s, rounds = list(trajs), list(scores), 0
@@ -300,7 +333,7 @@ class RLTrainer:
             )
         # One update per step on the whole batch is exactly on-policy: the old log-probs are the policy's own log-probs
         # of this forward pass (detached), so the separate recomputation is skipped (as verl does).
-        on_policy = cfg.ppo_epochs == 1 and cfg.mini_batch_size >= len(trajs)
+        on_policy = cfg.ppo_epochs == 1 and self.local_mini >= len(trajs)
         # The engine's log-probs are the trainer's own only for the in-process torch engine; otherwise the old
         # log-probs are recomputed even on-policy, to measure the mismatch and correct for it.
         need_old = not on_policy or not is_in_process(self.agent.engine) or self.correction != "none"
@@ -309,27 +342,32 @@ class RLTrainer:
             mismatch = {} if old_logp is None else self._correct(batch, old_logp, trajs)
             ref_logp = self._logprobs(self.ref, batch) if self.ref is not None else None
             update = self._update(batch, old_logp, ref_logp)
-        metrics = rollout_metrics(trajs, rewards.tolist(), [s.correct for s in scores])
+        # Metrics of the whole step, every rank's trajectories together (the same numbers on every rank).
+        parts = dist.all_gather_objects(
+            ([RolloutStats.of(t) for t in trajs], rewards, groups, adv, [s.correct for s in scores])
+        )
+        stats = [x for p in parts for x in p[0]]
+        all_rewards, all_groups, all_adv = (torch.cat([p[i] for p in parts]) for i in (1, 2, 3))
+        metrics = rollout_metrics(stats, all_rewards.tolist(), [c for p in parts for c in p[4]])
         metrics.update(update)
         metrics.update(dyn)
-        metrics.update(mismatch)
+        metrics.update({k: v / self.world for k, v in dist.sum_floats(mismatch).items()})  # mean over ranks
         perf = self.timers.pop()
         perf["perf/step_s/update"] -= perf.get("perf/step_s/sync", 0.0)  # sync is timed inside the update
-        sampled = sum(sum(t.loss_mask) for t in trajs)
+        sampled = sum(s.sampled_tokens for s in stats)
+        trained = dist.sum_floats({"t": float(batch.attention_mask.sum())})["t"]
         metrics.update(perf)
-        metrics.update(peak_memory_mb())
+        metrics.update(peak_memory_mb())  # this process's
         metrics["perf/tokens_per_s/rollout"] = sampled / max(perf.get("perf/step_s/rollout", 0.0), 1e-9)
-        metrics["perf/tokens_per_s/update"] = (
-            cfg.ppo_epochs * int(batch.attention_mask.sum()) / max(perf["perf/step_s/update"], 1e-9)
-        )
+        metrics["perf/tokens_per_s/update"] = cfg.ppo_epochs * trained / max(perf["perf/step_s/update"], 1e-9)
         self.last_trajectories = trajs
         metrics.update(
             {
                 "time/rollout": t_rollout,
                 "time/step": time.time() - t0,
-                "adv/zero_share": float(equal_reward_groups(rewards, groups).float().mean()),
-                "adv/mean_abs": float(adv.abs().mean()),
-                "rollout/truncated": len(truncated) / max(1, len(trajs)),
+                "adv/zero_share": float(equal_reward_groups(all_rewards, all_groups).float().mean()),
+                "adv/mean_abs": float(all_adv.abs().mean()),
+                "rollout/truncated": sum(s.stop_reason in TRUNCATED for s in stats) / max(1, len(stats)),
             }
         )
         return metrics
@@ -368,8 +406,8 @@ class RLTrainer:
         updates = 0
         for _ in range(cfg.ppo_epochs):
             order = torch.randperm(B, generator=self.gen)
-            for s in range(0, B, cfg.mini_batch_size):
-                idx = order[s : s + cfg.mini_batch_size]
+            for s in range(0, B, self.local_mini):
+                idx = order[s : s + self.local_mini]
                 stats = accumulate_gradients(
                     self.policy,
                     slice_rows(batch, idx),
@@ -412,7 +450,8 @@ class RLTrainer:
                     )
                 self.step_done = step + 1
                 if self.validate is not None and cfg.eval_every and self.step_done % cfg.eval_every == 0:
-                    val = self.validate(self.step_done)
+                    with fsdp.gathered(self.policy):
+                        val = self.validate(self.step_done)
                     m.update(val)
                     if self.logger:
                         self.logger.log(val, step=step)
@@ -428,7 +467,8 @@ class RLTrainer:
         """Everything the next step depends on besides the weights and the global generators."""
         return {
             "step": self.step_done,
-            "optimizer": self.opt.state_dict(),
+            # a sharded optimizer is saved by the checkpoint itself (DCP), not in this dictionary
+            **({} if fsdp.is_sharded(self.policy) else {"optimizer": self.opt.state_dict()}),
             "scheduler": self.sched.state_dict(),
             "order": list(self._order),
             "order_rng": self.rng.getstate(),
@@ -446,11 +486,12 @@ class RLTrainer:
                 f"{self.ref_source!r}: resume with the model.path the run started from"
             )
         self.step_done = int(state["step"])
-        self.opt.load_state_dict(state["optimizer"])
+        checkpoint.load_optimizer(self.policy, self.opt, state)
         self.sched.load_state_dict(state["scheduler"])
         self._order = list(state["order"])
         self.rng.setstate(state["order_rng"])
-        self.gen.set_state(state["generator"])
+        if "generator" in state:  # absent for a rank the checkpoint's run did not have: it keeps its own seed
+            self.gen.set_state(state["generator"])
         self.updates_done = int(state["updates_done"])
         self.skips.in_row, self.skips.total = state["skips"]
 
@@ -460,9 +501,13 @@ class RLTrainer:
             model=self.policy,
             tokenizer=self.tokenizer,
             state=self.state_dict(),
+            optimizer=self.opt,
         )
         checkpoint.rotate(self.out_dir, self.cfg.keep_last)
         return path
 
     def save(self, path: Path, step: int) -> None:
-        save_checkpoint(self.policy, self.tokenizer, path, extra={"step": step})
+        if fsdp.is_sharded(self.policy):  # full weights gathered to rank 0, a plain Hugging Face directory
+            fsdp.save_full_model(self.policy, self.tokenizer, path, extra={"step": step})
+        else:
+            save_checkpoint(self.policy, self.tokenizer, path, extra={"step": step})

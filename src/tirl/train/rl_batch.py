@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -61,9 +62,29 @@ def rollout_logprobs(trajs: Sequence[Trajectory], like: torch.Tensor) -> torch.T
     return out.to(like.device)
 
 
+@dataclass(frozen=True)
+class RolloutStats:
+    """What the per-step rollout metrics read from one trajectory: a few numbers, cheap to gather from every rank
+    (a trajectory's token lists are not)."""
+
+    stop_reason: str
+    num_tool_calls: int
+    num_tool_errors: int
+    turns: int
+    response_length: int
+    sampled_tokens: int
+
+    @classmethod
+    def of(cls, t: Trajectory) -> RolloutStats:
+        return cls(
+            t.stop_reason, t.num_tool_calls, t.num_tool_errors, t.turns, t.response_length, sum(t.loss_mask)
+        )
+
+
 def rollout_metrics(
-    trajs: Sequence[Trajectory], rewards: Sequence[float], correct: Sequence[bool]
+    trajs: Sequence[Trajectory | RolloutStats], rewards: Sequence[float], correct: Sequence[bool]
 ) -> dict[str, float]:
+    trajs = [t if isinstance(t, RolloutStats) else RolloutStats.of(t) for t in trajs]
     n = max(1, len(trajs))
     stops = Counter(t.stop_reason for t in trajs)
     calls = sum(t.num_tool_calls for t in trajs)
@@ -74,7 +95,7 @@ def rollout_metrics(
         "rollout/tool_error_rate": sum(t.num_tool_errors for t in trajs) / max(1, calls),
         "rollout/turns": sum(t.turns for t in trajs) / n,
         "rollout/response_len": sum(t.response_length for t in trajs) / n,
-        "rollout/sampled_tokens": sum(sum(t.loss_mask) for t in trajs) / n,
+        "rollout/sampled_tokens": sum(t.sampled_tokens for t in trajs) / n,
     }
     for reason in ("answer", "budget", "max_turns", "turn_length"):
         out[f"rollout/stop_{reason}"] = stops.get(reason, 0) / n
