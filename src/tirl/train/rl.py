@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import torch
 
-from tirl.algorithms import equal_reward_groups, get_advantage_estimator, get_policy_loss
+from tirl.algorithms import get_advantage_estimator, get_policy_loss
 from tirl.algorithms.rollout_correction import CORRECTIONS, correction_weights, mismatch_metrics
 from tirl.data.records import ProblemRow, problem_rows
 from tirl.logging import MetricsLogger
@@ -57,12 +57,11 @@ from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_s
 from tirl.train.perf import Timers, peak_memory_mb
 from tirl.train.rl_batch import (
     TRUNCATED,
-    RolloutStats,
     fitting_prompts,
+    global_rollout_metrics,
     groups_with_signal,
     render_samples,
     rollout_logprobs,
-    rollout_metrics,
     trajectory_batch,
 )
 from tirl.train.signals import StopRequested, graceful_stop
@@ -342,13 +341,7 @@ class RLTrainer:
             mismatch = {} if old_logp is None else self._correct(batch, old_logp, trajs)
             ref_logp = self._logprobs(self.ref, batch) if self.ref is not None else None
             update = self._update(batch, old_logp, ref_logp)
-        # Metrics of the whole step, every rank's trajectories together (the same numbers on every rank).
-        parts = dist.all_gather_objects(
-            ([RolloutStats.of(t) for t in trajs], rewards, groups, adv, [s.correct for s in scores])
-        )
-        stats = [x for p in parts for x in p[0]]
-        all_rewards, all_groups, all_adv = (torch.cat([p[i] for p in parts]) for i in (1, 2, 3))
-        metrics = rollout_metrics(stats, all_rewards.tolist(), [c for p in parts for c in p[4]])
+        metrics, stats = global_rollout_metrics(trajs, scores, rewards, groups, adv)
         metrics.update(update)
         metrics.update(dyn)
         metrics.update({k: v / self.world for k, v in dist.sum_floats(mismatch).items()})  # mean over ranks
@@ -361,15 +354,7 @@ class RLTrainer:
         metrics["perf/tokens_per_s/rollout"] = sampled / max(perf.get("perf/step_s/rollout", 0.0), 1e-9)
         metrics["perf/tokens_per_s/update"] = cfg.ppo_epochs * trained / max(perf["perf/step_s/update"], 1e-9)
         self.last_trajectories = trajs
-        metrics.update(
-            {
-                "time/rollout": t_rollout,
-                "time/step": time.time() - t0,
-                "adv/zero_share": float(equal_reward_groups(all_rewards, all_groups).float().mean()),
-                "adv/mean_abs": float(all_adv.abs().mean()),
-                "rollout/truncated": sum(s.stop_reason in TRUNCATED for s in stats) / max(1, len(stats)),
-            }
-        )
+        metrics.update({"time/rollout": t_rollout, "time/step": time.time() - t0})
         return metrics
 
     def _correct(

@@ -14,6 +14,7 @@ from tirl.algorithms import equal_reward_groups
 from tirl.data.records import ProblemRow
 from tirl.eval.toolstats import tool_use_stats
 from tirl.rollout.types import Trajectory
+from tirl.train import dist
 from tirl.train.batch import TokenBatch, collate
 
 
@@ -110,6 +111,27 @@ def rollout_metrics(
     out.update({f"rollout/{k}": v for k, v in split.items() if "/" in k and not k.endswith("/responses")})
     out["rollout/budget_share"] = split["budget_share"]
     return out
+
+
+def global_rollout_metrics(
+    trajs: Sequence[Trajectory],
+    scores: Sequence[Any],
+    rewards: torch.Tensor,
+    groups: torch.Tensor,
+    adv: torch.Tensor,
+) -> tuple[dict[str, float], list[RolloutStats]]:
+    """The step's rollout and advantage metrics over every rank's trajectories (the same numbers on every rank),
+    and the gathered per-trajectory numbers. rewards, groups, adv: (B,) of this rank."""
+    parts = dist.all_gather_objects(
+        ([RolloutStats.of(t) for t in trajs], rewards, groups, adv, [s.correct for s in scores])
+    )
+    stats = [x for p in parts for x in p[0]]
+    all_rewards, all_groups, all_adv = (torch.cat([p[i] for p in parts]) for i in (1, 2, 3))
+    out = rollout_metrics(stats, all_rewards.tolist(), [c for p in parts for c in p[4]])
+    out["adv/zero_share"] = float(equal_reward_groups(all_rewards, all_groups).float().mean())
+    out["adv/mean_abs"] = float(all_adv.abs().mean())
+    out["rollout/truncated"] = sum(s.stop_reason in TRUNCATED for s in stats) / max(1, len(stats))
+    return out, stats
 
 
 def fitting_prompts(rows: Sequence[ProblemRow], renderer: Any, max_tokens: int) -> list[ProblemRow]:
