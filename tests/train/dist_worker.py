@@ -3,8 +3,9 @@ process, as the single-process reference.
 
 `dist_worker.py OUT MODEL_DIR SFT_DATA` does three things, writing its results under OUT (rank 0):
 1. `rl_update`: one RL update (the trainer's own `_update`, with KL, entropy, and a token budget that gives the
-   ranks different numbers of micro-batches) on a fixed batch of 8 trajectories, each rank taking its half;
-   statistics and parameters after the update go to update-<world>.pt.
+   ranks different numbers of micro-batches) on a fixed batch of 8 trajectories, each rank taking its half, for
+   full training and for a LoRA adapter; statistics and parameters before and after the update go to
+   update-<full|lora>-<world>.pt.
 2. `gradient_reduction`: the gradient of one backward against a single-process gradient computed in every
    process, for tirl's sharding (SUM over ranks of globally normalized losses) and for FSDP2's default (AVG, the
    path of pytorch issue 162338); the largest differences go to grads.json.
@@ -61,20 +62,38 @@ def fixed_batch(vocab: int, pad_id: int, rows: slice):
     return collate(ids[rows], masks[rows], pad_id=pad_id, extra={"advantages": adv[rows]})
 
 
-def rl_update(out: Path) -> None:
+def _params(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The whole model's weights (gathered to rank 0 when sharded), copied."""
+    state = fsdp.full_state_dict(model) if fsdp.is_sharded(model) else model.state_dict()
+    return {k: v.detach().clone() for k, v in state.items()}
+
+
+def rl_update(out: Path, lora_rank: int = 0) -> None:
+    """With `lora_rank` > 0, a LoRA adapter (B drawn at random, so A has a gradient too) trains and KL is off
+    (the adapter-disabled reference belongs to the LoRA work)."""
     tok = build_test_tokenizer()
     renderer = ChatRenderer(tok)
     model = make_model(tok).train()
     ref = copy.deepcopy(model)
+    if lora_rank:
+        from tirl.models.lora import LoraConfig, apply_lora
+
+        model = apply_lora(model, LoraConfig(rank=lora_rank))
+        g = torch.Generator().manual_seed(5)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if "lora_B" in name:
+                    p.normal_(0.0, 0.05, generator=g)
     if dist.is_distributed():
         fsdp.shard_model(ref)
         fsdp.shard_model(model)
+    before = _params(model)
     cfg = RLConfig(
         prompts_per_step=2,
         n=4,
         mini_batch_size=B,
         micro_batch_tokens=60,
-        kl_coef=0.05,
+        kl_coef=0.0 if lora_rank else 0.05,
         entropy_coef=0.01,
         # AdamW's first step is about lr * sign(g) for the default eps, blind to a wrong gradient scale and
         # jumpy where g is near 0; an eps near the gradients' size makes the step follow the gradient itself
@@ -96,10 +115,12 @@ def rl_update(out: Path) -> None:
     batch = fixed_batch(
         model.config.vocab_size, renderer.pad_id, slice(dist.rank() * half, (dist.rank() + 1) * half)
     )
-    stats = trainer._update(batch, None, trainer._logprobs(trainer.ref, batch))
-    params = fsdp.full_state_dict(model) if fsdp.is_sharded(model) else model.state_dict()
+    ref_logp = trainer._logprobs(trainer.ref, batch) if trainer.ref is not None else None
+    stats = trainer._update(batch, None, ref_logp)
+    params = _params(model)
     if dist.is_main():
-        torch.save({"stats": stats, "params": params}, out / f"update-{dist.world_size()}.pt")
+        name = f"update-{'lora' if lora_rank else 'full'}-{dist.world_size()}.pt"
+        torch.save({"stats": stats, "params": params, "before": before}, out / name)
 
 
 def _grad_max_diff(sharded: torch.nn.Module, reference: torch.nn.Module) -> float:
@@ -161,6 +182,7 @@ def main() -> None:
     dist.init_distributed(dist.DistConfig(backend="gloo"), "cpu")
     try:
         rl_update(out)
+        rl_update(out, lora_rank=4)
         gradient_reduction(out)
         sft(out, model_dir, data)
     finally:
