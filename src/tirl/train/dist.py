@@ -122,6 +122,12 @@ def all_reduce_max(value: int) -> int:
     return int(t.item())
 
 
+def any_rank(flag: bool) -> bool:
+    """True on every process when `flag` is true on any (a stop signal seen by one rank stops them all at the
+    same step: the checkpoint that follows is collective)."""
+    return all_reduce_max(int(flag)) > 0
+
+
 def sum_floats(values: dict[str, float]) -> dict[str, float]:
     """Each entry summed over all processes; a key some process lacks counts as 0 there (a rank whose
     micro-batches were all empty has no loss statistics)."""

@@ -441,9 +441,10 @@ class RLTrainer:
                     if self.logger:
                         self.logger.log(val, step=step)
                 bar.advance(1, info=f"reward {m['reward/mean']:+.2f}  acc {m['reward/accuracy']:.2f}")
-                if (cfg.save_every and self.step_done % cfg.save_every == 0) or stop.requested:
+                stopping = dist.any_rank(stop.requested)
+                if (cfg.save_every and self.step_done % cfg.save_every == 0) or stopping:
                     path = self.save_checkpoint()
-                    if stop.requested:
+                    if stopping:
                         raise StopRequested(str(path), self.step_done)
         self.save(self.out_dir / "model", cfg.steps)
         return history

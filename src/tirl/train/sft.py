@@ -215,7 +215,8 @@ def train_sft(
                 logger.log(last, step=step)
             bar.advance(1, info=f"loss {last['sft/loss']:.3f}")
             done = step + 1
-            if save is not None and ((cfg.save_every and done % cfg.save_every == 0) or stop.requested):
+            stopping = dist.any_rank(stop.requested)
+            if save is not None and ((cfg.save_every and done % cfg.save_every == 0) or stopping):
                 state = {
                     "step": done,
                     # a sharded optimizer is saved by the checkpoint itself (DCP), not in this dictionary
@@ -224,7 +225,7 @@ def train_sft(
                     "skips": (guard.in_row, guard.total),
                 }
                 path = save(done, state, opt)
-                if stop.requested:
+                if stopping:
                     raise StopRequested(str(path), done)
     model.eval()
     return last
