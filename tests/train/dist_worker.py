@@ -115,7 +115,10 @@ def rl_update(out: Path, lora_rank: int = 0) -> None:
     batch = fixed_batch(
         model.config.vocab_size, renderer.pad_id, slice(dist.rank() * half, (dist.rank() + 1) * half)
     )
-    ref_logp = trainer._logprobs(trainer.ref, batch) if trainer.ref is not None else None
+    ref_logp = None
+    if trainer.ref is not None:
+        with trainer.ref.model() as reference:
+            ref_logp = trainer._logprobs(reference, batch)
     stats = trainer._update(batch, None, ref_logp)
     params = _params(model)
     if dist.is_main():

@@ -1,6 +1,7 @@
 """Training checkpoints that a run can resume from exactly: written whole or not at all, verified when read.
 
-A checkpoint `checkpoint-<step>/` is a Hugging Face model directory (weights, config, tokenizer) plus
+A checkpoint `checkpoint-<step>/` is a Hugging Face model directory (weights, config, tokenizer; for LoRA the
+adapter and `base_model.json`, see `tirl.models.lora`) plus
 `trainer_state.pt` (optimizer, scheduler, counters, data order, every random generator, what the trainer needs
 next) and `manifest.json`, written last, listing every file with its size. The directory is staged and renamed in
 one step (`tirl.io.atomic_dir`), so a crash leaves either the whole checkpoint or none; the manifest also catches
@@ -29,6 +30,7 @@ import torch
 
 from tirl.errors import TirlError
 from tirl.io import atomic_dir
+from tirl.models import lora
 from tirl.train import dist
 from tirl.train.fsdp import is_sharded
 
@@ -75,7 +77,7 @@ def save(
             raise ValueError("a sharded model's checkpoint needs its optimizer (saved as DCP shards with it)")
         return _save_sharded(Path(path), model, tokenizer, state, optimizer)
     with atomic_dir(path) as stage:
-        model.save_pretrained(stage)
+        lora.save_model(model, stage)  # a LoRA model: its adapter and the record of its base
         tokenizer.save_pretrained(stage)
         torch.save({**state, "rng": rng_state()}, stage / STATE)
         _write_manifest(stage)
@@ -209,7 +211,7 @@ def load_weights(model: torch.nn.Module, path: str | Path) -> None:
     """Load the checkpoint's weights into `model` in place (same architecture), naming the file on failure.
 
     DCP shards load into a sharded or a whole model alike (collective when sharded); safetensors only into a
-    whole one."""
+    whole one. A LoRA model takes the checkpoint's adapter, after checking that it was trained on the same base."""
     if is_sharded_checkpoint(path):
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
@@ -228,6 +230,13 @@ def load_weights(model: torch.nn.Module, path: str | Path) -> None:
             "checkpoint, written under torchrun, resumes in any number of processes)"
         )
     from safetensors.torch import load_file
+
+    if lora.is_lora(model) or lora.is_adapter_dir(path):
+        try:
+            lora.load_adapter_weights(model, path)
+        except lora.LoraError as e:
+            raise CheckpointError(str(e)) from None
+        return
 
     files = sorted(Path(path).glob("*.safetensors"))
     if not files:

@@ -26,7 +26,6 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
 
 from __future__ import annotations
 
-import copy
 import random
 import time
 from collections import Counter
@@ -55,8 +54,10 @@ from tirl.train.checkpoint import CheckpointError
 from tirl.train.logprobs import token_logprobs
 from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
 from tirl.train.perf import Timers, peak_memory_mb
+from tirl.train.reference import Reference
 from tirl.train.rl_batch import (
     TRUNCATED,
+    check_world,
     fitting_prompts,
     global_rollout_metrics,
     groups_with_signal,
@@ -160,21 +161,6 @@ class RLConfig:
             )
 
 
-def check_world(cfg: RLConfig, world: int) -> None:
-    """Under torchrun every rank takes an equal share of each step's prompts and of each mini-batch."""
-    if world == 1:
-        return
-    if cfg.prompts_per_step % world or cfg.mini_batch_size % world:
-        raise ValueError(
-            f"rl.prompts_per_step={cfg.prompts_per_step} and rl.mini_batch_size={cfg.mini_batch_size} must both be "
-            f"divisible by the number of processes ({world})"
-        )
-    if cfg.dynamic_sampling:
-        raise ValueError(
-            "rl.dynamic_sampling is single-process only for now: ranks would keep different numbers of groups"
-        )
-
-
 class RLTrainer:
     def __init__(
         self,
@@ -190,10 +176,12 @@ class RLTrainer:
         seed: int,
         logger: MetricsLogger | None = None,
         ref_source: str = "",
+        autocast: torch.dtype | None = None,
+        ref_dtype: torch.dtype | None = None,
         ref_model: torch.nn.Module | None = None,
     ) -> None:
-        """`ref_model`: the KL reference when `policy` cannot be copied (FSDP-sharded); by default a frozen copy
-        of `policy` as it is now."""
+        """`ref_model`: the KL reference's copy when `policy` cannot be copied (FSDP-sharded); by default a frozen
+        copy of `policy` as it is now (none for LoRA)."""
         if not rows:
             raise ValueError("RL needs at least one prompt row")
         self.policy, self.tokenizer, self.agent, self.rows, self.cfg = (
@@ -211,11 +199,15 @@ class RLTrainer:
         self.loss_fn = get_policy_loss(cfg.policy_loss)
         self.world = dist.world_size()
         check_world(cfg, self.world)
+        if self.world > 1 and not is_in_process(agent.engine):
+            raise ValueError(
+                "under torchrun, RL samples with each rank's in-process engine: use rollout.engine=torch (a "
+                "server engine would need rank 0 to sync the gathered weights, not done yet)"
+            )
         self.local_mini = cfg.mini_batch_size // self.world  # trajectories per update on this rank
-        if ref_model is not None:
-            self.ref = ref_model.eval().requires_grad_(False) if cfg.kl_coef > 0 else None
-        else:
-            self.ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
+        # model.autocast's dtype; the KL reference: LoRA's base with the adapter off, else a copy in model.ref_dtype
+        self.autocast = autocast
+        self.ref = Reference(policy, ref_dtype, copy=ref_model) if cfg.kl_coef > 0 else None
         updates = cfg.steps * cfg.ppo_epochs * -(-cfg.prompts_per_step * cfg.n // cfg.mini_batch_size)
         self.opt, self.sched = build_optimizer(policy, cfg.optim, updates)
         self.rng = random.Random(seed)
@@ -244,6 +236,7 @@ class RLTrainer:
             entropy_coef=cfg.entropy_coef,
             micro_batch_size=cfg.micro_batch_size,
             micro_batch_tokens=cfg.micro_batch_tokens,
+            autocast=autocast,
         )
 
     def _next_prompts(self) -> list[ProblemRow]:
@@ -271,6 +264,7 @@ class RLTrainer:
                 part.attention_mask,
                 temperature=self.sampling.logprob_temperature,
                 loss_mask=part.loss_mask,
+                autocast=self.autocast,
             )
             out[rows, : lp.shape[1]] = lp
         return out
@@ -339,7 +333,10 @@ class RLTrainer:
         with self.timers.time("update"):
             old_logp = self._logprobs(self.policy, batch) if need_old else None
             mismatch = {} if old_logp is None else self._correct(batch, old_logp, trajs)
-            ref_logp = self._logprobs(self.ref, batch) if self.ref is not None else None
+            ref_logp = None
+            if self.ref is not None:
+                with self.ref.model() as ref:
+                    ref_logp = self._logprobs(ref, batch)
             update = self._update(batch, old_logp, ref_logp)
         metrics, stats = global_rollout_metrics(trajs, scores, rewards, groups, adv)
         metrics.update(update)

@@ -149,3 +149,18 @@ def fitting_prompts(rows: Sequence[ProblemRow], renderer: Any, max_tokens: int) 
             f"dropped {len(rows) - len(kept)} of {len(rows)} RL prompts over agent.max_prompt_tokens={max_tokens}"
         )
     return kept
+
+
+def check_world(cfg: Any, world: int) -> None:
+    """Under torchrun every rank takes an equal share of each step's prompts and of each mini-batch."""
+    if world == 1:
+        return
+    if cfg.prompts_per_step % world or cfg.mini_batch_size % world:
+        raise ValueError(
+            f"rl.prompts_per_step={cfg.prompts_per_step} and rl.mini_batch_size={cfg.mini_batch_size} must both be "
+            f"divisible by the number of processes ({world})"
+        )
+    if cfg.dynamic_sampling:
+        raise ValueError(
+            "rl.dynamic_sampling is single-process only for now: ranks would keep different numbers of groups"
+        )

@@ -110,12 +110,18 @@ def length_grouped_batches(
 
 
 def sft_loss(
-    model: torch.nn.Module, batch: TokenBatch, *, num_tokens: torch.Tensor | float | None = None
+    model: torch.nn.Module,
+    batch: TokenBatch,
+    *,
+    num_tokens: torch.Tensor | float | None = None,
+    autocast: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, int]:
     """Cross-entropy summed over loss_mask and divided by `num_tokens` (the whole batch's trained tokens when this is
     one micro-batch of it; default: this batch's own), computed on trained positions only, in chunks; returns
     (loss, number of trained tokens here)."""
-    logp, _ = token_logprobs(model, batch.input_ids, batch.attention_mask, loss_mask=batch.loss_mask)
+    logp, _ = token_logprobs(
+        model, batch.input_ids, batch.attention_mask, loss_mask=batch.loss_mask, autocast=autocast
+    )
     mask = batch.loss_mask.clone()
     mask[:, 0] = 0  # nothing predicts the first token
     n = int(mask.sum().item())
@@ -124,7 +130,12 @@ def sft_loss(
 
 
 def sft_step(
-    model: torch.nn.Module, batch: TokenBatch | None, cfg: SFTConfig, device: torch.device | str = "cpu"
+    model: torch.nn.Module,
+    batch: TokenBatch | None,
+    cfg: SFTConfig,
+    device: torch.device | str = "cpu",
+    *,
+    autocast: torch.dtype | None = None,
 ) -> tuple[float, int]:
     """Forward and backward over the batch's micro-batches (gradients accumulate); returns (loss, trained tokens),
     both of the whole batch over all ranks. `batch` None: this rank has no rows of this batch (its last one)."""
@@ -146,7 +157,7 @@ def sft_step(
         if micro is None or (sharded and not bool((micro.loss_mask[:, 1:] > 0).any())):
             idle_pass(model, device)  # nothing to train here, but the collectives must run
             continue
-        loss, k = sft_loss(model, micro, num_tokens=num_tokens)
+        loss, k = sft_loss(model, micro, num_tokens=num_tokens, autocast=autocast)
         if loss.requires_grad:
             loss.backward()
         total, n = total + float(loss.detach()), n + k
@@ -166,12 +177,14 @@ def train_sft(
     label: str = "SFT",
     save: Callable[[int, dict[str, Any], torch.optim.Optimizer], Path] | None = None,
     resume_state: dict[str, Any] | None = None,
+    autocast: torch.dtype | None = None,
 ) -> dict[str, float]:
     """Train in place; returns the last logged metrics.
 
     `save(step, state, optimizer)` writes a resumable checkpoint every `cfg.save_every` steps and when SIGTERM/SIGINT ask to
     stop (then `StopRequested` is raised). `resume_state` (a checkpoint's trainer state) continues a run: the batch
     plan is rebuilt from the seed, the batches already trained are skipped, optimizer and schedule restored.
+    `autocast`: `model.autocast`'s dtype (forward and backward under torch.autocast), None for full precision.
     """
     examples = render_rows(rows, renderer, max_length=cfg.max_length)
     rng = random.Random(seed)
@@ -200,7 +213,7 @@ def train_sft(
                 if chunk
                 else None
             )
-            loss, n = sft_step(model, batch, cfg, device)
+            loss, n = sft_step(model, batch, cfg, device, autocast=autocast)
             grad_norm, stepped = clip_and_step(model, opt, sched, cfg.optim, loss=loss)
             guard.record(stepped, where=f"{label} step {step}")
             last = {
