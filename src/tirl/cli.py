@@ -11,6 +11,7 @@ tirl data prepare NAME --out FILE.parquet [--wording recipe|plain] [--source FIL
 tirl data inspect FILE [--model DIR] [--format qwen3]
 tirl check-tokens FILE [--model DIR] [--format F] [--config FILE] [--data FILE] [--strict]
 tirl sandbox serve [--host H] [--port P] [--workers N] [--config FILE] [sandbox.key=value ...]
+torchrun --nproc_per_node=N -m tirl sft|rl ...   (FSDP2 over N processes: gloo on CPU, nccl on CUDA)
 tirl plan --config FILE [--stage rl|sft] [--nproc N] [--gpu-gib G] [--arch NAME|config.json] [--json]
 """
 
@@ -35,6 +36,10 @@ def _config(args: argparse.Namespace):
     # `task=NAME` is short for `task.name=NAME` (a registered task or package.module:attribute)
     overrides = [f"task.name={o[5:]}" if o.startswith("task=") else o for o in args.overrides]
     cfg = load_config(TirlConfig, path, overrides)
+    from tirl.train.dist import env_world_size
+
+    if env_world_size() > 1 and args.command not in ("sft", "rl"):
+        raise ValueError(f"tirl {args.command} runs in one process; under torchrun, run tirl sft or tirl rl")
     if args.command in ("demo", "sft", "rl", "eval"):
         from tirl.tasks import load_task
 
@@ -69,12 +74,17 @@ def _cmd_stage(args: argparse.Namespace) -> int:
     setup_torch(cfg)
     out = Path(args.out or Path(cfg.out_dir) / args.command)
     if args.command in ("sft", "rl"):
+        from tirl.train import dist
+
         run = run_sft if args.command == "sft" else run_rl
+        dist.init_distributed(cfg.dist, cfg.model.device)  # under torchrun; nothing in one process
         try:
             console.print(f"checkpoint: {run(cfg, out, resume=args.resume)}")
         except StopRequested as e:
             console.print(str(e))
             return EXIT_RESUMABLE
+        finally:
+            dist.shutdown()
     else:
         summary = run_eval(cfg, out, label=args.label)
         for source, metrics in summary.items():

@@ -16,6 +16,7 @@ from tirl.rollout.agent import AgentConfig
 from tirl.sandbox.local import SandboxConfig
 from tirl.tasks.arith import STYLES
 from tirl.tasks.solver import SolverConfig
+from tirl.train.dist import DistConfig
 from tirl.train.optim import OptimConfig
 from tirl.train.rl import RLConfig
 from tirl.train.sft import SFTConfig
@@ -132,6 +133,7 @@ class TirlConfig:
     rl: RLConfig = field(default_factory=RLConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    dist: DistConfig = field(default_factory=DistConfig)  # torchrun runs; the world size comes from torchrun
 
 
 __all__ = ["TirlConfig", "OptimConfig"]

@@ -7,6 +7,7 @@ evaluation records). The demo chains them; `tirl sft|rl|eval` run one.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import os
 from collections.abc import Sequence
@@ -33,14 +34,28 @@ from tirl.sandbox import build_sandbox
 from tirl.sandbox.types import Sandbox
 from tirl.tasks import Task, load_task
 from tirl.tools import CodeInterpreter
-from tirl.train import checkpoint
+from tirl.train import checkpoint, dist, fsdp
 from tirl.train.rl import RLTrainer
 from tirl.train.sft import SFTConfig, train_sft
 
 
 def setup_torch(cfg: TirlConfig) -> None:
+    """Seeds and threads; under torchrun the cores are shared among the machine's processes (threads=0)."""
     torch.manual_seed(cfg.seed)
-    torch.set_num_threads(cfg.threads or os.cpu_count() or 1)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // local))
+
+
+def _shard(model: torch.nn.Module, cfg: TirlConfig) -> torch.nn.Module:
+    """Under torchrun, FSDP2 over the ranks (`tirl.train.fsdp`); the model itself otherwise."""
+    if dist.is_distributed():
+        if is_lora(model):
+            raise ValueError(
+                "model.lora under torchrun: the sharded adapter update is tested, but its checkpoints and export "
+                "are not done yet; train LoRA in one process"
+            )
+        fsdp.shard_model(model, reshard_after_forward=cfg.dist.reshard_after_forward)
+    return model
 
 
 def current_task(cfg: TirlConfig) -> Task:
@@ -179,27 +194,36 @@ def run_sft(
     if resume == "auto" and ckpt is None:
         console.print(f"--resume auto: no complete checkpoint in {out}; starting from step 0")
     state = checkpoint.load_state(ckpt) if ckpt else None
-    save_config(cfg, out / "config.yaml")
+    if dist.is_main():
+        save_config(cfg, out / "config.yaml")
     path = _model_path(cfg, model_path)
     stage = stage or cfg.sft
     rows = rows if rows is not None else read_rows(stage.data)
     tokenizer = load_tokenizer(path)
-    model = _policy(cfg, path)
+    model = _shard(_policy(cfg, path), cfg)
     if ckpt and state:
         checkpoint.load_weights(model, ckpt)
         checkpoint.set_rng_state(state["rng"])
         console.print(f"resuming from {ckpt} at step {state['step']}")
     renderer = build_renderer(tokenizer, cfg)
-    logger = MetricsLogger(
-        out,
-        backends=cfg.logging.backends,
-        resume_step=state["step"] if state else None,
-        run_id=state.get("wandb_id") if state else None,
+    logger = (
+        MetricsLogger(
+            out,
+            backends=cfg.logging.backends,
+            resume_step=state["step"] if state else None,
+            run_id=state.get("wandb_id") if state else None,
+        )
+        if dist.is_main()
+        else None
     )
 
-    def save(step: int, trainer_state: dict[str, Any]) -> Path:
+    def save(step: int, trainer_state: dict[str, Any], optimizer: torch.optim.Optimizer) -> Path:
         done = checkpoint.save(
-            out / f"checkpoint-{step}", model=model, tokenizer=tokenizer, state=trainer_state
+            out / f"checkpoint-{step}",
+            model=model,
+            tokenizer=tokenizer,
+            state=trainer_state,
+            optimizer=optimizer,
         )
         checkpoint.rotate(out, stage.keep_last)
         return done
@@ -219,7 +243,11 @@ def run_sft(
             autocast=cfg.model.autocast_dtype,
         )
     finally:
-        logger.close()
+        if logger:
+            logger.close()
+    if fsdp.is_sharded(model):
+        fsdp.save_full_model(model, tokenizer, out / "model")
+        return out / "model"
     return save_checkpoint(model, tokenizer, out / "model")
 
 
@@ -246,24 +274,39 @@ def run_rl(
     if resume == "auto" and ckpt is None:
         console.print(f"--resume auto: no complete checkpoint in {out}; starting from step 0")
     state = checkpoint.load_state(ckpt) if ckpt else None
-    save_config(cfg, out / "config.yaml")
+    if dist.is_main():
+        save_config(cfg, out / "config.yaml")
     path = _model_path(cfg, model_path)
     rows = rows if rows is not None else _task_rows(cfg, cfg.rl.data, "train")
     tokenizer = load_tokenizer(path)
     model = _policy(cfg, path)
+    # A sharded policy cannot be copied: a full-training KL reference is copied (and sharded) before it; LoRA's
+    # reference is the policy itself with its adapter off.
+    ref = None
+    if dist.is_distributed() and cfg.rl.kl_coef > 0 and not is_lora(model):
+        ref = copy.deepcopy(model)
+        if cfg.model.reference_dtype is not None:
+            ref.to(cfg.model.reference_dtype)
+        ref = _shard(ref, cfg)
+    model = _shard(model, cfg)
     sampling = SamplingParams(
         temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k
     )
     keys = ("reward/mean", "reward/accuracy", "rollout/tool_calls", "loss/clipfrac", "time/step")
-    logger = MetricsLogger(
-        out,
-        backends=cfg.logging.backends,
-        console_keys=keys,
-        config=asdict(cfg),
-        resume_step=state["step"] if state else None,
-        run_id=state.get("wandb_id") if state else None,
+    logger = (
+        MetricsLogger(
+            out,
+            backends=cfg.logging.backends,
+            console_keys=keys,
+            config=asdict(cfg),
+            resume_step=state["step"] if state else None,
+            run_id=state.get("wandb_id") if state else None,
+        )
+        if dist.is_main()
+        else None
     )
-    with build_sandbox(cfg.sandbox) as sandbox, contextlib.closing(logger), contextlib.ExitStack() as stack:
+    closing = contextlib.closing(logger) if logger else contextlib.nullcontext()
+    with build_sandbox(cfg.sandbox) as sandbox, closing, contextlib.ExitStack() as stack:
         agent = build_agent(model, tokenizer, cfg, sandbox, model_path=path, work_dir=out)
         stack.callback(agent.engine.close)
         trainer = RLTrainer(
@@ -280,6 +323,7 @@ def run_rl(
             ref_source=str(path),
             autocast=cfg.model.autocast_dtype,
             ref_dtype=cfg.model.reference_dtype,
+            ref_model=ref,
         )
         if cfg.rl.eval_every:
             trainer.validate = validator(cfg, out, agent, str(path))
@@ -301,11 +345,17 @@ def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str):
     conf = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=model_path))  # its tokenizer
 
     def validate(step: int) -> dict[str, float]:
-        records, trajs = evaluate(agent, rows, cfg.eval, model_label=f"step-{step}", seed=cfg.seed)
+        # under torchrun each rank evaluates its share of the rows; rank 0 writes them all
+        mine = rows[dist.rank() :: dist.world_size()]
+        parts = dist.all_gather_objects(
+            evaluate(agent, mine, cfg.eval, model_label=f"step-{step}", seed=dist.rank_seed(cfg.seed))
+        )
+        records, trajs = [r for p in parts for r in p[0]], [t for p in parts for t in p[1]]
         summary = summarize_records(records, cfg.eval.ks)
         where = out / "eval" / f"step-{step:06d}"
-        write_eval(where, records, trajs, summary)
-        save_config(conf, where / "config.yaml")
+        if dist.is_main():
+            write_eval(where, records, trajs, summary)
+            save_config(conf, where / "config.yaml")
         return {f"val/{src}/{k}": float(v) for src, m in summary.items() for k, v in m.items() if "@" in k}
 
     return validate

@@ -8,6 +8,12 @@ one step (`tirl.io.atomic_dir`), so a crash leaves either the whole checkpoint o
 files damaged later (truncated, deleted), and loading names the bad file.
 
 Rotation (`keep_last`) deletes the oldest complete checkpoints, never the newest complete one.
+
+A run sharded over several processes (FSDP) writes the same directory with the weights and the optimizer as
+`torch.distributed.checkpoint` (DCP) shards under `dcp/` instead of safetensors and `trainer_state.pt`'s optimizer,
+plus `rank-<r>.pt` per rank (that rank's generators); `config.json` and the tokenizer are still there. DCP
+reshards on load, so such a checkpoint resumes in any number of processes, one included. The final model of such a
+run is a plain Hugging Face directory (`tirl.train.fsdp.save_full_model`).
 """
 
 from __future__ import annotations
@@ -25,9 +31,13 @@ import torch
 from tirl.errors import TirlError
 from tirl.io import atomic_dir
 from tirl.models import lora
+from tirl.train import dist
+from tirl.train.fsdp import is_sharded
 
 MANIFEST = "manifest.json"
 STATE = "trainer_state.pt"
+DCP_DIR = "dcp"  # sharded weights and optimizer of a multi-process run
+PER_RANK = ("rng", "generator")  # trainer-state entries every rank has its own of
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 
 
@@ -51,15 +61,67 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def save(path: str | Path, *, model: torch.nn.Module, tokenizer: Any, state: dict[str, Any]) -> Path:
-    """Write a complete checkpoint at `path` atomically; `state` is the trainer's (see module docstring)."""
+def save(
+    path: str | Path,
+    *,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    state: dict[str, Any],
+    optimizer: torch.optim.Optimizer | None = None,
+) -> Path:
+    """Write a complete checkpoint at `path` atomically; `state` is the trainer's (see module docstring).
+
+    A sharded `model` is saved with its `optimizer` as DCP shards by every rank together (collective)."""
+    if is_sharded(model):
+        if optimizer is None:
+            raise ValueError("a sharded model's checkpoint needs its optimizer (saved as DCP shards with it)")
+        return _save_sharded(Path(path), model, tokenizer, state, optimizer)
     with atomic_dir(path) as stage:
         lora.save_model(model, stage)  # a LoRA model: its adapter and the record of its base
         tokenizer.save_pretrained(stage)
         torch.save({**state, "rng": rng_state()}, stage / STATE)
-        files = {str(p.relative_to(stage)): p.stat().st_size for p in sorted(stage.rglob("*")) if p.is_file()}
-        (stage / MANIFEST).write_text(json.dumps({"files": files}, indent=1))
+        _write_manifest(stage)
     return Path(path)
+
+
+def _save_sharded(
+    path: Path,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    state: dict[str, Any],
+    optimizer: torch.optim.Optimizer,
+) -> Path:
+    """Rank 0 stages the directory and writes what is shared; every rank writes its DCP shards and generators;
+    rank 0 writes the manifest and renames the stage once all are in. Every rank returns when it is complete."""
+
+    def write(stage: Path) -> None:
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        model_sd, optim_sd = get_state_dict(model, optimizer)
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=stage / DCP_DIR)
+        own = {"rng": rng_state(), **{k: state[k] for k in PER_RANK if k in state}}
+        torch.save(own, stage / f"rank-{dist.rank()}.pt")
+        dist.barrier()  # every rank's files are in
+
+    if not dist.is_main():
+        write(Path(dist.broadcast_object(None)))
+    else:
+        with atomic_dir(path) as stage:
+            dist.broadcast_object(str(stage))
+            write(stage)
+            model.config.save_pretrained(stage)
+            tokenizer.save_pretrained(stage)
+            shared = {k: v for k, v in state.items() if k != "optimizer"}
+            torch.save({**shared, "rng": rng_state(), "world_size": dist.world_size()}, stage / STATE)
+            _write_manifest(stage)
+    dist.barrier()  # renamed: complete for every rank
+    return path
+
+
+def _write_manifest(stage: Path) -> None:
+    files = {str(p.relative_to(stage)): p.stat().st_size for p in sorted(stage.rglob("*")) if p.is_file()}
+    (stage / MANIFEST).write_text(json.dumps({"files": files}, indent=1))
 
 
 def verify(path: str | Path) -> None:
@@ -84,18 +146,89 @@ def verify(path: str | Path) -> None:
             )
 
 
+def is_sharded_checkpoint(path: str | Path) -> bool:
+    return (Path(path) / DCP_DIR).is_dir()
+
+
 def load_state(path: str | Path) -> dict[str, Any]:
-    """The trainer state of a verified checkpoint (the weights are read by the caller with `load_weights`)."""
+    """The trainer state of a verified checkpoint (the weights are read by the caller with `load_weights`).
+
+    Of a sharded checkpoint: with this rank's own generators when the saving run had this rank (a rank it did
+    not have keeps rank 0's global generators and its own seeded ones), and `checkpoint_dir` set for
+    `load_optimizer`."""
     verify(path)
+    state = _load(Path(path) / STATE)
+    if is_sharded_checkpoint(path):
+        state["checkpoint_dir"] = str(path)
+        own = Path(path) / f"rank-{dist.rank()}.pt"
+        if own.is_file():
+            state.update(_load(own))
+        else:
+            state.pop("generator", None)
+    return state
+
+
+def _load(f: Path) -> dict[str, Any]:
     try:
-        return torch.load(Path(path) / STATE, weights_only=False)
+        return torch.load(f, weights_only=False)
     except Exception as e:  # a file of the right size that torch cannot read
-        raise CheckpointError(f"checkpoint {path}: {STATE} is corrupt ({type(e).__name__}: {e})") from None
+        raise CheckpointError(
+            f"checkpoint {f.parent}: {f.name} is corrupt ({type(e).__name__}: {e})"
+        ) from None
+
+
+def load_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Restore `optimizer` from a trainer state: its own entry (single-process checkpoints) or the DCP shards
+    of the checkpoint it came from, resharded onto this run's processes (collective when sharded)."""
+    if "optimizer" in state:
+        if is_sharded(model):
+            raise CheckpointError(
+                "this checkpoint was written by a single process; resume it in a single process (a sharded "
+                "checkpoint, written under torchrun, resumes in any number of processes)"
+            )
+        optimizer.load_state_dict(state["optimizer"])
+        return
+    from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
+
+    optim_sd = get_optimizer_state_dict(model, optimizer)
+    box = {"optim": optim_sd}
+    _dcp_load(box, Path(state["checkpoint_dir"]))
+    set_optimizer_state_dict(model, optimizer, box["optim"])
+
+
+def _dcp_load(box: dict[str, Any], path: Path) -> None:
+    """DCP shards into `box` in place; in one process, without DCP's warning that it assumes one process."""
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="torch.distributed is disabled")
+        dcp.load(box, checkpoint_id=path / DCP_DIR)
 
 
 def load_weights(model: torch.nn.Module, path: str | Path) -> None:
     """Load the checkpoint's weights into `model` in place (same architecture), naming the file on failure.
-    A LoRA model takes the checkpoint's adapter, after checking that it was trained on the same base."""
+
+    DCP shards load into a sharded or a whole model alike (collective when sharded); safetensors only into a
+    whole one. A LoRA model takes the checkpoint's adapter, after checking that it was trained on the same base."""
+    if is_sharded_checkpoint(path):
+        from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
+
+        box = {"model": get_model_state_dict(model)}
+        try:
+            _dcp_load(box, Path(path))
+        except Exception as e:
+            raise CheckpointError(
+                f"checkpoint {path}: {DCP_DIR}/ does not load ({type(e).__name__}: {e})"
+            ) from None
+        set_model_state_dict(model, box["model"])
+        return
+    if is_sharded(model):
+        raise CheckpointError(
+            f"checkpoint {path} was written by a single process; resume it in a single process (a sharded "
+            "checkpoint, written under torchrun, resumes in any number of processes)"
+        )
     from safetensors.torch import load_file
 
     if lora.is_lora(model) or lora.is_adapter_dir(path):
@@ -151,6 +284,8 @@ def resolve_resume(resume: str | None, out_dir: str | Path) -> Path | None:
 def rotate(out_dir: str | Path, keep_last: int) -> list[Path]:
     """Delete the oldest complete checkpoints so that `keep_last` remain (0 = keep all); returns what was deleted.
     The newest complete checkpoint is never deleted, whatever `keep_last` says."""
+    if not dist.is_main():  # under torchrun, rank 0 alone deletes
+        return []
     found = complete_checkpoints(out_dir)
     if keep_last <= 0 or len(found) <= max(1, keep_last):
         return []

@@ -1,13 +1,84 @@
-"""The distribution seam's smallest part: rank, world size and sums across processes, correct in one process too.
+"""Processes that share one training run: start-up from torchrun's environment, rank, world size, reductions.
 
 Trainers normalize losses and metrics by counts summed over every process that shares a mini-batch; with no
-process group these functions are the identity, so single-process code calls them unconditionally.
+process group every function here is the identity (or its one-process equivalent), so single-process code calls
+them unconditionally and stays bit-identical to a run without torchrun.
+
+`init_distributed` reads torchrun's variables (`RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `MASTER_ADDR/PORT`): the world
+size is never a config value. gloo serves CPU runs (tested on this machine), nccl CUDA runs (not testable here).
 """
 
 from __future__ import annotations
 
+import os
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 import torch.distributed as dist
+
+BACKENDS = ("auto", "gloo", "nccl")
+
+
+@dataclass
+class DistConfig:
+    """Multi-process training (`torchrun --nproc_per_node=N -m tirl rl|sft ...`); ignored in a single process."""
+
+    backend: str = "auto"  # auto = nccl when model.device is CUDA, gloo on CPU
+    # FSDP2: free each decoder layer's gathered weights after its forward (less memory, one more all-gather in
+    # the backward); False keeps them until the backward (ZeRO-2-like).
+    reshard_after_forward: bool = True
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown dist.backend {self.backend!r}; valid: {', '.join(BACKENDS)}")
+
+
+def env_world_size() -> int:
+    """The world size torchrun announced (1 without torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def resolve_backend(backend: str, device: str) -> str:
+    """`auto` -> nccl for a CUDA device, gloo otherwise; a mismatch is a start-up error naming `dist.backend`."""
+    cuda = device.startswith("cuda")
+    if backend == "auto":
+        return "nccl" if cuda else "gloo"
+    if backend == "nccl" and not cuda:
+        raise ValueError(
+            f"dist.backend=nccl needs model.device=cuda, got model.device={device!r} (use gloo on CPU)"
+        )
+    return backend
+
+
+def init_distributed(cfg: DistConfig, device: str) -> bool:
+    """Join the process group torchrun set up; returns False (and does nothing) when there is one process.
+
+    On CPU, CUDA is hidden from this process (`CUDA_VISIBLE_DEVICES=""` unless set) so that FSDP2 cannot move
+    the model to a GPU behind gloo's back (pytorch issue 132471); on CUDA, each process takes GPU `LOCAL_RANK`.
+    Every rank but 0 is silenced (console, progress bars): rank 0 logs and writes.
+    """
+    if env_world_size() <= 1 or is_distributed():
+        return is_distributed()
+    backend = resolve_backend(cfg.backend, device)
+    if backend == "nccl":
+        if not torch.cuda.is_available():
+            raise ValueError("dist.backend=nccl but CUDA is not available in this process")
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    else:
+        os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+    dist.init_process_group(backend=backend)
+    if rank() != 0:
+        from tirl.logging import console
+
+        os.environ["TIRL_QUIET"] = "1"
+        console.quiet = True
+    return True
+
+
+def shutdown() -> None:
+    if is_distributed():
+        dist.destroy_process_group()
 
 
 def is_distributed() -> bool:
@@ -27,6 +98,12 @@ def is_main() -> bool:
     return rank() == 0
 
 
+def rank_seed(seed: int) -> int:
+    """This rank's seed for its own generators (sampling, mini-batch order): `seed` itself on rank 0, so a
+    single-process run draws exactly what it drew before torchrun existed."""
+    return seed + 1_000_003 * rank()
+
+
 def all_reduce_sum(x: torch.Tensor) -> torch.Tensor:
     """Sum of `x` over all processes (a new tensor; `x` itself is left as it was)."""
     if not is_distributed():
@@ -34,3 +111,61 @@ def all_reduce_sum(x: torch.Tensor) -> torch.Tensor:
     out = x.detach().clone()
     dist.all_reduce(out, op=dist.ReduceOp.SUM)
     return out
+
+
+def all_reduce_max(value: int) -> int:
+    """The largest of every process's `value`."""
+    if not is_distributed():
+        return value
+    t = torch.tensor([value], dtype=torch.long, device=_device())
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def any_rank(flag: bool) -> bool:
+    """True on every process when `flag` is true on any (a stop signal seen by one rank stops them all at the
+    same step: the checkpoint that follows is collective)."""
+    return all_reduce_max(int(flag)) > 0
+
+
+def sum_floats(values: dict[str, float]) -> dict[str, float]:
+    """Each entry summed over all processes; a key some process lacks counts as 0 there (a rank whose
+    micro-batches were all empty has no loss statistics)."""
+    if not is_distributed():
+        return dict(values)
+    keys = sorted(set().union(*all_gather_objects(sorted(values))))
+    if not keys:
+        return {}
+    t = torch.tensor([values.get(k, 0.0) for k in keys], dtype=torch.float64, device=_device())
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return dict(zip(keys, t.tolist(), strict=True))
+
+
+def all_gather_objects(obj: Any) -> list[Any]:
+    """Every process's `obj` (picklable), in rank order; [obj] in one process."""
+    if not is_distributed():
+        return [obj]
+    out: list[Any] = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_object(obj: Any) -> Any:
+    """Rank 0's `obj` on every process."""
+    if not is_distributed():
+        return obj
+    box = [obj if is_main() else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def barrier() -> None:
+    if is_distributed():
+        dist.barrier()
+
+
+def _device() -> torch.device:
+    """Where collectives of small tensors live: the current GPU under nccl, the CPU under gloo."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")

@@ -84,7 +84,10 @@ def clip_and_step(
     """
     params = [p for p in model.parameters() if p.grad is not None]
     max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
-    norm = float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    total = torch.nn.utils.clip_grad_norm_(params, max_norm)
+    norm = float(
+        total.full_tensor() if hasattr(total, "full_tensor") else total
+    )  # FSDP: a replicated DTensor
     stepped = math.isfinite(norm) and math.isfinite(loss)
     if stepped:
         opt.step()

@@ -9,7 +9,7 @@ differ slightly from the policy's own at step 0, so the KL starts a little above
 from __future__ import annotations
 
 import contextlib
-import copy
+import copy as _copy
 from collections.abc import Iterator
 
 import torch
@@ -18,11 +18,21 @@ from tirl.models.lora import is_lora
 
 
 class Reference:
-    def __init__(self, policy: torch.nn.Module, dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self,
+        policy: torch.nn.Module,
+        dtype: torch.dtype | None = None,
+        *,
+        copy: torch.nn.Module | None = None,
+    ) -> None:
+        """`copy`: the frozen copy, made by the caller (already in `dtype`) when `policy` cannot be deep-copied
+        (FSDP-sharded)."""
         self._policy = policy
         self._copy: torch.nn.Module | None = None
-        if not is_lora(policy):
-            self._copy = copy.deepcopy(policy).eval().requires_grad_(False)
+        if copy is not None and not is_lora(policy):
+            self._copy = copy.eval().requires_grad_(False)
+        elif not is_lora(policy):
+            self._copy = _copy.deepcopy(policy).eval().requires_grad_(False)
             if dtype is not None:
                 self._copy.to(dtype)
 

@@ -19,6 +19,9 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
    untouched) and counted in `loss/skipped_updates`; `optim.max_skipped_in_row` in a row stop the run.
 10. Groups of one (`n = 1`) are refused: every group-relative estimator gives them zero advantage (verl's GRPO
    instead passes the raw reward through, an unbaselined REINFORCE), so such a run would silently learn nothing.
+11. Under torchrun, each rank takes its slice of the step's prompts and samples all `n` rollouts of each with its
+   own in-process engine (generators seeded from seed and rank): groups stay whole on one rank, so advantages need
+   no communication and no token crosses ranks; only loss normalizers, gradients and metrics are reduced.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any, Literal
 
 import torch
 
-from tirl.algorithms import equal_reward_groups, get_advantage_estimator, get_policy_loss
+from tirl.algorithms import get_advantage_estimator, get_policy_loss
 from tirl.algorithms.rollout_correction import CORRECTIONS, correction_weights, mismatch_metrics
 from tirl.data.records import ProblemRow, problem_rows
 from tirl.logging import MetricsLogger
@@ -45,7 +48,7 @@ from tirl.rollout.agent import AgentLoop
 from tirl.rollout.modes import check_rl_sampling, is_in_process, resolve_correction
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
-from tirl.train import checkpoint
+from tirl.train import checkpoint, dist, fsdp
 from tirl.train.batch import TokenBatch, slice_rows
 from tirl.train.checkpoint import CheckpointError
 from tirl.train.logprobs import token_logprobs
@@ -54,11 +57,12 @@ from tirl.train.perf import Timers, peak_memory_mb
 from tirl.train.reference import Reference
 from tirl.train.rl_batch import (
     TRUNCATED,
+    check_world,
     fitting_prompts,
+    global_rollout_metrics,
     groups_with_signal,
     render_samples,
     rollout_logprobs,
-    rollout_metrics,
     trajectory_batch,
 )
 from tirl.train.signals import StopRequested, graceful_stop
@@ -174,7 +178,10 @@ class RLTrainer:
         ref_source: str = "",
         autocast: torch.dtype | None = None,
         ref_dtype: torch.dtype | None = None,
+        ref_model: torch.nn.Module | None = None,
     ) -> None:
+        """`ref_model`: the KL reference's copy when `policy` cannot be copied (FSDP-sharded); by default a frozen
+        copy of `policy` as it is now (none for LoRA)."""
         if not rows:
             raise ValueError("RL needs at least one prompt row")
         self.policy, self.tokenizer, self.agent, self.rows, self.cfg = (
@@ -190,13 +197,23 @@ class RLTrainer:
         self.correction = resolve_correction(cfg.rollout_correction, agent.engine)
         self.adv_fn = get_advantage_estimator(cfg.adv_estimator, k=cfg.passk_k)
         self.loss_fn = get_policy_loss(cfg.policy_loss)
+        self.world = dist.world_size()
+        check_world(cfg, self.world)
+        if self.world > 1 and not is_in_process(agent.engine):
+            raise ValueError(
+                "under torchrun, RL samples with each rank's in-process engine: use rollout.engine=torch (a "
+                "server engine would need rank 0 to sync the gathered weights, not done yet)"
+            )
+        self.local_mini = cfg.mini_batch_size // self.world  # trajectories per update on this rank
         # model.autocast's dtype; the KL reference: LoRA's base with the adapter off, else a copy in model.ref_dtype
         self.autocast = autocast
-        self.ref = Reference(policy, ref_dtype) if cfg.kl_coef > 0 else None
+        self.ref = Reference(policy, ref_dtype, copy=ref_model) if cfg.kl_coef > 0 else None
         updates = cfg.steps * cfg.ppo_epochs * -(-cfg.prompts_per_step * cfg.n // cfg.mini_batch_size)
         self.opt, self.sched = build_optimizer(policy, cfg.optim, updates)
         self.rng = random.Random(seed)
-        self.gen = torch.Generator().manual_seed(seed)
+        self.gen = torch.Generator().manual_seed(
+            dist.rank_seed(seed)
+        )  # sampling and mini-batch order: per rank
         self._order: list[int] = []
         self.norm_len = cfg.loss_norm_len or agent.config.max_response_tokens
         self.skips = SkipGuard(cfg.optim.max_skipped_in_row)
@@ -223,14 +240,16 @@ class RLTrainer:
         )
 
     def _next_prompts(self) -> list[ProblemRow]:
-        """Epoch-wise shuffled prompts: each row is used once before any is reused."""
+        """Epoch-wise shuffled prompts: each row is used once before any is reused. Every rank draws the same
+        step's prompts (one order, seeded alike) and keeps its own slice."""
         out = []
         while len(out) < self.cfg.prompts_per_step:
             if not self._order:
                 self._order = list(range(len(self.rows)))
                 self.rng.shuffle(self._order)
             out.append(self.rows[self._order.pop()])
-        return out
+        k = len(out) // self.world
+        return out[dist.rank() * k : (dist.rank() + 1) * k]
 
     @torch.no_grad()
     def _logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
@@ -256,7 +275,7 @@ class RLTrainer:
         prompts = [r.prompt for r in rows for _ in range(cfg.n)]
         metas = [r.meta(group=first_group + g, sample=k) for g, r in enumerate(rows) for k in range(cfg.n)]
         self.policy.eval()
-        with self.timers.time("rollout"):
+        with self.timers.time("rollout"), fsdp.gathered(self.policy):
             trajs = self.agent.run(prompts, self.sampling, metas=metas, generator=self.gen)
         with self.timers.time("reward"):
             scores = score_trajectories(
@@ -268,7 +287,8 @@ class RLTrainer:
         """This step's trajectories; with dynamic sampling (DAPO), only groups with a reward signal, refilled from
         new prompts for up to `dynamic_max_rounds` extra rounds, trimmed to `prompts_per_step` groups."""
         cfg = self.cfg
-        trajs, scores = self._rollout(self._next_prompts(), 0)
+        rows = self._next_prompts()
+        trajs, scores = self._rollout(rows, dist.rank() * len(rows))  # group numbers unique over ranks
         if not cfg.dynamic_sampling:
             return trajs, scores, {}
         drawn_t, drawn_s, rounds = list(trajs), list(scores), 0
@@ -306,7 +326,7 @@ class RLTrainer:
             )
         # One update per step on the whole batch is exactly on-policy: the old log-probs are the policy's own log-probs
         # of this forward pass (detached), so the separate recomputation is skipped (as verl does).
-        on_policy = cfg.ppo_epochs == 1 and cfg.mini_batch_size >= len(trajs)
+        on_policy = cfg.ppo_epochs == 1 and self.local_mini >= len(trajs)
         # The engine's log-probs are the trainer's own only for the in-process torch engine; otherwise the old
         # log-probs are recomputed even on-policy, to measure the mismatch and correct for it.
         need_old = not on_policy or not is_in_process(self.agent.engine) or self.correction != "none"
@@ -318,29 +338,20 @@ class RLTrainer:
                 with self.ref.model() as ref:
                     ref_logp = self._logprobs(ref, batch)
             update = self._update(batch, old_logp, ref_logp)
-        metrics = rollout_metrics(trajs, rewards.tolist(), [s.correct for s in scores])
+        metrics, stats = global_rollout_metrics(trajs, scores, rewards, groups, adv)
         metrics.update(update)
         metrics.update(dyn)
-        metrics.update(mismatch)
+        metrics.update({k: v / self.world for k, v in dist.sum_floats(mismatch).items()})  # mean over ranks
         perf = self.timers.pop()
         perf["perf/step_s/update"] -= perf.get("perf/step_s/sync", 0.0)  # sync is timed inside the update
-        sampled = sum(sum(t.loss_mask) for t in trajs)
+        sampled = sum(s.sampled_tokens for s in stats)
+        trained = dist.sum_floats({"t": float(batch.attention_mask.sum())})["t"]
         metrics.update(perf)
-        metrics.update(peak_memory_mb())
+        metrics.update(peak_memory_mb())  # this process's
         metrics["perf/tokens_per_s/rollout"] = sampled / max(perf.get("perf/step_s/rollout", 0.0), 1e-9)
-        metrics["perf/tokens_per_s/update"] = (
-            cfg.ppo_epochs * int(batch.attention_mask.sum()) / max(perf["perf/step_s/update"], 1e-9)
-        )
+        metrics["perf/tokens_per_s/update"] = cfg.ppo_epochs * trained / max(perf["perf/step_s/update"], 1e-9)
         self.last_trajectories = trajs
-        metrics.update(
-            {
-                "time/rollout": t_rollout,
-                "time/step": time.time() - t0,
-                "adv/zero_share": float(equal_reward_groups(rewards, groups).float().mean()),
-                "adv/mean_abs": float(adv.abs().mean()),
-                "rollout/truncated": len(truncated) / max(1, len(trajs)),
-            }
-        )
+        metrics.update({"time/rollout": t_rollout, "time/step": time.time() - t0})
         return metrics
 
     def _correct(
@@ -377,8 +388,8 @@ class RLTrainer:
         updates = 0
         for _ in range(cfg.ppo_epochs):
             order = torch.randperm(B, generator=self.gen)
-            for s in range(0, B, cfg.mini_batch_size):
-                idx = order[s : s + cfg.mini_batch_size]
+            for s in range(0, B, self.local_mini):
+                idx = order[s : s + self.local_mini]
                 stats = accumulate_gradients(
                     self.policy,
                     slice_rows(batch, idx),
@@ -421,14 +432,16 @@ class RLTrainer:
                     )
                 self.step_done = step + 1
                 if self.validate is not None and cfg.eval_every and self.step_done % cfg.eval_every == 0:
-                    val = self.validate(self.step_done)
+                    with fsdp.gathered(self.policy):
+                        val = self.validate(self.step_done)
                     m.update(val)
                     if self.logger:
                         self.logger.log(val, step=step)
                 bar.advance(1, info=f"reward {m['reward/mean']:+.2f}  acc {m['reward/accuracy']:.2f}")
-                if (cfg.save_every and self.step_done % cfg.save_every == 0) or stop.requested:
+                stopping = dist.any_rank(stop.requested)
+                if (cfg.save_every and self.step_done % cfg.save_every == 0) or stopping:
                     path = self.save_checkpoint()
-                    if stop.requested:
+                    if stopping:
                         raise StopRequested(str(path), self.step_done)
         self.save(self.out_dir / "model", cfg.steps)
         return history
@@ -437,7 +450,8 @@ class RLTrainer:
         """Everything the next step depends on besides the weights and the global generators."""
         return {
             "step": self.step_done,
-            "optimizer": self.opt.state_dict(),
+            # a sharded optimizer is saved by the checkpoint itself (DCP), not in this dictionary
+            **({} if fsdp.is_sharded(self.policy) else {"optimizer": self.opt.state_dict()}),
             "scheduler": self.sched.state_dict(),
             "order": list(self._order),
             "order_rng": self.rng.getstate(),
@@ -455,11 +469,12 @@ class RLTrainer:
                 f"{self.ref_source!r}: resume with the model.path the run started from"
             )
         self.step_done = int(state["step"])
-        self.opt.load_state_dict(state["optimizer"])
+        checkpoint.load_optimizer(self.policy, self.opt, state)
         self.sched.load_state_dict(state["scheduler"])
         self._order = list(state["order"])
         self.rng.setstate(state["order_rng"])
-        self.gen.set_state(state["generator"])
+        if "generator" in state:  # absent for a rank the checkpoint's run did not have: it keeps its own seed
+            self.gen.set_state(state["generator"])
         self.updates_done = int(state["updates_done"])
         self.skips.in_row, self.skips.total = state["skips"]
 
@@ -469,9 +484,13 @@ class RLTrainer:
             model=self.policy,
             tokenizer=self.tokenizer,
             state=self.state_dict(),
+            optimizer=self.opt,
         )
         checkpoint.rotate(self.out_dir, self.cfg.keep_last)
         return path
 
     def save(self, path: Path, step: int) -> None:
-        save_checkpoint(self.policy, self.tokenizer, path, extra={"step": step})
+        if fsdp.is_sharded(self.policy):  # full weights gathered to rank 0, a plain Hugging Face directory
+            fsdp.save_full_model(self.policy, self.tokenizer, path, extra={"step": step})
+        else:
+            save_checkpoint(self.policy, self.tokenizer, path, extra={"step": step})

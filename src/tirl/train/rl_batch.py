@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -13,6 +14,7 @@ from tirl.algorithms import equal_reward_groups
 from tirl.data.records import ProblemRow
 from tirl.eval.toolstats import tool_use_stats
 from tirl.rollout.types import Trajectory
+from tirl.train import dist
 from tirl.train.batch import TokenBatch, collate
 
 
@@ -61,9 +63,29 @@ def rollout_logprobs(trajs: Sequence[Trajectory], like: torch.Tensor) -> torch.T
     return out.to(like.device)
 
 
+@dataclass(frozen=True)
+class RolloutStats:
+    """What the per-step rollout metrics read from one trajectory: a few numbers, cheap to gather from every rank
+    (a trajectory's token lists are not)."""
+
+    stop_reason: str
+    num_tool_calls: int
+    num_tool_errors: int
+    turns: int
+    response_length: int
+    sampled_tokens: int
+
+    @classmethod
+    def of(cls, t: Trajectory) -> RolloutStats:
+        return cls(
+            t.stop_reason, t.num_tool_calls, t.num_tool_errors, t.turns, t.response_length, sum(t.loss_mask)
+        )
+
+
 def rollout_metrics(
-    trajs: Sequence[Trajectory], rewards: Sequence[float], correct: Sequence[bool]
+    trajs: Sequence[Trajectory | RolloutStats], rewards: Sequence[float], correct: Sequence[bool]
 ) -> dict[str, float]:
+    trajs = [t if isinstance(t, RolloutStats) else RolloutStats.of(t) for t in trajs]
     n = max(1, len(trajs))
     stops = Counter(t.stop_reason for t in trajs)
     calls = sum(t.num_tool_calls for t in trajs)
@@ -74,7 +96,7 @@ def rollout_metrics(
         "rollout/tool_error_rate": sum(t.num_tool_errors for t in trajs) / max(1, calls),
         "rollout/turns": sum(t.turns for t in trajs) / n,
         "rollout/response_len": sum(t.response_length for t in trajs) / n,
-        "rollout/sampled_tokens": sum(sum(t.loss_mask) for t in trajs) / n,
+        "rollout/sampled_tokens": sum(t.sampled_tokens for t in trajs) / n,
     }
     for reason in ("answer", "budget", "max_turns", "turn_length"):
         out[f"rollout/stop_{reason}"] = stops.get(reason, 0) / n
@@ -89,6 +111,27 @@ def rollout_metrics(
     out.update({f"rollout/{k}": v for k, v in split.items() if "/" in k and not k.endswith("/responses")})
     out["rollout/budget_share"] = split["budget_share"]
     return out
+
+
+def global_rollout_metrics(
+    trajs: Sequence[Trajectory],
+    scores: Sequence[Any],
+    rewards: torch.Tensor,
+    groups: torch.Tensor,
+    adv: torch.Tensor,
+) -> tuple[dict[str, float], list[RolloutStats]]:
+    """The step's rollout and advantage metrics over every rank's trajectories (the same numbers on every rank),
+    and the gathered per-trajectory numbers. rewards, groups, adv: (B,) of this rank."""
+    parts = dist.all_gather_objects(
+        ([RolloutStats.of(t) for t in trajs], rewards, groups, adv, [s.correct for s in scores])
+    )
+    stats = [x for p in parts for x in p[0]]
+    all_rewards, all_groups, all_adv = (torch.cat([p[i] for p in parts]) for i in (1, 2, 3))
+    out = rollout_metrics(stats, all_rewards.tolist(), [c for p in parts for c in p[4]])
+    out["adv/zero_share"] = float(equal_reward_groups(all_rewards, all_groups).float().mean())
+    out["adv/mean_abs"] = float(all_adv.abs().mean())
+    out["rollout/truncated"] = sum(s.stop_reason in TRUNCATED for s in stats) / max(1, len(stats))
+    return out, stats
 
 
 def fitting_prompts(rows: Sequence[ProblemRow], renderer: Any, max_tokens: int) -> list[ProblemRow]:
@@ -106,3 +149,18 @@ def fitting_prompts(rows: Sequence[ProblemRow], renderer: Any, max_tokens: int) 
             f"dropped {len(rows) - len(kept)} of {len(rows)} RL prompts over agent.max_prompt_tokens={max_tokens}"
         )
     return kept
+
+
+def check_world(cfg: Any, world: int) -> None:
+    """Under torchrun every rank takes an equal share of each step's prompts and of each mini-batch."""
+    if world == 1:
+        return
+    if cfg.prompts_per_step % world or cfg.mini_batch_size % world:
+        raise ValueError(
+            f"rl.prompts_per_step={cfg.prompts_per_step} and rl.mini_batch_size={cfg.mini_batch_size} must both be "
+            f"divisible by the number of processes ({world})"
+        )
+    if cfg.dynamic_sampling:
+        raise ValueError(
+            "rl.dynamic_sampling is single-process only for now: ranks would keep different numbers of groups"
+        )

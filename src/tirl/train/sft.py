@@ -5,6 +5,9 @@ which sets loss_mask = 1 on assistant content (reasoning, tool-call JSON, closin
 user and tool turns, so the model never learns to predict sandbox output. Plain `prompt`/`completion` string rows
 (TRL's format) are accepted too, with the loss on the completion. The loss is the token mean over all trained tokens
 of a batch, as the reference recipe's SFT.
+
+Under torchrun each batch is dealt out over the ranks (rank r takes every world-th row); the token count that
+normalizes the loss is summed over ranks, so the gradient is the whole batch's.
 """
 
 from __future__ import annotations
@@ -20,8 +23,10 @@ import torch
 from tirl.chat.template import ChatRenderer
 from tirl.logging import MetricsLogger
 from tirl.progress import progress
+from tirl.train import checkpoint, dist
 from tirl.train.batch import TokenBatch, collate, micro_batches, slice_rows
 from tirl.train.dist import all_reduce_sum
+from tirl.train.fsdp import idle_pass, is_sharded
 from tirl.train.logprobs import token_logprobs
 from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
 from tirl.train.signals import StopRequested, graceful_stop
@@ -125,20 +130,39 @@ def sft_loss(
 
 
 def sft_step(
-    model: torch.nn.Module, batch: TokenBatch, cfg: SFTConfig, *, autocast: torch.dtype | None = None
+    model: torch.nn.Module,
+    batch: TokenBatch | None,
+    cfg: SFTConfig,
+    device: torch.device | str = "cpu",
+    *,
+    autocast: torch.dtype | None = None,
 ) -> tuple[float, int]:
-    """Forward and backward over the batch's micro-batches (gradients accumulate); returns (loss, trained tokens)."""
-    mask = batch.loss_mask.clone()
-    mask[:, 0] = 0
-    num_tokens = all_reduce_sum(mask.sum()).clamp(min=1.0)
-    lengths = batch.attention_mask.sum(dim=-1).tolist()
+    """Forward and backward over the batch's micro-batches (gradients accumulate); returns (loss, trained tokens),
+    both of the whole batch over all ranks. `batch` None: this rank has no rows of this batch (its last one)."""
+    parts: list[list[int] | None] = []
+    num_tokens = torch.zeros((), device=device)
+    if batch is not None:
+        mask = batch.loss_mask.clone()
+        mask[:, 0] = 0
+        num_tokens = mask.sum()
+        lengths = batch.attention_mask.sum(dim=-1).tolist()
+        parts = list(micro_batches(lengths, max_seqs=cfg.micro_batch_size, max_tokens=cfg.micro_batch_tokens))
+    num_tokens = all_reduce_sum(num_tokens).clamp(min=1.0)
+    sharded = is_sharded(model)
+    if sharded:  # as many forward/backward passes on every rank as on the busiest (they are collectives)
+        parts += [None] * (dist.all_reduce_max(len(parts)) - len(parts))
     total, n = 0.0, 0
-    for rows in micro_batches(lengths, max_seqs=cfg.micro_batch_size, max_tokens=cfg.micro_batch_tokens):
-        loss, k = sft_loss(model, slice_rows(batch, rows), num_tokens=num_tokens, autocast=autocast)
+    for rows in parts:
+        micro = None if rows is None else slice_rows(batch, rows)
+        if micro is None or (sharded and not bool((micro.loss_mask[:, 1:] > 0).any())):
+            idle_pass(model, device)  # nothing to train here, but the collectives must run
+            continue
+        loss, k = sft_loss(model, micro, num_tokens=num_tokens, autocast=autocast)
         if loss.requires_grad:
             loss.backward()
         total, n = total + float(loss.detach()), n + k
-    return total, n
+    summed = dist.sum_floats({"loss": total, "tokens": float(n)})
+    return summed["loss"], int(summed["tokens"])
 
 
 def train_sft(
@@ -151,13 +175,13 @@ def train_sft(
     seed: int,
     logger: MetricsLogger | None = None,
     label: str = "SFT",
-    save: Callable[[int, dict[str, Any]], Path] | None = None,
+    save: Callable[[int, dict[str, Any], torch.optim.Optimizer], Path] | None = None,
     resume_state: dict[str, Any] | None = None,
     autocast: torch.dtype | None = None,
 ) -> dict[str, float]:
     """Train in place; returns the last logged metrics.
 
-    `save(step, state)` writes a resumable checkpoint every `cfg.save_every` steps and when SIGTERM/SIGINT ask to
+    `save(step, state, optimizer)` writes a resumable checkpoint every `cfg.save_every` steps and when SIGTERM/SIGINT ask to
     stop (then `StopRequested` is raised). `resume_state` (a checkpoint's trainer state) continues a run: the batch
     plan is rebuilt from the seed, the batches already trained are skipped, optimizer and schedule restored.
     `autocast`: `model.autocast`'s dtype (forward and backward under torch.autocast), None for full precision.
@@ -173,7 +197,7 @@ def train_sft(
     start = 0
     if resume_state is not None:
         start = int(resume_state["step"])
-        opt.load_state_dict(resume_state["optimizer"])
+        checkpoint.load_optimizer(model, opt, resume_state)
         sched.load_state_dict(resume_state["scheduler"])
         guard.in_row, guard.total = resume_state["skips"]
     device = next(model.parameters()).device
@@ -183,9 +207,13 @@ def train_sft(
         bar.advance(start)
         for step in range(start, len(flat)):
             epoch, idx = flat[step]
-            chunk = [examples[i] for i in idx]
-            batch = collate([c[0] for c in chunk], [c[1] for c in chunk], pad_id=pad_id).to(device)
-            loss, n = sft_step(model, batch, cfg, autocast=autocast)
+            chunk = [examples[i] for i in idx[dist.rank() :: dist.world_size()]]
+            batch = (
+                collate([c[0] for c in chunk], [c[1] for c in chunk], pad_id=pad_id).to(device)
+                if chunk
+                else None
+            )
+            loss, n = sft_step(model, batch, cfg, device, autocast=autocast)
             grad_norm, stepped = clip_and_step(model, opt, sched, cfg.optim, loss=loss)
             guard.record(stepped, where=f"{label} step {step}")
             last = {
@@ -200,15 +228,17 @@ def train_sft(
                 logger.log(last, step=step)
             bar.advance(1, info=f"loss {last['sft/loss']:.3f}")
             done = step + 1
-            if save is not None and ((cfg.save_every and done % cfg.save_every == 0) or stop.requested):
+            stopping = dist.any_rank(stop.requested)
+            if save is not None and ((cfg.save_every and done % cfg.save_every == 0) or stopping):
                 state = {
                     "step": done,
-                    "optimizer": opt.state_dict(),
+                    # a sharded optimizer is saved by the checkpoint itself (DCP), not in this dictionary
+                    **({} if is_sharded(model) else {"optimizer": opt.state_dict()}),
                     "scheduler": sched.state_dict(),
                     "skips": (guard.in_row, guard.total),
                 }
-                path = save(done, state)
-                if stop.requested:
+                path = save(done, state, opt)
+                if stopping:
                     raise StopRequested(str(path), done)
     model.eval()
     return last

@@ -15,8 +15,10 @@ from typing import Any
 import torch
 
 from tirl.algorithms import aggregate, kl_penalty
+from tirl.train import dist
 from tirl.train.batch import TokenBatch, micro_batches, slice_rows
 from tirl.train.dist import all_reduce_sum
+from tirl.train.fsdp import idle_pass, is_sharded
 from tirl.train.logprobs import DEFAULT_CHUNK_TOKENS, token_logprobs
 
 
@@ -64,13 +66,20 @@ def accumulate_gradients(
     """
     num_tokens, num_seqs = global_counts(mini.loss_mask)
     lengths = mini.attention_mask.sum(dim=-1).tolist()
-    parts = micro_batches(lengths, max_seqs=spec.micro_batch_size, max_tokens=spec.micro_batch_tokens)
-    local_tokens = float(mini.loss_mask.sum().clamp(min=1.0))
-    sums: Counter[str] = Counter()
+    parts: list[list[int] | None] = list(
+        micro_batches(lengths, max_seqs=spec.micro_batch_size, max_tokens=spec.micro_batch_tokens)
+    )
+    sharded = is_sharded(policy)
+    if sharded:  # every rank runs as many forward/backward passes as the busiest one (they are collectives)
+        parts += [None] * (dist.all_reduce_max(len(parts)) - len(parts))
+    sums: Counter[str] = Counter()  # token-weighted sums of the loss statistics
     totals: Counter[str] = Counter()
     norm = {"norm_len": spec.norm_len, "num_tokens": num_tokens, "num_seqs": num_seqs}
     for rows in parts:
-        micro = slice_rows(mini, rows)
+        micro = None if rows is None else slice_rows(mini, rows)
+        if micro is None or (sharded and not bool((micro.loss_mask[:, 1:] > 0).any())):
+            idle_pass(policy, mini.input_ids.device)  # nothing to train here, but the collectives must run
+            continue
         width = micro.input_ids.shape[1]
         mask = micro.loss_mask
         logp, ent = token_logprobs(
@@ -109,9 +118,13 @@ def accumulate_gradients(
         if loss.requires_grad:  # a micro-batch without trained tokens has no graph and nothing to add
             loss.backward()
         totals["loss/total"] += float(loss.detach())
-        weight = float(mask.sum()) / local_tokens
+        weight = float(mask.sum())
         sums.update({k: v * weight for k, v in stats.items() if k != "loss/pg"})
-    out = dict(sums)
-    out.update(totals)
+    # Across ranks: the losses are already divided by global counts, so they add up; the statistics are
+    # token-weighted means over the whole mini-batch.
+    reduced = dist.sum_floats({**{f"sum:{k}": v for k, v in sums.items()}, **totals})
+    total_tokens = max(float(num_tokens), 1.0)
+    out = {k[4:]: v / total_tokens for k, v in reduced.items() if k.startswith("sum:")}
+    out.update({k: v for k, v in reduced.items() if not k.startswith("sum:")})
     out["loss/micro_batches"] = float(len(parts))
     return out

@@ -1,0 +1,132 @@
+"""FSDP2 (`torch.distributed.fsdp.fully_shard`) for the trainers: sharding, generation, idle passes, full weights.
+
+Each decoder layer (the model's `_no_split_modules` classes) is one FSDP unit, the root (embeddings, final norm,
+LM head) another. Gradients are reduced with SUM, never AVG: the trainers already divide every micro-batch's loss
+by the mini-batch's global token or sequence count (`tirl.train.update`), so the sum over ranks of the local
+gradients is the mini-batch's gradient. Forcing SUM also keeps clear of gloo's AVG reduce-scatter, which summed
+instead of averaging in some torch versions (pytorch issue 162338; torch 2.13 here averages correctly, and the
+tests compare with a single-process gradient either way).
+
+Every forward and backward of a sharded model is a collective: all ranks must run the same sequence of them.
+Two consequences handled here:
+- Generation (rollouts) runs a different number of decode steps on every rank, so `gathered` all-gathers the
+  whole model once and keeps it unsharded while the engine samples; no collective runs until it reshards.
+- A rank with fewer micro-batches (or none) runs `idle_pass`es, which touch every parameter with zero gradient.
+
+Not here: mixed-precision policies and CPU offload (`MixedPrecisionPolicy`, `CPUOffloadPolicy`) -- the CPU tests
+cannot check them -- and tensor/sequence parallelism.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from torch.distributed.fsdp import FSDPModule
+
+from tirl.train import dist
+
+
+def fsdp_modules(model: torch.nn.Module) -> list[FSDPModule]:
+    return [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+
+def is_sharded(model: torch.nn.Module) -> bool:
+    return isinstance(model, FSDPModule)
+
+
+def shard_model(model: torch.nn.Module, *, reshard_after_forward: bool = True) -> torch.nn.Module:
+    """Shard `model` in place over all ranks (one FSDP unit per decoder layer, then the root); returns it.
+
+    The device mesh is built explicitly on the parameters' device type ("cpu" under gloo), as FSDP2 would
+    otherwise default to a CUDA mesh whenever CUDA is visible."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    names = set(getattr(model, "_no_split_modules", None) or [])
+    layers = [m for m in model.modules() if type(m).__name__ in names]
+    if not layers:
+        raise ValueError(
+            f"{type(model).__name__} names no decoder-layer classes (_no_split_modules); FSDP needs them to shard "
+            "layer by layer"
+        )
+    device_type = next(model.parameters()).device.type
+    mesh = init_device_mesh(device_type, (dist.world_size(),))
+    for layer in layers:
+        fully_shard(layer, mesh=mesh, reshard_after_forward=reshard_after_forward)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
+    for m in fsdp_modules(model):
+        m.set_force_sum_reduction_for_comms(True)
+        m.set_gradient_divide_factor(1.0)
+    model._tirl_reshard_after_forward = reshard_after_forward  # what `gathered` restores
+    return model
+
+
+@contextmanager
+def gathered(model: torch.nn.Module) -> Iterator[None]:
+    """Inside, every parameter is whole on every rank and forwards run no collective (each rank may run any
+    number of them: rollouts); on exit the model is sharded again. A no-op for an unsharded model.
+
+    Costs one model's worth of memory per rank while it lasts: the price of sampling without a rollout server.
+    """
+    mods = fsdp_modules(model)
+    if not mods:
+        yield
+        return
+    for m in mods:
+        m.set_reshard_after_forward(False, recurse=False)
+        m.unshard()
+    try:
+        yield
+    finally:
+        for m in mods:
+            m.reshard()
+            # FSDP never reshards the root after forward (its backward comes next); the layers get the setting back
+            m.set_reshard_after_forward(
+                m is not model and getattr(model, "_tirl_reshard_after_forward", True), recurse=False
+            )
+
+
+def idle_pass(model: torch.nn.Module, device: torch.device | str) -> None:
+    """One forward and backward with zero gradient: what a rank with no micro-batch left runs so that its
+    collectives match the other ranks' (every parameter takes part, as in a real micro-batch)."""
+    ids = torch.zeros((1, 1), dtype=torch.long, device=device)
+    out = model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    (out.logits.float().sum() * 0.0).backward()
+
+
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The whole model's weights on rank 0, in CPU memory ({} on the other ranks). Collective."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+    return {k: v for k, v in state.items() if k not in _tied_aliases(model)}
+
+
+def _tied_aliases(model: torch.nn.Module) -> set[str]:
+    """Names under which an already-named parameter appears again (a tied LM head): saved once, as a plain
+    `save_pretrained` does."""
+    seen: set[int] = set()
+    out = set()
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in seen:
+            out.add(name)
+        seen.add(id(p))
+    return out
+
+
+def save_full_model(model: torch.nn.Module, tokenizer: Any, path: Any, *, extra: dict | None = None) -> None:
+    """A plain Hugging Face directory from a sharded model: full weights gathered to rank 0, written there
+    atomically; every rank returns once it exists. Collective."""
+    from tirl.io import atomic_dir
+
+    state = full_state_dict(model)
+    if dist.is_main():
+        with atomic_dir(path) as stage:
+            model.save_pretrained(stage, state_dict=state)
+            tokenizer.save_pretrained(stage)
+            if extra:
+                torch.save(extra, stage / "trainer_state.pt")
+    dist.barrier()
