@@ -116,3 +116,22 @@ def test_non_finite_update_is_skipped_in_rl(tokenizer, renderer, sandbox, tmp_pa
         t._update(batch, None, None)
     for p, q in zip(before, model.parameters()):
         assert torch.equal(p, q)
+
+
+def test_prompts_over_max_prompt_tokens_are_dropped_at_start(model, tokenizer, renderer, sandbox, tmp_path):
+    """verl's filter_overlong_prompts: a prompt longer than agent.max_prompt_tokens never reaches a rollout."""
+    short = {"prompt": [{"role": "user", "content": "2 * 3?"}], "reward_model": {"ground_truth": "6"}}
+    long = {
+        "prompt": [{"role": "user", "content": "What is 2 * 3? " * 40}],
+        "reward_model": {"ground_truth": "6"},
+    }
+    limit = len(renderer.prompt_ids(short["prompt"])) + 5
+    assert len(renderer.prompt_ids(long["prompt"])) > limit
+    agent = make_agent(model, renderer, sandbox, max_tokens=8)
+    agent.config.max_prompt_tokens = limit
+    kw = dict(sampling=SamplingParams(), reward=RewardConfig(), out_dir=tmp_path, seed=0)
+    cfg = RLConfig(steps=1, prompts_per_step=1, n=2, mini_batch_size=2)
+    trainer = RLTrainer(model, tokenizer, agent, [long, short, long], cfg, **kw)
+    assert [r.prompt for r in trainer.rows] == [short["prompt"]]
+    with pytest.raises(ValueError, match="every RL prompt is longer than agent.max_prompt_tokens"):
+        RLTrainer(model, tokenizer, agent, [long], cfg, **kw)

@@ -1,8 +1,18 @@
-"""Load any Hugging Face causal LM and its tokenizer from one `model.path`, and save checkpoints atomically."""
+"""Load any Hugging Face causal LM and its tokenizer from one `model.path`, and save checkpoints atomically.
+
+Precision options (`model.dtype`, `model.autocast`, `model.ref_dtype`) and why (README "Memory options"):
+- `autocast: bfloat16` keeps float32 weights (the "master" copy AdamW updates, with float32 moments) and runs the
+  trainer's forward and backward under `torch.autocast`; log-softmax is taken in float32 on chunked logits
+  (`tirl.train.logprobs`). This is the safe choice on GPUs: bf16's 8-bit mantissa cannot hold an update smaller
+  than 1/256 of a weight, so pure-bf16 AdamW silently drops many small late-training updates.
+- `dtype: bfloat16` stores the weights (and so AdamW's moments) in bf16: half the memory, with the loss of small
+  updates above; for memory-bound runs where that is acceptable.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -10,8 +20,10 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tirl.io import atomic_dir
+from tirl.models.lora import LoraConfig, apply_lora, is_adapter_dir, load_adapter, recorded_base, save_model
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+AUTOCAST = {"none": None, "bfloat16": torch.bfloat16}
 
 
 @dataclass
@@ -23,10 +35,38 @@ class ModelConfig:
     # Recompute each decoder layer's activations in the backward pass instead of keeping them: less memory for
     # long responses at about one extra forward's cost. Off by default (the CPU demo's activations are small).
     gradient_checkpointing: bool = False
+    # Forward/backward of the trainers under torch.autocast with float32 weights and AdamW state (module docstring)
+    autocast: Literal["none", "bfloat16"] = "none"
+    ref_dtype: Literal["", "float32", "bfloat16"] = ""  # the KL reference model's weights; "" = dtype
+    lora: LoraConfig = field(default_factory=LoraConfig)  # rank > 0 trains a LoRA adapter (tirl.models.lora)
 
     def __post_init__(self) -> None:
         if self.dtype not in _DTYPES:
             raise ValueError(f"model.dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
+        if self.autocast not in AUTOCAST:
+            raise ValueError(f"model.autocast must be one of {list(AUTOCAST)}, got {self.autocast!r}")
+        if self.autocast != "none" and self.dtype != "float32":
+            raise ValueError(
+                f"model.autocast={self.autocast} needs model.dtype=float32 (autocast keeps float32 master weights); "
+                f"with model.dtype={self.dtype} the weights are already low-precision: set model.autocast=none"
+            )
+        if self.ref_dtype not in ("", *_DTYPES):
+            raise ValueError(
+                f"model.ref_dtype must be '' or one of {sorted(_DTYPES)}, got {self.ref_dtype!r}"
+            )
+        if self.lora.enabled and self.ref_dtype not in ("", self.dtype):
+            raise ValueError(
+                f"model.ref_dtype={self.ref_dtype} with LoRA: the KL reference is the policy's own frozen base "
+                f"(adapter disabled), stored in model.dtype={self.dtype}; leave model.ref_dtype empty"
+            )
+
+    @property
+    def autocast_dtype(self) -> torch.dtype | None:
+        return AUTOCAST[self.autocast]
+
+    @property
+    def reference_dtype(self) -> torch.dtype:
+        return _DTYPES[self.ref_dtype or self.dtype]
 
 
 def load_tokenizer(path: str | Path) -> Any:
@@ -38,12 +78,39 @@ def load_model(cfg: ModelConfig, path: str | Path | None = None) -> torch.nn.Mod
     """`path` overrides cfg.path (e.g. a checkpoint written by a previous stage)."""
     p = path or cfg.path
     _check_path(p)
+    if is_adapter_dir(p):
+        raise ValueError(
+            f"{p} is a LoRA adapter, not a full model: `tirl export {p} --out DIR` writes it merged into its "
+            "base, then use DIR"
+        )
+    # the absolute path, so that an adapter trained on this model records where its base lives
     model = AutoModelForCausalLM.from_pretrained(
-        str(p), dtype=_DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation
+        str(Path(p).resolve()), dtype=_DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation
     )
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     return model.to(cfg.device)
+
+
+def load_policy(cfg: ModelConfig, path: str | Path | None = None) -> torch.nn.Module:
+    """The model a trainer updates: `load_model`, wrapped with a fresh LoRA adapter when `model.lora.rank > 0`.
+
+    A LoRA adapter directory as the starting point (a previous LoRA stage's output) is refused by `load_model`:
+    its merged export is a real base that checkpoints, resuming and `tirl export` can point to."""
+    model = load_model(cfg, path)
+    if cfg.lora.enabled:
+        model = apply_lora(model, cfg.lora)  # non-reentrant checkpointing needs no input that requires grad
+    return model
+
+
+def load_for_inference(cfg: ModelConfig, path: str | Path | None = None) -> torch.nn.Module:
+    """A full model, or a LoRA adapter directory loaded onto its recorded base and merged (faster to sample)."""
+    p = path or cfg.path
+    _check_path(p)
+    if is_adapter_dir(p):
+        base = load_model(dataclasses.replace(cfg, path=recorded_base(p)))
+        return load_adapter(base, p).merge_and_unload().eval()
+    return load_model(cfg, p).eval()
 
 
 def enable_gradient_checkpointing(model: torch.nn.Module) -> None:
@@ -61,7 +128,7 @@ def save_checkpoint(
 ) -> Path:
     """Model and tokenizer as a Hugging Face directory, written whole or not at all."""
     with atomic_dir(path) as stage:
-        model.save_pretrained(stage)
+        save_model(model, stage)  # a LoRA model: the adapter and its base's record
         tokenizer.save_pretrained(stage)
         if extra:
             torch.save(extra, stage / "trainer_state.pt")

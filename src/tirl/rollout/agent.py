@@ -40,11 +40,16 @@ class AgentConfig:
         True  # end a turn at </tool_call> instead of waiting for EOS (one call per turn)
     )
     max_calls_per_turn: int = 1  # calls of one turn that run (the recipe: 1); later ones are ignored
+    # RL drops prompts longer than this at start-up (verl's filter_overlong_prompts); 0 = no limit. `tirl plan`
+    # sizes sequences as this plus max_response_tokens.
+    max_prompt_tokens: int = 0
 
     def __post_init__(self) -> None:
         for name in ("max_turns", "max_response_tokens", "max_tokens_per_turn", "max_calls_per_turn"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_prompt_tokens < 0:
+            raise ValueError(f"max_prompt_tokens must be >= 0 (0 = no limit), got {self.max_prompt_tokens}")
 
 
 def stop_token_ids(renderer: ChatRenderer, config: AgentConfig) -> list[int]:

@@ -54,6 +54,7 @@ from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_s
 from tirl.train.perf import Timers, peak_memory_mb
 from tirl.train.rl_batch import (
     TRUNCATED,
+    fitting_prompts,
     groups_with_signal,
     render_samples,
     rollout_logprobs,
@@ -178,7 +179,7 @@ class RLTrainer:
             policy,
             tokenizer,
             agent,
-            problem_rows(rows),
+            fitting_prompts(problem_rows(rows), agent.renderer, agent.config.max_prompt_tokens),
             cfg,
         )
         self.sampling, self.reward, self.out_dir, self.logger = sampling, reward, Path(out_dir), logger

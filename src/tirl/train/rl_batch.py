@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from tirl.algorithms import equal_reward_groups
+from tirl.data.records import ProblemRow
 from tirl.eval.toolstats import tool_use_stats
 from tirl.rollout.types import Trajectory
 from tirl.train.batch import TokenBatch, collate
@@ -88,3 +89,20 @@ def rollout_metrics(
     out.update({f"rollout/{k}": v for k, v in split.items() if "/" in k and not k.endswith("/responses")})
     out["rollout/budget_share"] = split["budget_share"]
     return out
+
+
+def fitting_prompts(rows: Sequence[ProblemRow], renderer: Any, max_tokens: int) -> list[ProblemRow]:
+    """The rows whose rendered prompt has at most `max_tokens` tokens (0 = all), as verl's filter_overlong_prompts
+    drops the others before training; a console line says how many went, and none left is an error."""
+    if not max_tokens:
+        return list(rows)
+    kept = [r for r in rows if len(renderer.prompt_ids(r.prompt)) <= max_tokens]
+    if not kept:
+        raise ValueError(f"every RL prompt is longer than agent.max_prompt_tokens={max_tokens}")
+    if len(kept) < len(rows):
+        from tirl.logging import console
+
+        console.print(
+            f"dropped {len(rows) - len(kept)} of {len(rows)} RL prompts over agent.max_prompt_tokens={max_tokens}"
+        )
+    return kept
