@@ -5,12 +5,14 @@ tirl demo [--config FILE] [task=NAME|pkg.module:attr] [key=value ...]
 tirl sft  --config FILE [model.path=DIR sft.data=FILE ...] [--out DIR]
 tirl rl   --config FILE [model.path=DIR rl.data=FILE ...]  [--out DIR]
 tirl eval --config FILE [model.path=DIR eval.data=FILE ...] [--out DIR] [--label NAME]
+tirl export CHECKPOINT --out DIR [--base DIR] [--dtype float32|bfloat16]   (a plain HF model; LoRA merged)
 tirl analyze RUN_A RUN_B [...] [--labels base,rl] [--out DIR]   (eval dirs or verl validation dumps)
 tirl data prepare NAME --out FILE.parquet [--wording recipe|plain] [--source FILE]
 tirl data inspect FILE [--model DIR] [--format qwen3]
 tirl check-tokens FILE [--model DIR] [--format F] [--config FILE] [--data FILE] [--strict]
 tirl model import FILE.gguf --out DIR [--dtype float32|bfloat16]   (or --smollm2 instead of FILE)
 tirl sandbox serve [--host H] [--port P] [--workers N] [--config FILE] [sandbox.key=value ...]
+tirl plan --config FILE [--stage rl|sft] [--nproc N] [--gpu-gib G] [--arch NAME|config.json] [--json]
 """
 
 from __future__ import annotations
@@ -83,6 +85,24 @@ def _cmd_stage(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from tirl.models.export import export_checkpoint
+
+    out = export_checkpoint(args.checkpoint, args.out, base=args.base, dtype=args.dtype)
+    print(f"exported {args.checkpoint} -> {out}")
+    return 0
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    import json
+
+    from tirl.plan import plan, render
+
+    p = plan(_config(args), stage=args.stage, processes=args.nproc, gpu_gib=args.gpu_gib, arch=args.arch)
+    print(json.dumps(p.to_dict(), indent=2) if args.json else render(p))
+    return 0 if p.fits else 3
+
+
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from tirl.eval.analyze import main_analyze
 
@@ -131,6 +151,30 @@ def build_parser() -> argparse.ArgumentParser:
                 help="continue from a checkpoint: DIR, or 'auto' for the newest complete one in the output "
                 "directory (a fresh start when there is none)",
             )
+    export = sub.add_parser(
+        "export",
+        help="write a trained model (final model/ or checkpoint-<k>/; a LoRA adapter merged into its base) as a "
+        "plain Hugging Face directory for vLLM, tirl eval or the hub",
+    )
+    export.add_argument("checkpoint", help="a model directory written by tirl sft/rl")
+    export.add_argument("--out", required=True, help="the directory to write (replaced whole if it exists)")
+    export.add_argument(
+        "--base", default=None, help="LoRA: the base model's directory, if it moved since training"
+    )
+    export.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    export.set_defaults(fn=_cmd_export)
+    plan = add("plan", "memory per process and config checks for a run, without loading weights", _cmd_plan)
+    plan.add_argument("--stage", choices=["rl", "sft"], default="rl")
+    plan.add_argument("--nproc", type=int, default=1, help="processes (GPUs) the run will use (torchrun)")
+    plan.add_argument(
+        "--gpu-gib", type=float, default=80.0, help="memory of one GPU, GiB (exit code 3 if over)"
+    )
+    plan.add_argument(
+        "--arch",
+        default="",
+        help="a config.json, or a bundled architecture (when model.path is not downloaded)",
+    )
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     from tirl.data.commands import add_parsers
     from tirl.eval.analyze import add_analyze_arguments
     from tirl.models.commands import add_model_parser

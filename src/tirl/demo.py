@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,7 @@ from tirl.data import write_rows
 from tirl.eval.analyze import print_summary, run_analyze
 from tirl.io import atomic_write_json
 from tirl.logging import console
+from tirl.models.lora import LoraConfig
 from tirl.models.tiny import build_tiny
 from tirl.run_config import TirlConfig
 from tirl.sandbox import build_sandbox
@@ -75,7 +77,11 @@ def prepare(cfg: TirlConfig, out: Path) -> dict[str, Any]:
 
 
 def train_sft_model(cfg: TirlConfig, out: Path, prep: dict[str, Any], times: dict[str, float]) -> Path:
-    """The copy warm-up (if configured), then SFT on the scripted trajectories; returns the SFT checkpoint."""
+    """The copy warm-up (if configured), then SFT on the scripted trajectories; returns the SFT checkpoint.
+
+    Both train every weight, whatever model.lora says: an adapter on a model built from scratch has nothing to
+    adapt, so `model.lora.rank > 0` in the demo applies to its RL stage only."""
+    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, lora=LoraConfig()))
     t0 = time.time()
     start = prep["init"]
     if cfg.warmup.epochs:

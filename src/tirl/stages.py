@@ -21,11 +21,12 @@ from tirl.config import save_config
 from tirl.data import read_rows
 from tirl.eval.evaluate import evaluate, summarize_records, write_eval
 from tirl.logging import MetricsLogger, console
-from tirl.models.loading import load_model, load_tokenizer, save_checkpoint
+from tirl.models.loading import load_for_inference, load_policy, load_tokenizer, save_checkpoint
+from tirl.models.lora import is_lora, parameter_counts
 from tirl.rollout.agent import AgentLoop, stop_token_ids
 from tirl.rollout.async_agent import AsyncAgentLoop
 from tirl.rollout.engine import TorchEngine
-from tirl.rollout.modes import resolve_mode
+from tirl.rollout.modes import is_in_process, resolve_mode
 from tirl.rollout.sampling import SamplingParams
 from tirl.run_config import TirlConfig
 from tirl.sandbox import build_sandbox
@@ -64,9 +65,40 @@ def _task_rows(cfg: TirlConfig, path: str, split: str) -> list[dict[str, Any]]:
     return read_rows(path) if path else current_task(cfg).load_rows(split, cfg)
 
 
-def build_engine(model: torch.nn.Module, tokenizer: Any, renderer: ChatRenderer, cfg: TirlConfig) -> Any:
-    """`rollout.engine` picks the engine; a server engine is checked (model name, vocabulary) before any rollout."""
+def build_engine(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    renderer: ChatRenderer,
+    cfg: TirlConfig,
+    *,
+    model_path: str | Path = "",
+    work_dir: str | Path | None = None,
+) -> Any:
+    """`rollout.engine` picks the engine; a server engine is checked (model name, vocabulary) before any rollout.
+
+    vllm serves `model_path` when it is a plain HF directory, else `model` written out under `work_dir`; its log
+    and synced weights go to `work_dir`/vllm (a temporary directory without one)."""
     stops = stop_token_ids(renderer, cfg.agent)
+    if cfg.rollout.engine == "vllm":
+        from tirl.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
+        from tirl.rollout.vllm_weights import servable_dir
+
+        ro, wd = cfg.rollout, Path(work_dir) / "vllm" if work_dir else None
+        engine = VLLMEngine(
+            VLLMEngineConfig(
+                model=str(servable_dir(model_path, model, tokenizer, wd)), python=ro.vllm_python, port=ro.vllm_port,
+                kv_cache_gib=ro.vllm_kv_cache_gib, dtype=cfg.model.dtype, extra_args=list(ro.vllm_args),
+                startup_timeout_s=ro.vllm_startup_timeout_s, work_dir=str(wd or ""), eos_ids=[renderer.eos_id],
+                stop_ids=list(stops), concurrency=ro.concurrency, request_timeout_s=ro.request_timeout_s,
+                retries=ro.retries,
+            )
+        )  # fmt: skip
+        try:
+            engine.check(tokenizer)
+        except BaseException:
+            engine.close()
+            raise
+        return engine
     if cfg.rollout.engine == "openai":
         from tirl.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig
 
@@ -85,10 +117,19 @@ def build_engine(model: torch.nn.Module, tokenizer: Any, renderer: ChatRenderer,
     )  # fmt: skip
 
 
-def build_agent(model: torch.nn.Module, tokenizer: Any, cfg: TirlConfig, sandbox: Sandbox) -> AgentLoop:
+def build_agent(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    cfg: TirlConfig,
+    sandbox: Sandbox,
+    *,
+    model_path: str | Path = "",
+    work_dir: str | Path | None = None,
+) -> AgentLoop:
+    """The agent loop over `build_engine`'s engine; the caller closes `agent.engine` (a server engine's process)."""
     task = current_task(cfg)
     renderer = build_renderer(tokenizer, cfg, task)
-    engine = build_engine(model, tokenizer, renderer, cfg)
+    engine = build_engine(model, tokenizer, renderer, cfg, model_path=model_path, work_dir=work_dir)
     tools = task.toolset()
     for name, t in tools.tools.items():  # agent.auto_print configures the code interpreter of any task
         if isinstance(t, CodeInterpreter) and t.auto_print != cfg.agent.auto_print:
@@ -106,6 +147,18 @@ def _model_path(cfg: TirlConfig, model_path: str | Path | None) -> str:
     if not path:
         raise ValueError("no model: set model.path=DIR (a Hugging Face model directory)")
     return path
+
+
+def _policy(cfg: TirlConfig, path: str) -> torch.nn.Module:
+    """The trained model (with a fresh LoRA adapter when model.lora.rank > 0), its trainable share printed."""
+    model = load_policy(cfg.model, path)
+    if is_lora(model):
+        trainable, total = parameter_counts(model)
+        console.print(
+            f"LoRA rank {cfg.model.lora.rank}: {trainable:,} trainable parameters of {total:,} "
+            f"({100 * trainable / total:.2f}%)"
+        )
+    return model
 
 
 def run_sft(
@@ -131,7 +184,7 @@ def run_sft(
     stage = stage or cfg.sft
     rows = rows if rows is not None else read_rows(stage.data)
     tokenizer = load_tokenizer(path)
-    model = load_model(cfg.model, path)
+    model = _policy(cfg, path)
     if ckpt and state:
         checkpoint.load_weights(model, ckpt)
         checkpoint.set_rng_state(state["rng"])
@@ -163,6 +216,7 @@ def run_sft(
             label=label,
             save=save,
             resume_state=state,
+            autocast=cfg.model.autocast_dtype,
         )
     finally:
         logger.close()
@@ -185,7 +239,7 @@ def run_rl(
     if cfg.rollout.engine == "openai":
         raise ValueError(
             "rollout.engine=openai cannot receive the policy's new weights, so RL would sample from a stale policy; "
-            "use it for tirl eval, and rollout.engine=torch for tirl rl"
+            "use it for tirl eval, and rollout.engine=torch or vllm for tirl rl"
         )
     out = Path(out_dir)
     ckpt = checkpoint.resolve_resume(resume, out)
@@ -196,7 +250,7 @@ def run_rl(
     path = _model_path(cfg, model_path)
     rows = rows if rows is not None else _task_rows(cfg, cfg.rl.data, "train")
     tokenizer = load_tokenizer(path)
-    model = load_model(cfg.model, path)
+    model = _policy(cfg, path)
     sampling = SamplingParams(
         temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k
     )
@@ -209,8 +263,9 @@ def run_rl(
         resume_step=state["step"] if state else None,
         run_id=state.get("wandb_id") if state else None,
     )
-    with build_sandbox(cfg.sandbox) as sandbox, contextlib.closing(logger):
-        agent = build_agent(model, tokenizer, cfg, sandbox)
+    with build_sandbox(cfg.sandbox) as sandbox, contextlib.closing(logger), contextlib.ExitStack() as stack:
+        agent = build_agent(model, tokenizer, cfg, sandbox, model_path=path, work_dir=out)
+        stack.callback(agent.engine.close)
         trainer = RLTrainer(
             model,
             tokenizer,
@@ -223,6 +278,8 @@ def run_rl(
             seed=cfg.seed,
             logger=logger,
             ref_source=str(path),
+            autocast=cfg.model.autocast_dtype,
+            ref_dtype=cfg.model.reference_dtype,
         )
         if cfg.rl.eval_every:
             trainer.validate = validator(cfg, out, agent, str(path))
@@ -231,6 +288,8 @@ def run_rl(
             trainer.load_state_dict(state)
             checkpoint.set_rng_state(state["rng"])
             console.print(f"resuming from {ckpt} at step {trainer.step_done} of {cfg.rl.steps}")
+            if not is_in_process(agent.engine):
+                agent.engine.sync_weights(model)  # a server engine still serves the weights it started with
         trainer.train()
     return out / "model"
 
@@ -269,10 +328,11 @@ def run_eval(
     )
     rows = rows if rows is not None else _task_rows(cfg, cfg.eval.data, "test")
     tokenizer = load_tokenizer(path)
-    model = load_model(cfg.model, path).eval()
+    model = load_for_inference(cfg.model, path)  # a LoRA adapter directory is merged onto its recorded base
     with build_sandbox(cfg.sandbox) as sandbox:
-        agent = build_agent(model, tokenizer, cfg, sandbox)
-        records, trajs = evaluate(agent, rows, cfg.eval, model_label=label, seed=cfg.seed)
+        agent = build_agent(model, tokenizer, cfg, sandbox, model_path=path, work_dir=out)
+        with contextlib.closing(agent.engine):
+            records, trajs = evaluate(agent, rows, cfg.eval, model_label=label, seed=cfg.seed)
     summary = summarize_records(records, cfg.eval.ks)
     write_eval(out, records, trajs, summary)
     return summary

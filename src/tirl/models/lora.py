@@ -13,8 +13,11 @@ Deliberately not here: several adapters per model, quantized bases (QLoRA), DoRA
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -95,7 +98,16 @@ def apply_lora(model: torch.nn.Module, cfg: LoraConfig) -> torch.nn.Module:
         target_modules=targets,
         task_type="CAUSAL_LM",
     )
-    return get_peft_model(model, peft_cfg)
+    with _quiet_peft():
+        return get_peft_model(model, peft_cfg)
+
+
+@contextlib.contextmanager
+def _quiet_peft() -> Iterator[None]:
+    """peft asks transformers for a deprecated attribute name: a warning that is not the user's to fix."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        yield
 
 
 def parameter_counts(model: torch.nn.Module) -> tuple[int, int]:
@@ -217,7 +229,8 @@ def load_adapter(
     """`base` (already loaded from the recorded base directory) with the saved adapter on top."""
     from peft import PeftModel
 
-    return PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=trainable)
+    with _quiet_peft():
+        return PeftModel.from_pretrained(base, str(adapter_dir), is_trainable=trainable)
 
 
 def merged_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:

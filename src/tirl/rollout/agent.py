@@ -139,6 +139,9 @@ def apply_turn(t: Trajectory, g: Generation, renderer: ChatRenderer, cfg: AgentC
     t.loss_mask += [1] * len(g.token_ids)
     t.logprobs += g.logprobs
     t.turn_texts.append(renderer.tokenizer.decode(g.token_ids, skip_special_tokens=False))
+    t.meta.setdefault("weight_versions", []).append(
+        g.weight_version
+    )  # the policy version of each sampled turn
     calls = parse_tool_calls(t.turn_texts[-1], limit=cfg.max_calls_per_turn)
     spent = t.response_length >= cfg.max_response_tokens
     if not calls:

@@ -124,14 +124,14 @@ class OpenAIEngine:
             "max_tokens": budget,
             "temperature": params.temperature,
             "top_p": params.top_p,
+            # always explicit: a vLLM server otherwise takes top_k from the model's generation_config.json
+            "top_k": params.top_k if params.top_k > 0 else -1,
             "logprobs": 0,
             "return_token_ids": True,
             "stop_token_ids": [*self.cfg.eos_ids, *self.cfg.stop_ids],
             "skip_special_tokens": False,
             "include_stop_str_in_output": True,
         }
-        if params.top_k > 0:
-            body["top_k"] = params.top_k
         if seed is not None:
             body["seed"] = seed
         choice = self._request("POST", "/v1/completions", body)["choices"][0]

@@ -1,6 +1,7 @@
 """Training checkpoints that a run can resume from exactly: written whole or not at all, verified when read.
 
-A checkpoint `checkpoint-<step>/` is a Hugging Face model directory (weights, config, tokenizer) plus
+A checkpoint `checkpoint-<step>/` is a Hugging Face model directory (weights, config, tokenizer; for LoRA the
+adapter and `base_model.json`, see `tirl.models.lora`) plus
 `trainer_state.pt` (optimizer, scheduler, counters, data order, every random generator, what the trainer needs
 next) and `manifest.json`, written last, listing every file with its size. The directory is staged and renamed in
 one step (`tirl.io.atomic_dir`), so a crash leaves either the whole checkpoint or none; the manifest also catches
@@ -23,6 +24,7 @@ import torch
 
 from tirl.errors import TirlError
 from tirl.io import atomic_dir
+from tirl.models import lora
 
 MANIFEST = "manifest.json"
 STATE = "trainer_state.pt"
@@ -52,7 +54,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
 def save(path: str | Path, *, model: torch.nn.Module, tokenizer: Any, state: dict[str, Any]) -> Path:
     """Write a complete checkpoint at `path` atomically; `state` is the trainer's (see module docstring)."""
     with atomic_dir(path) as stage:
-        model.save_pretrained(stage)
+        lora.save_model(model, stage)  # a LoRA model: its adapter and the record of its base
         tokenizer.save_pretrained(stage)
         torch.save({**state, "rng": rng_state()}, stage / STATE)
         files = {str(p.relative_to(stage)): p.stat().st_size for p in sorted(stage.rglob("*")) if p.is_file()}
@@ -92,8 +94,16 @@ def load_state(path: str | Path) -> dict[str, Any]:
 
 
 def load_weights(model: torch.nn.Module, path: str | Path) -> None:
-    """Load the checkpoint's weights into `model` in place (same architecture), naming the file on failure."""
+    """Load the checkpoint's weights into `model` in place (same architecture), naming the file on failure.
+    A LoRA model takes the checkpoint's adapter, after checking that it was trained on the same base."""
     from safetensors.torch import load_file
+
+    if lora.is_lora(model) or lora.is_adapter_dir(path):
+        try:
+            lora.load_adapter_weights(model, path)
+        except lora.LoraError as e:
+            raise CheckpointError(str(e)) from None
+        return
 
     files = sorted(Path(path).glob("*.safetensors"))
     if not files:

@@ -5,9 +5,15 @@ With `loss_mask`, only the positions that are trained are computed, through the 
 (chunk_tokens, V) at a time instead of the whole (B, T, V). For a 152k-token vocabulary and 16k-token responses the
 full tensor alone would be ~10 GB per sequence. Models whose logits are not simply `lm_head(hidden)` (soft-capped
 or scaled logits) take the plain forward pass instead, so the numbers never depend on the path.
+
+With `autocast` (e.g. torch.bfloat16, `model.autocast`), the decoder and the LM head run under `torch.autocast`
+on the model's device type, while log-softmax and entropy are always computed in float32 on each chunk's logits:
+a bf16 logsumexp over a large vocabulary would lose the small differences the PPO ratio is made of.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -43,6 +49,15 @@ def _logp_and_entropy(
     return logp, entropy_from_logits(logits) if with_entropy else None
 
 
+def autocast_context(
+    device: torch.device, dtype: torch.dtype | None
+) -> contextlib.AbstractContextManager[object]:
+    """torch.autocast on `device`'s type (cuda, cpu, ...) for `dtype`, or a no-op for None."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
 def token_logprobs(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -52,12 +67,14 @@ def token_logprobs(
     with_entropy: bool = False,
     loss_mask: torch.Tensor | None = None,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
+    autocast: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(x_t | x_<t) for t >= 1, aligned with input_ids (B, T); position 0 gets 0.
 
     Sequences are right-padded, so positions are 0..T-1 and padding only follows real tokens. `temperature` scales
     the logits exactly as the engine does before sampling. Entropy (B, T) is returned when asked for. With
     `loss_mask` (B, T), only positions where it is non-zero are computed (the rest are 0), chunk by chunk.
+    `autocast`: the lower-precision dtype of the forward pass (module docstring), None for full precision.
     """
     B, T = input_ids.shape
     if loss_mask is None:
@@ -68,18 +85,22 @@ def token_logprobs(
     b_idx, t_idx = wanted.nonzero(as_tuple=True)  # (N,) each
     targets = input_ids[b_idx, t_idx]  # (N,)
     split = _head_split(model)
+    amp = autocast_context(input_ids.device, autocast)
     if split is not None:
         decoder, head = split
-        hidden = decoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state  # (B, T, H)
+        with amp:
+            hidden = decoder(
+                input_ids=input_ids, attention_mask=attention_mask
+            ).last_hidden_state  # (B, T, H)
         rows = hidden[b_idx, t_idx - 1]  # (N, H): the state that predicted each wanted token
-        pieces = [
-            _logp_and_entropy(
-                head(rows[s : s + chunk_tokens]), targets[s : s + chunk_tokens], temperature, with_entropy
-            )
-            for s in range(0, rows.shape[0], max(1, chunk_tokens))
-        ]
+        pieces = []
+        for s in range(0, rows.shape[0], max(1, chunk_tokens)):
+            with autocast_context(input_ids.device, autocast):
+                logits = head(rows[s : s + chunk_tokens])  # (chunk, V), bf16 under autocast
+            pieces.append(_logp_and_entropy(logits, targets[s : s + chunk_tokens], temperature, with_entropy))
     else:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, T, V)
+        with amp:
+            logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, T, V)
         pieces = [_logp_and_entropy(logits[b_idx, t_idx - 1], targets, temperature, with_entropy)]
     logp = torch.zeros(B, T, dtype=torch.float32, device=input_ids.device)
     ent = torch.zeros_like(logp) if with_entropy else None

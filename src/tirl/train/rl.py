@@ -23,7 +23,6 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
 
 from __future__ import annotations
 
-import copy
 import random
 import time
 from collections import Counter
@@ -52,6 +51,7 @@ from tirl.train.checkpoint import CheckpointError
 from tirl.train.logprobs import token_logprobs
 from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
 from tirl.train.perf import Timers, peak_memory_mb
+from tirl.train.reference import Reference
 from tirl.train.rl_batch import (
     TRUNCATED,
     fitting_prompts,
@@ -172,6 +172,8 @@ class RLTrainer:
         seed: int,
         logger: MetricsLogger | None = None,
         ref_source: str = "",
+        autocast: torch.dtype | None = None,
+        ref_dtype: torch.dtype | None = None,
     ) -> None:
         if not rows:
             raise ValueError("RL needs at least one prompt row")
@@ -188,7 +190,9 @@ class RLTrainer:
         self.correction = resolve_correction(cfg.rollout_correction, agent.engine)
         self.adv_fn = get_advantage_estimator(cfg.adv_estimator, k=cfg.passk_k)
         self.loss_fn = get_policy_loss(cfg.policy_loss)
-        self.ref = copy.deepcopy(policy).eval().requires_grad_(False) if cfg.kl_coef > 0 else None
+        # model.autocast's dtype; the KL reference: LoRA's base with the adapter off, else a copy in model.ref_dtype
+        self.autocast = autocast
+        self.ref = Reference(policy, ref_dtype) if cfg.kl_coef > 0 else None
         updates = cfg.steps * cfg.ppo_epochs * -(-cfg.prompts_per_step * cfg.n // cfg.mini_batch_size)
         self.opt, self.sched = build_optimizer(policy, cfg.optim, updates)
         self.rng = random.Random(seed)
@@ -215,6 +219,7 @@ class RLTrainer:
             entropy_coef=cfg.entropy_coef,
             micro_batch_size=cfg.micro_batch_size,
             micro_batch_tokens=cfg.micro_batch_tokens,
+            autocast=autocast,
         )
 
     def _next_prompts(self) -> list[ProblemRow]:
@@ -240,6 +245,7 @@ class RLTrainer:
                 part.attention_mask,
                 temperature=self.sampling.logprob_temperature,
                 loss_mask=part.loss_mask,
+                autocast=self.autocast,
             )
             out[rows, : lp.shape[1]] = lp
         return out
@@ -307,7 +313,10 @@ class RLTrainer:
         with self.timers.time("update"):
             old_logp = self._logprobs(self.policy, batch) if need_old else None
             mismatch = {} if old_logp is None else self._correct(batch, old_logp, trajs)
-            ref_logp = self._logprobs(self.ref, batch) if self.ref is not None else None
+            ref_logp = None
+            if self.ref is not None:
+                with self.ref.model() as ref:
+                    ref_logp = self._logprobs(ref, batch)
             update = self._update(batch, old_logp, ref_logp)
         metrics = rollout_metrics(trajs, rewards.tolist(), [s.correct for s in scores])
         metrics.update(update)

@@ -105,12 +105,18 @@ def length_grouped_batches(
 
 
 def sft_loss(
-    model: torch.nn.Module, batch: TokenBatch, *, num_tokens: torch.Tensor | float | None = None
+    model: torch.nn.Module,
+    batch: TokenBatch,
+    *,
+    num_tokens: torch.Tensor | float | None = None,
+    autocast: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, int]:
     """Cross-entropy summed over loss_mask and divided by `num_tokens` (the whole batch's trained tokens when this is
     one micro-batch of it; default: this batch's own), computed on trained positions only, in chunks; returns
     (loss, number of trained tokens here)."""
-    logp, _ = token_logprobs(model, batch.input_ids, batch.attention_mask, loss_mask=batch.loss_mask)
+    logp, _ = token_logprobs(
+        model, batch.input_ids, batch.attention_mask, loss_mask=batch.loss_mask, autocast=autocast
+    )
     mask = batch.loss_mask.clone()
     mask[:, 0] = 0  # nothing predicts the first token
     n = int(mask.sum().item())
@@ -118,7 +124,9 @@ def sft_loss(
     return -(logp * mask).sum() / denom, n
 
 
-def sft_step(model: torch.nn.Module, batch: TokenBatch, cfg: SFTConfig) -> tuple[float, int]:
+def sft_step(
+    model: torch.nn.Module, batch: TokenBatch, cfg: SFTConfig, *, autocast: torch.dtype | None = None
+) -> tuple[float, int]:
     """Forward and backward over the batch's micro-batches (gradients accumulate); returns (loss, trained tokens)."""
     mask = batch.loss_mask.clone()
     mask[:, 0] = 0
@@ -126,7 +134,7 @@ def sft_step(model: torch.nn.Module, batch: TokenBatch, cfg: SFTConfig) -> tuple
     lengths = batch.attention_mask.sum(dim=-1).tolist()
     total, n = 0.0, 0
     for rows in micro_batches(lengths, max_seqs=cfg.micro_batch_size, max_tokens=cfg.micro_batch_tokens):
-        loss, k = sft_loss(model, slice_rows(batch, rows), num_tokens=num_tokens)
+        loss, k = sft_loss(model, slice_rows(batch, rows), num_tokens=num_tokens, autocast=autocast)
         if loss.requires_grad:
             loss.backward()
         total, n = total + float(loss.detach()), n + k
@@ -145,12 +153,14 @@ def train_sft(
     label: str = "SFT",
     save: Callable[[int, dict[str, Any]], Path] | None = None,
     resume_state: dict[str, Any] | None = None,
+    autocast: torch.dtype | None = None,
 ) -> dict[str, float]:
     """Train in place; returns the last logged metrics.
 
     `save(step, state)` writes a resumable checkpoint every `cfg.save_every` steps and when SIGTERM/SIGINT ask to
     stop (then `StopRequested` is raised). `resume_state` (a checkpoint's trainer state) continues a run: the batch
     plan is rebuilt from the seed, the batches already trained are skipped, optimizer and schedule restored.
+    `autocast`: `model.autocast`'s dtype (forward and backward under torch.autocast), None for full precision.
     """
     examples = render_rows(rows, renderer, max_length=cfg.max_length)
     rng = random.Random(seed)
@@ -175,7 +185,7 @@ def train_sft(
             epoch, idx = flat[step]
             chunk = [examples[i] for i in idx]
             batch = collate([c[0] for c in chunk], [c[1] for c in chunk], pad_id=pad_id).to(device)
-            loss, n = sft_step(model, batch, cfg)
+            loss, n = sft_step(model, batch, cfg, autocast=autocast)
             grad_norm, stepped = clip_and_step(model, opt, sched, cfg.optim, loss=loss)
             guard.record(stepped, where=f"{label} step {step}")
             last = {

@@ -37,6 +37,9 @@ class LossSpec:
     micro_batch_size: int = 0  # sequences per micro-batch; 0 = the whole mini-batch
     micro_batch_tokens: int = 0  # padded tokens per micro-batch; 0 = no budget
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS
+    autocast: torch.dtype | None = (
+        None  # model.autocast: forward/backward in this dtype, fp32 weights and log-softmax
+    )
 
 
 def global_counts(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -78,6 +81,7 @@ def accumulate_gradients(
             with_entropy=spec.entropy_coef > 0,
             loss_mask=mask,
             chunk_tokens=spec.chunk_tokens,
+            autocast=spec.autocast,
         )
         old = logp.detach() if old_logp is None else old_logp[rows, :width]
         loss, stats = spec.loss_fn(

