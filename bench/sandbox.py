@@ -8,8 +8,14 @@
   (b_heavy) as (b) on the sympy snippet: the service (a_heavy) replaces;
   (c) a fresh `python -c` per run without isolation (how SandboxFusion's runner executes a snippet).
 
-Writes bench/results/sandbox.json. Latency is what the caller sees, from the call to the result. Usage:
-  python bench/sandbox.py [--quick]
+Writes bench/results/sandbox.json. Latency is what the caller sees, from the call to the result.
+
+`--compare REV[,REV...]` instead measures this checkout against git revisions (e.g. the commit before a change):
+one process per side running that side's code, one warm worker per tier, blocks of sequential runs asked of each
+side in turn (so all sides share the machine's load), reporting per run the wall time, the worker's CPU time and
+its page faults (from /proc: the zygote plus the children it reaped). On a shared machine wall time swings with
+the load and CPU time less; page faults do not. Writes bench/results/sandbox_compare.json. Usage:
+  python bench/sandbox.py [--quick] [--compare REV[,REV...] [--rounds N]]
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -27,6 +34,7 @@ from pathlib import Path
 from tirl.io import atomic_write_json
 from tirl.sandbox import LocalSandbox, SandboxConfig
 from tirl.sandbox.isolation import ENV, worker_command
+from tirl.sandbox.routing import heavy_import_pattern, needs_heavy
 
 CODE = "print(123456 * 789)"
 EXPECTED = "97406784\n"
@@ -111,6 +119,12 @@ def main(quick: bool = False) -> dict:
         for c in (1, 16):
             res[f"c{c}"] = measure(fresh_process(argv, env), n if c == 1 else 2 * n, c, expected)
     r = out["results"]
+    routed = "x = 0\nfor i in range(10):\n    x += i * i\nprint(x)\n" * 20  # ~800 chars, no heavy import
+    pattern = heavy_import_pattern(config.preload_heavy)
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        needs_heavy(routed, pattern)
+    out["routing_us_per_800_char_snippet"] = round(1e6 * (time.perf_counter() - t0) / 2000, 2)
     out["load_avg_after"] = os.getloadavg()  # other jobs on the machine make every figure lower
 
     def speedup(x: str, y: str) -> dict:
@@ -123,7 +137,134 @@ def main(quick: bool = False) -> dict:
     return out
 
 
+def _worker_counters(pid: int) -> tuple[float, int]:
+    """CPU seconds and minor page faults of the worker tree under `pid` (bwrap): each process with the children
+    it has reaped (the zygote reaps every snippet)."""
+    cpu, faults, todo = 0.0, 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            f = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            todo += [int(c) for c in Path(f"/proc/{p}/task/{p}/children").read_text().split()]
+        except OSError:
+            continue
+        faults += int(f[7]) + int(f[8])  # minflt, cminflt
+        cpu += sum(int(x) for x in f[11:15]) / os.sysconf("SC_CLK_TCK")  # utime stime cutime cstime
+    return cpu, faults
+
+
+def probe_server() -> None:
+    """One side of --compare, in its own process with this side's code: a one-worker pool per tier, then blocks of
+    sequential runs on request ("light 50" on stdin -> one JSON line: wall and worker CPU seconds, page faults)."""
+    pools = {}
+    for tier, code, preload in (
+        ("light", CODE, ("math",)),
+        ("heavy", HEAVY_CODE, ("math", "numpy", "sympy")),
+    ):
+        cfg = SandboxConfig(preload=preload, preload_heavy=(), max_workers=1, max_runs_per_worker=10**6)
+        sb = LocalSandbox(cfg)
+        for _ in range(10):
+            sb.run(code)
+        pools[tier] = (sb, code, HEAVY_EXPECTED if tier == "heavy" else EXPECTED)
+    print("ready", flush=True)
+    for line in sys.stdin:
+        tier, n = line.split()
+        sb, code, expected = pools[tier]
+        (worker,) = list(sb._all)  # one worker, never recycled (max_runs_per_worker), so its counters add up
+        c0, f0 = _worker_counters(worker.proc.pid)
+        t0 = time.perf_counter()
+        for _ in range(int(n)):
+            r = sb.run(code)
+            if r.stdout != expected:
+                raise RuntimeError(f"wrong output {r}")
+        wall = time.perf_counter() - t0
+        c1, f1 = _worker_counters(worker.proc.pid)
+        print(json.dumps({"runs": int(n), "wall_s": wall, "cpu_s": c1 - c0, "faults": f1 - f0}), flush=True)
+    for sb, _, _ in pools.values():
+        sb.close()
+
+
+def compare(revs: list[str], rounds: int, quick: bool) -> dict:
+    """This checkout against git revisions `revs`: one probe process per side, all started at once, asked for
+    blocks in turn (light, then heavy; the side that goes first rotates), so every side sees the same load."""
+    repo = Path(__file__).resolve().parents[1]
+    runs = {"light": 40 if quick else 50, "heavy": 10 if quick else 12}
+    with tempfile.TemporaryDirectory(prefix="tirl-bench-") as tmp:
+        sides = {}
+        for rev in revs:
+            archive = subprocess.run(
+                ["git", "-C", str(repo), "archive", rev, "src"], capture_output=True, check=True
+            )
+            (Path(tmp) / rev).mkdir()
+            subprocess.run(["tar", "-x", "-C", str(Path(tmp) / rev)], input=archive.stdout, check=True)
+            sides[rev] = Path(tmp) / rev / "src"
+        sides["this checkout"] = repo / "src"
+        procs = {
+            name: subprocess.Popen(
+                [sys.executable, __file__, "--probe-server"],
+                env={**os.environ, "PYTHONPATH": str(src)},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+            for name, src in sides.items()
+        }
+        blocks: dict[str, dict[str, list[dict]]] = {name: {"light": [], "heavy": []} for name in sides}
+        loads = []
+        try:
+            for proc in procs.values():
+                if proc.stdout.readline().strip() != "ready":
+                    raise RuntimeError("a probe failed to start")
+            names = list(sides)
+            for i in range(rounds):
+                loads.append(os.getloadavg()[0])
+                for tier in ("light", "heavy"):
+                    for name in names[i % len(names) :] + names[: i % len(names)]:
+                        procs[name].stdin.write(f"{tier} {runs[tier]}\n")
+                        procs[name].stdin.flush()
+                        blocks[name][tier].append(json.loads(procs[name].stdout.readline()))
+        finally:
+            for proc in procs.values():
+                proc.stdin.close()
+                proc.wait(timeout=60)
+    out: dict = {"revisions": revs, "rounds": rounds, "runs_per_block": runs, "machine_cpus": os.cpu_count()}
+    out["load_1min_min_max"] = [min(loads), max(loads)]
+    summary = out["per_run"] = {}
+    for name, tiers in blocks.items():
+        summary[name] = {}
+        for tier, rows in tiers.items():
+            per_run = [r["wall_s"] / r["runs"] for r in rows]
+            summary[name][tier] = {
+                "wall_ms_min": round(1000 * min(per_run), 3),
+                "wall_ms_median": round(1000 * statistics.median(per_run), 3),
+                # /proc counts CPU in clock ticks: summed over all blocks, not per block
+                "worker_cpu_ms": round(
+                    1000 * sum(r["cpu_s"] for r in rows) / sum(r["runs"] for r in rows), 3
+                ),
+                "page_faults_median": round(statistics.median(r["faults"] / r["runs"] for r in rows), 1),
+            }
+    base = summary[revs[0]]
+    out[f"ratio_over_{revs[0]}"] = {
+        name: {
+            tier: {k: round(summary[name][tier][k] / base[tier][k], 3) for k in base[tier]}
+            for tier in ("light", "heavy")
+        }
+        for name in list(sides)[1:]
+    }
+    out["blocks"] = blocks
+    return out
+
+
 if __name__ == "__main__":
-    res = main(quick="--quick" in sys.argv)
-    atomic_write_json(Path(__file__).parent / "results" / "sandbox.json", res)
-    print(json.dumps(res, indent=2))
+    if "--probe-server" in sys.argv:
+        probe_server()
+    elif "--compare" in sys.argv:
+        i = sys.argv.index("--compare")
+        n_rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 20
+        res = compare(sys.argv[i + 1].split(","), n_rounds, quick="--quick" in sys.argv)
+        atomic_write_json(Path(__file__).parent / "results" / "sandbox_compare.json", res)
+        print(json.dumps({k: v for k, v in res.items() if k != "blocks"}, indent=2))
+    else:
+        res = main(quick="--quick" in sys.argv)
+        atomic_write_json(Path(__file__).parent / "results" / "sandbox.json", res)
+        print(json.dumps(res, indent=2))

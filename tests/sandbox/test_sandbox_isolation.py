@@ -11,7 +11,7 @@ import pytest
 
 from tirl.config import ConfigError, from_dict
 from tirl.sandbox import LocalSandbox, SandboxConfig, SandboxUnavailable
-from tirl.sandbox.isolation import _own_cgroup_v2, _v2_delegates, worker_command
+from tirl.sandbox.isolation import _v2_delegates, _v2_parent, worker_command
 
 
 def test_missing_bwrap_refuses_instead_of_falling_back(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
@@ -122,7 +122,7 @@ def test_cli_serve_rejects_a_bad_port_clearly(capsys) -> None:
 def _v2_reason() -> str:
     """'' where per-worker cgroups can use the unified hierarchy here, else why not (the skip reason)."""
     try:
-        return _v2_delegates(_own_cgroup_v2())
+        return _v2_delegates(_v2_parent())
     except OSError as e:
         return str(e)
 

@@ -1,8 +1,8 @@
 """How a warm worker is wrapped: the command line per isolation mode, and per-worker cgroups.
 
 Cgroups: the v1 pids and memory hierarchies where they are writable, else the v2 unified hierarchy where this
-process's cgroup delegates (or can enable) the memory and pids controllers to children; `cgroup_support()` says
-which, or why neither.
+process's cgroup delegates (or can enable) the memory and pids controllers to children, moving this process into
+a leaf when its cgroup holds it alone; `cgroup_support()` says which, or why neither.
 
 Modes, strongest first (what each does and does not cover is listed in tirl/sandbox/local.py):
   bwrap   : bubblewrap namespaces (pid, net, ipc, uts, mount); / read-only, fresh tmpfs /tmp, /proc, /dev, and
@@ -18,6 +18,7 @@ Modes, strongest first (what each does and does not cover is listed in tirl/sand
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shlex
 import shutil
@@ -180,7 +181,7 @@ class WorkerCgroup:
             ]
         elif self.version == "v2":
             limits = {"pids.max": pids_max, "memory.max": memory_bytes, "memory.swap.max": 0}
-            plan = [(_own_cgroup_v2() / name, limits)]
+            plan = [(_v2_parent() / name, limits)]
         else:
             raise OSError(f"no usable cgroup hierarchy: {cgroup_support()[1]}")
         try:
@@ -245,39 +246,77 @@ def _own_cgroup(controller: str) -> Path:
     raise OSError(f"no cgroup v1 '{controller}' hierarchy in /proc/self/cgroup")
 
 
-def _v2_mount() -> Path | None:
-    """Where the unified (v2) hierarchy is mounted: /sys/fs/cgroup (pure v2) or /sys/fs/cgroup/unified (hybrid)."""
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+def _v2_mount(mountinfo: str | None = None) -> Path | None:
+    """Where the unified (v2) hierarchy is mounted: /sys/fs/cgroup (pure v2) or /sys/fs/cgroup/unified (hybrid).
+
+    `mountinfo`: the text of /proc/self/mountinfo (read when None).
+    """
+    if mountinfo is None:
+        mountinfo = Path("/proc/self/mountinfo").read_text()
+    for line in mountinfo.splitlines():
         fields = line.split(" - ", 1)
-        if len(fields) == 2 and fields[1].split()[0] == "cgroup2":
+        if len(fields) == 2 and fields[1].split()[:1] == ["cgroup2"]:
             return Path(fields[0].split()[4])
     return None
 
 
-def _own_cgroup_v2() -> Path:
-    """This process's cgroup in the unified hierarchy (the '0::/path' line)."""
-    mount = _v2_mount()
+def _own_cgroup_v2(mountinfo: str | None = None, proc_cgroup: str | None = None) -> Path:
+    """This process's cgroup in the unified hierarchy (the '0::/path' line of /proc/self/cgroup, or `proc_cgroup`)."""
+    mount = _v2_mount(mountinfo)
     if mount is None:
         raise OSError("no cgroup2 file system is mounted")
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
+    if proc_cgroup is None:
+        proc_cgroup = Path("/proc/self/cgroup").read_text()
+    for line in proc_cgroup.splitlines():
         if line.startswith("0::"):
-            return mount / line[3:].lstrip("/")
+            return mount / line[3:].strip().lstrip("/")
     raise OSError("no cgroup v2 entry in /proc/self/cgroup")
 
 
+HOST_LEAF = "tirl-host"  # where this process moves itself in a v2 cgroup it was given (see _v2_delegates)
+
+
+def _v2_parent() -> Path:
+    """The v2 cgroup whose children the worker cgroups are: ours, or its parent once we moved into HOST_LEAF."""
+    own = _own_cgroup_v2()
+    return own.parent if own.name == HOST_LEAF else own
+
+
 def _v2_delegates(d: Path) -> str:
-    """'' when children of `d` get the memory and pids controllers (enabling them if needed), else why not."""
+    """'' when children of `d` get the memory and pids controllers (enabling them if needed), else why not.
+
+    cgroup v2 lets a non-root cgroup hold processes or give controllers to children, not both. So when `d` holds
+    this process and nothing else (a cgroup delegated to tirl, e.g. `systemd-run --scope -p Delegate=yes`, or a
+    container whose only process is tirl), we move into a leaf `d/tirl-host` first, as delegated services do.
+    """
     try:
         available = (d / "cgroup.controllers").read_text().split()
         missing = [c for c in ("memory", "pids") if c not in available]
         if missing:
             return f"cgroup v2 at {d} lacks the {missing} controllers (bound to v1 hierarchies, or not delegated)"
-        enabled = (d / "cgroup.subtree_control").read_text().split()
-        wanted = [f"+{c}" for c in ("memory", "pids") if c not in enabled]
-        if wanted:  # fails (EBUSY) when `d` holds processes itself and is not the root
-            (d / "cgroup.subtree_control").write_text(" ".join(wanted))
         if not os.access(d, os.W_OK):
             return f"cgroup v2 directory {d} is not writable"
+        enabled = (d / "cgroup.subtree_control").read_text().split()
+        wanted = " ".join(f"+{c}" for c in ("memory", "pids") if c not in enabled)
+        if not wanted:
+            return ""
+        try:
+            (d / "cgroup.subtree_control").write_text(wanted)
+        except OSError as e:
+            if e.errno != errno.EBUSY:
+                raise
+            procs = (d / "cgroup.procs").read_text().split()
+            if procs != [str(os.getpid())]:
+                return (
+                    f"cgroup v2 at {d} holds {len(procs)} processes besides giving controllers to children "
+                    "(not allowed); run tirl in a cgroup of its own with memory and pids delegated, e.g. "
+                    "`systemd-run --scope -p Delegate=yes tirl ...`"
+                )
+            leaf = d / HOST_LEAF
+            with contextlib.suppress(FileExistsError):
+                leaf.mkdir()
+            (leaf / "cgroup.procs").write_text(str(os.getpid()))  # every thread of this process moves
+            (d / "cgroup.subtree_control").write_text(wanted)
     except OSError as e:
         return f"cgroup v2 at {d}: cannot enable memory and pids for children ({e})"
     return ""
@@ -292,7 +331,7 @@ def cgroup_support() -> tuple[str, str]:
     except OSError as e:
         v1 = str(e)
     try:
-        why = _v2_delegates(_own_cgroup_v2())
+        why = _v2_delegates(_v2_parent())
     except OSError as e:
         why = str(e)
     return ("v2", "") if not why else ("", f"{v1}; {why}")

@@ -49,8 +49,10 @@ What it does NOT cover:
   - the preloaded modules are shared, read-only state: a snippet sees the same hash seed as the previous one;
   - CPU share between concurrent runs is not limited (no cpu cgroup): a busy snippet slows its neighbours;
   - there is no per-run disk quota beyond the file-size rlimit and the worker's /tmp and /dev/shm tmpfs sizes;
-  - cgroup v2 is used only where this process's cgroup can give children the memory and pids controllers (a
-    delegated subtree, or one without processes of its own); elsewhere `cgroups: auto` runs without cgroups;
+  - cgroup v2 is used only where this process's cgroup can give children the memory and pids controllers: the
+    root, or a cgroup holding tirl alone (tirl then moves itself into a `tirl-host` leaf, as delegated services
+    do); a cgroup shared with other processes (a login session's scope) cannot, and `cgroups: auto` then runs
+    without cgroups (`required` refuses, saying why);
   - the worker's OOM protection (oom_score_adj) is best effort: some kernels and VMs refuse it.
 """
 
