@@ -20,7 +20,9 @@ QWEN3_4B = "qwen3-4b-instruct-2507"
 
 
 def recipe(name: str, *overrides: str) -> TirlConfig:
-    return load_config(TirlConfig, CONFIGS / f"recipe-{name}.yaml", list(overrides))
+    """A recipe config; the RL ones with the torch engine, the one tirl runs under torchrun today."""
+    torch_engine = ["rollout.engine=torch"] if "grpo" in name else []
+    return load_config(TirlConfig, CONFIGS / f"recipe-{name}.yaml", [*torch_engine, *overrides])
 
 
 def test_parameter_counts_are_the_hand_computed_ones():
@@ -118,13 +120,17 @@ def test_config_errors_fail_in_the_plan():
         )
     with pytest.raises(PlanError, match="has no config.json.*--arch"):
         plan(recipe("qwen3-4b-grpo-tcr"), processes=8)
+    with pytest.raises(PlanError, match="rollout.engine=vllm under torchrun is not supported yet"):
+        plan(recipe("qwen3-4b-grpo-tcr", "rollout.engine=vllm"), processes=8, arch=QWEN3_4B)
+    with pytest.raises(PlanError, match="model.lora under torchrun"):
+        plan(recipe("qwen3-4b-grpo-tcr", "model.lora.rank=8"), processes=8, arch=QWEN3_4B)
     with pytest.raises(PlanError, match="neither a config.json file nor one of"):
         plan(recipe("qwen3-4b-grpo-tcr"), processes=8, arch="qwen9-1t")
 
 
 def test_every_recipe_config_loads_and_plans():
     for path in sorted(CONFIGS.glob("recipe-*.yaml")):
-        cfg = load_config(TirlConfig, path)
+        cfg = load_config(TirlConfig, path, ["rollout.engine=torch"] if "grpo" in path.name else [])
         arch = QWEN3_4B if "qwen3" in path.name else "qwen2.5-7b-instruct"
         p = plan(cfg, stage="sft" if "-sft" in path.name else "rl", processes=8, arch=arch)
         assert p.fits, (path.name, p.total_gib)
@@ -158,6 +164,7 @@ def test_cli_prints_the_plan_and_exits_3_when_it_does_not_fit(capsys):
         str(CONFIGS / "recipe-qwen2.5-7b-grpo-tcr.yaml"),
         "--arch",
         "qwen2.5-7b-instruct",
+        "rollout.engine=torch",
     ]
     assert main([*argv, "--nproc", "8", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["params"] == 7_615_616_512

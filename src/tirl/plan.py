@@ -181,6 +181,13 @@ def _check(cfg: Any, stage: str, world: int, seq: int, hf_config: Any) -> list[s
             raise PlanError(f"rl.mini_batch_size={rl.mini_batch_size} must divide over {world} processes")
         if cfg.rollout.engine == "openai":
             raise PlanError("rollout.engine=openai cannot receive new weights: RL needs torch or vllm")
+        if world > 1 and cfg.rollout.engine != "torch":
+            raise PlanError(
+                f"rollout.engine={cfg.rollout.engine} under torchrun is not supported yet (each rank samples with its "
+                "in-process torch engine): use rollout.engine=torch for several processes, or one process"
+            )
+        if world > 1 and rl.dynamic_sampling:
+            raise PlanError("rl.dynamic_sampling is single-process only for now")
         budget = rl.micro_batch_tokens
     else:
         if cfg.sft.batch_size % world:
@@ -190,6 +197,10 @@ def _check(cfg: Any, stage: str, world: int, seq: int, hf_config: Any) -> list[s
         raise PlanError(
             f"{stage}.micro_batch_tokens={budget} is below one full sequence ({seq} tokens): a long sequence could "
             "not be placed in any micro-batch"
+        )
+    if world > 1 and cfg.model.lora.rank > 0:
+        raise PlanError(
+            "model.lora under torchrun is not supported yet (its sharded checkpoints): train LoRA in one process"
         )
     model_type = getattr(hf_config, "model_type", "")
     if model_type.startswith("qwen") and cfg.chat.format == "chatml":
