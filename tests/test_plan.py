@@ -122,10 +122,24 @@ def test_config_errors_fail_in_the_plan():
         plan(recipe("qwen3-4b-grpo-tcr"), processes=8)
     with pytest.raises(PlanError, match="rollout.engine=vllm under torchrun is not supported yet"):
         plan(recipe("qwen3-4b-grpo-tcr", "rollout.engine=vllm"), processes=8, arch=QWEN3_4B)
-    with pytest.raises(PlanError, match="model.lora under torchrun"):
-        plan(recipe("qwen3-4b-grpo-tcr", "model.lora.rank=8"), processes=8, arch=QWEN3_4B)
     with pytest.raises(PlanError, match="neither a config.json file nor one of"):
         plan(recipe("qwen3-4b-grpo-tcr"), processes=8, arch="qwen9-1t")
+
+
+def test_lora_over_processes_shards_base_and_adapter():
+    """LoRA under torchrun: the frozen base and the adapter (with its gradients and AdamW state) are sharded alike,
+    and no reference copy is planned (the base with the adapter off is the reference)."""
+    full = plan(recipe("qwen3-4b-grpo-tcr", "rollout.engine=torch"), processes=8, arch=QWEN3_4B)
+    one = plan(
+        recipe("qwen3-4b-grpo-tcr", "rollout.engine=torch", "model.lora.rank=8"), processes=1, arch=QWEN3_4B
+    )
+    eight = plan(
+        recipe("qwen3-4b-grpo-tcr", "rollout.engine=torch", "model.lora.rank=8"), processes=8, arch=QWEN3_4B
+    )
+    assert eight.trainable == one.trainable < full.trainable / 100
+    assert eight.optimizer_gib == pytest.approx(one.optimizer_gib / 8)
+    assert eight.weights_gib == pytest.approx(one.weights_gib / 8)
+    assert eight.reference_gib == 0 and eight.total_gib < full.total_gib
 
 
 def test_every_recipe_config_loads_and_plans():

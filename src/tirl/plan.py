@@ -198,10 +198,6 @@ def _check(cfg: Any, stage: str, world: int, seq: int, hf_config: Any) -> list[s
             f"{stage}.micro_batch_tokens={budget} is below one full sequence ({seq} tokens): a long sequence could "
             "not be placed in any micro-batch"
         )
-    if world > 1 and cfg.model.lora.rank > 0:
-        raise PlanError(
-            "model.lora under torchrun is not supported yet (its sharded checkpoints): train LoRA in one process"
-        )
     model_type = getattr(hf_config, "model_type", "")
     if model_type.startswith("qwen") and cfg.chat.format == "chatml":
         notes.append(

@@ -49,11 +49,6 @@ def setup_torch(cfg: TirlConfig) -> None:
 def _shard(model: torch.nn.Module, cfg: TirlConfig) -> torch.nn.Module:
     """Under torchrun, FSDP2 over the ranks (`tirl.train.fsdp`); the model itself otherwise."""
     if dist.is_distributed():
-        if is_lora(model):
-            raise ValueError(
-                "model.lora under torchrun: the sharded adapter update is tested, but its checkpoints and export "
-                "are not done yet; train LoRA in one process"
-            )
         fsdp.shard_model(model, reshard_after_forward=cfg.dist.reshard_after_forward)
     return model
 

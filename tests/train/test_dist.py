@@ -3,7 +3,8 @@
 One module fixture starts two real `torchrun --nproc_per_node=2` runs side by side: `dist_worker.py` (an RL
 update on a fixed batch, the gradient reduction check of pytorch issue 162338, an SFT run) and `python -m tirl rl`
 (the CLI: process group from torchrun's environment, rollouts on both ranks, a sharded checkpoint, the exported
-model). The single-process references run in this process, from the same functions.
+model), once with full training and once with a LoRA adapter. The single-process references run in this process,
+from the same functions.
 """
 
 from __future__ import annotations
@@ -88,9 +89,17 @@ def runs(tokenizer, tmp_path_factory) -> Path:
     (root / "sft.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sft_rows))
     worker = _torchrun(str(WORKER), str(root), str(root / "model"), str(root / "sft.jsonl"))
     cli = _torchrun("-m", "tirl", "rl", *_rl_overrides(root, steps=1), "--out", str(root / "rl-2"))
-    _wait(worker, 240)
-    _wait(cli, 240)
+    lora = _torchrun(
+        "-m", "tirl", "rl", *_rl_overrides(root, steps=1), *LORA, "--out", str(root / "rl-2-lora")
+    )
+    _wait(worker, 300)
+    _wait(cli, 300)
+    _wait(lora, 300)
     return root
+
+
+LORA = ["model.lora.rank=4", "rl.optim.lr=0.05", "rl.entropy_coef=0.01"]  # KL stays on: the base, adapter off;
+# the random model earns -1 everywhere (zero advantages): the entropy term gives the adapter its gradient
 
 
 @pytest.mark.slow
@@ -196,3 +205,65 @@ def test_eval_refuses_torchrun(monkeypatch, capsys) -> None:
     monkeypatch.setenv("WORLD_SIZE", "2")
     assert main(["eval", "model.path=/nonexistent"]) == 2
     assert "runs in one process" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_torchrun_lora_rl_checkpoints_an_adapter_that_resumes_and_exports(runs, tmp_path) -> None:
+    """`torchrun -m tirl rl model.lora.rank=4`: DCP holds the adapter and its optimizer state only; the checkpoint
+    and the final model are adapter directories as one process writes them; one process resumes the checkpoint
+    and `tirl export` merges it."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    from tirl.cli import main
+    from tirl.models import lora
+    from tirl.models.loading import load_policy
+
+    src = runs / "rl-2-lora"
+    ckpt = src / "checkpoint-1"
+    checkpoint.verify(ckpt)
+    metrics = json.loads((src / "metrics.jsonl").read_text().splitlines()[0])
+    assert metrics["loss/kl"] == pytest.approx(0.0, abs=1e-6)  # step 0: the adapter (B = 0) is still the base
+    saved = FileSystemReader(str(ckpt / "dcp")).read_metadata().state_dict_metadata
+    weights = [k for k in saved if k.startswith("model.")]
+    assert weights and all(".lora_" in k for k in weights)  # the frozen base is not copied into DCP
+    for d in (ckpt, src / "model"):
+        assert (
+            lora.is_adapter_dir(d)
+            and (d / lora.BASE_RECORD).is_file()
+            and not (d / "model.safetensors").exists()
+        )
+    adapter = load_file(ckpt / lora.ADAPTER_WEIGHTS)
+    final = load_file(src / "model" / lora.ADAPTER_WEIGHTS)
+    assert set(adapter) == set(final) and any(".lora_B." in k for k in adapter)
+    assert any(v.abs().max() > 0 for k, v in adapter.items() if ".lora_B." in k)  # the update reached B
+    for k in adapter:  # the gathered adapter of the checkpoint is the final model's (the run ended at step 1)
+        torch.testing.assert_close(final[k], adapter[k], msg=k)
+
+    # the DCP adapter, loaded into one process's LoRA model, is the gathered adapter
+    cfg = load_config(TirlConfig, None, [*_rl_overrides(runs, steps=2), *LORA])
+    model = load_policy(cfg.model)
+    checkpoint.load_weights(model, ckpt)
+    live = {k: v for k, v in model.state_dict().items() if ".lora_" in k}
+    assert len(live) == len(adapter)
+    for k, v in live.items():
+        torch.testing.assert_close(v, adapter[k.replace(".default", "")], msg=k)
+    opt, _ = build_optimizer(model, cfg.rl.optim, 10)
+    checkpoint.load_optimizer(model, opt, checkpoint.load_state(ckpt))
+    assert len(opt.state) == len(live) and all(int(st["step"]) == 1 for st in opt.state.values())
+
+    # tirl export merges it: the merged model computes base + adapter's logits
+    assert main(["export", str(ckpt), "--out", str(tmp_path / "merged")]) == 0
+    merged = load_model(ModelConfig(), tmp_path / "merged")
+    ids = torch.tensor([[1, 5, 9, 14, 3, 7]])
+    with torch.no_grad():
+        torch.testing.assert_close(merged(ids).logits, model.eval()(ids).logits, atol=1e-5, rtol=1e-5)
+
+    # one process resumes the two processes' adapter checkpoint for a second step
+    import shutil
+
+    out = tmp_path / "rl"
+    out.mkdir()
+    shutil.copytree(ckpt, out / "checkpoint-1")
+    run_rl(cfg, out, resume="auto")
+    assert [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()] == [1]
+    assert lora.is_adapter_dir(out / "checkpoint-2") and not (out / "checkpoint-2" / "dcp").exists()

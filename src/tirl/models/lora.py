@@ -134,10 +134,14 @@ def base_fingerprint(path: str | Path) -> dict[str, Any]:
     }
 
 
-def save_model(model: torch.nn.Module, directory: str | Path) -> None:
-    """`model.save_pretrained`, plus the base's record for an adapter. A merged copy is `export_hf`'s job."""
+def save_model(
+    model: torch.nn.Module, directory: str | Path, *, state_dict: dict[str, torch.Tensor] | None = None
+) -> None:
+    """`model.save_pretrained`, plus the base's record for an adapter. A merged copy is `export_hf`'s job.
+
+    `state_dict`: the weights to write instead of the model's own (those gathered from an FSDP-sharded model)."""
     directory = Path(directory)
-    model.save_pretrained(directory)
+    model.save_pretrained(directory, **({"state_dict": state_dict} if state_dict is not None else {}))
     if is_lora(model):
         base = base_path(model)
         record = {"path": base, "fingerprint": base_fingerprint(base)}

@@ -11,7 +11,9 @@ Rotation (`keep_last`) deletes the oldest complete checkpoints, never the newest
 
 A run sharded over several processes (FSDP) writes the same directory with the weights and the optimizer as
 `torch.distributed.checkpoint` (DCP) shards under `dcp/` instead of safetensors and `trainer_state.pt`'s optimizer,
-plus `rank-<r>.pt` per rank (that rank's generators); `config.json` and the tokenizer are still there. DCP
+plus `rank-<r>.pt` per rank (that rank's generators); `config.json` and the tokenizer are still there. For LoRA,
+DCP holds the adapter and its optimizer state only, and the adapter is also written whole, as one process writes
+it (adapter files and `base_model.json`), so the checkpoint reads as any adapter directory does. DCP
 reshards on load, so such a checkpoint resumes in any number of processes, one included. The final model of such a
 run is a plain Hugging Face directory (`tirl.train.fsdp.save_full_model`).
 """
@@ -32,7 +34,7 @@ from tirl.errors import TirlError
 from tirl.io import atomic_dir
 from tirl.models import lora
 from tirl.train import dist
-from tirl.train.fsdp import is_sharded
+from tirl.train.fsdp import full_state_dict, is_sharded, tied_aliases
 
 MANIFEST = "manifest.json"
 STATE = "trainer_state.pt"
@@ -94,29 +96,55 @@ def _save_sharded(
     """Rank 0 stages the directory and writes what is shared; every rank writes its DCP shards and generators;
     rank 0 writes the manifest and renames the stage once all are in. Every rank returns when it is complete."""
 
-    def write(stage: Path) -> None:
+    def write(stage: Path) -> dict[str, torch.Tensor] | None:
         import torch.distributed.checkpoint as dcp
         from torch.distributed.checkpoint.state_dict import get_state_dict
 
-        model_sd, optim_sd = get_state_dict(model, optimizer)
+        model_sd, optim_sd = get_state_dict(model, optimizer, options=_dcp_options(model))
+        model_sd = _drop_frozen_aliases(model, model_sd)
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=stage / DCP_DIR)
         own = {"rng": rng_state(), **{k: state[k] for k in PER_RANK if k in state}}
         torch.save(own, stage / f"rank-{dist.rank()}.pt")
+        # a LoRA adapter is also gathered whole, so that the checkpoint is an adapter directory too (tirl eval,
+        # tirl export and peft read it as they read a single process's)
+        adapter = full_state_dict(model, trainable_only=True) if lora.is_lora(model) else None
         dist.barrier()  # every rank's files are in
+        return adapter
 
     if not dist.is_main():
         write(Path(dist.broadcast_object(None)))
     else:
         with atomic_dir(path) as stage:
             dist.broadcast_object(str(stage))
-            write(stage)
-            model.config.save_pretrained(stage)
+            adapter = write(stage)
+            if adapter is not None:
+                lora.save_model(model, stage, state_dict=adapter)
+            else:
+                model.config.save_pretrained(stage)
             tokenizer.save_pretrained(stage)
             shared = {k: v for k, v in state.items() if k != "optimizer"}
             torch.save({**shared, "rng": rng_state(), "world_size": dist.world_size()}, stage / STATE)
             _write_manifest(stage)
     dist.barrier()  # renamed: complete for every rank
     return path
+
+
+def _dcp_options(model: torch.nn.Module) -> Any:
+    """What goes into DCP: every weight, or for a LoRA model the adapter alone (its base is `model.path`'s,
+    checked against the checkpoint's record of it when loading)."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    adapter = lora.is_lora(model)
+    return StateDictOptions(ignore_frozen_params=adapter, strict=not adapter)
+
+
+def _drop_frozen_aliases(model: torch.nn.Module, state: dict[str, Any]) -> dict[str, Any]:
+    """`ignore_frozen_params` drops a frozen parameter under its first name only: a tied LM head's second name
+    stays (torch 2.13). For a LoRA model, drop it too, so that DCP holds exactly the adapter."""
+    if not lora.is_lora(model):
+        return state
+    aliases = tied_aliases(model)
+    return {k: v for k, v in state.items() if k not in aliases}
 
 
 def _write_manifest(stage: Path) -> None:
@@ -190,10 +218,10 @@ def load_optimizer(model: torch.nn.Module, optimizer: torch.optim.Optimizer, sta
         return
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict, set_optimizer_state_dict
 
-    optim_sd = get_optimizer_state_dict(model, optimizer)
-    box = {"optim": optim_sd}
+    options = _dcp_options(model)
+    box = {"optim": get_optimizer_state_dict(model, optimizer, options=options)}
     _dcp_load(box, Path(state["checkpoint_dir"]))
-    set_optimizer_state_dict(model, optimizer, box["optim"])
+    set_optimizer_state_dict(model, optimizer, box["optim"], options=options)
 
 
 def _dcp_load(box: dict[str, Any], path: Path) -> None:
@@ -215,14 +243,25 @@ def load_weights(model: torch.nn.Module, path: str | Path) -> None:
     if is_sharded_checkpoint(path):
         from torch.distributed.checkpoint.state_dict import get_model_state_dict, set_model_state_dict
 
-        box = {"model": get_model_state_dict(model)}
+        if lora.is_lora(model) != lora.is_adapter_dir(path):
+            raise CheckpointError(
+                f"checkpoint {path} holds {'a LoRA adapter' if lora.is_adapter_dir(path) else 'full weights'} but "
+                f"the model is {'a LoRA model' if lora.is_lora(model) else 'not'}: set model.lora.rank as the run did"
+            )
+        if lora.is_lora(model):
+            try:
+                lora.check_same_base(model, path)
+            except lora.LoraError as e:
+                raise CheckpointError(str(e)) from None
+        options = _dcp_options(model)
+        box = {"model": _drop_frozen_aliases(model, get_model_state_dict(model, options=options))}
         try:
             _dcp_load(box, Path(path))
         except Exception as e:
             raise CheckpointError(
                 f"checkpoint {path}: {DCP_DIR}/ does not load ({type(e).__name__}: {e})"
             ) from None
-        set_model_state_dict(model, box["model"])
+        set_model_state_dict(model, box["model"], options=options)
         return
     if is_sharded(model):
         raise CheckpointError(

@@ -97,15 +97,18 @@ def idle_pass(model: torch.nn.Module, device: torch.device | str) -> None:
     (out.logits.float().sum() * 0.0).backward()
 
 
-def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """The whole model's weights on rank 0, in CPU memory ({} on the other ranks). Collective."""
+def full_state_dict(model: torch.nn.Module, *, trainable_only: bool = False) -> dict[str, torch.Tensor]:
+    """The whole model's weights on rank 0, in CPU memory ({} on the other ranks). Collective.
+
+    `trainable_only`: only the parameters that train (a LoRA adapter: megabytes, where the base is gigabytes)."""
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-    state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
-    return {k: v for k, v in state.items() if k not in _tied_aliases(model)}
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=trainable_only)
+    state = get_model_state_dict(model, options=options)
+    return {k: v for k, v in state.items() if k not in tied_aliases(model)}
 
 
-def _tied_aliases(model: torch.nn.Module) -> set[str]:
+def tied_aliases(model: torch.nn.Module) -> set[str]:
     """Names under which an already-named parameter appears again (a tied LM head): saved once, as a plain
     `save_pretrained` does."""
     seen: set[int] = set()
@@ -119,13 +122,19 @@ def _tied_aliases(model: torch.nn.Module) -> set[str]:
 
 def save_full_model(model: torch.nn.Module, tokenizer: Any, path: Any, *, extra: dict | None = None) -> None:
     """A plain Hugging Face directory from a sharded model: full weights gathered to rank 0, written there
-    atomically; every rank returns once it exists. Collective."""
+    atomically; every rank returns once it exists. Collective. A LoRA model is written as one process writes it:
+    the adapter alone (gathered) and the record of its base (`tirl.models.lora.save_model`)."""
     from tirl.io import atomic_dir
+    from tirl.models import lora
 
-    state = full_state_dict(model)
+    adapter = lora.is_lora(model)
+    state = full_state_dict(model, trainable_only=adapter)
     if dist.is_main():
         with atomic_dir(path) as stage:
-            model.save_pretrained(stage, state_dict=state)
+            if adapter:
+                lora.save_model(model, stage, state_dict=state)
+            else:
+                model.save_pretrained(stage, state_dict=state)
             tokenizer.save_pretrained(stage)
             if extra:
                 torch.save(extra, stage / "trainer_state.pt")
