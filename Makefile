@@ -77,7 +77,7 @@ lint: install
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
 
-bench: install $(SMOLLM2)
+bench: install vllm $(SMOLLM2)
 	$(PY) bench/run_all.py
 
 clean:

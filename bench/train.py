@@ -6,8 +6,8 @@ full fp32, bf16 autocast, gradient checkpointing, both, LoRA (rank 16, all linea
 processes (`torchrun`, FSDP2 over gloo, each process taking half the batch). Every variant runs in a fresh
 subprocess so that its peak resident memory is its own; on 2 processes the peak is the larger rank's.
 
-Models: the demo's tiny Qwen2 (built here) and, when given (`--model DIR` or `TIRL_BENCH_MODEL`), a local
-Hugging Face model such as the SmolLM2-135M that `tirl model import` writes. Writes bench/results/train.json.
+Models: the demo's tiny Qwen2 (built here) and a local Hugging Face model: `--model DIR`, `TIRL_BENCH_MODEL`, or
+by default the SmolLM2-135M that bench/engines.py imports into runs/smollm2-135m (`make bench` runs it first). Writes bench/results/train.json.
 On a CPU, bf16 autocast is not a speed option (without AVX-512 BF16 or AMX, bf16 matmuls are emulated); the numbers
 say what it costs, and a variant slower than `--variant-timeout` is recorded as such rather than holding the run.
 """
@@ -162,6 +162,12 @@ def tiny_model(directory: Path) -> str:
     return str(directory)
 
 
+def _imported_smollm2() -> str:
+    """SmolLM2-135M as bench/engines.py imports it (`make bench` runs that first), when it is there."""
+    d = ROOT / "runs" / "smollm2-135m"
+    return str(d) if (d / "config.json").is_file() else ""
+
+
 def bench_model(name: str, model: str, a: argparse.Namespace) -> dict:
     rows: dict[str, dict] = {}
     for label, procs, overrides in VARIANTS:
@@ -178,7 +184,7 @@ def bench_model(name: str, model: str, a: argparse.Namespace) -> dict:
 def main() -> dict:
     p = argparse.ArgumentParser()
     p.add_argument("--worker", action="store_true")
-    p.add_argument("--model", default=os.environ.get("TIRL_BENCH_MODEL", ""))
+    p.add_argument("--model", default=os.environ.get("TIRL_BENCH_MODEL", "") or _imported_smollm2())
     p.add_argument("--out", default="")
     p.add_argument("--batch", type=int, default=0)
     p.add_argument("--seq", type=int, default=0)
@@ -208,7 +214,7 @@ def main() -> dict:
         results["models"]["tiny demo Qwen2"] = bench_model("tiny", tiny_model(Path(tmp) / "tiny"), tiny)
     if a.model:
         real = argparse.Namespace(
-            **{**vars(a), "batch": a.batch or 8, "seq": a.seq or 512, "micro": a.micro or 2}
+            **{**vars(a), "batch": a.batch or 4, "seq": a.seq or 256, "micro": a.micro or 2}
         )
         results["models"][Path(a.model).name] = bench_model(Path(a.model).name, a.model, real)
     else:
