@@ -67,6 +67,23 @@ def test_element_task_has_two_tools_and_its_own_verifier(sandbox):
     assert [g.correct for g in grade_trajectories(trajs, RewardConfig())] == [True, False]
 
 
+ADDITION = "examples.smollm2_addition.task:task"
+
+
+def test_addition_task_grades_the_last_integer_and_keeps_test_problems_out_of_training():
+    task = load_task(ADDITION)
+    assert task.tools == [] and task.verifier == "last_integer"
+    cfg = TirlConfig()
+    train, test = task.load_rows("train", cfg), task.load_rows("test", cfg)
+    assert len(test) == 64 and len(train) == 29 * 29 - 64
+    assert not {r["extra_info"]["id"] for r in train} & {r["extra_info"]["id"] for r in test}
+    meta = {"data_source": "examples/addition", "ground_truth": "29"}
+    answers = ("14 + 15 = 29", "It is 2,9 or 29.", "14 + 15 = 28", "twenty-nine", "29 + 1 = 30")
+    trajs = [Trajectory([1], [2], [1], [0.0], [a], meta=meta) for a in answers]
+    graded = grade_trajectories(trajs, RewardConfig())
+    assert [g.correct for g in graded] == [True, True, False, False, False]
+
+
 def tiny_model(tmp_path, task_spec, cfg):
     task = load_task(task_spec)
     texts = []
