@@ -1,6 +1,6 @@
 """RL algorithm math as pure tensor functions: advantages, policy losses, regularizers.
 
-Imports only torch and the standard library (tests/algorithms/test_purity.py enforces it).
+Imports only torch and the standard library (tests/test_layers.py enforces it).
 """
 
 from .advantages import (
