@@ -6,7 +6,7 @@ rejects the test suite's usual head_dim 16), taught by a short SFT to call the t
 
 Log-prob tolerance: engine and trainer both compute in float32, with different kernels (vLLM's paged attention and
 fused norms against Hugging Face's eager modules), so the sums are reordered and the log-probs differ by rounding:
-~1e-6 here (the README gives the measured numbers). LOGPROB_ATOL = 1e-4 leaves two orders of magnitude for that
+~1e-6 here (docs/engines.md gives the measured numbers). LOGPROB_ATOL = 1e-4 leaves two orders of magnitude for that
 and is still 100x below every failure it guards against: sampling at a wrong temperature, serving stale weights
 after an update (the update below moves log-probs by > 0.1), or log-probs of a truncated distribution.
 """

@@ -1,6 +1,7 @@
 """Load any Hugging Face causal LM and its tokenizer from one `model.path`, and save checkpoints atomically.
 
-Precision options (`model.dtype`, `model.autocast`, `model.ref_dtype`) and why (README "Memory options"):
+Precision options (`model.dtype`, `model.autocast`, `model.ref_dtype`) and why (docs/configuration.md, "Memory
+options and LoRA"):
 - `autocast: bfloat16` keeps float32 weights (the "master" copy AdamW updates, with float32 moments) and runs the
   trainer's forward and backward under `torch.autocast`; log-softmax is taken in float32 on chunked logits
   (`tirl.train.logprobs`). This is the safe choice on GPUs: bf16's 8-bit mantissa cannot hold an update smaller

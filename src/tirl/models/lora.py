@@ -38,8 +38,9 @@ class LoraError(TirlError):
 
 @dataclass
 class LoraConfig:
-    """`rank` 0 is full fine-tuning. Defaults follow the LoRA-for-RL results (README "LoRA"): every linear layer of
-    the decoder (attention and MLP; peft's "all-linear" leaves the LM head out), alpha 32, no dropout."""
+    """`rank` 0 is full fine-tuning. Defaults follow the LoRA-for-RL results (docs/configuration.md, "Memory
+    options and LoRA"): every linear layer of the decoder (attention and MLP; peft's "all-linear" leaves the LM
+    head out), alpha 32, no dropout."""
 
     rank: int = 0
     alpha: float = 32.0
