@@ -20,6 +20,7 @@ import torch
 from tirl.chat.template import ChatRenderer
 from tirl.config import save_config
 from tirl.data import read_rows
+from tirl.data.records import ProblemRow, problem_rows, read_problems
 from tirl.eval.evaluate import evaluate, summarize_records, write_eval
 from tirl.logging import MetricsLogger, console
 from tirl.models.loading import load_for_inference, load_policy, load_tokenizer, save_checkpoint
@@ -70,9 +71,9 @@ def build_renderer(tokenizer: Any, cfg: TirlConfig, task: Task | None = None) ->
     )
 
 
-def _task_rows(cfg: TirlConfig, path: str, split: str) -> list[dict[str, Any]]:
-    """The stage's data file when set, else the task's own rows."""
-    return read_rows(path) if path else current_task(cfg).load_rows(split, cfg)
+def _task_rows(cfg: TirlConfig, path: str, split: str) -> list[ProblemRow]:
+    """The stage's data file when set, else the task's own rows: problems, each row validated once."""
+    return read_problems(path) if path else problem_rows(current_task(cfg).load_rows(split, cfg))
 
 
 def build_engine(
@@ -251,7 +252,7 @@ def run_rl(
     out_dir: str | Path,
     *,
     model_path: str | Path | None = None,
-    rows: Sequence[dict[str, Any]] | None = None,
+    rows: Sequence[dict[str, Any] | ProblemRow] | None = None,
     resume: str | None = None,
 ) -> Path:
     """GRPO-TCR from `model_path` on rl.data; returns the final checkpoint directory.
@@ -336,7 +337,7 @@ def run_rl(
 def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str):
     """step -> `val/<data_source>/<metric>` of the current policy on rl.eval_data (eval.n samples each); each
     evaluation's records go to OUT/eval/step-<k>/, where `tirl analyze` reads them."""
-    rows = [row for f in cfg.rl.eval_data for row in read_rows(f)]  # read now: a bad file fails at start-up
+    rows = [row for f in cfg.rl.eval_data for row in read_problems(f)]  # read now: a bad file fails at start-up
     conf = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=model_path))  # its tokenizer
 
     def validate(step: int) -> dict[str, float]:
@@ -362,7 +363,7 @@ def run_eval(
     *,
     model_path: str | Path | None = None,
     label: str = "model",
-    rows: Sequence[dict[str, Any]] | None = None,
+    rows: Sequence[dict[str, Any] | ProblemRow] | None = None,
 ) -> dict[str, dict[str, float]]:
     """n samples per problem of eval.data; writes records, trajectories and summary; returns the summary."""
     out = Path(out_dir)

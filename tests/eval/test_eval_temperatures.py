@@ -16,7 +16,7 @@ def test_several_temperatures_in_one_call(model, renderer, sandbox, tmp_path) ->
     records, trajs = evaluate(agent, rows, cfg, model_label="m", seed=0)
     assert len(records) == len(trajs) == 2 * 3 * 2
     assert [r.temperature for r in records] == [0.5] * 6 + [1.0] * 6
-    assert all(t.meta["temperature"] == r.temperature for r, t in zip(records, trajs))
+    assert all(t.temperature == r.temperature for r, t in zip(records, trajs))
     summary = summarize_records(records)
     assert set(summary) == {"tirl/arith T=0.5", "tirl/arith T=1"}
     assert all(s["samples_per_problem"] == 2 for s in summary.values())

@@ -7,7 +7,8 @@ import pytest
 from tirl.eval.evaluate import SampleRecord, write_eval
 from tirl.eval.samples import load_run
 from tirl.eval.toolstats import tool_use_stats
-from tirl.rollout.types import ToolCallRecord, Trajectory
+from tirl.data.records import ProblemRow
+from tirl.rollout.types import Outcome, ToolCallRecord, Trajectory
 
 
 def _traj(pid: str, k: int, correct: bool) -> Trajectory:
@@ -22,16 +23,14 @@ def _traj(pid: str, k: int, correct: bool) -> Trajectory:
         ],
         tool_calls=[ToolCallRecord(1, "print(6*7)", "42\n", "ok")],
         stop_reason="answer",
-        meta={
-            "id": pid,
-            "sample": k,
-            "ground_truth": "42",
-            "correct": correct,
-            "prompt": [
-                {"role": "system", "content": "S"},
-                {"role": "user", "content": f"What is 6*7? ({pid})"},
-            ],
-        },
+        problem=ProblemRow(
+            pid,
+            "",
+            [{"role": "system", "content": "S"}, {"role": "user", "content": f"What is 6*7? ({pid})"}],
+            "42",
+        ),
+        sample=k,
+        outcome=Outcome(correct, 1.0 if correct else -1.0, "42", "correct" if correct else "wrong"),
     )
 
 

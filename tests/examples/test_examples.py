@@ -8,6 +8,7 @@ import pytest
 from tirl.chat.hermes import call_json, parse_tool_calls
 from tirl.chat.template import conversation_text
 from tirl.config import load_config
+from tirl.data.records import ProblemRow
 from tirl.models.tiny import TinyModelConfig, build_tiny
 from tirl.rewards.scoring import grade_trajectories
 from tirl.rewards.shaping import RewardConfig
@@ -62,8 +63,8 @@ def test_element_task_has_two_tools_and_its_own_verifier(sandbox):
         sandbox,
     )
     assert [o.text for o in out] == ["12.011", "36.033\n"]
-    meta = {"data_source": "examples/elements", "ground_truth": "36.03"}
-    trajs = [Trajectory([1], [2], [1], [0.0], [f"\\boxed{{{a}}}"], meta=meta) for a in ("36.033", "36.1")]
+    problem = ProblemRow("p", "examples/elements", [], "36.03")
+    trajs = [Trajectory([1], [2], [1], [0.0], [f"\\boxed{{{a}}}"], problem=problem) for a in ("36.033", "36.1")]
     assert [g.correct for g in grade_trajectories(trajs, RewardConfig())] == [True, False]
 
 
@@ -77,9 +78,9 @@ def test_addition_task_grades_the_last_integer_and_keeps_test_problems_out_of_tr
     train, test = task.load_rows("train", cfg), task.load_rows("test", cfg)
     assert len(test) == 64 and len(train) == 29 * 29 - 64
     assert not {r["extra_info"]["id"] for r in train} & {r["extra_info"]["id"] for r in test}
-    meta = {"data_source": "examples/addition", "ground_truth": "29"}
+    problem = ProblemRow("p", "examples/addition", [], "29")
     answers = ("14 + 15 = 29", "It is 2,9 or 29.", "14 + 15 = 28", "twenty-nine", "29 + 1 = 30")
-    trajs = [Trajectory([1], [2], [1], [0.0], [a], meta=meta) for a in answers]
+    trajs = [Trajectory([1], [2], [1], [0.0], [a], problem=problem) for a in answers]
     graded = grade_trajectories(trajs, RewardConfig())
     assert [g.correct for g in graded] == [True, True, False, False, False]
 

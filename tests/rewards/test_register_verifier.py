@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from tirl.data.records import ProblemRow
 from tirl.eval.evaluate import SampleRecord, summarize_records, write_eval
 from tirl.rewards.math import GradeResult, last_boxed
 from tirl.rewards.registry import register_verifier, route, verifier_for, verifier_name
@@ -49,7 +50,7 @@ register_verifier(
 
 
 def traj(text: str, source: str = "test/lengths") -> Trajectory:
-    return Trajectory([1], [2], [1], [0.0], [text], meta={"data_source": source, "ground_truth": "3 km"})
+    return Trajectory([1], [2], [1], [0.0], [text], problem=ProblemRow("q0", source, [], "3 km"))
 
 
 def test_registered_verifier_routes_and_grades():

@@ -5,6 +5,7 @@ import json
 import pytest
 
 from tirl.data.benchmarks import prepare
+from tirl.data.records import ProblemRow
 from tirl.rewards.batch import grade_many
 from tirl.rewards.choice import grade_choice
 from tirl.rewards.code import extract_code, grade_code, grade_code_batch
@@ -151,8 +152,9 @@ def test_a_pathological_expression_is_reported_as_a_timeout():
     assert fine.correct
 
 
-def _traj(text, **meta):
-    return Trajectory([1], [2, 3], [1, 1], [0.0, 0.0], turn_texts=[text], meta=meta)
+def _traj(text, *, data_source, ground_truth, ability=""):
+    problem = ProblemRow("p", data_source, [], ground_truth, ability)
+    return Trajectory([1], [2, 3], [1, 1], [0.0, 0.0], turn_texts=[text], problem=problem)
 
 
 def test_score_trajectories_routes_each_row_and_shapes(humaneval, sandbox):
@@ -193,8 +195,9 @@ def test_evaluate_routes_code_rows_through_the_agents_sandbox(humaneval, rendere
     agent = AgentLoop(_AnswerWith(renderer, _humaneval_answer(row)), renderer, sandbox, AgentConfig())
     records, trajs = evaluate(agent, [row], EvalConfig(n=2), model_label="scripted", seed=0)
     assert [r.correct for r in records] == [True, True] and [r.score for r in records] == [1.0, 1.0]
-    assert trajs[0].meta["verdict"] == "correct" and trajs[0].meta["ability"] == "code"
-    assert trajs[0].meta["prompt"] == row["prompt"]
+    assert trajs[0].outcome.verdict == "correct" and trajs[0].problem.ability == "code"
+    assert trajs[0].problem.prompt == row["prompt"]
+    assert trajs[0].meta()["verdict"] == "correct"  # what trajectories.jsonl stores
 
 
 def test_worker_pool_is_reused_across_batches_of_different_sizes():

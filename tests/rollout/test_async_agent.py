@@ -6,10 +6,12 @@ import time
 import torch
 
 from tirl.chat.hermes import tool_call_json
+from tirl.data.records import ProblemRow
 from tirl.rollout.agent import AgentConfig, AgentLoop
 from tirl.rollout.async_agent import AsyncAgentLoop
 from tirl.rollout.engine import Generation, TorchEngine
 from tirl.rollout.sampling import SamplingParams
+from tirl.rollout.types import Origin
 from tirl.sandbox.types import ExecResult
 from tirl.tokcheck import check_rollout
 
@@ -58,13 +60,13 @@ def prompts(questions):
 
 def test_same_trajectories_as_lockstep(renderer):
     ps = prompts(["What is 6 * 7?", "slow: 6 * 7?", "And 42?"])
-    metas = [{"id": k} for k in range(3)]
+    origins = [Origin(ProblemRow(str(k), "test", p, "42"), sample=0) for k, p in enumerate(ps)]
     a = AgentLoop(ToolThenAnswer(renderer), renderer, SlowSandbox(0.0), AgentConfig()).run(
-        ps, SamplingParams(), metas=metas
+        ps, SamplingParams(), origins=origins
     )
     b = AsyncAgentLoop(
         ToolThenAnswer(renderer), renderer, SlowSandbox(0.0), AgentConfig(), concurrency=2
-    ).run(ps, SamplingParams(), metas=metas)
+    ).run(ps, SamplingParams(), origins=origins)
     assert [t.to_dict() for t in a] == [t.to_dict() for t in b]
     assert all(t.stop_reason == "answer" and t.num_executed_calls == 1 for t in b)
 
@@ -98,7 +100,7 @@ def test_hanging_request_becomes_error_trajectory(renderer):
     finally:
         engine.release.set()
     hung, ok, ok2 = trajs
-    assert hung.stop_reason == "error" and "timed out" in hung.meta["error"]
+    assert hung.stop_reason == "error" and "timed out" in hung.error
     assert ok.stop_reason == ok2.stop_reason == "answer"
     # cut back to its model turn: the tool response it never answered is dropped, as the budget rule does
     assert hung.turns == 1 and hung.loss_mask == [1] * hung.response_length

@@ -181,7 +181,7 @@ def test_tool_call_turns_continue_with_exact_ids(server, tiny, renderer, sandbox
             divergence is None
         )  # what `tirl check-tokens` requires (sampling may pick non-canonical splits)
         assert noncanonical == 0 or k >= len(msgs)  # greedy turns of the trained model are canonical
-        assert t.meta["weight_versions"] == [server.weight_version] * t.turns
+        assert t.weight_versions == [server.weight_version] * t.turns
         if k >= len(msgs):  # sampled at temperature 1: engine log-probs are the trainer's on model tokens
             lp = trainer_logprobs(model, t.prompt_ids, t.response_ids, 1.0)
             mask = torch.tensor(t.loss_mask, dtype=torch.bool)

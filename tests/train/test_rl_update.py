@@ -40,7 +40,6 @@ def test_on_policy_update_equals_recomputed_old_logprobs(tokenizer, renderer, sa
     trajs = ta.agent.run(
         [[{"role": "user", "content": "What is 2 * 3?"}]] * 8,
         SamplingParams(),
-        metas=[{"ground_truth": "6"}] * 8,
         generator=torch.Generator().manual_seed(1),
     )
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0, 0.0, 0.0])
@@ -60,7 +59,6 @@ def _scripted_batch(trainer, tokenizer, n=8, seed=1):
     trajs = trainer.agent.run(
         [[{"role": "user", "content": "What is 2 * 3?"}]] * n,
         SamplingParams(),
-        metas=[{"ground_truth": "6"}] * n,
         generator=torch.Generator().manual_seed(seed),
     )
     adv = torch.tensor([1.0, -1.0, 0.5, -0.5, 1.0, -1.0, 0.25, -0.25])[:n]

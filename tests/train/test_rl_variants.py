@@ -6,6 +6,7 @@ from conftest import make_agent, make_model
 from tirl.rewards.scoring import TrajectoryScore
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.sampling import SamplingParams
+from tirl.rollout.types import Origin
 from tirl.train.optim import OptimConfig
 from tirl.train.rl import RLConfig, RLTrainer
 
@@ -44,12 +45,9 @@ def _scripted_rollout(trainer, rewards_by_round, stop_reason="answer"):
     def rollout(rows, first_group):
         rewards = next(rounds)
         prompts = [r.prompt for r in rows for _ in range(trainer.cfg.n)]
-        metas = [
-            {"group": first_group + g, "ground_truth": "6"}
-            for g in range(len(rows))
-            for _ in range(trainer.cfg.n)
-        ]
-        trajs = trainer.agent.run(prompts, SamplingParams(), metas=metas, generator=trainer.gen)
+        n = trainer.cfg.n
+        origins = [Origin(r, sample=k, group=first_group + g) for g, r in enumerate(rows) for k in range(n)]
+        trajs = trainer.agent.run(prompts, SamplingParams(), origins=origins, generator=trainer.gen)
         for t in trajs:
             t.stop_reason = stop_reason
         return trajs, [TrajectoryScore(r, r > 0, None) for r in rewards]
@@ -63,7 +61,7 @@ def test_dynamic_sampling_refills_with_groups_that_have_a_signal(tokenizer, rend
     _scripted_rollout(t, [[-0.9, -0.9, 1.0, -1.0], [1.0, -1.0, 0.5, 0.5], [1.0, -1.0, 1.0, -1.0]])
     trajs, scores, stats = t._sample_batch()
     assert stats == {"dynamic/rounds": 1.0, "dynamic/groups_drawn": 4.0, "dynamic/groups_kept": 2.0}
-    assert [tr.meta["group"] for tr in trajs] == [1, 1, 2, 2]
+    assert [tr.group for tr in trajs] == [1, 1, 2, 2]
     assert [s.reward for s in scores] == [1.0, -1.0, 1.0, -1.0]
 
 
@@ -72,7 +70,7 @@ def test_dynamic_sampling_stops_at_the_round_cap(tokenizer, renderer, sandbox, t
     _scripted_rollout(t, [[-1.0] * 4, [-1.0] * 4, [1.0, -1.0, 1.0, 1.0], [1.0, -1.0] * 2])
     trajs, _, stats = t._sample_batch()
     assert stats["dynamic/rounds"] == 2.0 and stats["dynamic/groups_drawn"] == 6.0
-    assert stats["dynamic/groups_kept"] == 1.0 and [tr.meta["group"] for tr in trajs] == [4, 4]
+    assert stats["dynamic/groups_kept"] == 1.0 and [tr.group for tr in trajs] == [4, 4]
 
 
 def test_overlong_filter_masks_truncated_responses(tokenizer, renderer, sandbox, tmp_path):

@@ -1,17 +1,20 @@
 """The typed record of one problem as it flows from data to rollout to rewards, built in one place for RL and eval.
 
 A verl-schema row (`data_source`, `prompt`, `ability`, `reward_model.ground_truth`, `extra_info`) is validated
-and becomes a `ProblemRow`; its `meta(...)` is what each trajectory carries to the verifier and into eval
-records. A row without a `data_source` is "unknown" (graded as math). The problem id is `extra_info.id`, else `extra_info.index`, else the row's position in its file, so RL
-logs and eval records name a problem the same way.
+once and becomes a `ProblemRow`, which each trajectory of it carries (`Trajectory.problem`) to the verifier and
+into eval records. A row without a `data_source` is "unknown" (graded as math). The problem id is `extra_info.id`,
+else `extra_info.index`, else the row's position in its file, so RL logs and eval records name a problem the same
+way.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from tirl.data.readers import read_dataset
 from tirl.data.schema import SchemaError, validate_rl_row
 
 
@@ -30,24 +33,24 @@ class ProblemRow:
     @classmethod
     def from_row(cls, row: dict[str, Any], index: int) -> ProblemRow:
         """From a verl-schema row (validated; SchemaError names the column); `index` is its position."""
-        r = validate_rl_row({"data_source": "unknown", **row})  # in-memory rows may leave the source out
+        row = {"data_source": "unknown", **row}  # in-memory rows may leave the source out
+        return cls.from_valid(validate_rl_row(row), index)
+
+    @classmethod
+    def from_valid(cls, r: dict[str, Any], index: int) -> ProblemRow:
+        """From a row `validate_rl_row` already returned (as `read_rows(kind="rl")` does): not validated again."""
         info = r["extra_info"]
         pid = info.get("id", info.get("index", index))
         return cls(
             str(pid), r["data_source"], r["prompt"], r["reward_model"]["ground_truth"], r["ability"], info
         )
 
-    def meta(self, **fields: Any) -> dict[str, Any]:
-        """What a trajectory of this problem carries: its identity, what grades it, the prompt (for
-        `tirl check-tokens`), and the caller's `fields` (sample index, group, temperature)."""
-        return {
-            "id": self.problem_id,
-            "data_source": self.data_source,
-            "ability": self.ability,
-            "ground_truth": self.ground_truth,
-            "prompt": self.prompt,
-            **fields,
-        }
+
+def read_problems(path: str | Path) -> list[ProblemRow]:
+    """The problems of an RL/eval file, each row validated once (a bad row raises a RowError naming file, row and
+    column)."""
+    rows, _ = read_dataset(path, kind="rl")
+    return [ProblemRow.from_valid(r, i) for i, r in enumerate(rows)]
 
 
 def problem_rows(rows: Iterable[dict[str, Any] | ProblemRow]) -> list[ProblemRow]:

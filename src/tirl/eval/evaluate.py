@@ -19,7 +19,7 @@ from tirl.eval.answers import canonical_answers
 from tirl.eval.metrics import default_ks, summarize
 from tirl.io import atomic_write_json, atomic_write_jsonl
 from tirl.progress import progress
-from tirl.rewards.scoring import score_trajectories
+from tirl.rewards.rollouts import rollout_and_score
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentLoop
 from tirl.rollout.sampling import SamplingParams
@@ -121,22 +121,15 @@ def _evaluate_at(
     with progress(f"eval {label}", len(rows)) as bar:
         for s in range(0, len(rows), cfg.batch_problems):
             chunk = rows[s : s + cfg.batch_problems]
-            prompts = [r.prompt for r in chunk for _ in range(cfg.n)]
-            metas = [r.meta(sample=k, temperature=params.temperature) for r in chunk for k in range(cfg.n)]
-            out = agent.run(prompts, params, metas=metas, generator=gen)
-            scores = score_trajectories(
-                out, reward, max_len=agent.config.max_response_tokens, sandbox=agent.sandbox
-            )
+            out, scores = rollout_and_score(agent, chunk, params, n=cfg.n, reward=reward, generator=gen)
             for t, sc in zip(out, scores, strict=True):
-                t.meta.update(
-                    {"correct": sc.correct, "score": sc.reward, "pred": sc.pred, "verdict": sc.verdict}
-                )
+                assert t.problem is not None and t.sample is not None  # rollout_and_score gives every one its origin
                 records.append(
                     SampleRecord(
                         model_label,
-                        t.meta["id"],
-                        t.meta["data_source"],
-                        t.meta["sample"],
+                        t.problem.problem_id,
+                        t.problem.data_source,
+                        t.sample,
                         params.temperature,
                         cfg.top_p,
                         sc.correct,

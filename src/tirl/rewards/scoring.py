@@ -1,6 +1,6 @@
 """Score finished trajectories: the task verdict on the assistant's text, then the recipe's shaping terms.
 
-Each trajectory is routed by its meta (`data_source`, `ability`) through the registry to its verifier; verifiers
+Each trajectory is routed by its problem (`data_source`, `ability`) through the registry to its verifier; verifiers
 that need the sandbox grade their items in one sandbox batch each (code tests), the rest in parallel (batch.py). The verdict says what happened: correct, wrong, no_answer, timeout or error, so a timed-out check is
 never mistaken for a wrong answer when reading results (its task score is still -1: the trainer needs a number).
 """
@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tirl.data.records import ProblemRow
 from tirl.rewards.batch import grade_many
 from tirl.rewards.math import GradeResult
 from tirl.rewards.registry import get_verifier, verifier_name
@@ -40,14 +41,20 @@ def verdict(g: GradeResult) -> str:
     return "correct" if g.correct else "wrong"
 
 
+def _problem(t: Trajectory, i: int) -> ProblemRow:
+    if t.problem is None:
+        raise ValueError(
+            f"trajectory {i} has no problem to grade against: roll it out with an Origin (AgentLoop.run origins=)"
+        )
+    return t.problem
+
+
 def grade_trajectories(
     trajs: Sequence[Trajectory], config: RewardConfig, *, sandbox: Sandbox | None = None
 ) -> list[GradeResult]:
     """Task verdicts only (no shaping), graded from the model's own text: tool output is not searched."""
-    for t in trajs:
-        if "ground_truth" not in t.meta:
-            raise KeyError("trajectory meta has no 'ground_truth' to grade against")
-    names = [verifier_name(str(t.meta.get("data_source", "")), str(t.meta.get("ability", ""))) for t in trajs]
+    problems = [_problem(t, i) for i, t in enumerate(trajs)]
+    names = [verifier_name(p.data_source, p.ability) for p in problems]
     out: list[GradeResult | None] = [None] * len(trajs)
     boxed = [n for n in dict.fromkeys(names) if get_verifier(n).needs_sandbox]
     if boxed and sandbox is None:
@@ -60,14 +67,14 @@ def grade_trajectories(
         idx = [i for i, n in enumerate(names) if n == name]
         graded = v.fn(
             [trajs[i].assistant_text for i in idx],
-            [trajs[i].meta["ground_truth"] for i in idx],
+            [problems[i].ground_truth for i in idx],
             sandbox=sandbox,
             timeout_s=v.timeout_s or config.code_timeout_s,
         )
         for i, g in zip(idx, graded, strict=True):
             out[i] = g
     rest = [i for i, n in enumerate(names) if out[i] is None]
-    items = [(names[i], trajs[i].assistant_text, trajs[i].meta["ground_truth"]) for i in rest]
+    items = [(names[i], trajs[i].assistant_text, problems[i].ground_truth) for i in rest]
     for i, g in zip(rest, grade_many(items, workers=config.workers, timeout_s=config.timeout_s), strict=True):
         out[i] = g
     return [g for g in out if g is not None]

@@ -23,7 +23,7 @@ import torch
 from tirl.chat.hermes import ToolCall, parse_tool_calls
 from tirl.chat.template import ChatRenderer
 from tirl.rollout.sampling import SamplingParams
-from tirl.rollout.types import Engine, Generation, ToolCallRecord, Trajectory
+from tirl.rollout.types import Engine, Generation, Origin, ToolCallRecord, Trajectory
 from tirl.sandbox.types import Sandbox
 from tirl.tools.base import CodeInterpreter, ToolOutput, ToolSet
 
@@ -82,11 +82,13 @@ class AgentLoop:
         return stop_token_ids(self.renderer, self.config)
 
     def new_trajectories(
-        self, prompts: Sequence[Sequence[dict[str, Any]]], metas: Sequence[dict[str, Any]] | None
+        self, prompts: Sequence[Sequence[dict[str, Any]]], origins: Sequence[Origin] | None
     ) -> list[Trajectory]:
-        """An empty trajectory per prompt (chat messages rendered to ids), with a copy of its meta."""
+        """An empty trajectory per prompt (chat messages rendered to ids), of its origin."""
+        if origins is not None and len(origins) != len(prompts):
+            raise ValueError(f"{len(prompts)} prompts but {len(origins)} origins: give one origin per prompt")
         return [
-            Trajectory(self.renderer.prompt_ids(m), [], [], [], meta=dict(metas[i]) if metas else {})
+            Trajectory.start(self.renderer.prompt_ids(m), origins[i] if origins else None)
             for i, m in enumerate(prompts)
         ]
 
@@ -95,12 +97,12 @@ class AgentLoop:
         prompts: Sequence[Sequence[dict[str, Any]]],
         params: SamplingParams,
         *,
-        metas: Sequence[dict[str, Any]] | None = None,
+        origins: Sequence[Origin] | None = None,
         generator: torch.Generator | None = None,
     ) -> list[Trajectory]:
-        """One trajectory per prompt (a list of chat messages); `metas` are copied into each trajectory."""
+        """One trajectory per prompt (a list of chat messages), each of its origin (problem, sample, group)."""
         cfg = self.config
-        trajs = self.new_trajectories(prompts, metas)
+        trajs = self.new_trajectories(prompts, origins)
         live = list(range(len(trajs)))
         while live:
             ctx = [trajs[i].prompt_ids + trajs[i].response_ids for i in live]
@@ -139,9 +141,7 @@ def apply_turn(t: Trajectory, g: Generation, renderer: ChatRenderer, cfg: AgentC
     t.loss_mask += [1] * len(g.token_ids)
     t.logprobs += g.logprobs
     t.turn_texts.append(renderer.tokenizer.decode(g.token_ids, skip_special_tokens=False))
-    t.meta.setdefault("weight_versions", []).append(
-        g.weight_version
-    )  # the policy version of each sampled turn
+    t.weight_versions.append(g.weight_version)
     calls = parse_tool_calls(t.turn_texts[-1], limit=cfg.max_calls_per_turn)
     spent = t.response_length >= cfg.max_response_tokens
     if not calls:

@@ -35,7 +35,7 @@ from tirl.rollout.agent import (
 )
 from tirl.rollout.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
-from tirl.rollout.types import Engine, Trajectory
+from tirl.rollout.types import Engine, Origin, Trajectory
 from tirl.sandbox.types import Sandbox
 from tirl.tools.base import ToolSet
 
@@ -88,12 +88,12 @@ class AsyncAgentLoop(AgentLoop):
         prompts: Sequence[Sequence[dict[str, Any]]],
         params: SamplingParams,
         *,
-        metas: Sequence[dict[str, Any]] | None = None,
+        origins: Sequence[Origin] | None = None,
         generator: torch.Generator | None = None,
     ) -> list[Trajectory]:
         """One trajectory per prompt, in prompt order. `generator` seeds one integer seed per trajectory, passed
         to the engine as a per-request seed (engines without per-request seeds must not be used here)."""
-        trajs = self.new_trajectories(prompts, metas)
+        trajs = self.new_trajectories(prompts, origins)
         seeds = torch.randint(0, 2**31 - 1, (len(trajs),), generator=generator).tolist()
         return _Run(self, trajs, params, seeds).wait()
 
@@ -188,6 +188,6 @@ class _Run:
         del self.started[i]
         t = end_on_model_tokens(copy.deepcopy(self.trajs[i]))
         t.stop_reason = "error"
-        t.meta["error"] = f"timed out after {self.loop.timeout_s:g} s"
+        t.error = f"timed out after {self.loop.timeout_s:g} s"
         self.result[i] = t
         self._spawn()

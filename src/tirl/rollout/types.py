@@ -1,11 +1,18 @@
 """The typed records a rollout produces and the engine seam: the contract between engines, the agent loop, rewards,
-trainers and evaluation."""
+trainers and evaluation.
+
+A trajectory carries its problem (`ProblemRow`) and which sample of it it is as typed fields; on disk
+(`trajectories.jsonl`) they are written as one flat `meta` object, the format `tirl check-tokens`, `tirl analyze`
+and the viewer read (docs/eval-records.md).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
+
+from tirl.data.records import ProblemRow
 
 if TYPE_CHECKING:
     import torch
@@ -71,13 +78,36 @@ class ToolCallRecord:
         return self.status != "ok"
 
 
+@dataclass(frozen=True)
+class Origin:
+    """Which sample of which problem a rollout is: the agent loop copies it into the trajectory it starts.
+    `group` numbers the RL advantage groups of a step (None in eval); `temperature` is the one it is sampled at."""
+
+    problem: ProblemRow
+    sample: int = 0
+    group: int | None = None
+    temperature: float | None = None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a sample was graded: the verifier's verdict and the shaped reward (saved with an eval's trajectories,
+    so a stored rollout says how it scored)."""
+
+    correct: bool
+    score: float  # the shaped reward
+    pred: str | None  # the extracted answer
+    verdict: str  # correct | wrong | no_answer | timeout | error
+
+
 @dataclass
 class Trajectory:
     """One multi-turn rollout, token-in/token-out.
 
     All per-token lists have the same length R = len(response_ids): everything after the prompt, model tokens and
     tool-response tokens alike. `loss_mask[t]` is 1 exactly where the token was sampled by the model, 0 on tool
-    tokens; `logprobs[t]` is the sampling log-prob there and 0.0 on tool tokens.
+    tokens; `logprobs[t]` is the sampling log-prob there and 0.0 on tool tokens. `problem` is None (and `sample`
+    too) for a bare prompt that no verifier grades.
     """
 
     prompt_ids: list[int]  # (P,)
@@ -88,8 +118,22 @@ class Trajectory:
         default_factory=list
     )  # decoded assistant turns, for grading and viewing only
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
-    stop_reason: str = ""  # "answer" | "max_turns" | "budget" | "turn_length"
-    meta: dict[str, Any] = field(default_factory=dict)  # problem id, sample index, ground truth, ...
+    stop_reason: str = ""  # "answer" | "max_turns" | "budget" | "turn_length" | "error"
+    problem: ProblemRow | None = None  # what was asked and what grades it
+    sample: int | None = None  # index among the problem's samples
+    group: int | None = None  # RL: the advantage group
+    temperature: float | None = None  # the sampling temperature
+    weight_versions: list[int] = field(default_factory=list)  # (turns,) the policy version of each sampled turn
+    error: str | None = None  # why the rollout was abandoned (stop_reason "error")
+    outcome: Outcome | None = None  # set once graded
+
+    @classmethod
+    def start(cls, prompt_ids: list[int], origin: Origin | None) -> Trajectory:
+        """An empty trajectory of `origin` (a bare one without)."""
+        if origin is None:
+            return cls(prompt_ids, [], [], [])
+        o = origin
+        return cls(prompt_ids, [], [], [], problem=o.problem, sample=o.sample, group=o.group, temperature=o.temperature)
 
     @property
     def turns(self) -> int:
@@ -126,11 +170,53 @@ class Trajectory:
                 f"trajectory lists differ: ids {n}, mask {len(self.loss_mask)}, logprobs {len(self.logprobs)}"
             )
 
+    def meta(self) -> dict[str, Any]:
+        """The typed fields as the flat `meta` object of the file format (docs/eval-records.md)."""
+        out: dict[str, Any] = {}
+        if self.problem is not None:
+            p = self.problem
+            out.update(id=p.problem_id, data_source=p.data_source, ability=p.ability, ground_truth=p.ground_truth)
+            out["prompt"] = p.prompt
+        for name in ("group", "sample", "temperature"):
+            if getattr(self, name) is not None:
+                out[name] = getattr(self, name)
+        if self.weight_versions:
+            out["weight_versions"] = list(self.weight_versions)
+        if self.error is not None:
+            out["error"] = self.error
+        if self.outcome is not None:
+            out.update(asdict(self.outcome))
+        return out
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = {f: getattr(self, f) for f in _RECORD_FIELDS}
+        d["tool_calls"] = [asdict(c) for c in self.tool_calls]
+        d["meta"] = self.meta()
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Trajectory:
-        d = dict(d)
-        d["tool_calls"] = [ToolCallRecord(**c) for c in d.get("tool_calls", [])]
-        return cls(**d)
+        """From `to_dict`'s form; a `meta` key the format does not name is ignored."""
+        m = d.get("meta") or {}
+        problem = None
+        if "id" in m:
+            gt, prompt = m.get("ground_truth"), m.get("prompt") or []
+            problem = ProblemRow(str(m["id"]), str(m.get("data_source", "")), prompt, gt, str(m.get("ability", "")))
+        outcome = None
+        if "verdict" in m:
+            outcome = Outcome(bool(m["correct"]), float(m["score"]), m.get("pred"), str(m["verdict"]))
+        return cls(
+            **{f: d[f] for f in _RECORD_FIELDS if f in d and f != "tool_calls"},
+            tool_calls=[ToolCallRecord(**c) for c in d.get("tool_calls", [])],
+            problem=problem,
+            sample=m.get("sample"),
+            group=m.get("group"),
+            temperature=m.get("temperature"),
+            weight_versions=list(m.get("weight_versions", [])),
+            error=m.get("error"),
+            outcome=outcome,
+        )
+
+
+# the fields written as they are; the typed fields after them go into `meta`
+_RECORD_FIELDS = ("prompt_ids", "response_ids", "loss_mask", "logprobs", "turn_texts", "tool_calls", "stop_reason")

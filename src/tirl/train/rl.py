@@ -29,7 +29,8 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -42,7 +43,7 @@ from tirl.data.records import ProblemRow, problem_rows
 from tirl.logging import MetricsLogger
 from tirl.models.loading import save_checkpoint
 from tirl.progress import progress
-from tirl.rewards.scoring import score_trajectories
+from tirl.rewards.rollouts import rollout_and_score
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentLoop
 from tirl.rollout.modes import check_rl_sampling, is_in_process, resolve_correction
@@ -167,7 +168,7 @@ class RLTrainer:
         policy: torch.nn.Module,
         tokenizer: Any,
         agent: AgentLoop,
-        rows: Sequence[dict[str, Any]],
+        rows: Sequence[dict[str, Any] | ProblemRow],
         cfg: RLConfig,
         *,
         sampling: SamplingParams,
@@ -270,18 +271,24 @@ class RLTrainer:
         return out
 
     def _rollout(self, rows: Sequence[ProblemRow], first_group: int) -> tuple[list[Trajectory], list[Any]]:
-        """`n` trajectories per row, scored; their meta "group" numbers the rows from `first_group` on."""
-        cfg = self.cfg
-        prompts = [r.prompt for r in rows for _ in range(cfg.n)]
-        metas = [r.meta(group=first_group + g, sample=k) for g, r in enumerate(rows) for k in range(cfg.n)]
+        """`n` trajectories per row, scored; their groups number the rows from `first_group` on."""
         self.policy.eval()
-        with self.timers.time("rollout"), fsdp.gathered(self.policy):
-            trajs = self.agent.run(prompts, self.sampling, metas=metas, generator=self.gen)
-        with self.timers.time("reward"):
-            scores = score_trajectories(
-                trajs, self.reward, max_len=self.agent.config.max_response_tokens, sandbox=self.agent.sandbox
-            )
-        return trajs, scores
+        return rollout_and_score(
+            self.agent,
+            rows,
+            self.sampling,
+            n=self.cfg.n,
+            reward=self.reward,
+            generator=self.gen,
+            first_group=first_group,
+            timed=self._timed,
+        )
+
+    @contextmanager
+    def _timed(self, phase: str) -> Iterator[None]:
+        """A rollout phase, timed; the sampling one with a sharded policy gathered."""
+        with self.timers.time(phase), (fsdp.gathered(self.policy) if phase == "rollout" else nullcontext()):
+            yield
 
     def _sample_batch(self) -> tuple[list[Trajectory], list[Any], dict[str, float]]:
         """This step's trajectories; with dynamic sampling (DAPO), only groups with a reward signal, refilled from
@@ -316,7 +323,7 @@ class RLTrainer:
         trajs, scores, dyn = self._sample_batch()
         t_rollout = time.time() - t0
         rewards = torch.tensor([s.reward for s in scores])
-        groups = torch.tensor([t.meta["group"] for t in trajs])
+        groups = torch.tensor([t.group for t in trajs])
         adv = self.adv_fn(rewards, groups)
         batch = trajectory_batch(trajs, adv, pad_id=self.pad_id).to(next(self.policy.parameters()).device)
         truncated = [i for i, t in enumerate(trajs) if t.stop_reason in TRUNCATED]

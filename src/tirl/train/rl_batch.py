@@ -19,12 +19,12 @@ from tirl.train.batch import TokenBatch, collate
 
 
 def render_samples(trajs: Sequence[Trajectory], tokenizer: Any, k: int = 2) -> str:
-    """The first `k` trajectories as text (prompt, response with tool output, reward-relevant meta)."""
+    """The first `k` trajectories as text (prompt, response with tool output), headed by group and sample."""
     parts = []
     for t in trajs[:k]:
         text = tokenizer.decode(t.prompt_ids + t.response_ids, skip_special_tokens=False)
         parts.append(
-            f"# group {t.meta.get('group')} sample {t.meta.get('sample')} stop={t.stop_reason}\n{text}"
+            f"# group {t.group} sample {t.sample} stop={t.stop_reason}\n{text}"
         )
     return "\n\n".join(parts)
 
@@ -38,11 +38,11 @@ def groups_with_signal(
     """The trajectories (and scores) of the groups whose rewards are not all equal, in their order."""
     if not trajs:
         return [], []
-    groups = torch.tensor([t.meta["group"] for t in trajs])
+    groups = torch.tensor([t.group for t in trajs])
     equal = equal_reward_groups(torch.tensor([s.reward for s in scores]), groups)  # (num_groups,)
     ids = torch.unique(groups)  # sorted, as equal_reward_groups indexes them
     live = {int(g) for g, e in zip(ids.tolist(), equal.tolist(), strict=True) if not e}
-    kept = [i for i, t in enumerate(trajs) if t.meta["group"] in live]
+    kept = [i for i, t in enumerate(trajs) if t.group in live]
     return [trajs[i] for i in kept], [scores[i] for i in kept]
 
 
