@@ -158,7 +158,7 @@ def _report_entry(summary: dict[str, dict[str, float]]) -> dict[str, Any]:
         "samples_per_problem": int(s["samples_per_problem"]),
         "pass@k": {str(k): s[f"pass@{k}"] for k in ks},
         "maj@k": {str(k): s[f"maj@{k}"] for k in ks},
-        "tool_calls_per_answer": s["tool_calls_per_answer"],
+        "tool_calls_per_response": s["tool_calls_per_response"],
         "tool_error_rate": s["tool_error_rate"],
         "no_tool_share": s["no_tool_share"],
         "response_tokens": s["response_tokens"],
@@ -179,7 +179,7 @@ def print_report(report: dict[str, Any]) -> None:
     for name, a, b in rows:
         table.add_row(name, f"{100 * a:.1f}%", f"{100 * b:.1f}%", f"{100 * (b - a):+.1f}")
     for key, label in (
-        ("tool_calls_per_answer", "tool calls / answer"),
+        ("tool_calls_per_response", "tool calls / response"),
         ("no_tool_share", "answers without tool"),
         ("tool_error_rate", "tool error rate"),
     ):

@@ -288,7 +288,7 @@ def run_rl(
     sampling = SamplingParams(
         temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k
     )
-    keys = ("reward/mean", "reward/accuracy", "rollout/tool_calls", "loss/clipfrac", "time/step")
+    keys = ("reward/mean", "reward/accuracy", "rollout/tool_calls_per_response", "loss/clipfrac", "time/step")
     logger = (
         MetricsLogger(
             out,

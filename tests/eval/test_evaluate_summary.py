@@ -15,7 +15,7 @@ def test_sources_with_the_same_ids_are_not_merged():
     assert summary["a"]["pass@1"] == pytest.approx(0.25) and summary["b"]["pass@1"] == 1.0
     assert summary["all"]["num_problems"] == 2 and summary["all"]["pass@1"] == pytest.approx(0.625)
     assert summary["all"]["pass@4"] == 1.0
-    assert summary["a"]["tool_calls_per_answer"] == 1.0
+    assert summary["a"]["tool_calls_per_response"] == 1.0
 
 
 def test_maj_groups_answers_by_the_verifier_not_the_string():

@@ -15,6 +15,7 @@ from tirl.cli import main
 from tirl.eval.evaluate import SampleRecord, write_eval
 from tirl.eval.samples import load_run
 from tirl.eval.viewer import write_viewer
+from tirl.data.records import ProblemRow
 from tirl.rollout.types import ToolCallRecord, Trajectory
 
 BROWSER = next(
@@ -36,8 +37,8 @@ def _traj(tokenizer, pid: str, k: int, ok: bool, answer: str) -> Trajectory:
         ids += piece
         mask += [m] * len(piece)
     return Trajectory([1], ids, mask, [0.0] * len(ids), [call, final], [ToolCallRecord(1, "print(6 * 7)", "42\n", "ok")],
-                      "answer", {"id": pid, "sample": k, "ground_truth": "42",
-                                 "prompt": [{"role": "user", "content": f"Question {pid}: what is 6 * 7?"}]})  # fmt: skip
+                      "answer", ProblemRow(pid, "", [{"role": "user", "content": f"Question {pid}: what is 6 * 7?"}], "42"),
+                      sample=k)  # fmt: skip
 
 
 def write_run(tokenizer, path: Path, label: str, rates: list[int], n: int = 4) -> Path:

@@ -18,7 +18,7 @@ def test_rollout_metrics_split_by_correctness() -> None:
         _traj(["runtime_error", "ok"], "budget", 30),
     ]
     m = rollout_metrics(trajs, [1.0, 1.0, -1.0], [True, True, False])
-    assert m["rollout/tool_calls"] == 1.0 and m["rollout/budget_share"] == 1 / 3
+    assert m["rollout/tool_calls_per_response"] == 1.0 and m["rollout/budget_share"] == 1 / 3
     assert m["rollout/correct/tool_calls_per_response"] == 0.5 and m["rollout/correct/no_tool_share"] == 0.5
     assert m["rollout/incorrect/tool_error_rate"] == 0.5 and m["rollout/incorrect/budget_share"] == 1.0
     assert m["rollout/correct/response_tokens"] == 7.0 and m["rollout/incorrect/turns"] == 3.0

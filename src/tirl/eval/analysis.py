@@ -33,7 +33,7 @@ from tirl.eval.bootstrap import (
 )
 from tirl.eval.metrics import default_ks, maj_at_k, pass_at_k_table
 from tirl.eval.samples import Run, Sample
-from tirl.eval.toolstats import tool_use_stats
+from tirl.rollout.toolstats import tool_use_stats
 
 
 @dataclass

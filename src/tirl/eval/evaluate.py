@@ -23,6 +23,7 @@ from tirl.rewards.rollouts import rollout_and_score
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentLoop
 from tirl.rollout.sampling import SamplingParams
+from tirl.rollout.toolstats import tool_use_stats
 from tirl.rollout.types import Trajectory
 
 
@@ -149,7 +150,7 @@ def _evaluate_at(
 
 def summarize_records(records: Sequence[SampleRecord], ks: Sequence[int] = ()) -> dict[str, dict[str, float]]:
     """Per data source and overall: avg@n, pass@k, maj@k (answers grouped by the verifier's equivalence, as in
-    `tirl analyze`, so both report the same maj@k), tool use.
+    `tirl analyze`, so both report the same maj@k), tool use (rollout/toolstats.py's names).
 
     With several temperatures, each source is summarised per temperature under "<source> T=<t>" (samples of
     different temperatures are never pooled into one pass@k).
@@ -181,14 +182,15 @@ def _summary(records: Sequence[SampleRecord], ks: Sequence[int]) -> dict[str, fl
     }
     n = len(next(iter(problems.values()))[0])
     out = summarize(problems, list(ks) or default_ks(n))
-    total = max(1, len(records))
-    out["tool_calls_per_answer"] = sum(r.num_tool_calls for r in records) / total
-    out["tool_error_rate"] = sum(r.num_tool_errors for r in records) / max(
-        1, sum(r.num_tool_calls for r in records)
-    )
-    out["turns"] = sum(r.turns for r in records) / total
-    out["response_tokens"] = sum(r.response_tokens for r in records) / total
-    out["no_tool_share"] = sum(r.num_tool_calls == 0 for r in records) / total
+    tools = tool_use_stats(
+        [r.num_tool_calls for r in records],
+        [r.num_tool_errors for r in records],
+        [r.turns for r in records],
+        [r.response_tokens for r in records],
+        [r.stop_reason for r in records],
+        [r.correct for r in records],
+    )  # the names the RL logs (rollout/...) and `tirl analyze` use
+    out.update({k: v for k, v in tools.items() if "/" not in k and k != "responses"})
     return out
 
 

@@ -127,6 +127,14 @@ class Trajectory:
     error: str | None = None  # why the rollout was abandoned (stop_reason "error")
     outcome: Outcome | None = None  # set once graded
 
+    def __post_init__(self) -> None:
+        if self.problem is not None and not isinstance(self.problem, ProblemRow):
+            raise TypeError(
+                f"Trajectory.problem must be a ProblemRow or None, got {type(self.problem).__name__}: build one with "
+                "ProblemRow(...) or ProblemRow.from_row(row, index); the file form's `meta` dict goes through "
+                "Trajectory.from_dict"
+            )
+
     @classmethod
     def start(cls, prompt_ids: list[int], origin: Origin | None) -> Trajectory:
         """An empty trajectory of `origin` (a bare one without)."""

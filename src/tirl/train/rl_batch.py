@@ -12,7 +12,7 @@ import torch
 
 from tirl.algorithms import equal_reward_groups
 from tirl.data.records import ProblemRow
-from tirl.eval.toolstats import tool_use_stats
+from tirl.rollout.toolstats import tool_use_stats
 from tirl.rollout.types import Trajectory
 from tirl.train import dist
 from tirl.train.batch import TokenBatch, collate
@@ -88,28 +88,22 @@ def rollout_metrics(
     trajs = [t if isinstance(t, RolloutStats) else RolloutStats.of(t) for t in trajs]
     n = max(1, len(trajs))
     stops = Counter(t.stop_reason for t in trajs)
-    calls = sum(t.num_tool_calls for t in trajs)
     out = {
         "reward/mean": sum(rewards) / n,
         "reward/accuracy": sum(correct) / n,
-        "rollout/tool_calls": calls / n,
-        "rollout/tool_error_rate": sum(t.num_tool_errors for t in trajs) / max(1, calls),
-        "rollout/turns": sum(t.turns for t in trajs) / n,
-        "rollout/response_len": sum(t.response_length for t in trajs) / n,
         "rollout/sampled_tokens": sum(t.sampled_tokens for t in trajs) / n,
     }
     for reason in ("answer", "budget", "max_turns", "turn_length"):
         out[f"rollout/stop_{reason}"] = stops.get(reason, 0) / n
-    split = tool_use_stats(
+    tools = tool_use_stats(
         [t.num_tool_calls for t in trajs],
         [t.num_tool_errors for t in trajs],
         [t.turns for t in trajs],
         [t.response_length for t in trajs],
         [t.stop_reason for t in trajs],
         correct,
-    )  # the same numbers `tirl analyze` reports, split by correct / incorrect
-    out.update({f"rollout/{k}": v for k, v in split.items() if "/" in k and not k.endswith("/responses")})
-    out["rollout/budget_share"] = split["budget_share"]
+    )  # the names and numbers of eval summaries and `tirl analyze`, overall and split by correct / incorrect
+    out.update({f"rollout/{k}": v for k, v in tools.items() if not k.endswith("responses")})
     return out
 
 
