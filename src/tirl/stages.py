@@ -337,7 +337,8 @@ def run_rl(
 def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str):
     """step -> `val/<data_source>/<metric>` of the current policy on rl.eval_data (eval.n samples each); each
     evaluation's records go to OUT/eval/step-<k>/, where `tirl analyze` reads them."""
-    rows = [row for f in cfg.rl.eval_data for row in read_problems(f)]  # read now: a bad file fails at start-up
+    # read now: a bad file fails at start-up
+    rows = [row for f in cfg.rl.eval_data for row in read_problems(f)]
     conf = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=model_path))  # its tokenizer
 
     def validate(step: int) -> dict[str, float]:

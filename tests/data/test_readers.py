@@ -134,3 +134,23 @@ def test_malformed_tool_calls_name_the_column(tmp_path):
             RowError, match=r"row 1, column 'messages\[1\]\.tool_calls': expected a list of tool calls"
         ):
             read_rows(_jsonl(tmp_path / "t.jsonl", [sft]))
+
+
+def test_read_problems_validates_each_row_once_and_names_a_bad_one(tmp_path, monkeypatch):
+    from tirl.data import records, schema
+    from tirl.data.records import problem_rows, read_problems
+
+    path = _jsonl(tmp_path / "p.jsonl", [GOOD, {**GOOD, "extra_info": {}}])
+    calls = []
+    real = schema.validate_rl_row
+    monkeypatch.setitem(schema.VALIDATORS, "rl", lambda row: calls.append(1) or real(row))
+    monkeypatch.setattr(records, "validate_rl_row", lambda row: calls.append(1) or real(row))
+    got = read_problems(path)
+    assert len(calls) == 2  # once per row, by the reader
+    assert [p.problem_id for p in got] == ["a", "1"]  # extra_info.id, else the row's position in its file
+    assert got == problem_rows(read_rows(path)) and problem_rows(got) == got  # records pass through unchecked
+    assert len(calls) == 6  # read_rows validates 2, problem_rows validates those 2 again, records 0 times
+    with pytest.raises(RowError, match=r"q\.jsonl: row 2, column 'reward_model'"):
+        read_problems(
+            _jsonl(tmp_path / "q.jsonl", [GOOD, {k: v for k, v in GOOD.items() if k != "reward_model"}])
+        )

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from tirl.cli import main
+from tirl.data.records import ProblemRow
 from tirl.eval.evaluate import SampleRecord, write_eval
 from tirl.eval.samples import load_run
 from tirl.eval.viewer import write_viewer
-from tirl.data.records import ProblemRow
 from tirl.rollout.types import ToolCallRecord, Trajectory
 
 BROWSER = next(

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
+from tirl.data.records import ProblemRow
 from tirl.eval.evaluate import SampleRecord, write_eval
 from tirl.eval.samples import load_run
 from tirl.rollout.toolstats import tool_use_stats
-from tirl.data.records import ProblemRow
 from tirl.rollout.types import Outcome, ToolCallRecord, Trajectory
 
 

@@ -64,7 +64,9 @@ def test_element_task_has_two_tools_and_its_own_verifier(sandbox):
     )
     assert [o.text for o in out] == ["12.011", "36.033\n"]
     problem = ProblemRow("p", "examples/elements", [], "36.03")
-    trajs = [Trajectory([1], [2], [1], [0.0], [f"\\boxed{{{a}}}"], problem=problem) for a in ("36.033", "36.1")]
+    trajs = [
+        Trajectory([1], [2], [1], [0.0], [f"\\boxed{{{a}}}"], problem=problem) for a in ("36.033", "36.1")
+    ]
     assert [g.correct for g in grade_trajectories(trajs, RewardConfig())] == [True, False]
 
 

@@ -106,7 +106,8 @@ def test_several_calls_in_one_turn_run_and_answer_in_one_tool_turn(renderer, san
     # the third call is over the cap and ignored; both results come back in one user turn, in call order
     tool_ids = [i for i, m in zip(t.response_ids, t.loss_mask, strict=True) if not m]
     assert tool_ids == renderer.tool_response_ids(["3", "10\n"], assistant_closed=True)
-    row = {**t.to_dict(), "meta": {"prompt": [{"role": "user", "content": "q"}]}}  # check-tokens re-renders it all
+    # tirl check-tokens re-renders the whole trajectory from the prompt messages its meta stores
+    row = {**t.to_dict(), "meta": {"prompt": [{"role": "user", "content": "q"}]}}
     assert check_rows(renderer, iter([(1, row)])).divergences == []
     one = run(renderer, sandbox, [turn, "\\boxed{3}"], tools)  # the recipe's default: only the first call
     assert [c.name for c in one.tool_calls] == ["add"]

@@ -124,7 +124,8 @@ def _evaluate_at(
             chunk = rows[s : s + cfg.batch_problems]
             out, scores = rollout_and_score(agent, chunk, params, n=cfg.n, reward=reward, generator=gen)
             for t, sc in zip(out, scores, strict=True):
-                assert t.problem is not None and t.sample is not None  # rollout_and_score gives every one its origin
+                # rollout_and_score gives every trajectory its origin
+                assert t.problem is not None and t.sample is not None
                 records.append(
                     SampleRecord(
                         model_label,

@@ -30,16 +30,24 @@ def rollout_and_score(
     generator: torch.Generator | None,
     first_group: int | None = None,
     timed: Callable[[str], AbstractContextManager[object]] | None = None,
+    sampling_context: Callable[[], AbstractContextManager[object]] | None = None,
 ) -> tuple[list[Trajectory], list[TrajectoryScore]]:
     """`n` scored trajectories per problem, in problem order. `timed(phase)` wraps the "rollout" and the "reward"
-    phase (the RL trainer times them, and gathers a sharded policy for the rollout)."""
+    phase, `sampling_context()` the rollout inside it (the RL trainer times both phases and gathers a sharded
+    policy for sampling)."""
     timed = timed or (lambda _phase: nullcontext())
+    sampling_context = sampling_context or nullcontext
     origins = [
-        Origin(p, sample=k, group=None if first_group is None else first_group + g, temperature=params.temperature)
+        Origin(
+            p,
+            sample=k,
+            group=None if first_group is None else first_group + g,
+            temperature=params.temperature,
+        )
         for g, p in enumerate(problems)
         for k in range(n)
     ]
-    with timed("rollout"):
+    with timed("rollout"), sampling_context():
         trajs = agent.run([o.problem.prompt for o in origins], params, origins=origins, generator=generator)
     with timed("reward"):
         scores = score_trajectories(

@@ -123,7 +123,8 @@ class Trajectory:
     sample: int | None = None  # index among the problem's samples
     group: int | None = None  # RL: the advantage group
     temperature: float | None = None  # the sampling temperature
-    weight_versions: list[int] = field(default_factory=list)  # (turns,) the policy version of each sampled turn
+    # (turns,) the policy version of each sampled turn
+    weight_versions: list[int] = field(default_factory=list)
     error: str | None = None  # why the rollout was abandoned (stop_reason "error")
     outcome: Outcome | None = None  # set once graded
 
@@ -141,7 +142,8 @@ class Trajectory:
         if origin is None:
             return cls(prompt_ids, [], [], [])
         o = origin
-        return cls(prompt_ids, [], [], [], problem=o.problem, sample=o.sample, group=o.group, temperature=o.temperature)
+        where = {"problem": o.problem, "sample": o.sample, "group": o.group, "temperature": o.temperature}
+        return cls(prompt_ids, [], [], [], **where)
 
     @property
     def turns(self) -> int:
@@ -183,7 +185,9 @@ class Trajectory:
         out: dict[str, Any] = {}
         if self.problem is not None:
             p = self.problem
-            out.update(id=p.problem_id, data_source=p.data_source, ability=p.ability, ground_truth=p.ground_truth)
+            out.update(
+                id=p.problem_id, data_source=p.data_source, ability=p.ability, ground_truth=p.ground_truth
+            )
             out["prompt"] = p.prompt
         for name in ("group", "sample", "temperature"):
             if getattr(self, name) is not None:
@@ -209,7 +213,9 @@ class Trajectory:
         problem = None
         if "id" in m:
             gt, prompt = m.get("ground_truth"), m.get("prompt") or []
-            problem = ProblemRow(str(m["id"]), str(m.get("data_source", "")), prompt, gt, str(m.get("ability", "")))
+            problem = ProblemRow(
+                str(m["id"]), str(m.get("data_source", "")), prompt, gt, str(m.get("ability", ""))
+            )
         outcome = None
         if "verdict" in m:
             outcome = Outcome(bool(m["correct"]), float(m["score"]), m.get("pred"), str(m["verdict"]))
@@ -227,4 +233,12 @@ class Trajectory:
 
 
 # the fields written as they are; the typed fields after them go into `meta`
-_RECORD_FIELDS = ("prompt_ids", "response_ids", "loss_mask", "logprobs", "turn_texts", "tool_calls", "stop_reason")
+_RECORD_FIELDS = (
+    "prompt_ids",
+    "response_ids",
+    "loss_mask",
+    "logprobs",
+    "turn_texts",
+    "tool_calls",
+    "stop_reason",
+)

@@ -29,8 +29,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -281,14 +280,9 @@ class RLTrainer:
             reward=self.reward,
             generator=self.gen,
             first_group=first_group,
-            timed=self._timed,
+            timed=self.timers.time,
+            sampling_context=lambda: fsdp.gathered(self.policy),
         )
-
-    @contextmanager
-    def _timed(self, phase: str) -> Iterator[None]:
-        """A rollout phase, timed; the sampling one with a sharded policy gathered."""
-        with self.timers.time(phase), (fsdp.gathered(self.policy) if phase == "rollout" else nullcontext()):
-            yield
 
     def _sample_batch(self) -> tuple[list[Trajectory], list[Any], dict[str, float]]:
         """This step's trajectories; with dynamic sampling (DAPO), only groups with a reward signal, refilled from

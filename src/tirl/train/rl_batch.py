@@ -23,9 +23,7 @@ def render_samples(trajs: Sequence[Trajectory], tokenizer: Any, k: int = 2) -> s
     parts = []
     for t in trajs[:k]:
         text = tokenizer.decode(t.prompt_ids + t.response_ids, skip_special_tokens=False)
-        parts.append(
-            f"# group {t.group} sample {t.sample} stop={t.stop_reason}\n{text}"
-        )
+        parts.append(f"# group {t.group} sample {t.sample} stop={t.stop_reason}\n{text}")
     return "\n\n".join(parts)
 
 
