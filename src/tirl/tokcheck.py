@@ -236,13 +236,10 @@ def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 
 def _prompts_by_id(data: str) -> dict[str, Any]:
-    from tirl.data import read_rows
+    """The prompt messages of each problem of `data`, by the problem id eval records carry."""
+    from tirl.data.records import read_problems
 
-    out = {}
-    for i, r in enumerate(read_rows(data, kind="rl")):
-        info = r.get("extra_info") or {}
-        out[str(info.get("id", info.get("index", i)))] = r["prompt"]
-    return out
+    return {p.problem_id: p.prompt for p in read_problems(data)}
 
 
 def check_tokens_command(

@@ -1,11 +1,13 @@
 """The asynchronous agent loop: same trajectories as lock-step, overlap of slow tool calls, timeouts, check-tokens."""
 
+import json
 import threading
 import time
 
 import torch
 
 from tirl.chat.hermes import tool_call_json
+from tirl.data import write_rows
 from tirl.data.records import ProblemRow
 from tirl.rollout.agent import AgentConfig, AgentLoop
 from tirl.rollout.async_agent import AsyncAgentLoop
@@ -139,6 +141,16 @@ def test_check_tokens_cli_passes_on_async_trajectories(renderer, tokenizer, tmp_
     write_eval(tmp_path / "eval", [], trajs, {})
     path = tmp_path / "eval" / "trajectories.jsonl"
     assert main(["check-tokens", str(path), "--model", str(tmp_path / "tok"), "--strict"]) == 0
+    assert "4 rows checked, 0 diverge" in capsys.readouterr().out
+    # without the stored prompt, --data finds it by the problem id eval records carry
+    bare = [json.loads(line) for line in path.read_text().splitlines()]
+    for t in bare:
+        del t["meta"]["prompt"]
+    path.write_text("".join(json.dumps(t) + "\n" for t in bare))
+    data = str(write_rows(tmp_path / "rows.jsonl", rows))
+    assert (
+        main(["check-tokens", str(path), "--model", str(tmp_path / "tok"), "--strict", "--data", data]) == 0
+    )
     assert "4 rows checked, 0 diverge" in capsys.readouterr().out
 
 

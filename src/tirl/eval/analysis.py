@@ -33,7 +33,7 @@ from tirl.eval.bootstrap import (
 )
 from tirl.eval.metrics import default_ks, maj_at_k, pass_at_k_table
 from tirl.eval.samples import Run, Sample
-from tirl.rollout.toolstats import tool_use_stats
+from tirl.rollout.toolstats import tool_stats
 
 
 @dataclass
@@ -316,15 +316,7 @@ def audit_block(samples: Sequence[Sample], cfg: AnalysisConfig) -> dict:
 
 
 def tool_block(samples: Sequence[Sample]) -> dict[str, float]:
-    rs = [s.record for s in samples]
-    return tool_use_stats(
-        [r.num_tool_calls for r in rs],
-        [r.num_tool_errors for r in rs],
-        [r.turns for r in rs],
-        [r.response_tokens for r in rs],
-        [r.stop_reason for r in rs],
-        [r.correct for r in rs],
-    )
+    return tool_stats([s.record for s in samples], [s.record.correct for s in samples])
 
 
 Curves = tuple[

@@ -23,7 +23,7 @@ from tirl.rewards.rollouts import rollout_and_score
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentLoop
 from tirl.rollout.sampling import SamplingParams
-from tirl.rollout.toolstats import tool_use_stats
+from tirl.rollout.toolstats import tool_stats
 from tirl.rollout.types import Trajectory
 
 
@@ -183,14 +183,7 @@ def _summary(records: Sequence[SampleRecord], ks: Sequence[int]) -> dict[str, fl
     }
     n = len(next(iter(problems.values()))[0])
     out = summarize(problems, list(ks) or default_ks(n))
-    tools = tool_use_stats(
-        [r.num_tool_calls for r in records],
-        [r.num_tool_errors for r in records],
-        [r.turns for r in records],
-        [r.response_tokens for r in records],
-        [r.stop_reason for r in records],
-        [r.correct for r in records],
-    )  # the names the RL logs (rollout/...) and `tirl analyze` use
+    tools = tool_stats(records, [r.correct for r in records])  # the names of the RL logs and `tirl analyze`
     out.update({k: v for k, v in tools.items() if "/" not in k and k != "responses"})
     return out
 

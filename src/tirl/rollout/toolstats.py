@@ -1,12 +1,13 @@
 """Tool-use statistics of a set of responses, overall and split by correct / incorrect: pure functions.
 
-Used by the analysis (from evaluation records) and by the RL trainer (from rollouts), so the two report the same
-numbers under the same names.
+The one place these numbers are computed: the RL trainer's logs (`rollout/<name>`, from each step's rollouts),
+`tirl eval`'s summaries and `tirl analyze` (from evaluation records) use them, under the same names.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Protocol
 
 BUDGET_STOPS = ("budget", "max_turns", "turn_length")  # stop reasons that mean "a limit cut the response"
 
@@ -37,6 +38,34 @@ def _block(
     if known:
         out["response_tokens"] = sum(known) / len(known)
     return out
+
+
+class ToolUse(Protocol):
+    """What the statistics read from one response (an eval record, or the RL trainer's per-rollout numbers)."""
+
+    @property
+    def num_tool_calls(self) -> int: ...
+    @property
+    def num_tool_errors(self) -> int: ...
+    @property
+    def turns(self) -> int: ...
+    @property
+    def response_tokens(self) -> int | None: ...
+    @property
+    def stop_reason(self) -> str: ...
+
+
+def tool_stats(responses: Sequence[ToolUse], correct: Sequence[bool]) -> dict[str, float]:
+    """`tool_use_stats` of these responses."""
+    rs = responses
+    return tool_use_stats(
+        [r.num_tool_calls for r in rs],
+        [r.num_tool_errors for r in rs],
+        [r.turns for r in rs],
+        [r.response_tokens for r in rs],
+        [r.stop_reason for r in rs],
+        correct,
+    )
 
 
 def tool_use_stats(

@@ -12,7 +12,7 @@ import torch
 
 from tirl.algorithms import equal_reward_groups
 from tirl.data.records import ProblemRow
-from tirl.rollout.toolstats import tool_use_stats
+from tirl.rollout.toolstats import tool_stats
 from tirl.rollout.types import Trajectory
 from tirl.train import dist
 from tirl.train.batch import TokenBatch, collate
@@ -70,7 +70,7 @@ class RolloutStats:
     num_tool_calls: int
     num_tool_errors: int
     turns: int
-    response_length: int
+    response_tokens: int  # the response's length, tool-output tokens included
     sampled_tokens: int
 
     @classmethod
@@ -93,14 +93,8 @@ def rollout_metrics(
     }
     for reason in ("answer", "budget", "max_turns", "turn_length"):
         out[f"rollout/stop_{reason}"] = stops.get(reason, 0) / n
-    tools = tool_use_stats(
-        [t.num_tool_calls for t in trajs],
-        [t.num_tool_errors for t in trajs],
-        [t.turns for t in trajs],
-        [t.response_length for t in trajs],
-        [t.stop_reason for t in trajs],
-        correct,
-    )  # the names and numbers of eval summaries and `tirl analyze`, overall and split by correct / incorrect
+    # the names and numbers of eval summaries and `tirl analyze`, overall and split by correct / incorrect
+    tools = tool_stats(trajs, correct)
     out.update({f"rollout/{k}": v for k, v in tools.items() if not k.endswith("responses")})
     return out
 
