@@ -262,7 +262,7 @@ class LocalSandbox:
             "uid": snippet_uid(slot) if cfg.isolation == "bwrap" else -1,
             "pidns": cfg.isolation != "none",
             "private_tmp": cfg.isolation != "none",  # /tmp and /dev/shm are the worker's own tmpfs
-            "keep_tmp": kept_tmp_entries(self._python, proto.__file__),  # a checkout under /tmp, bound back
+            "keep_tmp": [],  # set below (it can fail: a vanished interpreter)
             "preload": list(tier.preload),
             "seccomp_bpf": self._seccomp_bpf.hex(),
             "memory_mb": cfg.memory_mb,
@@ -273,6 +273,7 @@ class LocalSandbox:
         }
         cgroup = None
         try:
+            zcfg["keep_tmp"] = kept_tmp_entries(self._python, proto.__file__)  # a checkout under /tmp, bound back
             argv = worker_command(cfg, self._python, json.dumps(zcfg))
             if self._use_cgroups:
                 cgroup = WorkerCgroup(

@@ -16,8 +16,6 @@ import json
 import os
 import subprocess
 
-from tirl.config import ConfigError
-
 SYSTEM_DIRS = ("/usr",)
 SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # merged-/usr links, or directories
 # The dynamic linker's cache and config, time zone, name service (localhost inside the empty network), and the
@@ -40,17 +38,17 @@ _QUERY = (
 
 @functools.lru_cache(maxsize=8)
 def _reported_dirs(python: str) -> tuple[str, ...]:
-    """The directories `python` itself reports (run once per interpreter, ~30 ms): a venv's and its base's."""
+    """The directories `python` itself reports (run once per interpreter, ~30 ms): a venv's and its base's.
+
+    OSError when it cannot say (the pool then refuses to start, quoting this message)."""
     try:
         out = subprocess.run([python, "-I", "-c", _QUERY], capture_output=True, text=True, timeout=120)
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise ConfigError(
+        raise OSError(
             f"sandbox interpreter {python!r} could not be started to list its directories: {e}"
         ) from None
     if out.returncode != 0:
-        raise ConfigError(
-            f"sandbox interpreter {python!r} failed to list its directories: {out.stderr[-500:]}"
-        )
+        raise OSError(f"sandbox interpreter {python!r} failed to list its directories: {out.stderr[-500:]}")
     return tuple(p for p in json.loads(out.stdout) if p)
 
 
