@@ -39,6 +39,7 @@ ENV = {
     "MKL_NUM_THREADS": "1",
 }
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
+ZYGOTE = Path(__file__).parent / "worker" / "zygote.py"  # the warm worker's entry script
 _UNPRIVILEGED_UID_BASE = 2_000_000_000  # one uid per worker slot, far from real accounts
 
 
@@ -120,7 +121,7 @@ def none_prefix() -> list[str]:
 def worker_command(config: SandboxConfig, python: str, zygote_cfg: str) -> list[str]:
     """The argv that starts one warm worker (zygote.py) inside the configured isolation."""
     tmp_bytes = max(64 * 2**20, 4 * config.max_file_bytes)
-    zygote = str(Path(__file__).with_name("zygote.py"))
+    zygote = str(ZYGOTE)
     prefix = {
         "bwrap": lambda: bwrap_prefix(python, zygote, tmp_bytes),
         "unshare": lambda: unshare_prefix(python, zygote, tmp_bytes),

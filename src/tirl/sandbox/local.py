@@ -1,6 +1,6 @@
 """Run model-written Python in a pool of warm workers, each inside its own isolation boundary.
 
-A worker is `zygote.py`, started once per slot inside bubblewrap (default), `unshare`, or nothing, with some
+A worker is `worker/zygote.py`, started once per slot inside bubblewrap (default), `unshare`, or nothing, with some
 modules imported; it forks once per snippet, so a short run costs a fork instead of an interpreter start.
 Host and worker talk over a pipe with a fixed binary header. A worker is replaced after any run that ended in a
 kill (timeout, output flood, memory) or crashed it, and after `max_runs_per_worker` runs.
@@ -73,9 +73,9 @@ import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from tirl.sandbox import zygote as proto
 from tirl.sandbox.config import SandboxConfig
 from tirl.sandbox.isolation import (
+    ZYGOTE,
     SandboxUnavailable,
     WorkerCgroup,
     cgroup_support,
@@ -86,6 +86,7 @@ from tirl.sandbox.isolation import (
 from tirl.sandbox.routing import heavy_import_pattern, needs_heavy
 from tirl.sandbox.seccomp import compile_filter
 from tirl.sandbox.types import ExecResult, batch_stdins
+from tirl.sandbox.worker import wire as proto
 
 __all__ = ["LocalSandbox", "SandboxConfig", "SandboxOverloaded", "SandboxUnavailable"]
 
@@ -182,7 +183,7 @@ class _Worker:
         head = proto.REQ.pack(len(code), stdin_len, timeout, memory_mb, cpu_s, len(extra))
         msg = head + code + (stdin or b"") + extra
         try:
-            proto._write_all(self.fd_in, msg)
+            proto.write_all(self.fd_in, msg)
         except (BrokenPipeError, OSError) as e:
             raise WorkerDied(f"worker gone: {e}") from None
         deadline = time.monotonic() + timeout + _GRACE_S + 1.0  # the worker drains for up to 0.5 s
@@ -273,7 +274,9 @@ class LocalSandbox:
         }
         cgroup = None
         try:
-            zcfg["keep_tmp"] = kept_tmp_entries(self._python, proto.__file__)  # a checkout under /tmp, bound back
+            zcfg["keep_tmp"] = kept_tmp_entries(
+                self._python, str(ZYGOTE)
+            )  # a checkout under /tmp, bound back
             argv = worker_command(cfg, self._python, json.dumps(zcfg))
             if self._use_cgroups:
                 cgroup = WorkerCgroup(
