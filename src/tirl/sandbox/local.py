@@ -18,10 +18,11 @@ What a run gets with `isolation: bwrap` (each property has an adversarial test i
   - its own pid namespace (the worker is its init): children, daemons and setsid() escapes are SIGKILLed when
     the run ends, and /proc shows no host process, so other processes' environments are out of reach;
   - its own network namespace with nothing in it: no network, not even the host's loopback services;
-  - the host filesystem read-only, a fresh tmpfs /tmp and a writable private /dev/shm (multiprocessing's locks
-    and Pool work), both wiped after each run, root's home hidden (interpreter directories bound back), and a
-    fresh empty working directory (also HOME and TMPDIR) holding the request's `files`, deleted after the run
-    (`fetch_files` are read back first, never through a symlink leading out of it);
+  - of the host's files only /usr, the interpreter's directories, the worker's code and a few /etc files, all
+    read-only (mounts.py: no /work, /home, /var, /etc/passwd); a fresh tmpfs /tmp and a writable private
+    /dev/shm (multiprocessing's locks and Pool work), both wiped after each run, and a fresh empty working
+    directory (also HOME and TMPDIR) holding the request's `files`, deleted after the run (`fetch_files` are
+    read back first, never through a symlink leading out of it);
   - a seccomp filter (seccomp.py; loaded by the zygote, inherited by each fork): ptrace, mount, kexec, bpf, perf_event_open, keyctl,
     unshare/setns/clone with namespace flags (new user namespaces above all), raw and packet sockets, io_uring,
     module loading and other calls no snippet needs fail with EPERM;
