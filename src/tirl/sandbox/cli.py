@@ -30,7 +30,7 @@ def add_sandbox_parser(sub: Any, load_config: Callable[[argparse.Namespace], Any
         "--auth-token-file",
         default=None,
         help=f"file holding a shared secret every request must send as `Authorization: Bearer <token>` "
-        f"(default: ${TOKEN_ENV} when set, else no authentication)",
+        f"(default: sandbox.auth_token_file, else ${TOKEN_ENV} when set, else no authentication)",
     )
     s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. sandbox.timeout_s=10")
     s.set_defaults(fn=lambda args: _serve(args, load_config))
@@ -51,7 +51,7 @@ def _serve(args: argparse.Namespace, load_config: Callable[[argparse.Namespace],
     if args.queue < 0 or args.max_body_bytes < 1024:
         raise ValueError("--queue must be >= 0 and --max-body-bytes >= 1024")
     cfg = dataclasses.replace(cfg, backend="local", max_queue=args.queue)
-    token = load_token(args.auth_token_file)
+    token = load_token(args.auth_token_file or cfg.auth_token_file or None)
     if token is None and not is_loopback(args.host):
         print(
             _OPEN_WARNING.format(host=args.host, port=args.port, env=TOKEN_ENV), file=sys.stderr, flush=True
@@ -62,7 +62,7 @@ def _serve(args: argparse.Namespace, load_config: Callable[[argparse.Namespace],
         LocalSandbox(cfg) as sandbox,
     ):  # SandboxUnavailable (a ConfigError) if the isolation cannot be had
         print(
-            f"tirl sandbox: serving http://{args.host}:{args.port} ({sandbox.workers} workers, "
+            f"tirl sandbox: serving http://{args.host}:{sock.getsockname()[1]} ({sandbox.workers} workers, "
             f"isolation {cfg.isolation}, limits {cfg.timeout_s:g} s / {cfg.memory_mb} MB, "
             f"auth {'bearer token' if token else 'none'})",
             file=sys.stderr,
