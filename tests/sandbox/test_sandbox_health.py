@@ -130,9 +130,8 @@ def test_rl_rollout_stops_when_every_call_fails_in_the_sandbox(tokenizer, render
             out_dir=tmp_path, seed=0,
         )  # fmt: skip
         failing = [_traj(["sandbox_error"]), _traj(["sandbox_error", "sandbox_error"])]
-        agent.run = lambda *a, **k: (
-            failing
-        )  # the sampled turns called the tool; the sandbox refused each call
+        # as if the sampled turns had called the tool and the sandbox had refused each call
+        agent.run = lambda *a, **k: failing
         with pytest.raises(
             SandboxBroken, match=r"RL step 0: all 3 sandbox calls failed in the sandbox itself"
         ):

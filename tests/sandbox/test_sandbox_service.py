@@ -150,9 +150,7 @@ def test_open_bind_without_token_warns_loudly_and_a_bad_token_file_stops_it(tmp_
         r.returncode == 2 and "cannot read the sandbox token file" in r.stderr and "WARNING" not in r.stderr
     )
     r = serve("--host", "0.0.0.0", "--port", str(port), f"sandbox.auth_token_file={tmp_path / 'cfg-token'}")
-    assert (
-        r.returncode == 2 and f"token file {tmp_path / 'cfg-token'}" in r.stderr
-    )  # the config's file is read
+    assert r.returncode == 2 and f"token file {tmp_path / 'cfg-token'}" in r.stderr  # read from the config
 
 
 def test_cgroups_off_from_the_command_line_and_yaml(tmp_path: Path) -> None:

@@ -57,10 +57,8 @@ def _serve(args: argparse.Namespace, load_config: Callable[[argparse.Namespace],
             _OPEN_WARNING.format(host=args.host, port=args.port, env=TOKEN_ENV), file=sys.stderr, flush=True
         )
     sock = bind(args.host, args.port)  # before the pool starts and before "serving": a taken port fails here
-    with (
-        sock,
-        LocalSandbox(cfg) as sandbox,
-    ):  # SandboxUnavailable (a ConfigError) if the isolation cannot be had
+    # LocalSandbox raises SandboxUnavailable (a ConfigError) if the isolation cannot be had
+    with sock, LocalSandbox(cfg) as sandbox:
         print(
             f"tirl sandbox: serving http://{args.host}:{sock.getsockname()[1]} ({sandbox.workers} workers, "
             f"isolation {cfg.isolation}, limits {cfg.timeout_s:g} s / {cfg.memory_mb} MB, "

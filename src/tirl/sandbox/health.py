@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tirl.errors import TirlError
+from tirl.sandbox import build_sandbox
 from tirl.sandbox.config import SandboxConfig
 
 PROBE = "print(6 * 7)"
@@ -33,8 +34,6 @@ def _fix(config: SandboxConfig) -> str:
 
 def _probe(config: SandboxConfig) -> str | None:
     """None when PROBE prints 42 through a sandbox built from `config`, else what went wrong."""
-    from tirl.sandbox import build_sandbox  # the package imports this module's users, not the reverse
-
     with build_sandbox(config) as sandbox:
         r = sandbox.run_batch([PROBE])[0]
     if r.status == "ok" and r.stdout == "42\n":

@@ -275,9 +275,8 @@ class LocalSandbox:
         }
         cgroup = None
         try:
-            zcfg["keep_tmp"] = kept_tmp_entries(
-                self._python, str(ZYGOTE)
-            )  # a checkout under /tmp, bound back
+            # a checkout under /tmp, bound back; OSError when the interpreter cannot be asked
+            zcfg["keep_tmp"] = kept_tmp_entries(self._python, str(ZYGOTE))
             argv = worker_command(cfg, self._python, json.dumps(zcfg))
             if self._use_cgroups:
                 cgroup = WorkerCgroup(

@@ -286,9 +286,8 @@ def bind(host: str, port: int) -> socket.socket:
     except socket.gaierror as e:
         raise TirlError(f"--host {host!r} does not resolve to an address to bind: {e}") from None
     sock = socket.socket(family, kind, proto)
-    sock.setsockopt(
-        socket.SOL_SOCKET, socket.SO_REUSEADDR, 1
-    )  # as uvicorn does; a live listener still conflicts
+    # SO_REUSEADDR as uvicorn sets it: a port in TIME_WAIT is reusable, one with a live listener still is not
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(addr)
         sock.listen(2048)

@@ -32,18 +32,14 @@ import sys
 import time
 import traceback
 
-if (
-    __name__ == "__main__"
-):  # a script inside the sandbox: tirl is not importable, the siblings are loaded by path
+# Started as a script inside the sandbox, tirl is not importable: the siblings are loaded by path, then their bare
+# names are dropped again, so that a snippet's own `import wire` or `import script` is its own business.
+if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import script
     import wire
 
-    del (
-        sys.path[0],
-        sys.modules["script"],
-        sys.modules["wire"],
-    )  # a snippet's `import wire` is its own business
+    del sys.path[0], sys.modules["script"], sys.modules["wire"]
 else:  # imported on the host (tests, tools): the same modules through the package
     from tirl.sandbox.worker import script, wire
 
