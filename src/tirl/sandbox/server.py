@@ -163,19 +163,8 @@ def ceilings(timeout_s: float | None, memory_mb: int, config: SandboxConfig) -> 
     return timeout, memory
 
 
-def create_app(
-    sandbox: LocalSandbox,
-    *,
-    max_body_bytes: int = 4 * 2**20,
-    max_queue: int = 256,
-    auth_token: str | None = None,
-) -> Any:
-    """The FastAPI app serving `sandbox`; at most workers + max_queue requests are admitted at once.
-
-    `auth_token`: when set, every request must carry it as a bearer token (else 401).
-    """
-    from fastapi import FastAPI, HTTPException
-    from fastapi.responses import PlainTextResponse
+def _request_model() -> type:
+    """SandboxFusion's RunCodeRequest (Python's fields), built when the server starts (pydantic is imported lazily)."""
     from pydantic import BaseModel, ConfigDict, Field
 
     class RunCodeRequest(BaseModel):
@@ -189,6 +178,24 @@ def create_app(
         files: dict[str, str | None] = Field(default_factory=dict)
         fetch_files: list[str] = Field(default_factory=list)
 
+    return RunCodeRequest
+
+
+def create_app(
+    sandbox: LocalSandbox,
+    *,
+    max_body_bytes: int = 4 * 2**20,
+    max_queue: int = 256,
+    auth_token: str | None = None,
+) -> Any:
+    """The FastAPI app serving `sandbox`; at most workers + max_queue requests are admitted at once.
+
+    `auth_token`: when set, every request must carry it as a bearer token (else 401).
+    """
+    from fastapi import FastAPI, HTTPException
+    from fastapi.responses import PlainTextResponse
+
+    RunCodeRequest = _request_model()
     metrics = Metrics()
     runner = _Runner(sandbox, metrics, max_queue)
     app = FastAPI(title="tirl sandbox", version="1")
