@@ -96,6 +96,8 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
         choices = get_args(tp)
         if any(value == c and type(value) is type(c) for c in choices):
             return value
+        if isinstance(value, bool) and ("on" if value else "off") in choices:
+            return "on" if value else "off"  # YAML 1.1 reads a bare off/on (and no/yes) as a boolean
         raise ConfigError(f"config key '{key}' must be one of {list(choices)}, got {value!r}")
     if origin in (list, tuple) or tp in (list, tuple):
         return _convert_sequence(tp, value, key)

@@ -31,6 +31,7 @@ from tirl.rollout.modes import is_in_process, resolve_mode
 from tirl.rollout.sampling import SamplingParams
 from tirl.run_config import TirlConfig
 from tirl.sandbox import build_sandbox
+from tirl.sandbox.health import check_sandbox
 from tirl.sandbox.types import Sandbox
 from tirl.tasks import Task, load_task
 from tirl.tools import CodeInterpreter
@@ -273,6 +274,7 @@ def run_rl(
         save_config(cfg, out / "config.yaml")
     path = _model_path(cfg, model_path)
     rows = rows if rows is not None else _task_rows(cfg, cfg.rl.data, "train")
+    check_sandbox(cfg.sandbox)  # a broken sandbox fails here, not as a model that never solves anything
     tokenizer = load_tokenizer(path)
     model = _policy(cfg, path)
     # A sharded policy cannot be copied: a full-training KL reference is copied (and sharded) before it; LoRA's
@@ -372,6 +374,7 @@ def run_eval(
         dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(path))), out / "config.yaml"
     )
     rows = rows if rows is not None else _task_rows(cfg, cfg.eval.data, "test")
+    check_sandbox(cfg.sandbox)  # before the model loads: a broken sandbox would score it 0
     tokenizer = load_tokenizer(path)
     model = load_for_inference(cfg.model, path)  # a LoRA adapter directory is merged onto its recorded base
     with build_sandbox(cfg.sandbox) as sandbox:

@@ -24,6 +24,7 @@ from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentLoop
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
+from tirl.sandbox.health import raise_if_sandbox_down
 
 
 @dataclass
@@ -124,6 +125,8 @@ def _evaluate_at(
             prompts = [r.prompt for r in chunk for _ in range(cfg.n)]
             metas = [r.meta(sample=k, temperature=params.temperature) for r in chunk for k in range(cfg.n)]
             out = agent.run(prompts, params, metas=metas, generator=gen)
+            calls = (c.exec_result for t in out for c in t.tool_calls if c.exec_result)
+            raise_if_sandbox_down(calls, f"eval {label}, problems {s + 1}-{s + len(chunk)}")
             scores = score_trajectories(
                 out, reward, max_len=agent.config.max_response_tokens, sandbox=agent.sandbox
             )

@@ -48,6 +48,7 @@ from tirl.rollout.agent import AgentLoop
 from tirl.rollout.modes import check_rl_sampling, is_in_process, resolve_correction
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
+from tirl.sandbox.health import raise_if_sandbox_down
 from tirl.train import checkpoint, dist, fsdp
 from tirl.train.batch import TokenBatch, slice_rows
 from tirl.train.checkpoint import CheckpointError
@@ -277,6 +278,8 @@ class RLTrainer:
         self.policy.eval()
         with self.timers.time("rollout"), fsdp.gathered(self.policy):
             trajs = self.agent.run(prompts, self.sampling, metas=metas, generator=self.gen)
+        calls = (c.exec_result for t in trajs for c in t.tool_calls if c.exec_result)
+        raise_if_sandbox_down(calls, f"RL step {self.step_done}")  # a dead sandbox is not a bad policy
         with self.timers.time("reward"):
             scores = score_trajectories(
                 trajs, self.reward, max_len=self.agent.config.max_response_tokens, sandbox=self.agent.sandbox
