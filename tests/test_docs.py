@@ -183,7 +183,7 @@ def documented_commands(text: str) -> list[str]:
     for block in re.findall(r"```[^\n]*\n(.*?)```", text, flags=re.S):
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split("  #")[0]
-            match = re.search(r"(?:^|[\s/])tirl (\w.*)$", line)
+            match = re.search(r"(?:^|[\s/])tirl (\w[\w-]*(?:\s.*)?)$", line)  # not "tirl eval: error" output
             if match and not line.lstrip().startswith(("from ", "import ", "@")):
                 found.append("tirl " + match.group(1))
     return found
