@@ -20,8 +20,9 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
 10. Groups of one (`n = 1`) are refused: every group-relative estimator gives them zero advantage (verl's GRPO
    instead passes the raw reward through, an unbaselined REINFORCE), so such a run would silently learn nothing.
 11. Under torchrun, each rank takes its share of the step's prompts (`dist.rank_share`) and samples all `n`
-   rollouts of each with its own in-process engine (generators seeded from seed and rank): groups stay whole on one rank, so advantages need
-   no communication and no token crosses ranks; only loss normalizers, gradients and metrics are reduced.
+   rollouts of each with its own in-process engine (generators seeded from seed and rank): groups stay whole on
+   one rank, so advantages need no communication and no token crosses ranks; only loss normalizers, gradients
+   and metrics are reduced.
 """
 
 from __future__ import annotations
