@@ -43,7 +43,7 @@ from tirl.train.fsdp import full_state_dict, is_sharded, tied_aliases
 MANIFEST = "manifest.json"
 STATE = "trainer_state.pt"
 DCP_DIR = "dcp"  # sharded weights and optimizer of a multi-process run
-PER_RANK = ("rng", "generator")  # entries every rank has its own of (default of `rank_state`)
+PER_RANK = ("rng", "generator")  # each rank's own entries, unless a trainer names them (`rank_state`)
 RANK_KEYS = "rank_keys"  # a sharded checkpoint's record of which entries those were
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 
