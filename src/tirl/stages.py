@@ -7,7 +7,6 @@ evaluation records). The demo chains them; `tirl sft|rl|eval` run one.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import os
 from collections.abc import Sequence
@@ -22,12 +21,12 @@ from tirl.config import save_config
 from tirl.data import read_rows
 from tirl.eval.evaluate import evaluate, summarize_records, write_eval
 from tirl.logging import MetricsLogger, console
-from tirl.models.loading import load_for_inference, load_policy, load_tokenizer, save_checkpoint
+from tirl.models.loading import load_for_inference, load_policy, load_tokenizer
 from tirl.models.lora import is_lora, parameter_counts
 from tirl.rollout.agent import AgentLoop, stop_token_ids
 from tirl.rollout.async_agent import AsyncAgentLoop
 from tirl.rollout.engine import TorchEngine
-from tirl.rollout.modes import is_in_process, resolve_mode
+from tirl.rollout.modes import resolve_mode
 from tirl.rollout.sampling import SamplingParams
 from tirl.run_config import TirlConfig
 from tirl.sandbox import build_sandbox
@@ -35,9 +34,9 @@ from tirl.sandbox.health import check_sandbox
 from tirl.sandbox.types import Sandbox
 from tirl.tasks import Task, load_task
 from tirl.tools import CodeInterpreter
-from tirl.train import checkpoint, dist, fsdp
+from tirl.train import checkpoint, dist, fsdp, reference
 from tirl.train.rl import RLTrainer
-from tirl.train.sft import SFTConfig, train_sft
+from tirl.train.sft import SFTConfig, SFTTrainer
 
 
 def setup_torch(cfg: TirlConfig) -> None:
@@ -45,13 +44,6 @@ def setup_torch(cfg: TirlConfig) -> None:
     torch.manual_seed(cfg.seed)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // local))
-
-
-def _shard(model: torch.nn.Module, cfg: TirlConfig) -> torch.nn.Module:
-    """Under torchrun, FSDP2 over the ranks (`tirl.train.fsdp`); the model itself otherwise."""
-    if dist.is_distributed():
-        fsdp.shard_model(model, reshard_after_forward=cfg.dist.reshard_after_forward)
-    return model
 
 
 def current_task(cfg: TirlConfig) -> Task:
@@ -172,6 +164,22 @@ def _policy(cfg: TirlConfig, path: str) -> torch.nn.Module:
     return model
 
 
+def _resume_point(resume: str | None, out: Path) -> tuple[Path | None, dict[str, Any] | None]:
+    """The checkpoint `resume` names (None: a fresh start) and its trainer state (`tirl.train.checkpoint`)."""
+    ckpt = checkpoint.resolve_resume(resume, out)
+    if resume == "auto" and ckpt is None:
+        console.print(f"--resume auto: no complete checkpoint in {out}; starting from step 0")
+    return ckpt, checkpoint.load_state(ckpt) if ckpt else None
+
+
+def _logger(cfg: TirlConfig, out: Path, state: dict[str, Any] | None, **kw: Any) -> MetricsLogger | None:
+    """Rank 0's metrics logger, continuing the resumed run's step count and wandb run; None on other ranks."""
+    if not dist.is_main():
+        return None
+    resumed = {"resume_step": state["step"], "run_id": state.get("wandb_id")} if state else {}
+    return MetricsLogger(out, backends=cfg.logging.backends, **resumed, **kw)
+
+
 def run_sft(
     cfg: TirlConfig,
     out_dir: str | Path,
@@ -186,65 +194,26 @@ def run_sft(
 
     `resume`: a checkpoint directory, or "auto" (the newest complete one in `out_dir`; a fresh start if none)."""
     out = Path(out_dir)
-    ckpt = checkpoint.resolve_resume(resume, out)
-    if resume == "auto" and ckpt is None:
-        console.print(f"--resume auto: no complete checkpoint in {out}; starting from step 0")
-    state = checkpoint.load_state(ckpt) if ckpt else None
+    ckpt, state = _resume_point(resume, out)
     if dist.is_main():
         save_config(cfg, out / "config.yaml")
     path = _model_path(cfg, model_path)
     stage = stage or cfg.sft
     rows = rows if rows is not None else read_rows(stage.data)
     tokenizer = load_tokenizer(path)
-    model = _shard(_policy(cfg, path), cfg)
-    if ckpt and state:
-        checkpoint.load_weights(model, ckpt)
-        checkpoint.set_rng_state(state["rng"])
-        console.print(f"resuming from {ckpt} at step {state['step']}")
+    model = fsdp.shard(_policy(cfg, path), reshard_after_forward=cfg.dist.reshard_after_forward)
     renderer = build_renderer(tokenizer, cfg)
-    logger = (
-        MetricsLogger(
-            out,
-            backends=cfg.logging.backends,
-            resume_step=state["step"] if state else None,
-            run_id=state.get("wandb_id") if state else None,
-        )
-        if dist.is_main()
-        else None
-    )
-
-    def save(step: int, trainer_state: dict[str, Any], optimizer: torch.optim.Optimizer) -> Path:
-        done = checkpoint.save(
-            out / f"checkpoint-{step}",
-            model=model,
-            tokenizer=tokenizer,
-            state=trainer_state,
-            optimizer=optimizer,
-        )
-        checkpoint.rotate(out, stage.keep_last)
-        return done
-
-    try:
-        train_sft(
-            model,
-            renderer,
-            rows,
-            stage,
-            pad_id=renderer.pad_id,
-            seed=cfg.seed,
-            logger=logger,
-            label=label,
-            save=save,
-            resume_state=state,
-            autocast=cfg.model.autocast_dtype,
-        )
-    finally:
-        if logger:
-            logger.close()
-    if fsdp.is_sharded(model):
-        fsdp.save_full_model(model, tokenizer, out / "model")
-        return out / "model"
-    return save_checkpoint(model, tokenizer, out / "model")
+    logger = _logger(cfg, out, state)
+    with contextlib.closing(logger) if logger else contextlib.nullcontext():
+        trainer = SFTTrainer(
+            model, renderer, rows, stage, pad_id=renderer.pad_id, seed=cfg.seed, logger=logger, label=label,
+            out_dir=out, autocast=cfg.model.autocast_dtype,
+        )  # fmt: skip
+        if ckpt:
+            checkpoint.restore_trainer(trainer, ckpt, state)
+            console.print(f"resuming from {ckpt} at step {trainer.step_done}")
+        trainer.train()
+    return fsdp.save_model(model, tokenizer, out / "model")
 
 
 def run_rl(
@@ -266,71 +235,37 @@ def run_rl(
             "use it for tirl eval, and rollout.engine=torch or vllm for tirl rl"
         )
     out = Path(out_dir)
-    ckpt = checkpoint.resolve_resume(resume, out)
-    if resume == "auto" and ckpt is None:
-        console.print(f"--resume auto: no complete checkpoint in {out}; starting from step 0")
-    state = checkpoint.load_state(ckpt) if ckpt else None
+    ckpt, state = _resume_point(resume, out)
     if dist.is_main():
         save_config(cfg, out / "config.yaml")
     path = _model_path(cfg, model_path)
     rows = rows if rows is not None else _task_rows(cfg, cfg.rl.data, "train")
     check_sandbox(cfg.sandbox)  # a broken sandbox fails here, not as a model that never solves anything
     tokenizer = load_tokenizer(path)
-    model = _policy(cfg, path)
-    # A sharded policy cannot be copied: a full-training KL reference is copied (and sharded) before it; LoRA's
-    # reference is the policy itself with its adapter off.
+    model, reshard = _policy(cfg, path), cfg.dist.reshard_after_forward
     ref = None
-    if dist.is_distributed() and cfg.rl.kl_coef > 0 and not is_lora(model):
-        ref = copy.deepcopy(model)
-        if cfg.model.reference_dtype is not None:
-            ref.to(cfg.model.reference_dtype)
-        ref = _shard(ref, cfg)
-    model = _shard(model, cfg)
+    if cfg.rl.kl_coef > 0:
+        ref = reference.copy_before_sharding(model, cfg.model.reference_dtype, reshard_after_forward=reshard)
+    model = fsdp.shard(model, reshard_after_forward=reshard)
     sampling = SamplingParams(
         temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k
     )
     keys = ("reward/mean", "reward/accuracy", "rollout/tool_calls", "loss/clipfrac", "time/step")
-    logger = (
-        MetricsLogger(
-            out,
-            backends=cfg.logging.backends,
-            console_keys=keys,
-            config=asdict(cfg),
-            resume_step=state["step"] if state else None,
-            run_id=state.get("wandb_id") if state else None,
-        )
-        if dist.is_main()
-        else None
-    )
+    logger = _logger(cfg, out, state, console_keys=keys, config=asdict(cfg))
     closing = contextlib.closing(logger) if logger else contextlib.nullcontext()
     with build_sandbox(cfg.sandbox) as sandbox, closing, contextlib.ExitStack() as stack:
         agent = build_agent(model, tokenizer, cfg, sandbox, model_path=path, work_dir=out)
         stack.callback(agent.engine.close)
         trainer = RLTrainer(
-            model,
-            tokenizer,
-            agent,
-            rows,
-            cfg.rl,
-            sampling=sampling,
-            reward=cfg.reward,
-            out_dir=out,
-            seed=cfg.seed,
-            logger=logger,
-            ref_source=str(path),
-            autocast=cfg.model.autocast_dtype,
-            ref_dtype=cfg.model.reference_dtype,
-            ref_model=ref,
-        )
+            model, tokenizer, agent, rows, cfg.rl, sampling=sampling, reward=cfg.reward, out_dir=out,
+            seed=cfg.seed, logger=logger, ref_source=str(path), autocast=cfg.model.autocast_dtype,
+            ref_dtype=cfg.model.reference_dtype, ref_model=ref,
+        )  # fmt: skip
         if cfg.rl.eval_every:
             trainer.validate = validator(cfg, out, agent, str(path))
-        if ckpt and state:
-            checkpoint.load_weights(model, ckpt)
-            trainer.load_state_dict(state)
-            checkpoint.set_rng_state(state["rng"])
+        if ckpt:
+            checkpoint.restore_trainer(trainer, ckpt, state)
             console.print(f"resuming from {ckpt} at step {trainer.step_done} of {cfg.rl.steps}")
-            if not is_in_process(agent.engine):
-                agent.engine.sync_weights(model)  # a server engine still serves the weights it started with
         trainer.train()
     return out / "model"
 
@@ -343,7 +278,7 @@ def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str):
 
     def validate(step: int) -> dict[str, float]:
         # under torchrun each rank evaluates its share of the rows; rank 0 writes them all
-        mine = rows[dist.rank() :: dist.world_size()]
+        mine = dist.rank_share(rows)
         parts = dist.all_gather_objects(
             evaluate(agent, mine, cfg.eval, model_label=f"step-{step}", seed=dist.rank_seed(cfg.seed))
         )

@@ -5,8 +5,9 @@ or not at all. A LoRA model is written merged (base + scale * B A per adapted la
 so the live model, and its frozen base that serves as the KL reference, are left exactly as they were.
 `export_checkpoint` does the same from a directory on disk (`tirl export CHECKPOINT --out DIR`).
 
-A model sharded over processes (FSDP) is gathered to rank 0 and written there (`tirl.train.fsdp`); every rank
-must call. Deliberately not here: quantization, format conversion.
+The model is whole (one process's): a model sharded over processes (FSDP) is gathered and written by the trainer's
+side, `tirl.train.fsdp.save_model`, so this package never depends on the training one. Deliberately not here:
+quantization, format conversion.
 """
 
 from __future__ import annotations
@@ -21,16 +22,8 @@ from tirl.models import lora
 
 
 def export_hf(model: torch.nn.Module, tokenizer: Any, out_dir: str | Path) -> Path:
-    """Write `model` (merged if it carries a LoRA adapter) and `tokenizer` as a plain HF directory at `out_dir`."""
-    from tirl.train import fsdp
-
-    if fsdp.is_sharded(model):
-        if lora.is_lora(model):
-            raise NotImplementedError(
-                "exporting a LoRA model sharded with FSDP (merge after gathering) is not done yet"
-            )
-        fsdp.save_full_model(model, tokenizer, out_dir)
-        return Path(out_dir)
+    """Write the whole `model` (merged if it carries a LoRA adapter) and `tokenizer` as a plain HF directory at
+    `out_dir`."""
     with atomic_dir(out_dir) as stage:
         if lora.is_lora(model):
             base = model.get_base_model()

@@ -19,9 +19,10 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
    untouched) and counted in `loss/skipped_updates`; `optim.max_skipped_in_row` in a row stop the run.
 10. Groups of one (`n = 1`) are refused: every group-relative estimator gives them zero advantage (verl's GRPO
    instead passes the raw reward through, an unbaselined REINFORCE), so such a run would silently learn nothing.
-11. Under torchrun, each rank takes its slice of the step's prompts and samples all `n` rollouts of each with its
-   own in-process engine (generators seeded from seed and rank): groups stay whole on one rank, so advantages need
-   no communication and no token crosses ranks; only loss normalizers, gradients and metrics are reduced.
+11. Under torchrun, each rank takes its share of the step's prompts (`dist.rank_share`) and samples all `n`
+   rollouts of each with its own in-process engine (generators seeded from seed and rank): groups stay whole on
+   one rank, so advantages need no communication and no token crosses ranks; only loss normalizers, gradients
+   and metrics are reduced.
 """
 
 from __future__ import annotations
@@ -40,7 +41,6 @@ from tirl.algorithms import get_advantage_estimator, get_policy_loss
 from tirl.algorithms.rollout_correction import CORRECTIONS, correction_weights, mismatch_metrics
 from tirl.data.records import ProblemRow, problem_rows
 from tirl.logging import MetricsLogger
-from tirl.models.loading import save_checkpoint
 from tirl.progress import progress
 from tirl.rewards.scoring import score_trajectories
 from tirl.rewards.shaping import RewardConfig
@@ -163,6 +163,10 @@ class RLConfig:
 
 
 class RLTrainer:
+    """The GRPO-TCR loop; checkpointed and resumed through `tirl.train.checkpoint.Resumable`."""
+
+    rank_state: tuple[str, ...] = ("generator",)  # each rank samples and orders mini-batches with its own
+
     def __init__(
         self,
         policy: torch.nn.Module,
@@ -242,15 +246,14 @@ class RLTrainer:
 
     def _next_prompts(self) -> list[ProblemRow]:
         """Epoch-wise shuffled prompts: each row is used once before any is reused. Every rank draws the same
-        step's prompts (one order, seeded alike) and keeps its own slice."""
+        step's prompts (one order, seeded alike) and keeps its own share."""
         out = []
         while len(out) < self.cfg.prompts_per_step:
             if not self._order:
                 self._order = list(range(len(self.rows)))
                 self.rng.shuffle(self._order)
             out.append(self.rows[self._order.pop()])
-        k = len(out) // self.world
-        return out[dist.rank() * k : (dist.rank() + 1) * k]
+        return dist.rank_share(out)
 
     @torch.no_grad()
     def _logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
@@ -443,18 +446,26 @@ class RLTrainer:
                 bar.advance(1, info=f"reward {m['reward/mean']:+.2f}  acc {m['reward/accuracy']:.2f}")
                 stopping = dist.any_rank(stop.requested)
                 if (cfg.save_every and self.step_done % cfg.save_every == 0) or stopping:
-                    path = self.save_checkpoint()
+                    path = checkpoint.save_trainer(
+                        self, self.out_dir, tokenizer=self.tokenizer, keep_last=cfg.keep_last
+                    )
                     if stopping:
                         raise StopRequested(str(path), self.step_done)
-        self.save(self.out_dir / "model", cfg.steps)
+        fsdp.save_model(self.policy, self.tokenizer, self.out_dir / "model", extra={"step": cfg.steps})
         return history
 
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.policy
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.opt
+
     def state_dict(self) -> dict[str, Any]:
-        """Everything the next step depends on besides the weights and the global generators."""
+        """Everything the next step depends on besides the weights, the optimizer and the global generators."""
         return {
             "step": self.step_done,
-            # a sharded optimizer is saved by the checkpoint itself (DCP), not in this dictionary
-            **({} if fsdp.is_sharded(self.policy) else {"optimizer": self.opt.state_dict()}),
             "scheduler": self.sched.state_dict(),
             "order": list(self._order),
             "order_rng": self.rng.getstate(),
@@ -466,13 +477,14 @@ class RLTrainer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The restored weights (already in the policy) reach a server engine too: it still serves the weights it
+        started with."""
         if self.ref is not None and state.get("ref_source") != self.ref_source:
             raise CheckpointError(
                 f"the checkpoint's KL reference is {state.get('ref_source')!r} but this run's model.path is "
                 f"{self.ref_source!r}: resume with the model.path the run started from"
             )
         self.step_done = int(state["step"])
-        checkpoint.load_optimizer(self.policy, self.opt, state)
         self.sched.load_state_dict(state["scheduler"])
         self._order = list(state["order"])
         self.rng.setstate(state["order_rng"])
@@ -480,20 +492,5 @@ class RLTrainer:
             self.gen.set_state(state["generator"])
         self.updates_done = int(state["updates_done"])
         self.skips.in_row, self.skips.total = state["skips"]
-
-    def save_checkpoint(self) -> Path:
-        path = checkpoint.save(
-            self.out_dir / f"checkpoint-{self.step_done}",
-            model=self.policy,
-            tokenizer=self.tokenizer,
-            state=self.state_dict(),
-            optimizer=self.opt,
-        )
-        checkpoint.rotate(self.out_dir, self.cfg.keep_last)
-        return path
-
-    def save(self, path: Path, step: int) -> None:
-        if fsdp.is_sharded(self.policy):  # full weights gathered to rank 0, a plain Hugging Face directory
-            fsdp.save_full_model(self.policy, self.tokenizer, path, extra={"step": step})
-        else:
-            save_checkpoint(self.policy, self.tokenizer, path, extra={"step": step})
+        if not is_in_process(self.agent.engine):
+            self.agent.engine.sync_weights(self.policy)

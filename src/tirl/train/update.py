@@ -16,9 +16,9 @@ import torch
 
 from tirl.algorithms import aggregate, kl_penalty
 from tirl.train import dist
-from tirl.train.batch import TokenBatch, micro_batches, slice_rows
+from tirl.train.batch import TokenBatch
 from tirl.train.dist import all_reduce_sum
-from tirl.train.fsdp import idle_pass, is_sharded
+from tirl.train.fsdp import MicroBatchPasses
 from tirl.train.logprobs import DEFAULT_CHUNK_TOKENS, token_logprobs
 
 
@@ -65,21 +65,13 @@ def accumulate_gradients(
     mini-batch's values; the other stats are token-weighted means over the micro-batches.
     """
     num_tokens, num_seqs = global_counts(mini.loss_mask)
-    lengths = mini.attention_mask.sum(dim=-1).tolist()
-    parts: list[list[int] | None] = list(
-        micro_batches(lengths, max_seqs=spec.micro_batch_size, max_tokens=spec.micro_batch_tokens)
-    )
-    sharded = is_sharded(policy)
-    if sharded:  # every rank runs as many forward/backward passes as the busiest one (they are collectives)
-        parts += [None] * (dist.all_reduce_max(len(parts)) - len(parts))
+    passes = MicroBatchPasses(
+        policy, mini, max_seqs=spec.micro_batch_size, max_tokens=spec.micro_batch_tokens
+    )  # idle passes included where a sharded model needs them
     sums: Counter[str] = Counter()  # token-weighted sums of the loss statistics
     totals: Counter[str] = Counter()
     norm = {"norm_len": spec.norm_len, "num_tokens": num_tokens, "num_seqs": num_seqs}
-    for rows in parts:
-        micro = None if rows is None else slice_rows(mini, rows)
-        if micro is None or (sharded and not bool((micro.loss_mask[:, 1:] > 0).any())):
-            idle_pass(policy, mini.input_ids.device)  # nothing to train here, but the collectives must run
-            continue
+    for rows, micro in passes:
         width = micro.input_ids.shape[1]
         mask = micro.loss_mask
         logp, ent = token_logprobs(
@@ -126,5 +118,5 @@ def accumulate_gradients(
     total_tokens = max(float(num_tokens), 1.0)
     out = {k[4:]: v / total_tokens for k, v in reduced.items() if k.startswith("sum:")}
     out.update({k: v for k, v in reduced.items() if not k.startswith("sum:")})
-    out["loss/micro_batches"] = float(len(parts))
+    out["loss/micro_batches"] = float(len(passes))
     return out
