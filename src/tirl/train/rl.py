@@ -45,7 +45,8 @@ from tirl.progress import progress
 from tirl.rewards.scoring import score_trajectories
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentLoop
-from tirl.rollout.modes import check_rl_sampling, is_in_process, resolve_correction
+from tirl.rollout.capabilities import capabilities_of
+from tirl.rollout.factory import rl_refusal
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
 from tirl.train import checkpoint, dist, fsdp
@@ -106,8 +107,8 @@ class RLConfig:
     save_every: int = 0  # steps between resumable checkpoints (checkpoint-<step>/); 0 = only the final model
     keep_last: int = 0  # complete checkpoints kept, oldest deleted first, never the newest; 0 = all
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-6, weight_decay=0.01, grad_clip=1.0))
-    # engine/trainer log-prob mismatch (tirl.algorithms.rollout_correction): auto = none for the torch engine,
-    # token_tis otherwise (tirl.rollout.modes says why)
+    # engine/trainer log-prob mismatch (tirl.algorithms.rollout_correction): auto = none for an engine that shares
+    # the policy module (the torch engine), token_tis otherwise (tirl.rollout.capabilities says why)
     rollout_correction: Literal["auto", "none", "token_tis", "seq_mis"] = "auto"
     tis_cap: float = 2.0  # token_tis: weights min(pi_old / pi_rollout, cap) (verl's rollout_is_threshold)
     mis_low: float = (
@@ -193,17 +194,15 @@ class RLTrainer:
         )
         self.sampling, self.reward, self.out_dir, self.logger = sampling, reward, Path(out_dir), logger
         self.pad_id = agent.renderer.pad_id
-        check_rl_sampling(agent.engine, sampling)
-        self.correction = resolve_correction(cfg.rollout_correction, agent.engine)
-        self.adv_fn = get_advantage_estimator(cfg.adv_estimator, k=cfg.passk_k)
-        self.loss_fn = get_policy_loss(cfg.policy_loss)
+        self.engine_caps = capabilities_of(agent.engine)
         self.world = dist.world_size()
         check_world(cfg, self.world)
-        if self.world > 1 and not is_in_process(agent.engine):
-            raise ValueError(
-                "under torchrun, RL samples with each rank's in-process engine: use rollout.engine=torch (a "
-                "server engine would need rank 0 to sync the gathered weights, not done yet)"
-            )
+        if why := rl_refusal(self.engine_caps, self.world):
+            raise ValueError(why)
+        self.engine_caps.check_rl_sampling(sampling)
+        self.correction = self.engine_caps.rollout_correction(cfg.rollout_correction)
+        self.adv_fn = get_advantage_estimator(cfg.adv_estimator, k=cfg.passk_k)
+        self.loss_fn = get_policy_loss(cfg.policy_loss)
         self.local_mini = cfg.mini_batch_size // self.world  # trajectories per update on this rank
         # model.autocast's dtype; the KL reference: LoRA's base with the adapter off, else a copy in model.ref_dtype
         self.autocast = autocast
@@ -327,9 +326,9 @@ class RLTrainer:
         # One update per step on the whole batch is exactly on-policy: the old log-probs are the policy's own log-probs
         # of this forward pass (detached), so the separate recomputation is skipped (as verl does).
         on_policy = cfg.ppo_epochs == 1 and self.local_mini >= len(trajs)
-        # The engine's log-probs are the trainer's own only for the in-process torch engine; otherwise the old
-        # log-probs are recomputed even on-policy, to measure the mismatch and correct for it.
-        need_old = not on_policy or not is_in_process(self.agent.engine) or self.correction != "none"
+        # Unless the engine's log-probs are the trainer's own, the old log-probs are recomputed even on-policy, to
+        # measure the mismatch and correct for it.
+        need_old = self.engine_caps.needs_old_logprobs(on_policy=on_policy, correction=self.correction)
         with self.timers.time("update"):
             old_logp = self._logprobs(self.policy, batch) if need_old else None
             mismatch = {} if old_logp is None else self._correct(batch, old_logp, trajs)
