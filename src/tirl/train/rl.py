@@ -36,7 +36,7 @@ from typing import Any, Literal
 
 import torch
 
-from tirl.algorithms import get_advantage_estimator, get_policy_loss
+from tirl.algorithms import check_advantage, get_advantage_estimator, get_policy_loss
 from tirl.algorithms.rollout_correction import CORRECTIONS, correction_weights, mismatch_metrics
 from tirl.data.records import ProblemRow, problem_rows
 from tirl.logging import MetricsLogger
@@ -90,7 +90,7 @@ class RLConfig:
     kl_coef: float = 0.0
     kl_estimator: Literal["k1", "k3"] = "k3"
     entropy_coef: float = 0.0
-    passk_k: int = 4  # k of the pass@k objectives (adv_estimator passk / pkpo)
+    passk_k: int = 4  # k of the estimators that take one (the pass@k objectives passk, pkpo)
     dynamic_sampling: bool = (
         False  # DAPO: drop groups whose rewards are all equal, sample more prompts to refill
     )
@@ -128,10 +128,12 @@ class RLConfig:
                 f"{self.adv_estimator!r} has no baseline there, so every advantage is 0 and the run learns nothing; "
                 "use rl.n >= 2 (the recipe samples 16 per prompt)"
             )
-        if self.adv_estimator in ("passk", "pkpo") and not 1 <= self.passk_k <= self.n:
+        try:  # the estimator's own check of its hyperparameters against the group size
+            check_advantage(self.adv_estimator, group_size=self.n, k=self.passk_k)
+        except ValueError as e:
             raise ValueError(
-                f"rl.passk_k={self.passk_k} must be in [1, rl.n={self.n}] for {self.adv_estimator!r}"
-            )
+                f"rl.adv_estimator={self.adv_estimator!r} with rl.n={self.n}, rl.passk_k={self.passk_k}: {e}"
+            ) from None
         if self.eval_every < 0 or (self.eval_every and not self.eval_data):
             raise ValueError(
                 f"rl.eval_every={self.eval_every} needs rl.eval_data (a list of benchmark files) and must be >= 0"
