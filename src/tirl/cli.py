@@ -139,9 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo = add("demo", "the whole loop on a tiny model: data, SFT, eval, RL, eval, report", _cmd_demo)
     demo.add_argument(
         "--compare",
-        choices=["passk", "pkpo"],
         default=None,
-        help="also train RL with this pass@k objective from the same SFT checkpoint and seed, evaluate SFT, "
+        metavar="OBJECTIVE",
+        help="also train RL with this pass@k objective (an advantage estimator taking rl.passk_k: passk, pkpo, "
+        "or one registered with a k) from the same SFT checkpoint and seed, evaluate SFT, "
         "GRPO-TCR and it at --temperatures, and analyse the three together (reuses checkpoints in OUT_DIR)",
     )
     demo.add_argument("--temperatures", default="0.6,1.0", help="evaluation temperatures of --compare")

@@ -179,13 +179,10 @@ def _check(cfg: Any, stage: str, world: int, seq: int, hf_config: Any) -> list[s
             )
         if rl.mini_batch_size % world:
             raise PlanError(f"rl.mini_batch_size={rl.mini_batch_size} must divide over {world} processes")
-        if cfg.rollout.engine == "openai":
-            raise PlanError("rollout.engine=openai cannot receive new weights: RL needs torch or vllm")
-        if world > 1 and cfg.rollout.engine != "torch":
-            raise PlanError(
-                f"rollout.engine={cfg.rollout.engine} under torchrun is not supported yet (each rank samples with its "
-                "in-process torch engine): use rollout.engine=torch for several processes, or one process"
-            )
+        from tirl.rollout.factory import capabilities_for, rl_refusal
+
+        if why := rl_refusal(capabilities_for(cfg.rollout.engine), world):
+            raise PlanError(why)
         if world > 1 and rl.dynamic_sampling:
             raise PlanError("rl.dynamic_sampling is single-process only for now")
         budget = rl.micro_batch_tokens

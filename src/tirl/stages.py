@@ -23,10 +23,8 @@ from tirl.eval.evaluate import evaluate, summarize_records, write_eval
 from tirl.logging import MetricsLogger, console
 from tirl.models.loading import load_for_inference, load_policy, load_tokenizer
 from tirl.models.lora import is_lora, parameter_counts
-from tirl.rollout.agent import AgentLoop, stop_token_ids
-from tirl.rollout.async_agent import AsyncAgentLoop
-from tirl.rollout.engine import TorchEngine
-from tirl.rollout.modes import resolve_mode
+from tirl.rollout import factory
+from tirl.rollout.agent import AgentLoop
 from tirl.rollout.sampling import SamplingParams
 from tirl.run_config import TirlConfig
 from tirl.sandbox import build_sandbox
@@ -68,58 +66,6 @@ def _task_rows(cfg: TirlConfig, path: str, split: str) -> list[dict[str, Any]]:
     return read_rows(path) if path else current_task(cfg).load_rows(split, cfg)
 
 
-def build_engine(
-    model: torch.nn.Module,
-    tokenizer: Any,
-    renderer: ChatRenderer,
-    cfg: TirlConfig,
-    *,
-    model_path: str | Path = "",
-    work_dir: str | Path | None = None,
-) -> Any:
-    """`rollout.engine` picks the engine; a server engine is checked (model name, vocabulary) before any rollout.
-
-    vllm serves `model_path` when it is a plain HF directory, else `model` written out under `work_dir`; its log
-    and synced weights go to `work_dir`/vllm (a temporary directory without one)."""
-    stops = stop_token_ids(renderer, cfg.agent)
-    if cfg.rollout.engine == "vllm":
-        from tirl.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
-        from tirl.rollout.vllm_weights import servable_dir
-
-        ro, wd = cfg.rollout, Path(work_dir) / "vllm" if work_dir else None
-        engine = VLLMEngine(
-            VLLMEngineConfig(
-                model=str(servable_dir(model_path, model, tokenizer, wd)), python=ro.vllm_python, port=ro.vllm_port,
-                kv_cache_gib=ro.vllm_kv_cache_gib, dtype=cfg.model.dtype, extra_args=list(ro.vllm_args),
-                startup_timeout_s=ro.vllm_startup_timeout_s, work_dir=str(wd or ""), eos_ids=[renderer.eos_id],
-                stop_ids=list(stops), concurrency=ro.concurrency, request_timeout_s=ro.request_timeout_s,
-                retries=ro.retries,
-            )
-        )  # fmt: skip
-        try:
-            engine.check(tokenizer)
-        except BaseException:
-            engine.close()
-            raise
-        return engine
-    if cfg.rollout.engine == "openai":
-        from tirl.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig
-
-        ro = cfg.rollout
-        engine = OpenAIEngine(
-            OpenAIEngineConfig(
-                urls=list(ro.urls), model=ro.model_name, concurrency=ro.concurrency, timeout_s=ro.request_timeout_s,
-                retries=ro.retries, eos_ids=[renderer.eos_id], stop_ids=list(stops),
-            )
-        )  # fmt: skip
-        engine.check(tokenizer)
-        return engine
-    return TorchEngine(
-        model, eos_ids=[renderer.eos_id], pad_id=renderer.pad_id, stop_ids=stops,
-        max_batch_size=cfg.rollout.max_batch_size,
-    )  # fmt: skip
-
-
 def build_agent(
     model: torch.nn.Module,
     tokenizer: Any,
@@ -129,20 +75,17 @@ def build_agent(
     model_path: str | Path = "",
     work_dir: str | Path | None = None,
 ) -> AgentLoop:
-    """The agent loop over `build_engine`'s engine; the caller closes `agent.engine` (a server engine's process)."""
+    """The task's renderer and tools around `tirl.rollout.factory.build_agent`'s engine and loop; the caller closes
+    `agent.engine` (a server engine's process)."""
     task = current_task(cfg)
-    renderer = build_renderer(tokenizer, cfg, task)
-    engine = build_engine(model, tokenizer, renderer, cfg, model_path=model_path, work_dir=work_dir)
     tools = task.toolset()
     for name, t in tools.tools.items():  # agent.auto_print configures the code interpreter of any task
         if isinstance(t, CodeInterpreter) and t.auto_print != cfg.agent.auto_print:
             tools.tools[name] = CodeInterpreter(auto_print=cfg.agent.auto_print)
-    if resolve_mode(cfg.rollout.mode, engine) == "async":
-        return AsyncAgentLoop(
-            engine, renderer, sandbox, cfg.agent, tools=tools,
-            concurrency=cfg.rollout.concurrency, timeout_s=cfg.rollout.timeout_s,
-        )  # fmt: skip
-    return AgentLoop(engine, renderer, sandbox, cfg.agent, tools=tools)
+    return factory.build_agent(
+        cfg.rollout, cfg.agent, model=model, tokenizer=tokenizer, renderer=build_renderer(tokenizer, cfg, task),
+        sandbox=sandbox, tools=tools, dtype=cfg.model.dtype, model_path=model_path, work_dir=work_dir,
+    )  # fmt: skip
 
 
 def _model_path(cfg: TirlConfig, model_path: str | Path | None) -> str:
@@ -229,11 +172,8 @@ def run_rl(
     `resume`: a checkpoint directory, or "auto" (the newest complete one in `out_dir`; a fresh start if none). The
     model is loaded from `model_path` first (it is the KL reference) and the checkpoint's weights replace the
     policy's, so a resumed run never takes its resumed policy as the reference."""
-    if cfg.rollout.engine == "openai":
-        raise ValueError(
-            "rollout.engine=openai cannot receive the policy's new weights, so RL would sample from a stale policy; "
-            "use it for tirl eval, and rollout.engine=torch or vllm for tirl rl"
-        )
+    if why := factory.rl_refusal(factory.capabilities_for(cfg.rollout.engine), dist.world_size()):
+        raise ValueError(why)
     out = Path(out_dir)
     ckpt, state = _resume_point(resume, out)
     if dist.is_main():

@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 import torch
 
-from tirl.algorithms import get_advantage_estimator, get_policy_loss
+from tirl.algorithms import check_advantage, get_advantage_estimator, get_policy_loss
 from tirl.algorithms.rollout_correction import CORRECTIONS, correction_weights, mismatch_metrics
 from tirl.data.records import ProblemRow, problem_rows
 from tirl.logging import MetricsLogger
@@ -45,7 +45,8 @@ from tirl.progress import progress
 from tirl.rewards.scoring import score_trajectories
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentLoop
-from tirl.rollout.modes import check_rl_sampling, is_in_process, resolve_correction
+from tirl.rollout.capabilities import capabilities_of
+from tirl.rollout.factory import rl_refusal
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
 from tirl.sandbox.health import raise_if_sandbox_down
@@ -90,7 +91,7 @@ class RLConfig:
     kl_coef: float = 0.0
     kl_estimator: Literal["k1", "k3"] = "k3"
     entropy_coef: float = 0.0
-    passk_k: int = 4  # k of the pass@k objectives (adv_estimator passk / pkpo)
+    passk_k: int = 4  # k of the estimators that take one (the pass@k objectives passk, pkpo)
     dynamic_sampling: bool = (
         False  # DAPO: drop groups whose rewards are all equal, sample more prompts to refill
     )
@@ -107,8 +108,8 @@ class RLConfig:
     save_every: int = 0  # steps between resumable checkpoints (checkpoint-<step>/); 0 = only the final model
     keep_last: int = 0  # complete checkpoints kept, oldest deleted first, never the newest; 0 = all
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-6, weight_decay=0.01, grad_clip=1.0))
-    # engine/trainer log-prob mismatch (tirl.algorithms.rollout_correction): auto = none for the torch engine,
-    # token_tis otherwise (tirl.rollout.modes says why)
+    # engine/trainer log-prob mismatch (tirl.algorithms.rollout_correction): auto = none for an engine that shares
+    # the policy module (the torch engine), token_tis otherwise (tirl.rollout.capabilities says why)
     rollout_correction: Literal["auto", "none", "token_tis", "seq_mis"] = "auto"
     tis_cap: float = 2.0  # token_tis: weights min(pi_old / pi_rollout, cap) (verl's rollout_is_threshold)
     mis_low: float = (
@@ -128,10 +129,12 @@ class RLConfig:
                 f"{self.adv_estimator!r} has no baseline there, so every advantage is 0 and the run learns nothing; "
                 "use rl.n >= 2 (the recipe samples 16 per prompt)"
             )
-        if self.adv_estimator in ("passk", "pkpo") and not 1 <= self.passk_k <= self.n:
+        try:  # the estimator's own check of its hyperparameters against the group size
+            check_advantage(self.adv_estimator, group_size=self.n, k=self.passk_k)
+        except ValueError as e:
             raise ValueError(
-                f"rl.passk_k={self.passk_k} must be in [1, rl.n={self.n}] for {self.adv_estimator!r}"
-            )
+                f"rl.adv_estimator={self.adv_estimator!r} with rl.n={self.n}, rl.passk_k={self.passk_k}: {e}"
+            ) from None
         if self.eval_every < 0 or (self.eval_every and not self.eval_data):
             raise ValueError(
                 f"rl.eval_every={self.eval_every} needs rl.eval_data (a list of benchmark files) and must be >= 0"
@@ -198,17 +201,15 @@ class RLTrainer:
         )
         self.sampling, self.reward, self.out_dir, self.logger = sampling, reward, Path(out_dir), logger
         self.pad_id = agent.renderer.pad_id
-        check_rl_sampling(agent.engine, sampling)
-        self.correction = resolve_correction(cfg.rollout_correction, agent.engine)
-        self.adv_fn = get_advantage_estimator(cfg.adv_estimator, k=cfg.passk_k)
-        self.loss_fn = get_policy_loss(cfg.policy_loss)
+        self.engine_caps = capabilities_of(agent.engine)
         self.world = dist.world_size()
         check_world(cfg, self.world)
-        if self.world > 1 and not is_in_process(agent.engine):
-            raise ValueError(
-                "under torchrun, RL samples with each rank's in-process engine: use rollout.engine=torch (a "
-                "server engine would need rank 0 to sync the gathered weights, not done yet)"
-            )
+        if why := rl_refusal(self.engine_caps, self.world):
+            raise ValueError(why)
+        self.engine_caps.check_rl_sampling(sampling)
+        self.correction = self.engine_caps.rollout_correction(cfg.rollout_correction)
+        self.adv_fn = get_advantage_estimator(cfg.adv_estimator, k=cfg.passk_k)
+        self.loss_fn = get_policy_loss(cfg.policy_loss)
         self.local_mini = cfg.mini_batch_size // self.world  # trajectories per update on this rank
         # model.autocast's dtype; the KL reference: LoRA's base with the adapter off, else a copy in model.ref_dtype
         self.autocast = autocast
@@ -333,9 +334,9 @@ class RLTrainer:
         # One update per step on the whole batch is exactly on-policy: the old log-probs are the policy's own log-probs
         # of this forward pass (detached), so the separate recomputation is skipped (as verl does).
         on_policy = cfg.ppo_epochs == 1 and self.local_mini >= len(trajs)
-        # The engine's log-probs are the trainer's own only for the in-process torch engine; otherwise the old
-        # log-probs are recomputed even on-policy, to measure the mismatch and correct for it.
-        need_old = not on_policy or not is_in_process(self.agent.engine) or self.correction != "none"
+        # Unless the engine's log-probs are the trainer's own, the old log-probs are recomputed even on-policy, to
+        # measure the mismatch and correct for it.
+        need_old = self.engine_caps.needs_old_logprobs(on_policy=on_policy, correction=self.correction)
         with self.timers.time("update"):
             old_logp = self._logprobs(self.policy, batch) if need_old else None
             mismatch = {} if old_logp is None else self._correct(batch, old_logp, trajs)
@@ -492,5 +493,5 @@ class RLTrainer:
             self.gen.set_state(state["generator"])
         self.updates_done = int(state["updates_done"])
         self.skips.in_row, self.skips.total = state["skips"]
-        if not is_in_process(self.agent.engine):
+        if self.engine_caps.sync_on_resume:  # a server engine still serves the weights it started with
             self.agent.engine.sync_weights(self.policy)
