@@ -8,7 +8,7 @@ the run's identity (`RunIdentity`): its stage (`sft` or `rl`) and the settings t
   discarded whole and the earlier ones stay as they were (`tirl.io.atomic_dir`);
 - on resume, sizes then hashes, streamed in 4 MiB chunks, files in parallel threads (SHA-256 runs at about
   1.2 GB/s per core with the CPU's SHA instructions: a 7B model's 28 GB of fp32 weights and 56 GB of AdamW state
-  take about a minute on 1 core, seconds on 8, beside the minutes a restart takes anyway), then
+  take about a minute on 1 core, seconds on 8 when the disk reads that fast; a restart takes minutes anyway), then
   the identity: another stage is refused, a changed setting is refused naming both values unless the run allows
   changes (`--resume-allow-changes`).
 
