@@ -42,14 +42,17 @@ def check_range(
     *,
     low_open: bool = False,
     high_open: bool = False,
+    low_name: str = "",
 ) -> None:
-    """Raise ValueError unless `value` is finite and within [low, high] (open ends where asked): NaN compares
-    false with everything, so `if value < 0` alone lets it through to fail minutes later in the loss."""
+    """Raise ValueError unless `value` is finite and within [low, high] (open ends where asked; `low_name`: the
+    setting `low` comes from). NaN compares false with everything, so `if value < 0` alone lets it through, to
+    fail minutes later in the loss."""
     ok = math.isfinite(value)
     ok = ok and (low is None or (value > low if low_open else value >= low))
     ok = ok and (high is None or (value < high if high_open else value <= high))
     if not ok:
-        lo = "" if low is None else f"{low} {'<' if low_open else '<='} "
+        bound = f"{low_name} ({low})" if low_name else f"{low}"
+        lo = "" if low is None else f"{bound} {'<' if low_open else '<='} "
         hi = "" if high is None else f" {'<' if high_open else '<='} {high}"
         raise ValueError(
             f"{name}={value} must be a finite number{' with ' + lo + name + hi if lo or hi else ''}"

@@ -156,7 +156,7 @@ class RLConfig:
         check_range("entropy_coef", self.entropy_coef)
         for name, low in (("clip_high", 0), ("kl_coef", 0), ("mis_low", 0), ("tis_cap", 0), ("clip_c", 1)):
             check_range(name, getattr(self, name), low, low_open=name in ("tis_cap", "clip_c"))
-        check_range("mis_high", self.mis_high, self.mis_low, low_open=True)
+        check_range("mis_high", self.mis_high, self.mis_low, low_open=True, low_name="mis_low")
         if self.loss_norm_len < 0:
             raise ValueError(
                 f"loss_norm_len must be >= 0 (0 = the response budget), got {self.loss_norm_len}"
