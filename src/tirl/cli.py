@@ -24,8 +24,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tirl import __version__
 from tirl.config import ConfigError, load_config
 from tirl.errors import TirlError
+from tirl.rundir import claim
 
 DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.yaml"
 
@@ -53,13 +55,17 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         from tirl.compare import run_compare
 
         temps = [float(t) for t in args.temperatures.split(",") if t.strip()]
-        run_compare(_config(args), args.compare, temperatures=temps)
+        cfg = _config(args)
+        with claim(cfg.out_dir, "demo"):
+            run_compare(cfg, args.compare, temperatures=temps)
         return 0
     from tirl.demo import run_demo
     from tirl.train.signals import StopRequested
 
+    cfg = _config(args)
     try:
-        run_demo(_config(args))
+        with claim(cfg.out_dir, "demo"):
+            run_demo(cfg)
     except StopRequested as e:
         print(f"tirl demo: {e}", file=sys.stderr)
         return 130
@@ -67,20 +73,28 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_stage(args: argparse.Namespace) -> int:
-    from tirl.logging import console
-    from tirl.stages import run_eval, run_rl, run_sft, setup_torch
-    from tirl.train.signals import EXIT_RESUMABLE, StopRequested
+    from tirl.stages import setup_torch
 
     cfg = _config(args)
     setup_torch(cfg)
     out = Path(args.out or Path(cfg.out_dir) / args.command)
+    with claim(out, args.command):
+        return _run_stage(args, cfg, out)
+
+
+def _run_stage(args: argparse.Namespace, cfg, out: Path) -> int:
+    from tirl.logging import console
+    from tirl.stages import run_eval, run_rl, run_sft
+    from tirl.train.signals import EXIT_RESUMABLE, StopRequested
+
     if args.command in ("sft", "rl"):
         from tirl.train import dist
 
         run = run_sft if args.command == "sft" else run_rl
         dist.init_distributed(cfg.dist, cfg.model.device)  # under torchrun; nothing in one process
         try:
-            console.print(f"checkpoint: {run(cfg, out, resume=args.resume)}")
+            done = run(cfg, out, resume=args.resume, allow_changes=args.resume_allow_changes)
+            console.print(f"checkpoint: {done}")
         except StopRequested as e:
             console.print(str(e))
             return EXIT_RESUMABLE
@@ -116,13 +130,15 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from tirl.eval.analyze import main_analyze
 
-    return main_analyze(args)
+    with claim(args.out, "analyze"):
+        return main_analyze(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tirl", description="Tool-integrated RL: train and evaluate LMs that reason with a Python tool."
     )
+    parser.add_argument("--version", action="version", version=f"tirl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def add(name: str, help_: str, fn) -> argparse.ArgumentParser:
@@ -152,7 +168,11 @@ def build_parser() -> argparse.ArgumentParser:
         ("eval", "n samples per problem of eval.data: records, trajectories, pass@k"),
     ):
         p = add(name, help_, _cmd_stage)
-        p.add_argument("--out", default=None, help="output directory (default: OUT_DIR/<command>)")
+        p.add_argument(
+            "--out",
+            default=None,
+            help="output directory (default: OUT_DIR/<command>): new, empty, or this command's earlier run",
+        )
         if name == "eval":
             p.add_argument("--label", default="model", help="model label written into every record")
         if name in ("sft", "rl"):
@@ -162,13 +182,23 @@ def build_parser() -> argparse.ArgumentParser:
                 help="continue from a checkpoint: DIR, or 'auto' for the newest complete one in the output "
                 "directory (a fresh start when there is none)",
             )
+            p.add_argument(
+                "--resume-allow-changes",
+                action="store_true",
+                help="resume although the data or settings the checkpoint recorded (rl.n, prompts per step, ...) "
+                "changed: a deliberate change (the differences are printed)",
+            )
     export = sub.add_parser(
         "export",
         help="write a trained model (final model/ or checkpoint-<k>/; a LoRA adapter merged into its base) as a "
         "plain Hugging Face directory for vLLM, tirl eval or the hub",
     )
     export.add_argument("checkpoint", help="a model directory written by tirl sft/rl")
-    export.add_argument("--out", required=True, help="the directory to write (replaced whole if it exists)")
+    export.add_argument(
+        "--out",
+        required=True,
+        help="the directory to write: new, empty, or an earlier export (replaced whole)",
+    )
     export.add_argument(
         "--base", default=None, help="LoRA: the base model's directory, if it moved since training"
     )

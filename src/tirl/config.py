@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import re
 import types
 from collections.abc import Mapping, Sequence
@@ -31,6 +32,31 @@ _FLOAT_RE = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
 
 class ConfigError(ValueError):
     """A config value, key or file is invalid; the message names the dotted key or the file."""
+
+
+def check_range(
+    name: str,
+    value: float,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+    low_name: str = "",
+) -> None:
+    """Raise ValueError unless `value` is finite and within [low, high] (open ends where asked; `low_name`: the
+    setting `low` comes from). NaN compares false with everything, so `if value < 0` alone lets it through, to
+    fail minutes later in the loss."""
+    ok = math.isfinite(value)
+    ok = ok and (low is None or (value > low if low_open else value >= low))
+    ok = ok and (high is None or (value < high if high_open else value <= high))
+    if not ok:
+        bound = f"{low_name} ({low})" if low_name else f"{low}"
+        lo = "" if low is None else f"{bound} {'<' if low_open else '<='} "
+        hi = "" if high is None else f" {'<' if high_open else '<='} {high}"
+        raise ValueError(
+            f"{name}={value} must be a finite number{' with ' + lo + name + hi if lo or hi else ''}"
+        )
 
 
 def _join(where: str, key: str) -> str:

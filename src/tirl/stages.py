@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from tirl.chat.template import ChatRenderer
+from tirl.chat.template import ChatRenderer, format_mismatch
 from tirl.config import save_config
 from tirl.data import read_rows
 from tirl.eval.evaluate import evaluate, summarize_records, write_eval
@@ -33,6 +33,7 @@ from tirl.sandbox.types import Sandbox
 from tirl.tasks import Task, load_task
 from tirl.tools import CodeInterpreter
 from tirl.train import checkpoint, dist, fsdp, reference
+from tirl.train.manifest import RunIdentity, data_fingerprint
 from tirl.train.rl import RLTrainer
 from tirl.train.sft import SFTConfig, SFTTrainer
 
@@ -95,6 +96,17 @@ def _model_path(cfg: TirlConfig, model_path: str | Path | None) -> str:
     return path
 
 
+def warn_chat_format(tokenizer: Any, model: torch.nn.Module, cfg: TirlConfig) -> None:
+    """Say so when chat.format likely does not match the model's template (`tirl plan` notes the same)."""
+    model_type = getattr(getattr(model, "config", None), "model_type", "") or ""
+    template = getattr(tokenizer, "chat_template", None)
+    note = format_mismatch(
+        cfg.chat.format, model_type=model_type, chat_template=template if isinstance(template, str) else None
+    )
+    if note:
+        console.print(f"[yellow]warning:[/] {note}")
+
+
 def _policy(cfg: TirlConfig, path: str) -> torch.nn.Module:
     """The trained model (with a fresh LoRA adapter when model.lora.rank > 0), its trainable share printed."""
     model = load_policy(cfg.model, path)
@@ -107,12 +119,15 @@ def _policy(cfg: TirlConfig, path: str) -> torch.nn.Module:
     return model
 
 
-def _resume_point(resume: str | None, out: Path) -> tuple[Path | None, dict[str, Any] | None]:
-    """The checkpoint `resume` names (None: a fresh start) and its trainer state (`tirl.train.checkpoint`)."""
+def _resume_point(
+    resume: str | None, out: Path, identity: RunIdentity
+) -> tuple[Path | None, dict[str, Any] | None]:
+    """The checkpoint `resume` names (None: a fresh start) and its trainer state (`tirl.train.checkpoint`), once
+    it is checked to be `identity`'s stage with its settings."""
     ckpt = checkpoint.resolve_resume(resume, out)
     if resume == "auto" and ckpt is None:
         console.print(f"--resume auto: no complete checkpoint in {out}; starting from step 0")
-    return ckpt, checkpoint.load_state(ckpt) if ckpt else None
+    return ckpt, checkpoint.load_state(ckpt, identity) if ckpt else None
 
 
 def _logger(cfg: TirlConfig, out: Path, state: dict[str, Any] | None, **kw: Any) -> MetricsLogger | None:
@@ -121,6 +136,20 @@ def _logger(cfg: TirlConfig, out: Path, state: dict[str, Any] | None, **kw: Any)
         return None
     resumed = {"resume_step": state["step"], "run_id": state.get("wandb_id")} if state else {}
     return MetricsLogger(out, backends=cfg.logging.backends, **resumed, **kw)
+
+
+def run_identity(
+    kind: str, section: Any, seed: int, rows: Sequence[dict[str, Any]], allow: bool
+) -> RunIdentity:
+    """The stage and the settings (of `section`, cfg.rl or cfg.sft) that a resume of this run must keep: they
+    fix what step k trains on."""
+    keys = (
+        ("n", "prompts_per_step", "mini_batch_size", "ppo_epochs")
+        if kind == "rl"
+        else ("epochs", "batch_size")
+    )
+    settings = {f"{kind}.{k}": getattr(section, k) for k in keys}
+    return RunIdentity(kind, {"data": data_fingerprint(rows), **settings, "seed": seed}, allow)
 
 
 def run_sft(
@@ -132,19 +161,23 @@ def run_sft(
     stage: SFTConfig | None = None,
     label: str = "SFT",
     resume: str | None = None,
+    allow_changes: bool = False,
 ) -> Path:
     """SFT from `model_path` (or model.path) on sft.data (or `stage`'s data); returns the checkpoint directory.
 
-    `resume`: a checkpoint directory, or "auto" (the newest complete one in `out_dir`; a fresh start if none)."""
+    `resume`: a checkpoint directory, or "auto" (the newest complete one in `out_dir`; a fresh start if none); it
+    must be an SFT checkpoint with this run's data and settings, unless `allow_changes`."""
     out = Path(out_dir)
-    ckpt, state = _resume_point(resume, out)
+    stage = stage or cfg.sft
+    rows = rows if rows is not None else read_rows(stage.data)
+    identity = run_identity("sft", stage, cfg.seed, rows, allow_changes)
+    ckpt, state = _resume_point(resume, out, identity)
     if dist.is_main():
         save_config(cfg, out / "config.yaml")
     path = _model_path(cfg, model_path)
-    stage = stage or cfg.sft
-    rows = rows if rows is not None else read_rows(stage.data)
     tokenizer = load_tokenizer(path)
     model = fsdp.shard(_policy(cfg, path), reshard_after_forward=cfg.dist.reshard_after_forward)
+    warn_chat_format(tokenizer, model, cfg)
     renderer = build_renderer(tokenizer, cfg)
     logger = _logger(cfg, out, state)
     with contextlib.closing(logger) if logger else contextlib.nullcontext():
@@ -152,6 +185,7 @@ def run_sft(
             model, renderer, rows, stage, pad_id=renderer.pad_id, seed=cfg.seed, logger=logger, label=label,
             out_dir=out, autocast=cfg.model.autocast_dtype,
         )  # fmt: skip
+        trainer.identity = identity
         if ckpt:
             checkpoint.restore_trainer(trainer, ckpt, state)
             console.print(f"resuming from {ckpt} at step {trainer.step_done}")
@@ -166,23 +200,27 @@ def run_rl(
     model_path: str | Path | None = None,
     rows: Sequence[dict[str, Any]] | None = None,
     resume: str | None = None,
+    allow_changes: bool = False,
 ) -> Path:
     """GRPO-TCR from `model_path` on rl.data; returns the final checkpoint directory.
 
     `resume`: a checkpoint directory, or "auto" (the newest complete one in `out_dir`; a fresh start if none). The
     model is loaded from `model_path` first (it is the KL reference) and the checkpoint's weights replace the
-    policy's, so a resumed run never takes its resumed policy as the reference."""
+    policy's, so a resumed run never takes its resumed policy as the reference. The checkpoint must be an RL
+    checkpoint with this run's data and settings, unless `allow_changes`."""
     if why := factory.rl_refusal(factory.capabilities_for(cfg.rollout.engine), dist.world_size()):
         raise ValueError(why)
     out = Path(out_dir)
-    ckpt, state = _resume_point(resume, out)
+    rows = rows if rows is not None else _task_rows(cfg, cfg.rl.data, "train")
+    identity = run_identity("rl", cfg.rl, cfg.seed, rows, allow_changes)
+    ckpt, state = _resume_point(resume, out, identity)
     if dist.is_main():
         save_config(cfg, out / "config.yaml")
     path = _model_path(cfg, model_path)
-    rows = rows if rows is not None else _task_rows(cfg, cfg.rl.data, "train")
     check_sandbox(cfg.sandbox)  # a broken sandbox fails here, not as a model that never solves anything
     tokenizer = load_tokenizer(path)
     model, reshard = _policy(cfg, path), cfg.dist.reshard_after_forward
+    warn_chat_format(tokenizer, model, cfg)
     ref = None
     if cfg.rl.kl_coef > 0:
         ref = reference.copy_before_sharding(model, cfg.model.reference_dtype, reshard_after_forward=reshard)
@@ -201,6 +239,7 @@ def run_rl(
             seed=cfg.seed, logger=logger, ref_source=str(path), autocast=cfg.model.autocast_dtype,
             ref_dtype=cfg.model.reference_dtype, ref_model=ref,
         )  # fmt: skip
+        trainer.identity = identity
         if cfg.rl.eval_every:
             trainer.validate = validator(cfg, out, agent, str(path))
         if ckpt:
@@ -252,6 +291,7 @@ def run_eval(
     check_sandbox(cfg.sandbox)  # before the model loads: a broken sandbox would score it 0
     tokenizer = load_tokenizer(path)
     model = load_for_inference(cfg.model, path)  # a LoRA adapter directory is merged onto its recorded base
+    warn_chat_format(tokenizer, model, cfg)
     with build_sandbox(cfg.sandbox) as sandbox:
         agent = build_agent(model, tokenizer, cfg, sandbox, model_path=path, work_dir=out)
         with contextlib.closing(agent.engine):

@@ -279,6 +279,8 @@ def check_tokens_command(
         enable_thinking=cfg.chat.enable_thinking,
     )
     res = check_rows(renderer, _jsonl_rows(path), _prompts_by_id(data) if data else None)
+    if res.rows == 0:  # checking nothing must not pass as "no divergence"
+        raise ValueError(f"{file}: no rows to check: pass a run's trajectories (JSONL) or an SFT data file")
     for d in res.divergences[:show]:
         console.print(d.describe(), markup=False, highlight=False, soft_wrap=True)
     if len(res.divergences) > show:

@@ -134,3 +134,13 @@ def test_malformed_tool_calls_name_the_column(tmp_path):
             RowError, match=r"row 1, column 'messages\[1\]\.tool_calls': expected a list of tool calls"
         ):
             read_rows(_jsonl(tmp_path / "t.jsonl", [sft]))
+
+
+def test_rows_are_written_only_in_a_format_the_readers_take(tmp_path, capsys):
+    from tirl.cli import main
+
+    assert main(["data", "prepare", "gsm8k", "--out", str(tmp_path / "g.csv")]) == 2
+    assert "g.csv: cannot write rows as .csv; name it .jsonl or .parquet" in capsys.readouterr().err
+    assert not (tmp_path / "g.csv").exists()
+    with pytest.raises(ValueError, match="without a suffix"):
+        write_rows(tmp_path / "rows", [GOOD])

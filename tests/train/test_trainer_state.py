@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from conftest import make_model
-from tirl.train import checkpoint, dist
+from tirl.train import checkpoint, dist, manifest
 from tirl.train.batch import collate, micro_batches
 from tirl.train.fsdp import MicroBatchPasses
 from tirl.train.optim import OptimConfig
@@ -118,12 +118,12 @@ def test_a_rank_missing_from_a_sharded_checkpoint_drops_the_entries_it_recorded(
     shared = {"step": 1, **own, checkpoint.RANK_KEYS: ["rng", "generator", "queue"], "counter": 3}
     torch.save(shared, path / checkpoint.STATE)
     torch.save(own, path / "rank-0.pt")
-    checkpoint._write_manifest(path)
+    manifest.write(path, None)
     state = checkpoint.load_state(path)
     assert state["queue"] == [5] and state["generator"] == "rank 0's" and state["counter"] == 3
     (path / "rank-0.pt").unlink()
     (path / checkpoint.MANIFEST).unlink()
-    checkpoint._write_manifest(path)
+    manifest.write(path, None)
     state = checkpoint.load_state(path)
     assert "queue" not in state and "generator" not in state
     assert state["counter"] == 3 and "rng" in state  # rank 0's global generators are the fallback

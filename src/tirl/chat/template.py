@@ -60,6 +60,24 @@ class Piece:
     trainable: bool
 
 
+def format_mismatch(fmt: str, *, model_type: str = "", chat_template: str | None = None) -> str | None:
+    """Why chat.format `fmt` likely does not match the model's own template, or None. A model prompted in another
+    format answers badly and scores near 0, which looks like a bad model rather than a bad setting.
+
+    The template decides when there is one (Qwen's list the tools in `<tools>`; plain ChatML ones do not), else
+    the model type (a config.json alone, as `tirl plan` has)."""
+    qwen = "<tools>" in chat_template if chat_template else model_type.startswith("qwen")
+    seen = "its chat template" if chat_template else f"a {model_type} model"
+    if qwen and fmt == "chatml":
+        return f"chat.format=chatml but {seen} is Qwen's: the Qwen formats (qwen2.5, qwen3) match it"
+    if (chat_template or model_type) and not qwen and fmt != "chatml":
+        return (
+            f"chat.format={fmt} but {seen} is not Qwen's (no <tools> section): a ChatML model (SmolLM2 and most "
+            "non-Qwen models) needs chat.format=chatml"
+        )
+    return None
+
+
 def _tool_call_text(call: dict[str, Any]) -> str:
     fn = call.get("function", call)
     args = fn["arguments"]

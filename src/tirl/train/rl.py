@@ -39,6 +39,7 @@ import torch
 
 from tirl.algorithms import check_advantage, get_advantage_estimator, get_policy_loss
 from tirl.algorithms.rollout_correction import CORRECTIONS, correction_weights, mismatch_metrics
+from tirl.config import check_range
 from tirl.data.records import ProblemRow, problem_rows
 from tirl.logging import MetricsLogger
 from tirl.progress import progress
@@ -154,11 +155,11 @@ class RLConfig:
             raise ValueError(
                 f"rl.rollout_correction={self.rollout_correction!r}; valid: auto, {', '.join(CORRECTIONS)}"
             )
-        if self.tis_cap <= 0 or not 0.0 <= self.mis_low < self.mis_high:
-            raise ValueError(
-                f"need tis_cap > 0 and 0 <= mis_low < mis_high, got {self.tis_cap}, "
-                f"{self.mis_low}, {self.mis_high}"
-            )
+        check_range("clip_low", self.clip_low, 0, 1, high_open=True)  # at load time, not after a rollout
+        check_range("entropy_coef", self.entropy_coef)
+        for name, low in (("clip_high", 0), ("kl_coef", 0), ("mis_low", 0), ("tis_cap", 0), ("clip_c", 1)):
+            check_range(name, getattr(self, name), low, low_open=name in ("tis_cap", "clip_c"))
+        check_range("mis_high", self.mis_high, self.mis_low, low_open=True, low_name="mis_low")
         if self.loss_norm_len < 0:
             raise ValueError(
                 f"loss_norm_len must be >= 0 (0 = the response budget), got {self.loss_norm_len}"
@@ -228,6 +229,7 @@ class RLTrainer:
         self.timers = Timers()
         self.last_trajectories: list[Trajectory] = []
         self.validate: Any = None  # step -> metrics; set by the caller when rl.eval_every is on
+        self.identity: checkpoint.RunIdentity | None = None  # what its checkpoints record; set by the caller
         self.ref_source = ref_source  # where the KL reference (the initial policy) was loaded from
         self.loss_spec = LossSpec(
             self.loss_fn,
@@ -487,7 +489,7 @@ class RLTrainer:
             )
         self.step_done = int(state["step"])
         self.sched.load_state_dict(state["scheduler"])
-        self._order = list(state["order"])
+        self._order = [i for i in state["order"] if i < len(self.rows)]  # fewer rows: a changed data file
         self.rng.setstate(state["order_rng"])
         if "generator" in state:  # absent for a rank the checkpoint's run did not have: it keeps its own seed
             self.gen.set_state(state["generator"])

@@ -68,10 +68,12 @@ class SFTConfig:
 
 
 def render_rows(
-    rows: Sequence[dict[str, Any]], renderer: ChatRenderer, *, max_length: int
+    rows: Sequence[dict[str, Any]], renderer: ChatRenderer, *, max_length: int, source: str = ""
 ) -> list[tuple[list[int], list[int]]]:
+    """(ids, loss mask) per row; an error names `source` (the data file) and the row, counted from 1."""
     out = []
-    for i, row in enumerate(rows):
+    for n, row in enumerate(rows, start=1):
+        where = f"{source or 'SFT data'}: row {n}"
         if isinstance(row.get("prompt"), str) and isinstance(row.get("completion"), str):
             prompt, completion = renderer.encode(row["prompt"]), renderer.encode(row["completion"])
             ids, mask = prompt + completion, [0] * len(prompt) + [1] * len(completion)
@@ -79,17 +81,17 @@ def render_rows(
             msgs = row.get("messages")
             if not isinstance(msgs, list) or not msgs:
                 raise ValueError(
-                    f"SFT row {i}: expected a non-empty 'messages' list (or 'prompt' and "
+                    f"{where}: expected a non-empty 'messages' list (or 'prompt' and "
                     f"'completion' strings), got {type(msgs).__name__}"
                 )
             try:
                 ids, mask = renderer.render(msgs, tools=row.get("tools"))
             except (ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"SFT row {i}: {e}") from e
+                raise ValueError(f"{where}: {e}") from e
         if len(ids) > max_length:
-            raise ValueError(f"SFT row {i}: {len(ids)} tokens exceed sft.max_length={max_length}")
+            raise ValueError(f"{where}: {len(ids)} tokens exceed sft.max_length={max_length}")
         if sum(mask) == 0:
-            raise ValueError(f"SFT row {i}: no assistant tokens to train on")
+            raise ValueError(f"{where}: no assistant tokens to train on")
         out.append((ids, mask))
     return out
 
@@ -186,7 +188,8 @@ class SFTTrainer:
         self.model, self.renderer, self.cfg, self.pad_id = model, renderer, cfg, pad_id
         self.logger, self.label, self.autocast = logger, label, autocast
         self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.examples = render_rows(rows, renderer, max_length=cfg.max_length)
+        self.examples = render_rows(rows, renderer, max_length=cfg.max_length, source=cfg.data)
+        self.identity: checkpoint.RunIdentity | None = None  # what its checkpoints record; set by the caller
         rng = random.Random(seed)
         lengths = [len(e[0]) for e in self.examples]
         window = 50 if cfg.group_by_length else 1
