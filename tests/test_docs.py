@@ -106,6 +106,9 @@ def check_command(parser: argparse.ArgumentParser, command: str) -> list[str]:
     while words and words[0] in subparsers(parser):
         parser = subparsers(parser)[words[0]]
         path.append(words.pop(0))
+    top_level = {s for a in parser._actions for s in a.option_strings}
+    if len(path) == 1 and words and all(w in top_level for w in words):
+        return []  # `tirl --version`
     if len(path) == 1 or subparsers(parser):
         return [f"{command!r}: no subcommand {words[:1]} under {' '.join(path)}"]
     known = {s for a in parser._actions for s in a.option_strings}
