@@ -134,25 +134,23 @@ def _cmd_analyze(args: argparse.Namespace) -> int:
         return main_analyze(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tirl", description="Tool-integrated RL: train and evaluate LMs that reason with a Python tool."
+def _add_config_command(sub, name: str, help_: str, fn) -> argparse.ArgumentParser:
+    """A subcommand that reads the config tree: --config FILE plus dotted overrides."""
+    p = sub.add_parser(name, help=help_)
+    p.add_argument(
+        "--config",
+        default=None,
+        help="YAML config (default: the dataclass defaults; for demo, the packaged configs/demo.yaml)",
     )
-    parser.add_argument("--version", action="version", version=f"tirl {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rl.steps=10 eval.n=16")
+    p.set_defaults(fn=fn)
+    return p
 
-    def add(name: str, help_: str, fn) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_)
-        p.add_argument(
-            "--config",
-            default=None,
-            help="YAML config (default: the dataclass defaults; for demo, the packaged configs/demo.yaml)",
-        )
-        p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rl.steps=10 eval.n=16")
-        p.set_defaults(fn=fn)
-        return p
 
-    demo = add("demo", "the whole loop on a tiny model: data, SFT, eval, RL, eval, report", _cmd_demo)
+def _add_demo(sub) -> None:
+    demo = _add_config_command(
+        sub, "demo", "the whole loop on a tiny model: data, SFT, eval, RL, eval, report", _cmd_demo
+    )
     demo.add_argument(
         "--compare",
         default=None,
@@ -162,12 +160,16 @@ def build_parser() -> argparse.ArgumentParser:
         "GRPO-TCR and it at --temperatures, and analyse the three together (reuses checkpoints in OUT_DIR)",
     )
     demo.add_argument("--temperatures", default="0.6,1.0", help="evaluation temperatures of --compare")
+
+
+def _add_stages(sub) -> None:
+    """tirl sft | rl | eval."""
     for name, help_ in (
         ("sft", "supervised fine-tuning on multi-turn tool trajectories (sft.data)"),
         ("rl", "GRPO-TCR on prompts (rl.data) from model.path"),
         ("eval", "n samples per problem of eval.data: records, trajectories, pass@k"),
     ):
-        p = add(name, help_, _cmd_stage)
+        p = _add_config_command(sub, name, help_, _cmd_stage)
         p.add_argument(
             "--out",
             default=None,
@@ -188,6 +190,9 @@ def build_parser() -> argparse.ArgumentParser:
                 help="resume although the data or settings the checkpoint recorded (rl.n, prompts per step, ...) "
                 "changed: a deliberate change (the differences are printed)",
             )
+
+
+def _add_export(sub) -> None:
     export = sub.add_parser(
         "export",
         help="write a trained model (final model/ or checkpoint-<k>/; a LoRA adapter merged into its base) as a "
@@ -204,7 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     export.set_defaults(fn=_cmd_export)
-    plan = add("plan", "memory per process and config checks for a run, without loading weights", _cmd_plan)
+
+
+def _add_plan(sub) -> None:
+    plan = _add_config_command(
+        sub, "plan", "memory per process and config checks for a run, without loading weights", _cmd_plan
+    )
     plan.add_argument("--stage", choices=["rl", "sft"], default="rl")
     plan.add_argument("--nproc", type=int, default=1, help="processes (GPUs) the run will use (torchrun)")
     plan.add_argument(
@@ -216,6 +226,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="a config.json, or a bundled architecture (when model.path is not downloaded)",
     )
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tirl", description="Tool-integrated RL: train and evaluate LMs that reason with a Python tool."
+    )
+    parser.add_argument("--version", action="version", version=f"tirl {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_demo(sub)
+    _add_stages(sub)
+    _add_export(sub)
+    _add_plan(sub)
     from tirl.data.commands import add_parsers
     from tirl.eval.analyze import add_analyze_arguments
     from tirl.models.commands import add_model_parser
