@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tirl.eval.evaluate import EvalConfig
+from tirl.fidelity import apply_fidelity
 from tirl.models.loading import ModelConfig
 from tirl.models.tiny import TinyModelConfig
 from tirl.rewards.shaping import RewardConfig
@@ -67,6 +68,8 @@ class LoggingConfig:
 
 @dataclass
 class TirlConfig:
+    # tirl | recipe: "recipe" puts every setting of tirl.fidelity.ROWS at the reference recipe's value
+    fidelity: str = "tirl"
     seed: int = 0
     out_dir: str = "runs/demo"
     threads: int = 0  # torch intra-op threads; 0 = all cores
@@ -86,6 +89,9 @@ class TirlConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     dist: DistConfig = field(default_factory=DistConfig)  # torchrun runs; the world size comes from torchrun
+
+    def __post_init__(self) -> None:
+        apply_fidelity(self, self.fidelity)
 
 
 __all__ = ["OptimConfig", "RolloutConfig", "TirlConfig"]

@@ -19,7 +19,8 @@ import torch
 from tirl.chat.template import ChatRenderer, format_mismatch
 from tirl.config import save_config
 from tirl.data import read_rows
-from tirl.eval.evaluate import evaluate, summarize_records, write_eval
+from tirl.data.recipe_prompts import rewrite_prompts
+from tirl.eval.evaluate import evaluate, render_generations, summarize_records, write_eval
 from tirl.logging import MetricsLogger, console
 from tirl.models.loading import load_for_inference, load_policy, load_tokenizer
 from tirl.models.lora import is_lora, parameter_counts
@@ -212,6 +213,8 @@ def run_rl(
         raise ValueError(why)
     out = Path(out_dir)
     rows = rows if rows is not None else _task_rows(cfg, cfg.rl.data, "train")
+    if cfg.rl.prompt_rewrite == "verl":
+        rows = rewrite_prompts(rows, where=cfg.rl.data or "the task's RL rows")
     identity = run_identity("rl", cfg.rl, cfg.seed, rows, allow_changes)
     ckpt, state = _resume_point(resume, out, identity)
     if dist.is_main():
@@ -240,18 +243,31 @@ def run_rl(
             ref_dtype=cfg.model.reference_dtype, ref_model=ref,
         )  # fmt: skip
         trainer.identity = identity
-        if cfg.rl.eval_every:
-            trainer.validate = validator(cfg, out, agent, str(path))
+        if cfg.rl.eval_data and (cfg.rl.eval_every or cfg.rl.eval_at_start):
+            trainer.validate = validator(cfg, out, agent, str(path), logger=logger)
         if ckpt:
             checkpoint.restore_trainer(trainer, ckpt, state)
             console.print(f"resuming from {ckpt} at step {trainer.step_done} of {cfg.rl.steps}")
+        if trainer.validate is not None and cfg.rl.eval_at_start and trainer.step_done == 0:
+            with fsdp.gathered(model):  # the starting policy's numbers, before any update
+                val = trainer.validate(0)
+            if logger:
+                logger.log(val, step=0)
         trainer.train()
     return out / "model"
 
 
-def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str):
+def eval_reward(cfg: TirlConfig):
+    """The reward settings evaluation grades with: the run's grading and code-test timeout, no shaping."""
+    from tirl.rewards.shaping import RewardConfig
+
+    return RewardConfig(grading=cfg.reward.grading, code_timeout_s=cfg.reward.code_timeout_s)
+
+
+def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str, *, logger: Any = None):
     """step -> `val/<data_source>/<metric>` of the current policy on rl.eval_data (eval.n samples each); each
-    evaluation's records go to OUT/eval/step-<k>/, where `tirl analyze` reads them."""
+    evaluation's records go to OUT/eval/step-<k>/, where `tirl analyze` reads them, and the first
+    eval.log_generations generations to the logger's text log."""
     rows = [row for f in cfg.rl.eval_data for row in read_rows(f)]  # read now: a bad file fails at start-up
     conf = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=model_path))  # its tokenizer
 
@@ -259,7 +275,14 @@ def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str):
         # under torchrun each rank evaluates its share of the rows; rank 0 writes them all
         mine = dist.rank_share(rows)
         parts = dist.all_gather_objects(
-            evaluate(agent, mine, cfg.eval, model_label=f"step-{step}", seed=dist.rank_seed(cfg.seed))
+            evaluate(
+                agent,
+                mine,
+                cfg.eval,
+                model_label=f"step-{step}",
+                seed=dist.rank_seed(cfg.seed),
+                reward=eval_reward(cfg),
+            )
         )
         records, trajs = [r for p in parts for r in p[0]], [t for p in parts for t in p[1]]
         summary = summarize_records(records, cfg.eval.ks)
@@ -267,6 +290,9 @@ def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str):
         if dist.is_main():
             write_eval(where, records, trajs, summary)
             save_config(conf, where / "config.yaml")
+        if logger is not None and cfg.eval.log_generations:
+            text = render_generations(trajs, agent.renderer.tokenizer, cfg.eval.log_generations)
+            logger.log_text("val/generations", text, step=step)
         return {f"val/{src}/{k}": float(v) for src, m in summary.items() for k, v in m.items() if "@" in k}
 
     return validate
@@ -295,7 +321,9 @@ def run_eval(
     with build_sandbox(cfg.sandbox) as sandbox:
         agent = build_agent(model, tokenizer, cfg, sandbox, model_path=path, work_dir=out)
         with contextlib.closing(agent.engine):
-            records, trajs = evaluate(agent, rows, cfg.eval, model_label=label, seed=cfg.seed)
+            records, trajs = evaluate(
+                agent, rows, cfg.eval, model_label=label, seed=cfg.seed, reward=eval_reward(cfg)
+            )
     summary = summarize_records(records, cfg.eval.ks)
     write_eval(out, records, trajs, summary)
     return summary

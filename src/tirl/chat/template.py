@@ -282,12 +282,16 @@ class ChatRenderer:
         """The prompt a rollout starts from: the conversation plus the assistant generation header."""
         return self.encode_pieces(self.pieces(messages, add_generation_prompt=True))[0]
 
-    def tool_response_ids(self, contents: Sequence[str], *, assistant_closed: bool) -> list[int]:
+    def tool_response_ids(
+        self, contents: Sequence[str], *, assistant_closed: bool, newline: bool = True
+    ) -> list[int]:
         """Tokens appended after an assistant turn that called a tool, up to the next generation header.
 
         If the turn stopped at `</tool_call>` (not at `<|im_end|>`), the closing `<|im_end|>` is added here too.
+        `newline=False` joins the tool turn as verl's agent loop does: `<|im_end|><|im_start|>user`, no newline
+        (it renders the tool message alone and strips the template's prefix, which takes the newline with it).
         """
         pieces = [] if assistant_closed else [Piece(IM_END, False)]
         header = generation_prompt(self.fmt, enable_thinking=self.enable_thinking)
-        pieces += [Piece("\n", False), *tool_turn_pieces(contents), header]
+        pieces += [*([Piece("\n", False)] if newline else []), *tool_turn_pieces(contents), header]
         return self.encode_pieces(pieces)[0]

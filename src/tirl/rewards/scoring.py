@@ -13,7 +13,7 @@ from typing import Any
 
 from tirl.rewards.batch import grade_many
 from tirl.rewards.math import GradeResult
-from tirl.rewards.registry import get_verifier, verifier_name
+from tirl.rewards.registry import get_verifier, graded_by, verifier_name
 from tirl.rewards.shaping import RewardConfig, shape_reward
 from tirl.rollout.types import Trajectory
 from tirl.sandbox.types import Sandbox
@@ -47,7 +47,12 @@ def grade_trajectories(
     for t in trajs:
         if "ground_truth" not in t.meta:
             raise KeyError("trajectory meta has no 'ground_truth' to grade against")
-    names = [verifier_name(str(t.meta.get("data_source", "")), str(t.meta.get("ability", ""))) for t in trajs]
+    names = [
+        graded_by(
+            verifier_name(str(t.meta.get("data_source", "")), str(t.meta.get("ability", ""))), config.grading
+        )
+        for t in trajs
+    ]
     out: list[GradeResult | None] = [None] * len(trajs)
     boxed = [n for n in dict.fromkeys(names) if get_verifier(n).needs_sandbox]
     if boxed and sandbox is None:

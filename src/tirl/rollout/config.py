@@ -32,6 +32,7 @@ class RolloutConfig:
     vllm_kv_cache_gib: float = 1.0  # vllm: KV cache size; 0 = vLLM's default (on GPU a share of its memory)
     vllm_port: int = 0  # vllm: 0 = a free port on 127.0.0.1
     vllm_startup_timeout_s: float = 600.0  # vllm: the server must answer within this
+    dtype: str = ""  # vllm: the served weights' dtype (bfloat16, float16, float32); "" = model.dtype
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -43,6 +44,8 @@ class RolloutConfig:
                 "rollout.vllm_kv_cache_gib must be >= 0, rollout.vllm_startup_timeout_s > 0 and rollout.vllm_port "
                 f"in 0..65535; got {self.vllm_kv_cache_gib}, {self.vllm_startup_timeout_s}, {self.vllm_port}"
             )
+        if self.dtype not in ("", "bfloat16", "float16", "float32"):
+            raise ValueError(f"rollout.dtype must be '', bfloat16, float16 or float32, got {self.dtype!r}")
         if self.mode not in MODES:
             raise ValueError(f"unknown rollout.mode {self.mode!r}; valid: {', '.join(MODES)}")
         if self.concurrency < 1 or self.timeout_s <= 0:

@@ -42,7 +42,7 @@ class EngineInputs:
     eos_id: int
     pad_id: int
     stop_ids: tuple[int, ...] = ()
-    dtype: str = "float32"  # model.dtype: a server engine computes in the trainer's dtype
+    dtype: str = "float32"  # model.dtype: a server engine computes in it unless rollout.dtype says otherwise
     model_path: str = ""
     work_dir: Path | None = None
 
@@ -63,7 +63,7 @@ def _vllm(ro: RolloutConfig, x: EngineInputs) -> Engine:
     return VLLMEngine(
         VLLMEngineConfig(
             model=str(servable_dir(x.model_path, x.model, x.tokenizer, wd)), python=ro.vllm_python, port=ro.vllm_port,
-            kv_cache_gib=ro.vllm_kv_cache_gib, dtype=x.dtype, extra_args=list(ro.vllm_args),
+            kv_cache_gib=ro.vllm_kv_cache_gib, dtype=ro.dtype or x.dtype, extra_args=list(ro.vllm_args),
             startup_timeout_s=ro.vllm_startup_timeout_s, work_dir=str(wd or ""), eos_ids=[x.eos_id],
             stop_ids=list(x.stop_ids), concurrency=ro.concurrency, request_timeout_s=ro.request_timeout_s,
             retries=ro.retries,

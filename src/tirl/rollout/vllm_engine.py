@@ -117,7 +117,7 @@ class VLLMEngineConfig:
     python: str = ""  # "" = resolve_vllm_python's search
     port: int = 0  # 0 = a free port
     kv_cache_gib: float = 1.0  # --kv-cache-memory-bytes; 0 = vLLM's default (on GPU a share of its memory)
-    dtype: str = "float32"  # the trainer's model.dtype: engine and trainer compute in the same dtype
+    dtype: str = "float32"  # rollout.dtype, else the trainer's model.dtype (then both compute in one dtype)
     extra_args: list[str] = field(default_factory=list)  # appended to the server's command line
     startup_timeout_s: float = 300.0
     work_dir: str = ""

@@ -4,7 +4,7 @@ One step: sample prompts, roll each out `n` times through the agent loop, score 
 advantages, recompute old log-probs with the policy, then take mini-batch policy-gradient steps.
 
 How this departs from textbook GRPO (the reference recipe's choices unless noted):
-1. Token-level loss (`token-mean`): every trained token in a mini-batch weighs the same (the "T").
+1. Token-level loss (`token-mean`): every trained token in a mini-batch weighs the same (the "T"; verl's: token_mean).
 2. Clip-higher: asymmetric ratio clip 1-0.2 / 1+0.28 (the "C"), plus dual-clip (c = 10) for negative advantages.
 3. Overlong reward shaping (DAPO): a soft penalty as the response nears the budget (the "R").
 4. No KL penalty and no reference model by default; `kl_coef > 0` turns on a k1/k3 penalty in the loss.
@@ -89,6 +89,8 @@ class RLConfig:
     clip_c: float = 10.0
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     loss_norm_len: int = 0  # the constant of seq-mean-token-sum-norm; 0 = the response budget (agent)
+    token_mean: Literal["exact", "micro"] = "exact"  # micro: verl's per-micro-batch token-mean (update.py)
+    prompt_rewrite: Literal["none", "verl"] = "none"  # verl: the recipe's rl.data rewrite (recipe_prompts.py)
     kl_coef: float = 0.0
     kl_estimator: Literal["k1", "k3"] = "k3"
     entropy_coef: float = 0.0
@@ -105,6 +107,7 @@ class RLConfig:
     eval_data: list[str] = field(
         default_factory=list
     )  # benchmark files validated during training (eval.n each)
+    eval_at_start: bool = False  # validate before the first step too (verl's val_before_train)
     log_samples: int = 2  # trajectories per step logged as text (JSONL samples file, TensorBoard, wandb)
     save_every: int = 0  # steps between resumable checkpoints (checkpoint-<step>/); 0 = only the final model
     keep_last: int = 0  # complete checkpoints kept, oldest deleted first, never the newest; 0 = all
@@ -244,6 +247,7 @@ class RLTrainer:
             entropy_coef=cfg.entropy_coef,
             micro_batch_size=cfg.micro_batch_size,
             micro_batch_tokens=cfg.micro_batch_tokens,
+            token_mean=cfg.token_mean,
             autocast=autocast,
         )
 

@@ -4,7 +4,7 @@ Each row (`messages` in the OpenAI form, assistant `tool_calls`, `tool` results)
 which sets loss_mask = 1 on assistant content (reasoning, tool-call JSON, closing `<|im_end|>`) and 0 on system,
 user and tool turns, so the model never learns to predict sandbox output. Plain `prompt`/`completion` string rows
 (TRL's format) are accepted too, with the loss on the completion. The loss is the token mean over all trained tokens
-of a batch, as the reference recipe's SFT.
+of a batch; `loss_mean="micro"` takes verl's instead (the mean over micro-batches of each one's token mean).
 
 Under torchrun each batch is dealt out over the ranks (`tirl.train.dist.rank_share`); the token count that
 normalizes the loss is summed over ranks, so the gradient is the whole batch's.
@@ -19,7 +19,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -46,11 +46,16 @@ class SFTConfig:
     micro_batch_tokens: int = 0  # padded tokens per forward/backward; 0 = no budget
     save_every: int = 0  # steps between resumable checkpoints (checkpoint-<step>/, `tirl sft` only); 0 = none
     keep_last: int = 0  # complete checkpoints kept, oldest deleted first, never the newest; 0 = all
+    # token: the token mean over the whole batch; micro: verl's SFT loss, the mean over micro-batches of each
+    # micro-batch's own token mean (a token of a short micro-batch weighs more)
+    loss_mean: Literal["token", "micro"] = "token"
     optim: OptimConfig = field(
         default_factory=lambda: OptimConfig(lr=1e-5, beta2=0.95, schedule="cosine", warmup_ratio=0.1)
     )
 
     def __post_init__(self) -> None:
+        if self.loss_mean not in ("token", "micro"):
+            raise ValueError(f"sft.loss_mean must be token or micro, got {self.loss_mean!r}")
         if self.micro_batch_size < 0 or self.micro_batch_tokens < 0:
             raise ValueError(
                 f"micro_batch_size and micro_batch_tokens must be >= 0 (0 = no limit), "
@@ -134,6 +139,11 @@ def sft_loss(
     return -(logp * mask).sum() / denom, n
 
 
+def micro_tokens(micro: TokenBatch) -> float:
+    """Trained tokens of a micro-batch (at least 1): the denominator of its own token mean."""
+    return float(max(1, int(micro.loss_mask[:, 1:].sum())))
+
+
 def sft_step(
     model: torch.nn.Module,
     batch: TokenBatch | None,
@@ -151,9 +161,13 @@ def sft_step(
         num_tokens = mask.sum()
     num_tokens = all_reduce_sum(num_tokens).clamp(min=1.0)
     passes = MicroBatchPasses(model, batch, max_seqs=cfg.micro_batch_size, max_tokens=cfg.micro_batch_tokens)
+    num_micro = 0.0  # loss_mean="micro": the micro-batches of the whole batch, over all ranks
+    if cfg.loss_mean == "micro":
+        num_micro = float(all_reduce_sum(torch.tensor(float(sum(p is not None for p in passes.parts)))))
     total, n = 0.0, 0
     for _, micro in passes:
-        loss, k = sft_loss(model, micro, num_tokens=num_tokens, autocast=autocast)
+        denom = num_tokens if cfg.loss_mean == "token" else micro_tokens(micro) * num_micro
+        loss, k = sft_loss(model, micro, num_tokens=denom, autocast=autocast)
         if loss.requires_grad:
             loss.backward()
         total, n = total + float(loss.detach()), n + k

@@ -4,6 +4,10 @@ Every micro-batch's loss is divided by the counts of the whole mini-batch (train
 sequences for the sequence modes), summed over processes with `tirl.train.dist.all_reduce_sum`, so the accumulated
 gradient is the mini-batch's gradient whatever the split and however many processes share the batch. Log-probs are
 computed on trained positions only, in chunks (`tirl.train.logprobs`).
+
+`token_mean="micro"` (verl's "token-mean", `rl.token_mean`) instead takes each micro-batch's own token mean and
+weights it by the micro-batch's share of the mini-batch's sequences: tokens of a short micro-batch weigh more, and
+the result depends on where the micro-batches split.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class LossSpec:
     autocast: torch.dtype | None = (
         None  # model.autocast: forward/backward in this dtype, fp32 weights and log-softmax
     )
+    token_mean: str = "exact"  # token-mean over the mini-batch (exact) or verl's per micro-batch (micro)
 
 
 def global_counts(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,6 +54,13 @@ def global_counts(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     counts = torch.stack([loss_mask.sum(), (loss_mask.sum(dim=-1) > 0).sum().to(loss_mask.dtype)]).float()
     tokens, seqs = all_reduce_sum(counts)
     return tokens, seqs
+
+
+def micro_norm(norm: dict[str, Any], mask: torch.Tensor, rows: int, total_rows: float) -> dict[str, Any]:
+    """verl's token-mean normalizer for one micro-batch: its own trained tokens, scaled so that the loss is its
+    token mean times its share (rows / total_rows) of the mini-batch's sequences."""
+    tokens = mask.sum().float().clamp(min=1.0)
+    return {**norm, "num_tokens": tokens * total_rows / rows}
 
 
 def accumulate_gradients(
@@ -71,9 +83,13 @@ def accumulate_gradients(
     sums: Counter[str] = Counter()  # token-weighted sums of the loss statistics
     totals: Counter[str] = Counter()
     norm = {"norm_len": spec.norm_len, "num_tokens": num_tokens, "num_seqs": num_seqs}
+    per_micro = spec.token_mean == "micro" and spec.agg == "token-mean"
+    total_rows = float(all_reduce_sum(torch.tensor(float(mini.input_ids.shape[0])))) if per_micro else 0.0
     for rows, micro in passes:
         width = micro.input_ids.shape[1]
         mask = micro.loss_mask
+        if per_micro:
+            norm = micro_norm(norm, mask, len(rows), total_rows)
         logp, ent = token_logprobs(
             policy,
             micro.input_ids,
