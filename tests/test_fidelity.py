@@ -72,25 +72,24 @@ def test_bad_values_name_the_key():
 
 
 def test_rollout_correction_off_under_recipe_with_a_server_engine():
-    from tirl.rollout.modes import resolve_correction
+    from tirl.rollout.factory import capabilities_for
 
-    class Server:  # any engine that is not the in-process torch engine
-        pass
-
+    vllm = capabilities_for("vllm")
     tirl, recipe = TirlConfig(), load_config(TirlConfig, None, ["fidelity=recipe"])
-    assert resolve_correction(tirl.rl.rollout_correction, Server()) == "token_tis"
-    assert resolve_correction(recipe.rl.rollout_correction, Server()) == "none"
+    assert vllm.rollout_correction(tirl.rl.rollout_correction) == "token_tis"
+    assert vllm.rollout_correction(recipe.rl.rollout_correction) == "none"
 
 
 def test_vllm_engine_gets_rollout_dtype(monkeypatch, tokenizer, model, tmp_path):
     import tirl.rollout.vllm_engine as ve
     import tirl.rollout.vllm_weights as vw
-    from tirl.chat.template import ChatRenderer
-    from tirl.stages import build_engine
+    from tirl.rollout.factory import EngineInputs, build_engine
 
     seen = {}
 
     class Fake:
+        capabilities = ve.VLLMEngine.capabilities
+
         def __init__(self, config):
             seen["dtype"] = config.dtype
 
@@ -101,7 +100,7 @@ def test_vllm_engine_gets_rollout_dtype(monkeypatch, tokenizer, model, tmp_path)
     monkeypatch.setattr(vw, "servable_dir", lambda *a, **k: tmp_path)
     for overrides, want in (([], "float32"), (["fidelity=recipe"], "bfloat16")):
         cfg = load_config(TirlConfig, None, ["rollout.engine=vllm", *overrides])
-        build_engine(model, tokenizer, ChatRenderer(tokenizer), cfg)
+        build_engine(cfg.rollout, EngineInputs(model, tokenizer, 0, 0, dtype=cfg.model.dtype))
         assert seen["dtype"] == want
 
 
