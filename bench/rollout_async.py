@@ -30,6 +30,7 @@ from tirl.io import atomic_write_json  # noqa: E402
 from tirl.models.tiny import TinyModelConfig, build_model  # noqa: E402
 from tirl.rollout.agent import AgentConfig, AgentLoop  # noqa: E402
 from tirl.rollout.async_agent import AsyncAgentLoop  # noqa: E402
+from tirl.rollout.capabilities import EngineCapabilities  # noqa: E402
 from tirl.rollout.engine import TorchEngine  # noqa: E402
 from tirl.rollout.sampling import SamplingParams  # noqa: E402
 from tirl.rollout.types import Generation  # noqa: E402
@@ -40,6 +41,11 @@ N, TAIL, SLOW_S, FAST_S = 32, 4, 1.0, 0.05
 
 class Scripted:
     """Two tool calls, then an answer; the code says how long its call takes. `cost(prompts)` is the generation."""
+
+    capabilities = EngineCapabilities(
+        name="scripted", weight_sync="none", logprobs="renormalized", per_request_seeds=True, multi_process=False,
+        batches_requests=True,
+    )  # fmt: skip
 
     def __init__(self, renderer, cost):
         self.r, self.cost, self.weight_version = renderer, cost, 0

@@ -36,3 +36,29 @@ def test_bad_data_file_is_reported(tmp_path, capsys):
     assert "rows.jsonl: row 1, column 'data_source': missing column" in capsys.readouterr().err
     saved = yaml.safe_load((tmp_path / "eval" / "config.yaml").read_text())
     assert saved["eval"]["data"] == str(bad)  # the resolved config is written beside the outputs
+
+
+def test_a_model_path_without_config_json_is_named(tmp_path, capsys):
+    model_dir = tmp_path / "weights-only"
+    model_dir.mkdir()
+    (model_dir / "model.safetensors").write_bytes(b"")
+    assert main(["eval", f"model.path={model_dir}", "--out", str(tmp_path / "eval")]) == 2
+    err = capsys.readouterr().err
+    assert f"model.path '{model_dir}' has no config.json: not a Hugging Face model directory" in err
+
+
+def test_eval_warns_when_chat_format_does_not_match_the_models_template(tokenizer, tmp_path, capsys):
+    import json
+
+    from conftest import make_model
+    from tirl.tasks.arith import generate_problems
+
+    make_model(tokenizer).save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")  # a plain ChatML template, as SmolLM2's
+    rows = tmp_path / "test.jsonl"
+    rows.write_text("".join(json.dumps(p.to_row()) + "\n" for p in generate_problems(1, seed=0)))
+    args = [f"model.path={tmp_path / 'm'}", f"eval.data={rows}", "eval.n=1", "agent.max_response_tokens=4"]
+    assert main(["eval", *args, "chat.format=qwen3", "--out", str(tmp_path / "e1")]) == 0
+    assert "chat.format=qwen3 but its chat template is not Qwen's" in capsys.readouterr().out
+    assert main(["eval", *args, "chat.format=chatml", "--out", str(tmp_path / "e2")]) == 0
+    assert "chat template" not in capsys.readouterr().out

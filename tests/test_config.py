@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -9,6 +10,7 @@ from typing import Literal
 import pytest
 
 from tirl.config import ConfigError, apply_overrides, from_dict, load_config, save_config, to_dict
+from tirl.run_config import TirlConfig
 
 
 @dataclass
@@ -211,3 +213,35 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
     assert to_dict(cfg)["rl"]["optim"]["betas"] == [0.9, 0.95]
     assert list(to_dict(cfg)) == ["name", "seed", "bf16", "tags", "max_steps", "rl"]
     assert path.read_text().startswith("name: x\n")
+
+
+@pytest.mark.parametrize(
+    "override, said",
+    [
+        ("rl.clip_low=.nan", "clip_low=nan must be a finite number with 0 <= clip_low < 1"),
+        ("rl.clip_low=1.5", "clip_low=1.5 must be a finite number with 0 <= clip_low < 1"),
+        ("rl.clip_high=.inf", "clip_high=inf must be a finite number"),
+        ("rl.clip_c=1.0", "clip_c=1.0 must be a finite number with 1 < clip_c"),
+        ("rl.kl_coef=-0.1", "kl_coef=-0.1 must be a finite number with 0 <= kl_coef"),
+        ("rl.entropy_coef=.nan", "entropy_coef=nan must be a finite number"),
+        ("rl.mis_high=.nan", "mis_high=nan must be a finite number with mis_low (0.0) < mis_high"),
+        ("rl.mis_low=4.0", "mis_high=3.0 must be a finite number with mis_low (4.0) < mis_high"),
+        ("rl.optim.lr=.nan", "lr=nan must be a finite number with 0 < lr"),
+        ("sft.optim.beta2=1.0", "beta2=1.0 must be a finite number with 0 <= beta2 < 1"),
+        ("sft.optim.weight_decay=-1", "weight_decay=-1"),
+        ("sft.optim.eps=0", "eps=0"),
+        ("rl.optim.grad_clip=.nan", "grad_clip=nan"),
+    ],
+)
+def test_out_of_range_floats_are_refused_when_the_config_loads(override, said):
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        load_config(TirlConfig, None, [override])
+
+
+def test_recipe_configs_cite_the_paper_and_its_repository_not_a_file_outside_the_project():
+    recipes = sorted((Path(__file__).parents[1] / "src" / "tirl" / "configs").glob("recipe-*.yaml"))
+    assert len(recipes) == 4
+    for f in recipes:
+        text = f.read_text()
+        assert "../shared" not in text, f
+        assert "arXiv 2510.11701" in text and "github.com/Gen-Verse/Open-AgentRL recipe/demystify" in text, f

@@ -47,7 +47,7 @@ def links(page: Path) -> list[str]:
 
 # Pages other branches add (the sandbox service, fidelity, runs and checkpoints); linked from the docs now, they
 # exist once those branches are merged. Remove a name here when its page lands.
-PENDING_PAGES = {"docs/sandbox-service.md", "docs/fidelity.md", "docs/runs-and-checkpoints.md"}
+PENDING_PAGES = {"docs/sandbox-service.md", "docs/fidelity.md"}
 
 
 def broken_links(pages: list[Path], root: Path, pending: set[str]) -> list[str]:
@@ -106,6 +106,9 @@ def check_command(parser: argparse.ArgumentParser, command: str) -> list[str]:
     while words and words[0] in subparsers(parser):
         parser = subparsers(parser)[words[0]]
         path.append(words.pop(0))
+    top_level = {s for a in parser._actions for s in a.option_strings}
+    if len(path) == 1 and words and all(w in top_level for w in words):
+        return []  # `tirl --version`
     if len(path) == 1 or subparsers(parser):
         return [f"{command!r}: no subcommand {words[:1]} under {' '.join(path)}"]
     known = {s for a in parser._actions for s in a.option_strings}
@@ -183,7 +186,7 @@ def documented_commands(text: str) -> list[str]:
     for block in re.findall(r"```[^\n]*\n(.*?)```", text, flags=re.S):
         for line in block.replace("\\\n", " ").splitlines():
             line = line.split("  #")[0]
-            match = re.search(r"(?:^|[\s/])tirl (\w.*)$", line)
+            match = re.search(r"(?:^|[\s/])tirl (\w[\w-]*(?:\s.*)?)$", line)  # not "tirl eval: error" output
             if match and not line.lstrip().startswith(("from ", "import ", "@")):
                 found.append("tirl " + match.group(1))
     return found

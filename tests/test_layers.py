@@ -51,11 +51,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 # Known upward imports, each named with the change that removes it: (importing module, imported module).
-ALLOWED_UPWARD = {
-    # models/export.py gathers a sharded model through train/fsdp.py; moving gather-for-export into train/
-    # (issue 22, part 3) removes this entry.
-    ("tirl.models.export", "tirl.train.fsdp"),
-}
+# Upward imports allowed by name (none: gather-for-export lives in train/fsdp.py, so models/ never imports train/).
+ALLOWED_UPWARD: set[tuple[str, str]] = set()
 
 # Third-party imports allowed per layer entry (an entry not listed may import any installed package).
 EXTERNAL_ALLOWED = {"tirl.algorithms": {"torch", "__future__"} | set(sys.stdlib_module_names)}

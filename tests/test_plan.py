@@ -209,3 +209,12 @@ def test_the_installed_command_runs():
         timeout=300,
     )
     assert out.returncode == 0 and "4,022,468,096" in out.stdout, out.stderr
+
+
+def test_a_non_json_arch_file_is_named(tmp_path, capsys):
+    from tirl.cli import main
+
+    bad = tmp_path / "arch.yaml"
+    bad.write_text('{"model_type": "qwen2"}\n{"extra": 1}\n')
+    assert main(["plan", "--arch", str(bad)]) == 2
+    assert f"--arch {bad}: not a JSON config.json (Extra data: line 2" in capsys.readouterr().err

@@ -179,3 +179,10 @@ def test_rows_missing_stored_keys_are_clear_errors(rollouts, tokdir, tmp_path, c
     sft.write_text(json.dumps({"messages": sample_conversation(), "input_ids": [1, 2]}) + "\n")
     assert main(["check-tokens", str(sft), "--model", tokdir]) == 2
     assert "row 1: missing 'loss_mask'" in capsys.readouterr().err
+
+
+def test_an_empty_file_fails(tokdir, tmp_path, capsys):
+    empty = tmp_path / "trajectories.jsonl"
+    empty.write_text("")
+    assert main(["check-tokens", str(empty), "--model", tokdir]) == 2
+    assert f"{empty}: no rows to check" in capsys.readouterr().err

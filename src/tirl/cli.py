@@ -24,8 +24,10 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from tirl import __version__
 from tirl.config import ConfigError, load_config
 from tirl.errors import TirlError
+from tirl.rundir import claim
 
 DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.yaml"
 
@@ -53,13 +55,17 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         from tirl.compare import run_compare
 
         temps = [float(t) for t in args.temperatures.split(",") if t.strip()]
-        run_compare(_config(args), args.compare, temperatures=temps)
+        cfg = _config(args)
+        with claim(cfg.out_dir, "demo"):
+            run_compare(cfg, args.compare, temperatures=temps)
         return 0
     from tirl.demo import run_demo
     from tirl.train.signals import StopRequested
 
+    cfg = _config(args)
     try:
-        run_demo(_config(args))
+        with claim(cfg.out_dir, "demo"):
+            run_demo(cfg)
     except StopRequested as e:
         print(f"tirl demo: {e}", file=sys.stderr)
         return 130
@@ -67,20 +73,28 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_stage(args: argparse.Namespace) -> int:
-    from tirl.logging import console
-    from tirl.stages import run_eval, run_rl, run_sft, setup_torch
-    from tirl.train.signals import EXIT_RESUMABLE, StopRequested
+    from tirl.stages import setup_torch
 
     cfg = _config(args)
     setup_torch(cfg)
     out = Path(args.out or Path(cfg.out_dir) / args.command)
+    with claim(out, args.command):
+        return _run_stage(args, cfg, out)
+
+
+def _run_stage(args: argparse.Namespace, cfg, out: Path) -> int:
+    from tirl.logging import console
+    from tirl.stages import run_eval, run_rl, run_sft
+    from tirl.train.signals import EXIT_RESUMABLE, StopRequested
+
     if args.command in ("sft", "rl"):
         from tirl.train import dist
 
         run = run_sft if args.command == "sft" else run_rl
         dist.init_distributed(cfg.dist, cfg.model.device)  # under torchrun; nothing in one process
         try:
-            console.print(f"checkpoint: {run(cfg, out, resume=args.resume)}")
+            done = run(cfg, out, resume=args.resume, allow_changes=args.resume_allow_changes)
+            console.print(f"checkpoint: {done}")
         except StopRequested as e:
             console.print(str(e))
             return EXIT_RESUMABLE
@@ -116,42 +130,51 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 def _cmd_analyze(args: argparse.Namespace) -> int:
     from tirl.eval.analyze import main_analyze
 
-    return main_analyze(args)
+    with claim(args.out, "analyze"):
+        return main_analyze(args)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tirl", description="Tool-integrated RL: train and evaluate LMs that reason with a Python tool."
+def _add_config_command(sub, name: str, help_: str, fn) -> argparse.ArgumentParser:
+    """A subcommand that reads the config tree: --config FILE plus dotted overrides."""
+    p = sub.add_parser(name, help=help_)
+    p.add_argument(
+        "--config",
+        default=None,
+        help="YAML config (default: the dataclass defaults; for demo, the packaged configs/demo.yaml)",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rl.steps=10 eval.n=16")
+    p.set_defaults(fn=fn)
+    return p
 
-    def add(name: str, help_: str, fn) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help_)
-        p.add_argument(
-            "--config",
-            default=None,
-            help="YAML config (default: the dataclass defaults; for demo, the packaged configs/demo.yaml)",
-        )
-        p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. rl.steps=10 eval.n=16")
-        p.set_defaults(fn=fn)
-        return p
 
-    demo = add("demo", "the whole loop on a tiny model: data, SFT, eval, RL, eval, report", _cmd_demo)
+def _add_demo(sub) -> None:
+    demo = _add_config_command(
+        sub, "demo", "the whole loop on a tiny model: data, SFT, eval, RL, eval, report", _cmd_demo
+    )
     demo.add_argument(
         "--compare",
-        choices=["passk", "pkpo"],
         default=None,
-        help="also train RL with this pass@k objective from the same SFT checkpoint and seed, evaluate SFT, "
+        metavar="OBJECTIVE",
+        help="also train RL with this pass@k objective (an advantage estimator taking rl.passk_k: passk, pkpo, "
+        "or one registered with a k) from the same SFT checkpoint and seed, evaluate SFT, "
         "GRPO-TCR and it at --temperatures, and analyse the three together (reuses checkpoints in OUT_DIR)",
     )
     demo.add_argument("--temperatures", default="0.6,1.0", help="evaluation temperatures of --compare")
+
+
+def _add_stages(sub) -> None:
+    """tirl sft | rl | eval."""
     for name, help_ in (
         ("sft", "supervised fine-tuning on multi-turn tool trajectories (sft.data)"),
         ("rl", "GRPO-TCR on prompts (rl.data) from model.path"),
         ("eval", "n samples per problem of eval.data: records, trajectories, pass@k"),
     ):
-        p = add(name, help_, _cmd_stage)
-        p.add_argument("--out", default=None, help="output directory (default: OUT_DIR/<command>)")
+        p = _add_config_command(sub, name, help_, _cmd_stage)
+        p.add_argument(
+            "--out",
+            default=None,
+            help="output directory (default: OUT_DIR/<command>): new, empty, or this command's earlier run",
+        )
         if name == "eval":
             p.add_argument("--label", default="model", help="model label written into every record")
         if name in ("sft", "rl"):
@@ -161,19 +184,37 @@ def build_parser() -> argparse.ArgumentParser:
                 help="continue from a checkpoint: DIR, or 'auto' for the newest complete one in the output "
                 "directory (a fresh start when there is none)",
             )
+            p.add_argument(
+                "--resume-allow-changes",
+                action="store_true",
+                help="resume although the data or settings the checkpoint recorded (rl.n, prompts per step, ...) "
+                "changed: a deliberate change (the differences are printed)",
+            )
+
+
+def _add_export(sub) -> None:
     export = sub.add_parser(
         "export",
         help="write a trained model (final model/ or checkpoint-<k>/; a LoRA adapter merged into its base) as a "
         "plain Hugging Face directory for vLLM, tirl eval or the hub",
     )
     export.add_argument("checkpoint", help="a model directory written by tirl sft/rl")
-    export.add_argument("--out", required=True, help="the directory to write (replaced whole if it exists)")
+    export.add_argument(
+        "--out",
+        required=True,
+        help="the directory to write: new, empty, or an earlier export (replaced whole)",
+    )
     export.add_argument(
         "--base", default=None, help="LoRA: the base model's directory, if it moved since training"
     )
     export.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     export.set_defaults(fn=_cmd_export)
-    plan = add("plan", "memory per process and config checks for a run, without loading weights", _cmd_plan)
+
+
+def _add_plan(sub) -> None:
+    plan = _add_config_command(
+        sub, "plan", "memory per process and config checks for a run, without loading weights", _cmd_plan
+    )
     plan.add_argument("--stage", choices=["rl", "sft"], default="rl")
     plan.add_argument("--nproc", type=int, default=1, help="processes (GPUs) the run will use (torchrun)")
     plan.add_argument(
@@ -185,6 +226,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="a config.json, or a bundled architecture (when model.path is not downloaded)",
     )
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tirl", description="Tool-integrated RL: train and evaluate LMs that reason with a Python tool."
+    )
+    parser.add_argument("--version", action="version", version=f"tirl {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_demo(sub)
+    _add_stages(sub)
+    _add_export(sub)
+    _add_plan(sub)
     from tirl.data.commands import add_parsers
     from tirl.eval.analyze import add_analyze_arguments
     from tirl.models.commands import add_model_parser

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tirl.algorithms import ADVANTAGE_ESTIMATORS
 from tirl.config import save_config
 from tirl.eval.analyze import print_summary, run_analyze
 from tirl.io import atomic_write_json
@@ -24,7 +25,10 @@ from tirl.logging import console
 from tirl.run_config import TirlConfig
 from tirl.stages import run_eval, run_rl, setup_torch
 
-OBJECTIVES = ("passk", "pkpo")
+
+def objectives() -> list[str]:
+    """What `--compare` accepts: the advantage estimators that take pass@k's k (rl.passk_k)."""
+    return sorted(name for name, est in ADVANTAGE_ESTIMATORS.items() if "k" in est.hyperparameters)
 
 
 def _reuse(path: Path, what: str) -> bool:
@@ -40,8 +44,8 @@ def run_compare(
     """Train what is missing, evaluate the three models, analyse them together; returns the analysis report."""
     from tirl.demo import prepare, train_sft_model
 
-    if objective not in OBJECTIVES:
-        raise ValueError(f"unknown comparison objective {objective!r}; valid: {list(OBJECTIVES)}")
+    if objective not in objectives():
+        raise ValueError(f"unknown comparison objective {objective!r}; valid: {objectives()}")
     setup_torch(cfg)
     out = Path(cfg.out_dir)
     cmp_dir = out / f"compare-{objective}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 import re
 import types
 from collections.abc import Mapping, Sequence
@@ -31,6 +32,31 @@ _FLOAT_RE = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
 
 class ConfigError(ValueError):
     """A config value, key or file is invalid; the message names the dotted key or the file."""
+
+
+def check_range(
+    name: str,
+    value: float,
+    low: float | None = None,
+    high: float | None = None,
+    *,
+    low_open: bool = False,
+    high_open: bool = False,
+    low_name: str = "",
+) -> None:
+    """Raise ValueError unless `value` is finite and within [low, high] (open ends where asked; `low_name`: the
+    setting `low` comes from). NaN compares false with everything, so `if value < 0` alone lets it through, to
+    fail minutes later in the loss."""
+    ok = math.isfinite(value)
+    ok = ok and (low is None or (value > low if low_open else value >= low))
+    ok = ok and (high is None or (value < high if high_open else value <= high))
+    if not ok:
+        bound = f"{low_name} ({low})" if low_name else f"{low}"
+        lo = "" if low is None else f"{bound} {'<' if low_open else '<='} "
+        hi = "" if high is None else f" {'<' if high_open else '<='} {high}"
+        raise ValueError(
+            f"{name}={value} must be a finite number{' with ' + lo + name + hi if lo or hi else ''}"
+        )
 
 
 def _join(where: str, key: str) -> str:
@@ -78,25 +104,9 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
             raise _bad_type(key, tp, value)
         return from_dict(tp, value, where=key)
     if _is_union(tp):
-        args = get_args(tp)
-        if value is None:
-            if type(None) in args:
-                return None
-            raise _bad_type(key, tp, value)
-        options = [a for a in args if a is not type(None)]
-        if len(options) == 1:  # Optional[X]: let X's own, more specific error through
-            return _convert(options[0], value, key)
-        for arg in options:
-            try:
-                return _convert(arg, value, key)
-            except ConfigError:
-                continue
-        raise _bad_type(key, tp, value)
+        return _convert_union(tp, value, key)
     if origin is Literal:
-        choices = get_args(tp)
-        if any(value == c and type(value) is type(c) for c in choices):
-            return value
-        raise ConfigError(f"config key '{key}' must be one of {list(choices)}, got {value!r}")
+        return _convert_literal(tp, value, key)
     if origin in (list, tuple) or tp in (list, tuple):
         return _convert_sequence(tp, value, key)
     if origin is dict or tp is dict:
@@ -104,29 +114,55 @@ def _convert(tp: Any, value: Any, key: str) -> Any:
             raise _bad_type(key, tp, value)
         kt, vt = get_args(tp) or (Any, Any)
         return {_convert(kt, k, key): _convert(vt, v, f"{key}.{k}") for k, v in value.items()}
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-        raise _bad_type(key, tp, value)
-    if tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        raise _bad_type(key, tp, value)
-    if tp is float:
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str) and _FLOAT_RE.match(value.strip()):
-            return float(value)
-        raise _bad_type(key, tp, value)
-    if tp is str:
-        if isinstance(value, str):
-            return value
-        raise _bad_type(key, tp, value)
+    if tp in (bool, int, float, str):
+        return _convert_scalar(tp, value, key)
     if isinstance(tp, type):
         if isinstance(value, tp):
             return value
         raise _bad_type(key, tp, value)
     raise TypeError(f"config key '{key}' has an unsupported annotation {_type_name(tp)}")
+
+
+def _convert_union(tp: Any, value: Any, key: str) -> Any:
+    args = get_args(tp)
+    if value is None:
+        if type(None) in args:
+            return None
+        raise _bad_type(key, tp, value)
+    options = [a for a in args if a is not type(None)]
+    if len(options) == 1:  # Optional[X]: let X's own, more specific error through
+        return _convert(options[0], value, key)
+    for arg in options:
+        try:
+            return _convert(arg, value, key)
+        except ConfigError:
+            continue
+    raise _bad_type(key, tp, value)
+
+
+def _convert_literal(tp: Any, value: Any, key: str) -> Any:
+    choices = get_args(tp)
+    if any(value == c and type(value) is type(c) for c in choices):
+        return value
+    if isinstance(value, bool) and ("on" if value else "off") in choices:
+        return "on" if value else "off"  # YAML 1.1 reads a bare off/on (and no/yes) as a boolean
+    raise ConfigError(f"config key '{key}' must be one of {list(choices)}, got {value!r}")
+
+
+def _convert_scalar(tp: type, value: Any, key: str) -> Any:
+    """bool, int, float, str: no silent coercion (a bool is not an int; "1e-5" is a float, as YAML 1.1 misses)."""
+    if tp is bool and isinstance(value, bool):
+        return value
+    if tp is int and isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        if isinstance(value, str) and _FLOAT_RE.match(value.strip()):
+            return float(value)
+    if tp is str and isinstance(value, str):
+        return value
+    raise _bad_type(key, tp, value)
 
 
 def _convert_sequence(tp: Any, value: Any, key: str) -> list | tuple:

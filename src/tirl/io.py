@@ -1,7 +1,9 @@
 """Atomic file output: a crash or a full disk never leaves a half-written result or checkpoint behind.
 
 Every file tirl writes goes to a temporary sibling first and is renamed into place, so a reader sees either the
-old content or the new, never a mix. Directories (checkpoints) are staged the same way.
+old content or the new, never a mix. Directories (checkpoints) are staged the same way. The temporary files are
+created private (0600/0700, Python's `tempfile`); what is renamed into place gets the modes the umask gives any
+file or directory (0644/0755 under the usual 022), so outputs can be shared as the user's other files are.
 """
 
 from __future__ import annotations
@@ -25,12 +27,23 @@ def _fsync_dir(path: Path) -> None:
             os.close(fd)
 
 
+def _umask() -> int:
+    """The process's umask, read without changing it (Linux: /proc); else set and restored at once."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        with open("/proc/self/status") as f:
+            return int(next(line for line in f if line.startswith("Umask:")).split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write `data` to `path` through a temporary file in the same directory, then rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
@@ -71,6 +84,7 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     path.parent.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
+        os.chmod(stage, 0o777 & ~_umask())
         yield stage
     except BaseException:
         shutil.rmtree(stage, ignore_errors=True)

@@ -32,6 +32,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from tirl.chat.template import format_mismatch
 from tirl.errors import TirlError
 
 GIB = 1024**3
@@ -79,6 +80,16 @@ def bundled_archs() -> list[str]:
     )
 
 
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise PlanError(f"{what} {path}: not a JSON config.json ({e})") from None
+    if not isinstance(data, dict):
+        raise PlanError(f"{what} {path}: not a JSON config.json (an object of settings)")
+    return data
+
+
 def load_arch(model_path: str, arch: str = "") -> tuple[str, Any]:
     """(name, transformers config): `arch` (a bundled name or a config.json path) or `model_path`/config.json."""
     from transformers import AutoConfig
@@ -88,13 +99,13 @@ def load_arch(model_path: str, arch: str = "") -> tuple[str, Any]:
             text = resources.files("tirl").joinpath(f"{ARCH_DIR}/{arch}.json").read_text(encoding="utf-8")
             data, name = json.loads(text), arch
         elif Path(arch).is_file():
-            data, name = json.loads(Path(arch).read_text(encoding="utf-8")), str(arch)
+            data, name = _read_json(Path(arch), "--arch"), str(arch)
         else:
             raise PlanError(
                 f"--arch {arch!r} is neither a config.json file nor one of: {', '.join(bundled_archs())}"
             )
     elif model_path and (Path(model_path) / "config.json").is_file():
-        data, name = json.loads((Path(model_path) / "config.json").read_text(encoding="utf-8")), model_path
+        data, name = _read_json(Path(model_path) / "config.json", "model.path"), model_path
     else:
         raise PlanError(
             f"model.path {model_path!r} has no config.json (the model is not downloaded yet?): pass --arch with "
@@ -179,13 +190,10 @@ def _check(cfg: Any, stage: str, world: int, seq: int, hf_config: Any) -> list[s
             )
         if rl.mini_batch_size % world:
             raise PlanError(f"rl.mini_batch_size={rl.mini_batch_size} must divide over {world} processes")
-        if cfg.rollout.engine == "openai":
-            raise PlanError("rollout.engine=openai cannot receive new weights: RL needs torch or vllm")
-        if world > 1 and cfg.rollout.engine != "torch":
-            raise PlanError(
-                f"rollout.engine={cfg.rollout.engine} under torchrun is not supported yet (each rank samples with its "
-                "in-process torch engine): use rollout.engine=torch for several processes, or one process"
-            )
+        from tirl.rollout.factory import capabilities_for, rl_refusal
+
+        if why := rl_refusal(capabilities_for(cfg.rollout.engine), world):
+            raise PlanError(why)
         if world > 1 and rl.dynamic_sampling:
             raise PlanError("rl.dynamic_sampling is single-process only for now")
         budget = rl.micro_batch_tokens
@@ -198,11 +206,9 @@ def _check(cfg: Any, stage: str, world: int, seq: int, hf_config: Any) -> list[s
             f"{stage}.micro_batch_tokens={budget} is below one full sequence ({seq} tokens): a long sequence could "
             "not be placed in any micro-batch"
         )
-    model_type = getattr(hf_config, "model_type", "")
-    if model_type.startswith("qwen") and cfg.chat.format == "chatml":
-        notes.append(
-            f"a {model_type} model with chat.format=chatml: the Qwen formats (qwen2.5, qwen3) match its template"
-        )
+    mismatch = format_mismatch(cfg.chat.format, model_type=getattr(hf_config, "model_type", ""))
+    if mismatch:
+        notes.append(mismatch)
     return notes
 
 

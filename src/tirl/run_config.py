@@ -9,10 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from tirl.eval.evaluate import EvalConfig
+from tirl.fidelity import apply_fidelity
 from tirl.models.loading import ModelConfig
 from tirl.models.tiny import TinyModelConfig
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentConfig
+from tirl.rollout.config import RolloutConfig
 from tirl.sandbox.local import SandboxConfig
 from tirl.tasks.arith import STYLES
 from tirl.tasks.solver import SolverConfig
@@ -59,55 +61,6 @@ class ChatConfig:
             raise ValueError(f"unknown chat.format {self.format!r}; valid: {', '.join(FORMATS)}")
 
 
-ENGINES = ("torch", "vllm", "openai")
-
-
-@dataclass
-class RolloutConfig:
-    """Sampling for RL rollouts (evaluation has its own temperature and top_p in `eval`)."""
-
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = -1
-    max_batch_size: int = 256  # sequences per engine forward
-    mode: str = "auto"  # lockstep | async | auto (lock-step for the torch engine, async for servers)
-    concurrency: int = 64  # async: trajectories in flight at once
-    timeout_s: float = 600.0  # async: a trajectory running longer is returned with stop reason "error"
-    # torch (in-process) | vllm (a vLLM server tirl starts and syncs; tirl.rollout.vllm_engine)
-    # | openai (a /v1/completions server someone else runs; eval only, no weight sync)
-    engine: str = "torch"
-    urls: list[str] = field(default_factory=list)  # openai: server base URLs, used round-robin
-    model_name: str = ""  # openai: the served model's name, checked against /v1/models
-    retries: int = 3  # openai, vllm: attempts after the first, with exponential back-off
-    request_timeout_s: float = 120.0  # openai, vllm: one HTTP request
-    # vllm: the Python with vLLM; "" = $TIRL_VLLM_PYTHON, else the repository's .venv-vllm
-    vllm_python: str = ""
-    vllm_args: list[str] = field(default_factory=list)  # vllm: extra server args: [--max-model-len=4096]
-    vllm_kv_cache_gib: float = 1.0  # vllm: KV cache size; 0 = vLLM's default (on GPU a share of its memory)
-    vllm_port: int = 0  # vllm: 0 = a free port on 127.0.0.1
-    vllm_startup_timeout_s: float = 600.0  # vllm: the server must answer within this
-
-    def __post_init__(self) -> None:
-        from tirl.rollout.modes import MODES
-
-        if self.engine not in ENGINES:
-            raise ValueError(f"unknown rollout.engine {self.engine!r}; valid: {', '.join(ENGINES)}")
-        if self.engine == "openai" and (not self.urls or not self.model_name):
-            raise ValueError("rollout.engine=openai needs rollout.urls and rollout.model_name")
-        if self.vllm_kv_cache_gib < 0 or self.vllm_startup_timeout_s <= 0 or not 0 <= self.vllm_port < 65536:
-            raise ValueError(
-                "rollout.vllm_kv_cache_gib must be >= 0, rollout.vllm_startup_timeout_s > 0 and rollout.vllm_port "
-                f"in 0..65535; got {self.vllm_kv_cache_gib}, {self.vllm_startup_timeout_s}, {self.vllm_port}"
-            )
-
-        if self.mode not in MODES:
-            raise ValueError(f"unknown rollout.mode {self.mode!r}; valid: {', '.join(MODES)}")
-        if self.concurrency < 1 or self.timeout_s <= 0:
-            raise ValueError(
-                f"rollout.concurrency must be >= 1 and timeout_s > 0, got {self.concurrency}, {self.timeout_s}"
-            )
-
-
 @dataclass
 class LoggingConfig:
     backends: list[str] = field(default_factory=lambda: ["console", "jsonl"])
@@ -115,6 +68,8 @@ class LoggingConfig:
 
 @dataclass
 class TirlConfig:
+    # tirl | recipe: "recipe" puts every setting of tirl.fidelity.ROWS at the reference recipe's value
+    fidelity: str = "tirl"
     seed: int = 0
     out_dir: str = "runs/demo"
     threads: int = 0  # torch intra-op threads; 0 = all cores
@@ -135,5 +90,8 @@ class TirlConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     dist: DistConfig = field(default_factory=DistConfig)  # torchrun runs; the world size comes from torchrun
 
+    def __post_init__(self) -> None:
+        apply_fidelity(self, self.fidelity)
 
-__all__ = ["TirlConfig", "OptimConfig"]
+
+__all__ = ["OptimConfig", "RolloutConfig", "TirlConfig"]

@@ -7,7 +7,6 @@ evaluation records). The demo chains them; `tirl sft|rl|eval` run one.
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import os
 from collections.abc import Sequence
@@ -17,27 +16,28 @@ from typing import Any
 
 import torch
 
-from tirl.chat.template import ChatRenderer
+from tirl.chat.template import ChatRenderer, format_mismatch
 from tirl.config import save_config
 from tirl.data import read_rows
-from tirl.data.records import ProblemRow, problem_rows, read_problems
-from tirl.eval.evaluate import evaluate, summarize_records, write_eval
+from tirl.data.recipe_prompts import rewrite_prompts
+from tirl.data.records import ProblemRow, read_problems
+from tirl.eval.evaluate import evaluate, render_generations, summarize_records, write_eval
 from tirl.logging import MetricsLogger, console
-from tirl.models.loading import load_for_inference, load_policy, load_tokenizer, save_checkpoint
+from tirl.models.loading import load_for_inference, load_policy, load_tokenizer
 from tirl.models.lora import is_lora, parameter_counts
-from tirl.rollout.agent import AgentLoop, stop_token_ids
-from tirl.rollout.async_agent import AsyncAgentLoop
-from tirl.rollout.engine import TorchEngine
-from tirl.rollout.modes import is_in_process, resolve_mode
+from tirl.rollout import factory
+from tirl.rollout.agent import AgentLoop
 from tirl.rollout.sampling import SamplingParams
 from tirl.run_config import TirlConfig
 from tirl.sandbox import build_sandbox
+from tirl.sandbox.health import check_sandbox
 from tirl.sandbox.types import Sandbox
 from tirl.tasks import Task, load_task
 from tirl.tools import CodeInterpreter
-from tirl.train import checkpoint, dist, fsdp
+from tirl.train import checkpoint, dist, fsdp, reference
+from tirl.train.manifest import RunIdentity, data_fingerprint
 from tirl.train.rl import RLTrainer
-from tirl.train.sft import SFTConfig, train_sft
+from tirl.train.sft import SFTConfig, SFTTrainer
 
 
 def setup_torch(cfg: TirlConfig) -> None:
@@ -45,13 +45,6 @@ def setup_torch(cfg: TirlConfig) -> None:
     torch.manual_seed(cfg.seed)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // local))
-
-
-def _shard(model: torch.nn.Module, cfg: TirlConfig) -> torch.nn.Module:
-    """Under torchrun, FSDP2 over the ranks (`tirl.train.fsdp`); the model itself otherwise."""
-    if dist.is_distributed():
-        fsdp.shard_model(model, reshard_after_forward=cfg.dist.reshard_after_forward)
-    return model
 
 
 def current_task(cfg: TirlConfig) -> Task:
@@ -71,61 +64,10 @@ def build_renderer(tokenizer: Any, cfg: TirlConfig, task: Task | None = None) ->
     )
 
 
-def _task_rows(cfg: TirlConfig, path: str, split: str) -> list[ProblemRow]:
-    """The stage's data file when set, else the task's own rows: problems, each row validated once."""
-    return read_problems(path) if path else problem_rows(current_task(cfg).load_rows(split, cfg))
-
-
-def build_engine(
-    model: torch.nn.Module,
-    tokenizer: Any,
-    renderer: ChatRenderer,
-    cfg: TirlConfig,
-    *,
-    model_path: str | Path = "",
-    work_dir: str | Path | None = None,
-) -> Any:
-    """`rollout.engine` picks the engine; a server engine is checked (model name, vocabulary) before any rollout.
-
-    vllm serves `model_path` when it is a plain HF directory, else `model` written out under `work_dir`; its log
-    and synced weights go to `work_dir`/vllm (a temporary directory without one)."""
-    stops = stop_token_ids(renderer, cfg.agent)
-    if cfg.rollout.engine == "vllm":
-        from tirl.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
-        from tirl.rollout.vllm_weights import servable_dir
-
-        ro, wd = cfg.rollout, Path(work_dir) / "vllm" if work_dir else None
-        engine = VLLMEngine(
-            VLLMEngineConfig(
-                model=str(servable_dir(model_path, model, tokenizer, wd)), python=ro.vllm_python, port=ro.vllm_port,
-                kv_cache_gib=ro.vllm_kv_cache_gib, dtype=cfg.model.dtype, extra_args=list(ro.vllm_args),
-                startup_timeout_s=ro.vllm_startup_timeout_s, work_dir=str(wd or ""), eos_ids=[renderer.eos_id],
-                stop_ids=list(stops), concurrency=ro.concurrency, request_timeout_s=ro.request_timeout_s,
-                retries=ro.retries,
-            )
-        )  # fmt: skip
-        try:
-            engine.check(tokenizer)
-        except BaseException:
-            engine.close()
-            raise
-        return engine
-    if cfg.rollout.engine == "openai":
-        from tirl.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig
-
-        ro = cfg.rollout
-        engine = OpenAIEngine(
-            OpenAIEngineConfig(
-                urls=list(ro.urls), model=ro.model_name, concurrency=ro.concurrency, timeout_s=ro.request_timeout_s,
-                retries=ro.retries, eos_ids=[renderer.eos_id], stop_ids=list(stops),
-            )
-        )  # fmt: skip
-        engine.check(tokenizer)
-        return engine
-    return TorchEngine(
-        model, eos_ids=[renderer.eos_id], pad_id=renderer.pad_id, stop_ids=stops,
-        max_batch_size=cfg.rollout.max_batch_size,
-    )  # fmt: skip
+def _task_rows(cfg: TirlConfig, path: str, split: str) -> list[dict[str, Any]]:
+    """The stage's data file when set, else the task's own rows (dicts: the verl prompt rewrite and the resume
+    fingerprint read them as rows)."""
+    return read_rows(path) if path else current_task(cfg).load_rows(split, cfg)
 
 
 def build_agent(
@@ -137,20 +79,17 @@ def build_agent(
     model_path: str | Path = "",
     work_dir: str | Path | None = None,
 ) -> AgentLoop:
-    """The agent loop over `build_engine`'s engine; the caller closes `agent.engine` (a server engine's process)."""
+    """The task's renderer and tools around `tirl.rollout.factory.build_agent`'s engine and loop; the caller closes
+    `agent.engine` (a server engine's process)."""
     task = current_task(cfg)
-    renderer = build_renderer(tokenizer, cfg, task)
-    engine = build_engine(model, tokenizer, renderer, cfg, model_path=model_path, work_dir=work_dir)
     tools = task.toolset()
     for name, t in tools.tools.items():  # agent.auto_print configures the code interpreter of any task
         if isinstance(t, CodeInterpreter) and t.auto_print != cfg.agent.auto_print:
             tools.tools[name] = CodeInterpreter(auto_print=cfg.agent.auto_print)
-    if resolve_mode(cfg.rollout.mode, engine) == "async":
-        return AsyncAgentLoop(
-            engine, renderer, sandbox, cfg.agent, tools=tools,
-            concurrency=cfg.rollout.concurrency, timeout_s=cfg.rollout.timeout_s,
-        )  # fmt: skip
-    return AgentLoop(engine, renderer, sandbox, cfg.agent, tools=tools)
+    return factory.build_agent(
+        cfg.rollout, cfg.agent, model=model, tokenizer=tokenizer, renderer=build_renderer(tokenizer, cfg, task),
+        sandbox=sandbox, tools=tools, dtype=cfg.model.dtype, model_path=model_path, work_dir=work_dir,
+    )  # fmt: skip
 
 
 def _model_path(cfg: TirlConfig, model_path: str | Path | None) -> str:
@@ -158,6 +97,17 @@ def _model_path(cfg: TirlConfig, model_path: str | Path | None) -> str:
     if not path:
         raise ValueError("no model: set model.path=DIR (a Hugging Face model directory)")
     return path
+
+
+def warn_chat_format(tokenizer: Any, model: torch.nn.Module, cfg: TirlConfig) -> None:
+    """Say so when chat.format likely does not match the model's template (`tirl plan` notes the same)."""
+    model_type = getattr(getattr(model, "config", None), "model_type", "") or ""
+    template = getattr(tokenizer, "chat_template", None)
+    note = format_mismatch(
+        cfg.chat.format, model_type=model_type, chat_template=template if isinstance(template, str) else None
+    )
+    if note:
+        console.print(f"[yellow]warning:[/] {note}")
 
 
 def _policy(cfg: TirlConfig, path: str) -> torch.nn.Module:
@@ -172,6 +122,39 @@ def _policy(cfg: TirlConfig, path: str) -> torch.nn.Module:
     return model
 
 
+def _resume_point(
+    resume: str | None, out: Path, identity: RunIdentity
+) -> tuple[Path | None, dict[str, Any] | None]:
+    """The checkpoint `resume` names (None: a fresh start) and its trainer state (`tirl.train.checkpoint`), once
+    it is checked to be `identity`'s stage with its settings."""
+    ckpt = checkpoint.resolve_resume(resume, out)
+    if resume == "auto" and ckpt is None:
+        console.print(f"--resume auto: no complete checkpoint in {out}; starting from step 0")
+    return ckpt, checkpoint.load_state(ckpt, identity) if ckpt else None
+
+
+def _logger(cfg: TirlConfig, out: Path, state: dict[str, Any] | None, **kw: Any) -> MetricsLogger | None:
+    """Rank 0's metrics logger, continuing the resumed run's step count and wandb run; None on other ranks."""
+    if not dist.is_main():
+        return None
+    resumed = {"resume_step": state["step"], "run_id": state.get("wandb_id")} if state else {}
+    return MetricsLogger(out, backends=cfg.logging.backends, **resumed, **kw)
+
+
+def run_identity(
+    kind: str, section: Any, seed: int, rows: Sequence[dict[str, Any]], allow: bool
+) -> RunIdentity:
+    """The stage and the settings (of `section`, cfg.rl or cfg.sft) that a resume of this run must keep: they
+    fix what step k trains on."""
+    keys = (
+        ("n", "prompts_per_step", "mini_batch_size", "ppo_epochs")
+        if kind == "rl"
+        else ("epochs", "batch_size")
+    )
+    settings = {f"{kind}.{k}": getattr(section, k) for k in keys}
+    return RunIdentity(kind, {"data": data_fingerprint(rows), **settings, "seed": seed}, allow)
+
+
 def run_sft(
     cfg: TirlConfig,
     out_dir: str | Path,
@@ -181,70 +164,36 @@ def run_sft(
     stage: SFTConfig | None = None,
     label: str = "SFT",
     resume: str | None = None,
+    allow_changes: bool = False,
 ) -> Path:
     """SFT from `model_path` (or model.path) on sft.data (or `stage`'s data); returns the checkpoint directory.
 
-    `resume`: a checkpoint directory, or "auto" (the newest complete one in `out_dir`; a fresh start if none)."""
+    `resume`: a checkpoint directory, or "auto" (the newest complete one in `out_dir`; a fresh start if none); it
+    must be an SFT checkpoint with this run's data and settings, unless `allow_changes`."""
     out = Path(out_dir)
-    ckpt = checkpoint.resolve_resume(resume, out)
-    if resume == "auto" and ckpt is None:
-        console.print(f"--resume auto: no complete checkpoint in {out}; starting from step 0")
-    state = checkpoint.load_state(ckpt) if ckpt else None
+    stage = stage or cfg.sft
+    rows = rows if rows is not None else read_rows(stage.data)
+    identity = run_identity("sft", stage, cfg.seed, rows, allow_changes)
+    ckpt, state = _resume_point(resume, out, identity)
     if dist.is_main():
         save_config(cfg, out / "config.yaml")
     path = _model_path(cfg, model_path)
-    stage = stage or cfg.sft
-    rows = rows if rows is not None else read_rows(stage.data)
     tokenizer = load_tokenizer(path)
-    model = _shard(_policy(cfg, path), cfg)
-    if ckpt and state:
-        checkpoint.load_weights(model, ckpt)
-        checkpoint.set_rng_state(state["rng"])
-        console.print(f"resuming from {ckpt} at step {state['step']}")
+    model = fsdp.shard(_policy(cfg, path), reshard_after_forward=cfg.dist.reshard_after_forward)
+    warn_chat_format(tokenizer, model, cfg)
     renderer = build_renderer(tokenizer, cfg)
-    logger = (
-        MetricsLogger(
-            out,
-            backends=cfg.logging.backends,
-            resume_step=state["step"] if state else None,
-            run_id=state.get("wandb_id") if state else None,
-        )
-        if dist.is_main()
-        else None
-    )
-
-    def save(step: int, trainer_state: dict[str, Any], optimizer: torch.optim.Optimizer) -> Path:
-        done = checkpoint.save(
-            out / f"checkpoint-{step}",
-            model=model,
-            tokenizer=tokenizer,
-            state=trainer_state,
-            optimizer=optimizer,
-        )
-        checkpoint.rotate(out, stage.keep_last)
-        return done
-
-    try:
-        train_sft(
-            model,
-            renderer,
-            rows,
-            stage,
-            pad_id=renderer.pad_id,
-            seed=cfg.seed,
-            logger=logger,
-            label=label,
-            save=save,
-            resume_state=state,
-            autocast=cfg.model.autocast_dtype,
-        )
-    finally:
-        if logger:
-            logger.close()
-    if fsdp.is_sharded(model):
-        fsdp.save_full_model(model, tokenizer, out / "model")
-        return out / "model"
-    return save_checkpoint(model, tokenizer, out / "model")
+    logger = _logger(cfg, out, state)
+    with contextlib.closing(logger) if logger else contextlib.nullcontext():
+        trainer = SFTTrainer(
+            model, renderer, rows, stage, pad_id=renderer.pad_id, seed=cfg.seed, logger=logger, label=label,
+            out_dir=out, autocast=cfg.model.autocast_dtype,
+        )  # fmt: skip
+        trainer.identity = identity
+        if ckpt:
+            checkpoint.restore_trainer(trainer, ckpt, state)
+            console.print(f"resuming from {ckpt} at step {trainer.step_done}")
+        trainer.train()
+    return fsdp.save_model(model, tokenizer, out / "model")
 
 
 def run_rl(
@@ -254,98 +203,89 @@ def run_rl(
     model_path: str | Path | None = None,
     rows: Sequence[dict[str, Any] | ProblemRow] | None = None,
     resume: str | None = None,
+    allow_changes: bool = False,
 ) -> Path:
     """GRPO-TCR from `model_path` on rl.data; returns the final checkpoint directory.
 
     `resume`: a checkpoint directory, or "auto" (the newest complete one in `out_dir`; a fresh start if none). The
     model is loaded from `model_path` first (it is the KL reference) and the checkpoint's weights replace the
-    policy's, so a resumed run never takes its resumed policy as the reference."""
-    if cfg.rollout.engine == "openai":
-        raise ValueError(
-            "rollout.engine=openai cannot receive the policy's new weights, so RL would sample from a stale policy; "
-            "use it for tirl eval, and rollout.engine=torch or vllm for tirl rl"
-        )
+    policy's, so a resumed run never takes its resumed policy as the reference. The checkpoint must be an RL
+    checkpoint with this run's data and settings, unless `allow_changes`."""
+    if why := factory.rl_refusal(factory.capabilities_for(cfg.rollout.engine), dist.world_size()):
+        raise ValueError(why)
     out = Path(out_dir)
-    ckpt = checkpoint.resolve_resume(resume, out)
-    if resume == "auto" and ckpt is None:
-        console.print(f"--resume auto: no complete checkpoint in {out}; starting from step 0")
-    state = checkpoint.load_state(ckpt) if ckpt else None
+    rows = rows if rows is not None else _task_rows(cfg, cfg.rl.data, "train")
+    if cfg.rl.prompt_rewrite == "verl":
+        rows = rewrite_prompts(rows, where=cfg.rl.data or "the task's RL rows")
+    identity = run_identity("rl", cfg.rl, cfg.seed, rows, allow_changes)
+    ckpt, state = _resume_point(resume, out, identity)
     if dist.is_main():
         save_config(cfg, out / "config.yaml")
     path = _model_path(cfg, model_path)
-    rows = rows if rows is not None else _task_rows(cfg, cfg.rl.data, "train")
+    check_sandbox(cfg.sandbox)  # a broken sandbox fails here, not as a model that never solves anything
     tokenizer = load_tokenizer(path)
-    model = _policy(cfg, path)
-    # A sharded policy cannot be copied: a full-training KL reference is copied (and sharded) before it; LoRA's
-    # reference is the policy itself with its adapter off.
+    model, reshard = _policy(cfg, path), cfg.dist.reshard_after_forward
+    warn_chat_format(tokenizer, model, cfg)
     ref = None
-    if dist.is_distributed() and cfg.rl.kl_coef > 0 and not is_lora(model):
-        ref = copy.deepcopy(model)
-        if cfg.model.reference_dtype is not None:
-            ref.to(cfg.model.reference_dtype)
-        ref = _shard(ref, cfg)
-    model = _shard(model, cfg)
+    if cfg.rl.kl_coef > 0:
+        ref = reference.copy_before_sharding(model, cfg.model.reference_dtype, reshard_after_forward=reshard)
+    model = fsdp.shard(model, reshard_after_forward=reshard)
     sampling = SamplingParams(
         temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k
     )
     keys = ("reward/mean", "reward/accuracy", "rollout/tool_calls_per_response", "loss/clipfrac", "time/step")
-    logger = (
-        MetricsLogger(
-            out,
-            backends=cfg.logging.backends,
-            console_keys=keys,
-            config=asdict(cfg),
-            resume_step=state["step"] if state else None,
-            run_id=state.get("wandb_id") if state else None,
-        )
-        if dist.is_main()
-        else None
-    )
+    logger = _logger(cfg, out, state, console_keys=keys, config=asdict(cfg))
     closing = contextlib.closing(logger) if logger else contextlib.nullcontext()
     with build_sandbox(cfg.sandbox) as sandbox, closing, contextlib.ExitStack() as stack:
         agent = build_agent(model, tokenizer, cfg, sandbox, model_path=path, work_dir=out)
         stack.callback(agent.engine.close)
         trainer = RLTrainer(
-            model,
-            tokenizer,
-            agent,
-            rows,
-            cfg.rl,
-            sampling=sampling,
-            reward=cfg.reward,
-            out_dir=out,
-            seed=cfg.seed,
-            logger=logger,
-            ref_source=str(path),
-            autocast=cfg.model.autocast_dtype,
-            ref_dtype=cfg.model.reference_dtype,
-            ref_model=ref,
-        )
-        if cfg.rl.eval_every:
-            trainer.validate = validator(cfg, out, agent, str(path))
-        if ckpt and state:
-            checkpoint.load_weights(model, ckpt)
-            trainer.load_state_dict(state)
-            checkpoint.set_rng_state(state["rng"])
+            model, tokenizer, agent, rows, cfg.rl, sampling=sampling, reward=cfg.reward, out_dir=out,
+            seed=cfg.seed, logger=logger, ref_source=str(path), autocast=cfg.model.autocast_dtype,
+            ref_dtype=cfg.model.reference_dtype, ref_model=ref,
+        )  # fmt: skip
+        trainer.identity = identity
+        if cfg.rl.eval_data and (cfg.rl.eval_every or cfg.rl.eval_at_start):
+            trainer.validate = validator(cfg, out, agent, str(path), logger=logger)
+        if ckpt:
+            checkpoint.restore_trainer(trainer, ckpt, state)
             console.print(f"resuming from {ckpt} at step {trainer.step_done} of {cfg.rl.steps}")
-            if not is_in_process(agent.engine):
-                agent.engine.sync_weights(model)  # a server engine still serves the weights it started with
+        if trainer.validate is not None and cfg.rl.eval_at_start and trainer.step_done == 0:
+            with fsdp.gathered(model):  # the starting policy's numbers, before any update
+                val = trainer.validate(0)
+            if logger:
+                logger.log(val, step=0)
         trainer.train()
     return out / "model"
 
 
-def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str):
+def eval_reward(cfg: TirlConfig):
+    """The reward settings evaluation grades with: the run's grading and code-test timeout, no shaping."""
+    from tirl.rewards.shaping import RewardConfig
+
+    return RewardConfig(grading=cfg.reward.grading, code_timeout_s=cfg.reward.code_timeout_s)
+
+
+def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str, *, logger: Any = None):
     """step -> `val/<data_source>/<metric>` of the current policy on rl.eval_data (eval.n samples each); each
-    evaluation's records go to OUT/eval/step-<k>/, where `tirl analyze` reads them."""
+    evaluation's records go to OUT/eval/step-<k>/, where `tirl analyze` reads them, and the first
+    eval.log_generations generations to the logger's text log."""
     # read now: a bad file fails at start-up
     rows = [row for f in cfg.rl.eval_data for row in read_problems(f)]
     conf = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=model_path))  # its tokenizer
 
     def validate(step: int) -> dict[str, float]:
         # under torchrun each rank evaluates its share of the rows; rank 0 writes them all
-        mine = rows[dist.rank() :: dist.world_size()]
+        mine = dist.rank_share(rows)
         parts = dist.all_gather_objects(
-            evaluate(agent, mine, cfg.eval, model_label=f"step-{step}", seed=dist.rank_seed(cfg.seed))
+            evaluate(
+                agent,
+                mine,
+                cfg.eval,
+                model_label=f"step-{step}",
+                seed=dist.rank_seed(cfg.seed),
+                reward=eval_reward(cfg),
+            )
         )
         records, trajs = [r for p in parts for r in p[0]], [t for p in parts for t in p[1]]
         summary = summarize_records(records, cfg.eval.ks)
@@ -353,6 +293,9 @@ def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str):
         if dist.is_main():
             write_eval(where, records, trajs, summary)
             save_config(conf, where / "config.yaml")
+        if logger is not None and cfg.eval.log_generations:
+            text = render_generations(trajs, agent.renderer.tokenizer, cfg.eval.log_generations)
+            logger.log_text("val/generations", text, step=step)
         return {f"val/{src}/{k}": float(v) for src, m in summary.items() for k, v in m.items() if "@" in k}
 
     return validate
@@ -374,12 +317,16 @@ def run_eval(
         dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(path))), out / "config.yaml"
     )
     rows = rows if rows is not None else _task_rows(cfg, cfg.eval.data, "test")
+    check_sandbox(cfg.sandbox)  # before the model loads: a broken sandbox would score it 0
     tokenizer = load_tokenizer(path)
     model = load_for_inference(cfg.model, path)  # a LoRA adapter directory is merged onto its recorded base
+    warn_chat_format(tokenizer, model, cfg)
     with build_sandbox(cfg.sandbox) as sandbox:
         agent = build_agent(model, tokenizer, cfg, sandbox, model_path=path, work_dir=out)
         with contextlib.closing(agent.engine):
-            records, trajs = evaluate(agent, rows, cfg.eval, model_label=label, seed=cfg.seed)
+            records, trajs = evaluate(
+                agent, rows, cfg.eval, model_label=label, seed=cfg.seed, reward=eval_reward(cfg)
+            )
     summary = summarize_records(records, cfg.eval.ks)
     write_eval(out, records, trajs, summary)
     return summary

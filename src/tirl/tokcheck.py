@@ -6,6 +6,8 @@ Mask and re-tokenization drift is the most reported bug in peer frameworks' trac
     rendered whole; ids and masks must equal the stored prompt_ids + response_ids and loss_mask. A sampled turn
     whose ids are not the tokenizer's own encoding of its text shows up as drift too: that is what a trainer
     that re-tokenizes text would train on instead.
+  - Both token streams of the agent loop: tirl's (a newline before each tool turn, as the chat template renders
+    it) and verl's (`<|im_end|><|im_start|>user`), from the run's agent.token_stream or --stream.
   - SFT files: rows that store `input_ids` and `loss_mask` are compared with the piecewise render; rows without
     them are checked for the drift a whole-text pipeline would see: piecewise ids vs the tokenizer's encoding of
     the full rendered text, with the mask recovered from character offsets.
@@ -108,12 +110,18 @@ def _sampled_span(stored: Sequence[int], start: int, text: str, canonical: int, 
 
 
 def check_rollout(
-    renderer: ChatRenderer, row: int, prompt: Sequence[dict[str, Any]], traj: dict[str, Any]
+    renderer: ChatRenderer,
+    row: int,
+    prompt: Sequence[dict[str, Any]],
+    traj: dict[str, Any],
+    *,
+    stream: str = "tirl",
 ) -> tuple[Divergence | None, int]:
     """(first divergence, number of sampled turns whose ids are not the canonical encoding of their text).
 
     Template tokens (prompt, tool-response turns, headers) must equal the re-render exactly and carry mask 0;
-    each sampled turn must decode to its stored text and carry mask 1.
+    each sampled turn must decode to its stored text and carry mask 1. `stream` is the token stream the rollouts
+    were built with (agent.token_stream): verl's has no newline between `<|im_end|>` and a tool turn.
     """
     decode = lambda ids: renderer.tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
     ids = list(traj["prompt_ids"]) + list(traj["response_ids"])
@@ -141,7 +149,9 @@ def check_rollout(
             return d, drift
         pos += n
         if k + 1 in responses and k + 1 < len(turns):  # the last turn's result was never appended
-            tool = renderer.tool_response_ids(responses[k + 1], assistant_closed=text.endswith(IM_END))
+            tool = renderer.tool_response_ids(
+                responses[k + 1], assistant_closed=text.endswith(IM_END), newline=stream == "tirl"
+            )
             if d := _segment_divergence(row, pos, ids[pos : pos + len(tool)], tool, "ids", decode):
                 return d, drift
             seg = slice(pos, pos + len(tool))
@@ -180,9 +190,13 @@ class CheckResult:
 
 
 def check_rows(
-    renderer: ChatRenderer, rows: Iterator[tuple[int, dict[str, Any]]], prompts: dict[str, Any] | None = None
+    renderer: ChatRenderer,
+    rows: Iterator[tuple[int, dict[str, Any]]],
+    prompts: dict[str, Any] | None = None,
+    *,
+    stream: str = "tirl",
 ) -> CheckResult:
-    """Check every (row number, row) pair of a rollout or SFT file."""
+    """Check every (row number, row) pair of a rollout or SFT file (rollouts built with token stream `stream`)."""
     decode = lambda ids: renderer.tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
     result = CheckResult()
     for num, row in rows:
@@ -205,7 +219,7 @@ def check_rows(
                         "the evaluated rows so they can be found by problem id"
                     )
                 prompt = prompts[key]
-            d, drift = check_rollout(renderer, num, prompt, row)
+            d, drift = check_rollout(renderer, num, prompt, row, stream=stream)
             result.noncanonical_turns += drift
             if d is not None:
                 result.divergences.append(d)
@@ -251,6 +265,7 @@ def check_tokens_command(
     data: str | None,
     strict: bool = False,
     show: int = 10,
+    stream: str | None = None,
 ) -> int:
     from tirl.config import load_config
     from tirl.logging import console
@@ -275,7 +290,10 @@ def check_tokens_command(
         tools=task.toolset().schemas,
         enable_thinking=cfg.chat.enable_thinking,
     )
-    res = check_rows(renderer, _jsonl_rows(path), _prompts_by_id(data) if data else None)
+    stream = stream or cfg.agent.token_stream
+    res = check_rows(renderer, _jsonl_rows(path), _prompts_by_id(data) if data else None, stream=stream)
+    if res.rows == 0:  # checking nothing must not pass as "no divergence"
+        raise ValueError(f"{file}: no rows to check: pass a run's trajectories (JSONL) or an SFT data file")
     for d in res.divergences[:show]:
         console.print(d.describe(), markup=False, highlight=False, soft_wrap=True)
     if len(res.divergences) > show:
@@ -283,7 +301,7 @@ def check_tokens_command(
     console.print(
         f"{file}: {res.rows} rows checked, {len(res.divergences)} diverge, {res.noncanonical_turns} sampled turns "
         f"with a non-canonical token split{' (fatal: --strict)' if strict else ''} "
-        f"({renderer.fmt} format, tokenizer {model})",
+        f"({renderer.fmt} format, {stream} token stream, tokenizer {model})",
         soft_wrap=True,
     )
     return 0 if res.ok(strict=strict) else 1

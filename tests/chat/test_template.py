@@ -89,3 +89,19 @@ def test_pad_falls_back_to_end_of_turn(tokenizer):
     no_pad.pad_token = None
     r = ChatRenderer(no_pad)
     assert r.pad_id == r.eos_id and ChatRenderer(tokenizer).pad_id == tokenizer.pad_token_id
+
+
+def test_a_format_that_does_not_match_the_models_template_is_named():
+    from tirl.chat.template import CHATML_JINJA, format_mismatch
+
+    qwen_template = "{{- '<tools>' }}{%- for tool in tools %}...{%- endfor %}"
+    assert "needs chat.format=chatml" in format_mismatch("qwen3", chat_template=CHATML_JINJA)
+    assert format_mismatch("chatml", chat_template=CHATML_JINJA) is None
+    assert "the Qwen formats (qwen2.5, qwen3) match it" in format_mismatch(
+        "chatml", chat_template=qwen_template
+    )
+    assert format_mismatch("qwen2.5", chat_template=qwen_template) is None
+    # no template: the model type decides (tirl plan reads only config.json)
+    assert "a llama model is not Qwen's" in format_mismatch("qwen3", model_type="llama")
+    assert "a qwen3 model is Qwen's" in format_mismatch("chatml", model_type="qwen3")
+    assert format_mismatch("qwen3", model_type="qwen3") is None and format_mismatch("qwen3") is None

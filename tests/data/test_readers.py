@@ -154,3 +154,13 @@ def test_read_problems_validates_each_row_once_and_names_a_bad_one(tmp_path, mon
         read_problems(
             _jsonl(tmp_path / "q.jsonl", [GOOD, {k: v for k, v in GOOD.items() if k != "reward_model"}])
         )
+
+
+def test_rows_are_written_only_in_a_format_the_readers_take(tmp_path, capsys):
+    from tirl.cli import main
+
+    assert main(["data", "prepare", "gsm8k", "--out", str(tmp_path / "g.csv")]) == 2
+    assert "g.csv: cannot write rows as .csv; name it .jsonl or .parquet" in capsys.readouterr().err
+    assert not (tmp_path / "g.csv").exists()
+    with pytest.raises(ValueError, match="without a suffix"):
+        write_rows(tmp_path / "rows", [GOOD])

@@ -48,7 +48,7 @@ def test_groups_samples_and_outcomes(renderer, sandbox):
         return nullcontext()
 
     trajs, scores = rollout_and_score(
-        agent, _problems(), SamplingParams(temperature=0.7), n=3, reward=RewardConfig(), generator=None,
+        agent, _problems(), SamplingParams(temperature=0.7), n=3, reward=RewardConfig(), generator=None, where="test",
         first_group=5, timed=timed, sampling_context=sampling_context,
     )  # fmt: skip
     assert phases == ["rollout", "sampling", "reward"]
@@ -64,7 +64,7 @@ def test_groups_samples_and_outcomes(renderer, sandbox):
 def test_without_first_group_there_are_no_groups(renderer, sandbox):
     agent = AgentLoop(Answers(renderer, ["4"]), renderer, sandbox, AgentConfig())
     trajs, _ = rollout_and_score(
-        agent, _problems(), SamplingParams(), n=1, reward=RewardConfig(), generator=None
+        agent, _problems(), SamplingParams(), n=1, reward=RewardConfig(), generator=None, where="test"
     )
     assert [t.group for t in trajs] == [None, None] and "group" not in trajs[0].meta()
 

@@ -11,6 +11,7 @@ from tirl.data import write_rows
 from tirl.data.records import ProblemRow
 from tirl.rollout.agent import AgentConfig, AgentLoop
 from tirl.rollout.async_agent import AsyncAgentLoop
+from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.engine import Generation, TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Origin
@@ -21,6 +22,11 @@ from tirl.tokcheck import check_rollout
 class ToolThenAnswer:
     """Thread-safe fake server: the first turn calls the tool (code from the question), the next one answers.
     A question containing "hang" blocks on its second turn until `release` is set."""
+
+    capabilities = EngineCapabilities(
+        name="fake", weight_sync="none", logprobs="renormalized", per_request_seeds=True, multi_process=False,
+        batches_requests=True,
+    )  # fmt: skip
 
     def __init__(self, renderer, latency=0.0):
         self.r, self.latency, self.release = renderer, latency, threading.Event()

@@ -25,15 +25,20 @@ def free_port() -> int:
 class FusionServer:
     """`tirl sandbox serve` in a subprocess under `timeout -s KILL`, ready when /health answers."""
 
-    def __init__(self, *args: str) -> None:
+    def __init__(self, *args: str, token: str | None = None) -> None:
+        """`token`: given to the server as $TIRL_SANDBOX_TOKEN and sent by `post` (never inherited when None)."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         cmd = [sys.executable, "-m", "tirl.cli", "sandbox", "serve", "--port", str(self.port), *args]
-        env = {**os.environ, "PYTHONPATH": str(REPO / "src")}
+        env = {k: v for k, v in os.environ.items() if k != "TIRL_SANDBOX_TOKEN"}
+        env["PYTHONPATH"] = str(REPO / "src")
+        if token is not None:
+            env["TIRL_SANDBOX_TOKEN"] = token
         self.proc = subprocess.Popen(
             ["timeout", "-s", "KILL", "300", *cmd], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
-        self.http = httpx.Client(base_url=self.url, timeout=60)
+        headers = {} if token is None else {"Authorization": f"Bearer {token}"}
+        self.http = httpx.Client(base_url=self.url, timeout=60, headers=headers)
         deadline = time.monotonic() + 60
         while True:
             with contextlib.suppress(httpx.TransportError):

@@ -123,7 +123,7 @@ class Server:
 def server() -> Iterator[Server]:
     srv = Server(
         "--workers", "2",
-        "sandbox.timeout_s=2", "sandbox.memory_mb=256", "sandbox.max_processes=32",
+        "sandbox.timeout_s=10", "sandbox.memory_mb=256", "sandbox.max_processes=32",
         "sandbox.max_output_bytes=10000",
         env={"TIRL_SECRET_TOKEN": SECRET, "AWS_SECRET_ACCESS_KEY": SECRET},
     )  # fmt: skip
@@ -226,6 +226,32 @@ def test_cannot_write_into_the_project_checkout(server: Server) -> None:
     lines = out["run_result"]["stdout"].splitlines()
     assert len(lines) == 2 and all(line.startswith("refused") for line in lines), out
     assert not target.exists()
+    server.assert_healthy()
+
+
+def test_cannot_read_world_readable_host_files(server: Server, tmp_path: Path) -> None:
+    """Ground truth or test cases left on the machine, 0644 under /work, /home, /var/tmp: the sandbox has no such
+    paths at all; nor /etc/passwd. The interpreter, its libraries and the run directory still work."""
+    planted = [REPO / f".planted-{os.getpid()}.txt", Path(f"/var/tmp/planted-{os.getpid()}.txt")]
+    if os.access("/home", os.W_OK):
+        planted.append(Path(f"/home/planted-{os.getpid()}.txt"))
+    try:
+        for p in planted:
+            p.write_text("ground truth: 42")
+            p.chmod(0o644)
+        code = (
+            f"for path in {[str(p) for p in planted] + ['/etc/passwd', '/etc/shadow']!r}:\n"
+            "    try:\n        print('read', path, open(path).read())\n"
+            "    except OSError as e:\n        print('refused', type(e).__name__)\n"
+            "import numpy, os\nopen('mine.txt', 'w').write('x')\nprint(numpy.ones(2).sum(), os.listdir('.'))\n"
+        )
+        out = server.run(code)
+    finally:
+        for p in planted:
+            p.unlink(missing_ok=True)
+    lines = out["run_result"]["stdout"].splitlines()
+    assert lines[:-1] == ["refused FileNotFoundError"] * (len(planted) + 2), out
+    assert lines[-1] == "2.0 ['mine.txt']" and "ground truth" not in str(out), out
     server.assert_healthy()
 
 

@@ -26,11 +26,15 @@ def test_required_cgroups_refused_when_not_writable(monkeypatch: pytest.MonkeyPa
         LocalSandbox(SandboxConfig(cgroups="required"))
 
 
-def test_bwrap_command_hides_home_and_cuts_network() -> None:
-    cmd = worker_command(SandboxConfig(), "/usr/bin/python3", "{}")
+def test_bwrap_command_mounts_only_the_system_and_interpreter_and_cuts_network() -> None:
+    cmd = worker_command(SandboxConfig(), sys.executable, "{}")
     joined = " ".join(cmd)
     assert "--unshare-net" in cmd and "--unshare-pid" in cmd and "--clearenv" in cmd
-    assert "--ro-bind / /" in joined and "--tmpfs /tmp" in joined and "--tmpfs /root" in joined
+    assert "--ro-bind / /" not in joined and "--tmpfs /tmp" in joined and "--remount-ro /" in joined
+    binds = [cmd[i + 1] for i, a in enumerate(cmd) if a == "--ro-bind"]
+    assert "/usr" in binds and "/etc/passwd" not in binds and "/etc" not in binds
+    assert not [b for b in binds if b in ("/home", "/var", "/work", "/root", "/srv", "/opt", "/mnt")]
+    assert sys.base_prefix in binds or sys.base_prefix.startswith("/usr/")
 
 
 def test_none_mode_warns_loudly_and_still_runs() -> None:

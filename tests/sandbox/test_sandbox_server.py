@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
+from tirl.sandbox.config import SandboxConfig
 from tirl.sandbox.server import create_app
 from tirl.sandbox.types import ExecResult
 
@@ -15,15 +16,18 @@ class EchoPool:
     """Stands in for LocalSandbox: answers every run with the code it got."""
 
     workers = 1
+    config = SandboxConfig(timeout_s=5.0, memory_mb=1024, seccomp=False)
 
     memory_mb: int | None = None
+    timeout_s: float | None = None
 
     def run(self, code: str, *, stdin=None, timeout_s=None, memory_mb=None, **files: object) -> ExecResult:
-        self.memory_mb = memory_mb
+        self.memory_mb, self.timeout_s = memory_mb, timeout_s
         return ExecResult(code, "", 0, False, False, 0.001)
 
     def stats(self) -> dict[str, int]:
-        return {"waiting": 0, "workers": 1, "idle": 1}
+        tiers = {f"{t}_{k}": 0 for t in ("light", "heavy") for k in ("idle", "busy", "recycles", "runs")}
+        return {"waiting": 0, "workers": 1, "idle": 1, **tiers}
 
 
 def post(app, body: bytes, *, chunked: bool) -> httpx.Response:
@@ -54,15 +58,34 @@ def test_chunked_body_under_the_limit_is_run() -> None:
     assert r.status_code == 200 and r.json()["run_result"]["stdout"] == "y" * 3000
 
 
-def test_memory_limits_map_as_sandboxfusion_accepts_them() -> None:
-    """SandboxFusion takes any int: <= 0 means no limit (here: the server's own), a huge one is clamped to 1 TiB."""
-    pool = EchoPool()
-
-    async def go(limit: int) -> httpx.Response:
+def run_with(pool: EchoPool, **fields: object) -> httpx.Response:
+    async def go() -> httpx.Response:
         transport = httpx.ASGITransport(app=create_app(pool), raise_app_exceptions=False)
         async with httpx.AsyncClient(transport=transport, base_url="http://sandbox") as c:
-            return await c.post("/run_code", json={"code": "print(1)", "memory_limit_MB": limit})
+            return await c.post("/run_code", json={"code": "print(1)", **fields})
 
-    for limit, expected in ((5_000_000_000, 2**20), (-1, None), (0, None), (512, 512)):
-        r = asyncio.run(go(limit))
+    return asyncio.run(go())
+
+
+def test_memory_limit_is_a_ceiling_a_request_can_only_lower() -> None:
+    """SandboxFusion takes any int (<= 0: no limit); here <= 0 and anything above mean the server's 1024 MB."""
+    pool = EchoPool()
+    for limit, expected in ((5_000_000_000, 1024), (100_000, 1024), (-1, 1024), (0, 1024), (512, 512)):
+        r = run_with(pool, memory_limit_MB=limit)
         assert r.status_code == 200 and pool.memory_mb == expected, (limit, r.text)
+        assert r.json()["tirl"]["limits"]["memory_limit_MB"] == expected
+
+
+def test_run_timeout_is_a_ceiling_and_defaults_to_the_servers() -> None:
+    """A request without run_timeout gets sandbox.timeout_s (5 s here), not SandboxFusion's 10 s default."""
+    pool = EchoPool()
+    for fields, expected in (
+        ({}, 5.0),
+        ({"run_timeout": 86_400}, 5.0),
+        ({"run_timeout": 1e9}, 5.0),
+        ({"run_timeout": 0.5}, 0.5),
+    ):
+        r = run_with(pool, **fields)
+        assert r.status_code == 200 and pool.timeout_s == expected, (fields, r.text)
+        assert r.json()["tirl"]["limits"]["run_timeout"] == expected
+    assert run_with(pool, run_timeout=0).status_code == 422  # not a timeout at all

@@ -29,7 +29,10 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[FusionServer]:
-    srv = FusionServer("--workers", "2", "sandbox.memory_mb=256", "sandbox.preload_heavy=[]")
+    # timeout_s is the server's ceiling: 60 s lets the requests below choose their own run_timeout
+    srv = FusionServer(
+        "--workers", "2", "sandbox.memory_mb=256", "sandbox.timeout_s=60", "sandbox.preload_heavy=[]"
+    )
     try:
         yield srv
     finally:
@@ -179,10 +182,19 @@ def test_reply_has_every_documented_key_with_sandboxfusion_types(server: FusionS
 
 
 def test_request_bounds_sandboxfusion_accepts(server: FusionServer) -> None:
-    """Long run_timeouts and any memory_limit_MB are accepted, as SandboxFusion accepts them."""
-    for extra in ({"run_timeout": 3600}, {"memory_limit_MB": 0}, {"memory_limit_MB": 10**9}, {"stdin": None}):
+    """Long run_timeouts and any memory_limit_MB are accepted, as SandboxFusion accepts them, and clamped to the
+    server's ceilings (60 s, 256 MB), which the reply reports."""
+    for extra, limits in (
+        ({"run_timeout": 3600}, (60, 256)),
+        ({"memory_limit_MB": 0}, (60, 256)),
+        ({"memory_limit_MB": 10**9}, (60, 256)),
+        ({"memory_limit_MB": 128, "run_timeout": 2}, (2, 128)),
+        ({"stdin": None}, (60, 256)),
+    ):
         reply = server.post({"code": "print('ok')", "language": "python", **extra})
         assert reply["status"] == "Success" and reply["run_result"]["stdout"] == "ok\n", (extra, reply)
+        got = reply["tirl"]["limits"]
+        assert (got["run_timeout"], got["memory_limit_MB"]) == limits, (extra, got)
 
 
 # -- verl's request shapes -------------------------------------------------------------------------------------

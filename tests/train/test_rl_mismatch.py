@@ -8,6 +8,7 @@ import torch
 
 from conftest import make_agent, make_model
 from tirl.rewards.shaping import RewardConfig
+from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation
 from tirl.train.optim import OptimConfig
@@ -18,6 +19,11 @@ SHIFT = 0.3  # the engine reports log pi_rollout = log pi_trainer - 0.3 on every
 
 class ShiftedEngine:
     """Not the in-process engine (as a vLLM or HTTP engine would be): samples with it, reports shifted log-probs."""
+
+    capabilities = EngineCapabilities(
+        name="shifted", weight_sync="memory", logprobs="renormalized", per_request_seeds=False, multi_process=False,
+        batches_requests=False,
+    )  # fmt: skip
 
     def __init__(self, inner):
         self.inner = inner

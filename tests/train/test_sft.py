@@ -32,9 +32,31 @@ def test_sft_learns_and_rejects_bad_rows(tokenizer, renderer):
     train_sft(model, renderer, rows, cfg, pad_id=tokenizer.pad_token_id, seed=0)
     after = sft_loss(model, batch)[0].item()
     assert after < before * 0.7
-    with pytest.raises(ValueError, match="SFT row 1: expected a non-empty 'messages'"):
+    with pytest.raises(ValueError, match="SFT data: row 2: expected a non-empty 'messages'"):
         render_rows([rows[0], {"prompt": []}], renderer, max_length=512)
     with pytest.raises(ValueError, match="exceed sft.max_length=10"):
         render_rows(rows[:1], renderer, max_length=10)
-    with pytest.raises(ValueError, match="SFT row 0: no assistant tokens"):
+    with pytest.raises(ValueError, match="SFT data: row 1: no assistant tokens"):
         render_rows([{"messages": [{"role": "user", "content": "hi"}]}], renderer, max_length=512)
+
+
+def test_sft_data_errors_name_the_file_and_the_row_from_1(tokenizer, tmp_path, capsys):
+    import json
+
+    from conftest import make_model
+    from tirl.cli import main
+
+    make_model(tokenizer).save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    data = tmp_path / "sft.jsonl"
+    data.write_text(json.dumps({"messages": sample_conversation()}) + "\n")
+    args = [
+        f"model.path={tmp_path / 'm'}",
+        f"sft.data={data}",
+        "sft.max_length=10",
+        "--out",
+        str(tmp_path / "o"),
+    ]
+    assert main(["sft", *args]) == 2
+    err = capsys.readouterr().err
+    assert f"{data}: row 1: " in err and "tokens exceed sft.max_length=10" in err

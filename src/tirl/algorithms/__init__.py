@@ -1,17 +1,28 @@
 """RL algorithm math as pure tensor functions: advantages, policy losses, regularizers.
 
-Imports only torch and the standard library (tests/test_layers.py enforces it).
+Imports only torch and the standard library (tests/test_layers.py enforces it). Estimators and losses
+are registered by name (`register_advantage`, `register_policy_loss`), so a variant is one function plus one call.
 """
 
 from .advantages import (
     ADVANTAGE_ESTIMATORS,
     AdvantageEstimator,
+    check_advantage,
     equal_reward_groups,
     get_advantage_estimator,
     grpo,
+    register_advantage,
     rloo,
 )
-from .losses import AGGREGATIONS, POLICY_LOSSES, PolicyLoss, aggregate, get_policy_loss, policy_loss
+from .losses import (
+    AGGREGATIONS,
+    POLICY_LOSSES,
+    PolicyLoss,
+    aggregate,
+    get_policy_loss,
+    policy_loss,
+    register_policy_loss,
+)
 from .regularizers import KL_ESTIMATORS, entropy_from_logits, kl_penalty
 
 __all__ = [
@@ -22,6 +33,7 @@ __all__ = [
     "AdvantageEstimator",
     "PolicyLoss",
     "aggregate",
+    "check_advantage",
     "entropy_from_logits",
     "equal_reward_groups",
     "get_advantage_estimator",
@@ -29,5 +41,7 @@ __all__ = [
     "grpo",
     "kl_penalty",
     "policy_loss",
+    "register_advantage",
+    "register_policy_loss",
     "rloo",
 ]

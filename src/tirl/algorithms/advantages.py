@@ -1,9 +1,11 @@
 """Outcome-level advantage estimators: one scalar reward per sequence in, one advantage per sequence out.
 
-Every estimator has the uniform signature ``fn(rewards, group_ids) -> advantages`` with rewards (B,) float
-and group_ids (B,) int64; samples sharing a group id answered the same prompt. Group ids may be any integers,
-in any order, so a trainer can shuffle or filter a batch without renumbering. Variants with hyperparameters
-are registered as ``functools.partial`` objects, so the trainer picks one by name once at start-up.
+Every estimator has the uniform signature ``fn(rewards, group_ids, *, <hyperparameters>) -> advantages`` with
+rewards (B,) float and group_ids (B,) int64; samples sharing a group id answered the same prompt. Group ids may be
+any integers, in any order, so a trainer can shuffle or filter a batch without renumbering. `register_advantage`
+adds one (from any module, before a run starts; variants as ``functools.partial`` objects), with the check of its
+hyperparameters against the group size next to it, so the trainer picks one by name once at start-up and never
+asks which one it is.
 
 Group statistics are computed in float64, and a group whose rewards are all equal gets exactly 0.0: in float32
 a group of -0.9s has a mean that is not exactly -0.9, and that rounding noise divided by a ~1e-8 std became
@@ -15,12 +17,14 @@ modules.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 from math import comb
 
 import torch
+
+from .registry import Registry, check_signature
 
 AdvantageEstimator = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -189,25 +193,65 @@ def pkpo(rewards: torch.Tensor, group_ids: torch.Tensor, *, k: int) -> torch.Ten
     return grpo(s, group_ids, normalize_std=False).to(rewards.dtype)
 
 
-ADVANTAGE_ESTIMATORS: dict[str, AdvantageEstimator] = {
-    "grpo": grpo,
-    "drgrpo": partial(grpo, normalize_std=False),
-    "grpo_batch_std": grpo_batch_std,
-    "rloo": rloo,
-    "passk": passk_analytic,
-    "pkpo": pkpo,
-}
+def k_within_group(*, group_size: int, k: int) -> None:
+    """The pass@k estimators score subsets of k samples of one group: 1 <= k <= group size."""
+    if not 1 <= k <= group_size:
+        raise ValueError(
+            f"k={k} must be in [1, the group size {group_size}]: pass@k scores k samples of one group"
+        )
+
+
+@dataclass(frozen=True)
+class RegisteredEstimator:
+    """An estimator and what the trainer asks about it instead of its name: the keyword hyperparameters it takes,
+    and `check(group_size=G, **those)`, which raises ValueError when they cannot work with groups of G."""
+
+    fn: Callable[..., torch.Tensor]
+    hyperparameters: frozenset[str]
+    check: Callable[..., None] | None = None
+    check_takes: frozenset[str] = frozenset()  # the keyword parameters of `check`
+
+
+ADVANTAGE_ESTIMATORS: Registry[RegisteredEstimator] = Registry("advantage estimator")
+
+
+def register_advantage(
+    name: str,
+    fn: Callable[..., torch.Tensor],
+    *,
+    check: Callable[..., None] | None = None,
+    replace: bool = False,
+) -> Callable[..., torch.Tensor]:
+    """Add `fn(rewards, group_ids, *, <hyperparameters>) -> advantages` under `name`, with an optional `check`
+    (see `RegisteredEstimator`); returns `fn`. A taken name raises unless `replace=True`."""
+    hyper = check_signature(fn, "advantage estimator", name, positional=2)
+    takes = frozenset()
+    if check is not None:
+        takes = check_signature(check, "advantage check", name, positional=0, keywords=("group_size",))
+    ADVANTAGE_ESTIMATORS.add(name, RegisteredEstimator(fn, hyper, check, takes), replace=replace)
+    return fn
 
 
 def get_advantage_estimator(name: str, **hyper: float) -> AdvantageEstimator:
     """Look up an estimator by name and bind the hyperparameters it takes (e.g. `k` for pass@k); a bad name raises
     and lists the valid ones. Hyperparameters the estimator does not take are ignored."""
-    try:
-        fn = ADVANTAGE_ESTIMATORS[name]
-    except KeyError:
-        raise ValueError(
-            f"unknown advantage estimator {name!r}; valid: {sorted(ADVANTAGE_ESTIMATORS)}"
-        ) from None
-    params = inspect.signature(fn).parameters
-    bound = {key: v for key, v in hyper.items() if key in params}
-    return partial(fn, **bound) if bound else fn
+    entry = ADVANTAGE_ESTIMATORS.lookup(name)
+    bound = {key: v for key, v in hyper.items() if key in entry.hyperparameters}
+    return partial(entry.fn, **bound) if bound else entry.fn
+
+
+def check_advantage(name: str, *, group_size: int, **hyper: float) -> None:
+    """Raise ValueError when the estimator `name` cannot work with groups of `group_size` and the hyperparameters
+    it takes from `hyper` (its own `check`); a bad name raises and lists the valid ones."""
+    entry = ADVANTAGE_ESTIMATORS.lookup(name)
+    if entry.check is not None:
+        given = {k: v for k, v in hyper.items() if k in entry.hyperparameters and k in entry.check_takes}
+        entry.check(group_size=group_size, **given)
+
+
+register_advantage("grpo", grpo)
+register_advantage("drgrpo", partial(grpo, normalize_std=False))
+register_advantage("grpo_batch_std", grpo_batch_std)
+register_advantage("rloo", rloo)
+register_advantage("passk", passk_analytic, check=k_within_group)
+register_advantage("pkpo", pkpo, check=k_within_group)

@@ -3,8 +3,9 @@
 The trainer runs the model and passes tensors in; nothing here reads trainer state or a config object.
 Every policy loss has the uniform signature
 ``fn(logp, old_logp, advantages, loss_mask, *, <float hyperparameters>, agg, norm_len, num_tokens, num_seqs)
--> (loss, stats)`` (the last two: the mini-batch's denominators when the call sees one micro-batch of it)
-and is picked by name once at start-up via ``get_policy_loss``. ``aggregate`` is public so entropy or KL terms
+-> (loss, stats)`` (the last two: the mini-batch's denominators when the call sees one micro-batch of it),
+is added with ``register_policy_loss`` (which checks that signature) and is picked by name once at start-up via
+``get_policy_loss``. ``aggregate`` is public so entropy or KL terms
 reduce over tokens exactly as the policy loss does.
 
 ``loss_mask`` is 0/1 (bool or float): 1 on sampled assistant tokens, 0 on prompt, tool-output and padding
@@ -19,6 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+
+from .registry import Registry, check_signature
 
 # Log-ratio clamp before exp, as verl: keeps exp finite. It never changes the loss or its gradient while
 # clip_c < e^20, because any ratio that far from 1 is already on a flat (clipped) branch.
@@ -253,12 +256,23 @@ def cispo_loss(
 
 PolicyLoss = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 
-POLICY_LOSSES: dict[str, PolicyLoss] = {"ppo": policy_loss, "gspo": gspo_loss, "cispo": cispo_loss}
+# what the trainer passes every policy loss, by keyword
+LOSS_KEYWORDS = ("clip_low", "clip_high", "clip_c", "agg", "norm_len", "num_tokens", "num_seqs")
+POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
+
+
+def register_policy_loss(name: str, fn: PolicyLoss, *, replace: bool = False) -> PolicyLoss:
+    """Add `fn(logp, old_logp, advantages, loss_mask, *, <LOSS_KEYWORDS>, ...) -> (loss, stats)` under `name`;
+    returns it. A taken name raises unless `replace=True`; a function of another shape raises now, not mid-run."""
+    check_signature(fn, "policy loss", name, positional=4, keywords=LOSS_KEYWORDS)
+    return POLICY_LOSSES.add(name, fn, replace=replace)
 
 
 def get_policy_loss(name: str) -> PolicyLoss:
     """Look up a policy loss by name; a bad name raises and lists the valid ones."""
-    try:
-        return POLICY_LOSSES[name]
-    except KeyError:
-        raise ValueError(f"unknown policy loss {name!r}; valid: {sorted(POLICY_LOSSES)}") from None
+    return POLICY_LOSSES.lookup(name)
+
+
+register_policy_loss("ppo", policy_loss)
+register_policy_loss("gspo", gspo_loss)
+register_policy_loss("cispo", cispo_loss)

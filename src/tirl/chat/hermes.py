@@ -3,8 +3,8 @@
 The model writes `<tool_call>{"name": "code_interpreter", "arguments": {"code": "..."}}</tool_call>`, one or more
 per turn. `parse_tool_calls` reads the syntax; which names and arguments are valid is the task's tools' business
 (`tirl.tools.ToolSet.check`). Anything malformed becomes a `ToolCall` with an `error` text that is fed back to the
-model as the tool response: a broken call never crashes a rollout. Departure from the recipe: the recipe drops a
-malformed call and ends the trajectory; tirl answers it with the error so the model can learn to fix it.
+model as the tool response: a broken call never crashes a rollout. The recipe instead drops a malformed call, and a
+turn with no valid call left ends the trajectory: `agent.malformed_calls=drop` (rollout/agent.py) does that.
 """
 
 from __future__ import annotations

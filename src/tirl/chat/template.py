@@ -60,6 +60,24 @@ class Piece:
     trainable: bool
 
 
+def format_mismatch(fmt: str, *, model_type: str = "", chat_template: str | None = None) -> str | None:
+    """Why chat.format `fmt` likely does not match the model's own template, or None. A model prompted in another
+    format answers badly and scores near 0, which looks like a bad model rather than a bad setting.
+
+    The template decides when there is one (Qwen's list the tools in `<tools>`; plain ChatML ones do not), else
+    the model type (a config.json alone, as `tirl plan` has)."""
+    qwen = "<tools>" in chat_template if chat_template else model_type.startswith("qwen")
+    seen = "its chat template" if chat_template else f"a {model_type} model"
+    if qwen and fmt == "chatml":
+        return f"chat.format=chatml but {seen} is Qwen's: the Qwen formats (qwen2.5, qwen3) match it"
+    if (chat_template or model_type) and not qwen and fmt != "chatml":
+        return (
+            f"chat.format={fmt} but {seen} is not Qwen's (no <tools> section): a ChatML model (SmolLM2 and most "
+            "non-Qwen models) needs chat.format=chatml"
+        )
+    return None
+
+
 def _tool_call_text(call: dict[str, Any]) -> str:
     fn = call.get("function", call)
     args = fn["arguments"]
@@ -264,12 +282,16 @@ class ChatRenderer:
         """The prompt a rollout starts from: the conversation plus the assistant generation header."""
         return self.encode_pieces(self.pieces(messages, add_generation_prompt=True))[0]
 
-    def tool_response_ids(self, contents: Sequence[str], *, assistant_closed: bool) -> list[int]:
+    def tool_response_ids(
+        self, contents: Sequence[str], *, assistant_closed: bool, newline: bool = True
+    ) -> list[int]:
         """Tokens appended after an assistant turn that called a tool, up to the next generation header.
 
         If the turn stopped at `</tool_call>` (not at `<|im_end|>`), the closing `<|im_end|>` is added here too.
+        `newline=False` joins the tool turn as verl's agent loop does: `<|im_end|><|im_start|>user`, no newline
+        (it renders the tool message alone and strips the template's prefix, which takes the newline with it).
         """
         pieces = [] if assistant_closed else [Piece(IM_END, False)]
         header = generation_prompt(self.fmt, enable_thinking=self.enable_thinking)
-        pieces += [Piece("\n", False), *tool_turn_pieces(contents), header]
+        pieces += [*([Piece("\n", False)] if newline else []), *tool_turn_pieces(contents), header]
         return self.encode_pieces(pieces)[0]

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tirl.data.readers import ReadReport, iter_rows, read_dataset
+from tirl.data.readers import SUFFIXES, ReadReport, iter_rows, read_dataset
 from tirl.data.schema import RowError, SchemaError, validate_rl_row, validate_sft_row
 from tirl.io import atomic_write_bytes, atomic_write_jsonl
 
@@ -22,8 +22,13 @@ def read_rows(path: str | Path, *, kind: str = "auto") -> list[dict[str, Any]]:
 
 
 def write_rows(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
-    """JSONL or parquet by the file's suffix, written atomically."""
+    """JSONL or parquet by the file's suffix, written atomically; any other suffix is refused, since the readers
+    go by it too (JSONL in `g.csv` would be unreadable)."""
     p = Path(path)
+    if p.suffix not in SUFFIXES:
+        raise ValueError(
+            f"{p}: cannot write rows as {p.suffix or 'a file without a suffix'}; name it .jsonl or .parquet"
+        )
     if p.suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq

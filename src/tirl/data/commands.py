@@ -104,7 +104,13 @@ def _cmd_check_tokens(args: argparse.Namespace) -> int:
     from tirl.tokcheck import check_tokens_command
 
     return check_tokens_command(
-        args.file, model=args.model, fmt=args.format, config=args.config, data=args.data, strict=args.strict
+        args.file,
+        model=args.model,
+        fmt=args.format,
+        config=args.config,
+        data=args.data,
+        strict=args.strict,
+        stream=args.stream,
     )
 
 
@@ -136,4 +142,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", default=None, help="run config (default: config.yaml next to FILE, if any)")
     p.add_argument("--data", default=None, help="the evaluated rows, for trajectories without meta.prompt")
     p.add_argument("--strict", action="store_true", help="also fail on sampled turns split non-canonically")
+    p.add_argument(
+        "--stream",
+        choices=["tirl", "verl"],
+        default=None,
+        help="the rollouts' token stream before a tool turn (default: agent.token_stream of the config)",
+    )
     p.set_defaults(fn=_cmd_check_tokens)

@@ -33,6 +33,7 @@ from tirl.eval.bootstrap import (
 )
 from tirl.eval.metrics import default_ks, maj_at_k, pass_at_k_table
 from tirl.eval.samples import Run, Sample
+from tirl.eval.verl_metrics import bootstrap_summary
 from tirl.rollout.toolstats import tool_stats
 
 
@@ -135,6 +136,18 @@ def _maj_table(
     return ks, vals, ses
 
 
+def verl_block(table: Table, ks: Sequence[int]) -> dict[str, list]:
+    """verl's bootstrap best@k / maj@k (raw answer strings vote), mean over problems, at `ks`: the numbers a
+    verl run or paper reports as pass@k / maj@k, for comparison with the unbiased ones (tirl.eval.verl_metrics)."""
+    per = [bootstrap_summary(c.tolist(), a, ks) for c, a in zip(table.correct, table.answers, strict=True)]
+    mean = lambda key: float(np.mean([p[key] for p in per]))  # noqa: E731
+    return {
+        "ks": list(ks),
+        "best@k": [mean(f"bootstrap_best@{k}") for k in ks],
+        "maj@k": [mean(f"bootstrap_maj@{k}") for k in ks],
+    }
+
+
 def model_block(table: Table, cfg: AnalysisConfig, source: str | None = None) -> tuple[dict, np.ndarray]:
     """One model at one temperature on one source: the report entry and the (P, n) per-problem pass@k table."""
     P, n = table.correct.shape
@@ -156,6 +169,7 @@ def model_block(table: Table, cfg: AnalysisConfig, source: str | None = None) ->
             "mc_stderr": (np.sqrt((maj_se**2).sum(axis=0)) / P).tolist(),
         },
         "cover": {"taus": list(cfg.taus), **bootstrap_curve(cover, w, level=cfg.level).to_dict()},
+        "verl_bootstrap": verl_block(table, maj_ks),
         "histogram": _histogram(counts, n),
         "solved_ids": [pid for pid, c in zip(table.ids, counts, strict=True) if c > 0],
     }

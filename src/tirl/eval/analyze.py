@@ -118,6 +118,18 @@ def print_summary(report: dict, out: Path) -> None:
                     f"only {c['other']} {s['other_only_count']}, both {s['both_count']}, neither {s['neither_count']}",
                     markup=False,
                 )
+    for src, entry in report["sources"].items():
+        for label, m in entry["models"].items():
+            for tkey, b in sorted(m["temperatures"].items()):
+                n, v = b["n"], b["verl_bootstrap"]
+                if n in v["ks"]:
+                    j = v["ks"].index(n)
+                    console.print(
+                        f"[{src}] {label} T={tkey}: pass@{n} {b['pass@k']['mean'][n - 1]:.3f} (unbiased) vs "
+                        f"bootstrap_best@{n} {v['best@k'][j]:.3f} (verl); maj@{n} {b['maj@k']['mean'][-1]:.3f} vs "
+                        f"bootstrap_maj@{n} {v['maj@k'][j]:.3f}",
+                        markup=False,
+                    )
     for label, a in report["audit"].items():
         console.print(
             f"audit {label}: {100 * a['false_share']:.1f}% of {a['correct_answers']} correct answers have a false "

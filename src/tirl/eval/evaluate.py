@@ -17,6 +17,7 @@ import torch
 from tirl.data.records import ProblemRow, problem_rows
 from tirl.eval.answers import canonical_answers
 from tirl.eval.metrics import default_ks, summarize
+from tirl.eval.verl_metrics import bootstrap_summary
 from tirl.io import atomic_write_json, atomic_write_jsonl
 from tirl.progress import progress
 from tirl.rewards.rollouts import rollout_and_score
@@ -37,6 +38,7 @@ class EvalConfig:
     max_problems: int = 0  # 0 = all rows
     batch_problems: int = 32  # problems rolled out together (each with its n samples)
     ks: list[int] = field(default_factory=list)  # empty = 1, 2, 4, ..., n
+    log_generations: int = 0  # in-training validation: samples logged as text each time (verl logs 20)
 
     def __post_init__(self) -> None:
         if self.n < 1 or self.batch_problems < 1:
@@ -47,6 +49,8 @@ class EvalConfig:
             raise ValueError(f"eval.ks must lie in [1, n={self.n}], got {self.ks}")
         if any(t < 0 for t in [self.temperature, *self.temperatures]):
             raise ValueError(f"eval temperatures must be >= 0, got {self.temperature}, {self.temperatures}")
+        if self.log_generations < 0:
+            raise ValueError(f"eval.log_generations must be >= 0, got {self.log_generations}")
         if len(set(self.temperatures)) != len(self.temperatures):
             raise ValueError(f"eval.temperatures has duplicates: {self.temperatures}")
 
@@ -93,7 +97,9 @@ def evaluate(
     Records and trajectories come temperature by temperature, problem by problem, sample by sample.
     """
     rows = problem_rows(rows)[: cfg.max_problems or None]
-    reward = reward or RewardConfig()
+    reward = (
+        reward or RewardConfig()
+    )  # its grading and code-test timeout; shaping stays off unless configured
     gen = torch.Generator().manual_seed(seed)
     records: list[SampleRecord] = []
     trajs: list[Trajectory] = []
@@ -122,7 +128,10 @@ def _evaluate_at(
     with progress(f"eval {label}", len(rows)) as bar:
         for s in range(0, len(rows), cfg.batch_problems):
             chunk = rows[s : s + cfg.batch_problems]
-            out, scores = rollout_and_score(agent, chunk, params, n=cfg.n, reward=reward, generator=gen)
+            where = f"eval {label}, problems {s + 1}-{s + len(chunk)}"
+            out, scores = rollout_and_score(
+                agent, chunk, params, n=cfg.n, reward=reward, generator=gen, where=where
+            )
             for t, sc in zip(out, scores, strict=True):
                 # rollout_and_score gives every trajectory its origin
                 assert t.problem is not None and t.sample is not None
@@ -183,9 +192,25 @@ def _summary(records: Sequence[SampleRecord], ks: Sequence[int]) -> dict[str, fl
     }
     n = len(next(iter(problems.values()))[0])
     out = summarize(problems, list(ks) or default_ks(n))
+    # verl's bootstrap estimators vote on the raw answer strings, not on the equivalence classes above
+    boot = [
+        bootstrap_summary(correct, preds, list(ks) or default_ks(n)) for correct, preds in by_problem.values()
+    ]
+    out.update({key: float(sum(b[key] for b in boot) / len(boot)) for key in boot[0]})
     tools = tool_stats(records, [r.correct for r in records])  # the names of the RL logs and `tirl analyze`
     out.update({k: v for k, v in tools.items() if "/" not in k and k != "responses"})
     return out
+
+
+def render_generations(trajs: Sequence[Trajectory], tokenizer: Any, k: int) -> str:
+    """The first `k` evaluated samples as text (input, output, score), as verl logs its validation generations."""
+    parts = []
+    for t in trajs[:k]:
+        source, pid = (t.problem.data_source, t.problem.problem_id) if t.problem else (None, None)
+        score, correct = (t.outcome.score, t.outcome.correct) if t.outcome else (None, None)
+        head = f"# {source} {pid} sample {t.sample} score={score} correct={correct} stop={t.stop_reason}"
+        parts.append(head + "\n" + tokenizer.decode(t.prompt_ids + t.response_ids, skip_special_tokens=False))
+    return "\n\n".join(parts)
 
 
 def write_eval(

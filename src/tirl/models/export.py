@@ -3,10 +3,13 @@
 `export_hf(model, tokenizer, out_dir)` writes config, weights (`model.safetensors`) and tokenizer, written whole
 or not at all. A LoRA model is written merged (base + scale * B A per adapted layer), computed into new tensors
 so the live model, and its frozen base that serves as the KL reference, are left exactly as they were.
-`export_checkpoint` does the same from a directory on disk (`tirl export CHECKPOINT --out DIR`).
+`export_checkpoint` does the same from a directory on disk (`tirl export CHECKPOINT --out DIR`): DIR is written
+beside itself and renamed into place, and it must be new, empty or an earlier export (`tirl.rundir`), never a
+directory holding the checkpoint or anything else, since a finished export replaces it whole.
 
-A model sharded over processes (FSDP) is gathered to rank 0 and written there (`tirl.train.fsdp`); every rank
-must call. Deliberately not here: quantization, format conversion.
+The model is whole (one process's): a model sharded over processes (FSDP) is gathered and written by the trainer's
+side, `tirl.train.fsdp.save_model`, so this package never depends on the training one. Deliberately not here:
+quantization, format conversion.
 """
 
 from __future__ import annotations
@@ -16,21 +19,14 @@ from typing import Any
 
 import torch
 
+from tirl import rundir
 from tirl.io import atomic_dir
 from tirl.models import lora
 
 
-def export_hf(model: torch.nn.Module, tokenizer: Any, out_dir: str | Path) -> Path:
-    """Write `model` (merged if it carries a LoRA adapter) and `tokenizer` as a plain HF directory at `out_dir`."""
-    from tirl.train import fsdp
-
-    if fsdp.is_sharded(model):
-        if lora.is_lora(model):
-            raise NotImplementedError(
-                "exporting a LoRA model sharded with FSDP (merge after gathering) is not done yet"
-            )
-        fsdp.save_full_model(model, tokenizer, out_dir)
-        return Path(out_dir)
+def export_hf(model: torch.nn.Module, tokenizer: Any, out_dir: str | Path, *, command: str = "") -> Path:
+    """Write the whole `model` (merged if it carries a LoRA adapter) and `tokenizer` as a plain HF directory at
+    `out_dir`, marked as `command`'s output when given (`tirl.rundir`)."""
     with atomic_dir(out_dir) as stage:
         if lora.is_lora(model):
             base = model.get_base_model()
@@ -39,6 +35,8 @@ def export_hf(model: torch.nn.Module, tokenizer: Any, out_dir: str | Path) -> Pa
             model.save_pretrained(stage)
         if tokenizer is not None:
             tokenizer.save_pretrained(stage)
+        if command:
+            rundir.mark(stage, command)
     return Path(out_dir)
 
 
@@ -68,7 +66,12 @@ def export_checkpoint(
     path: str | Path, out_dir: str | Path, *, base: str | Path | None = None, dtype: str = "float32"
 ) -> Path:
     """`tirl export`: the checkpoint at `path` as a plain (merged) HF directory at `out_dir`."""
-    if Path(out_dir).resolve() == Path(path).resolve():
-        raise ValueError(f"--out {out_dir} is the checkpoint itself; choose another directory")
+    src, dst = Path(path).resolve(), Path(out_dir).resolve()
+    if dst == src or dst in src.parents:
+        raise ValueError(
+            f"--out {out_dir} is the checkpoint itself or a directory holding it ({path}), and an export replaces "
+            "--out whole: choose a directory outside it"
+        )
+    rundir.check_out(out_dir, "export")
     model, tokenizer = load_exportable(path, base=base, dtype=dtype)
-    return export_hf(model, tokenizer, out_dir)
+    return export_hf(model, tokenizer, out_dir, command="export")

@@ -18,6 +18,7 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
+from tirl import rundir
 from tirl.errors import TirlError
 from tirl.io import atomic_dir
 
@@ -99,6 +100,7 @@ def save_imported(model: Any, tokenizer: Any, out: str | Path, *, source: str = 
         model.save_pretrained(stage)
         tokenizer.save_pretrained(stage)
         (stage / "SOURCE.txt").write_text(f"imported by `tirl model import` from {source}\n")
+        rundir.mark(stage, "model import")
     return Path(out)
 
 

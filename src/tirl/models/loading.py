@@ -71,7 +71,7 @@ class ModelConfig:
 
 
 def load_tokenizer(path: str | Path) -> Any:
-    _check_path(path)
+    _check_path(path, _TOKENIZER_FILES)
     return AutoTokenizer.from_pretrained(str(path))
 
 
@@ -136,10 +136,20 @@ def save_checkpoint(
     return Path(path)
 
 
-def _check_path(path: str | Path | None) -> None:
+_MODEL_FILES = ("config.json", "adapter_config.json")  # a model, or a LoRA adapter on its recorded base
+_TOKENIZER_FILES = (*_MODEL_FILES, "tokenizer_config.json", "tokenizer.json")
+
+
+def _check_path(path: str | Path | None, needs: tuple[str, ...] = _MODEL_FILES) -> None:
+    """A local directory holding one of `needs`, or an error naming the path (not a backend's traceback)."""
     if not path:
         raise ValueError("model.path is empty: set it to a local Hugging Face model directory")
     if not Path(path).is_dir():
         raise FileNotFoundError(
             f"model.path {str(path)!r} is not a directory (tirl loads local checkpoints only)"
+        )
+    if not any((Path(path) / f).is_file() for f in needs):
+        raise FileNotFoundError(
+            f"model.path {str(path)!r} has no config.json: not a Hugging Face model directory (one that "
+            "save_pretrained writes, with config.json, weights and tokenizer; a .gguf file: `tirl model import`)"
         )

@@ -26,8 +26,10 @@ from typing import Any
 from tirl.data.benchmarks import gsm8k_answer, integer_answer
 from tirl.rewards.choice import boxed_letter, grade_choice
 from tirl.rewards.math import GradeResult, as_int, grade, last_boxed, math_equivalent
+from tirl.rewards.strict import grade_math_dapo, strict_answer
 
 CODE = "code"
+STRICT = "math_dapo_strict"  # the recipe's exact match (reward.grading=math_dapo): every verifier without a sandbox
 
 
 def grade_math(response: str, ground_truth: Any, *, timeout_s: float = 5.0) -> GradeResult:
@@ -150,6 +152,14 @@ def verifier_name(data_source: str, ability: str = "") -> str:
     return CODE if "code" in source else "math"
 
 
+def graded_by(name: str, grading: str) -> str:
+    """The verifier that grades under `reward.grading`: the routed one, or under math_dapo the strict exact match
+    for everything the recipe sends to math_dapo (all but the sandboxed code tests)."""
+    if grading == "math_dapo" and not get_verifier(name).needs_sandbox:
+        return STRICT
+    return name
+
+
 def verifier_for(data_source: str, ability: str = "") -> Verifier:
     return get_verifier(verifier_name(data_source, ability))
 
@@ -165,6 +175,7 @@ register_verifier("gsm8k", grade_gsm8k, **_MATH, data_sources=("gsm8k", "openai/
 register_verifier(
     "choice", grade_letter, is_fast=_always, extract=boxed_letter, data_sources=("gpqa", "gpqa_diamond")
 )
+register_verifier(STRICT, grade_math_dapo, is_fast=_always, extract=strict_answer)
 register_verifier(
     CODE, _code_batch, needs_sandbox=True, data_sources=("humaneval", "livecodebench", "livecodebench_v6")
 )

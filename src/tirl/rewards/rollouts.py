@@ -18,6 +18,7 @@ from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentLoop
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Origin, Outcome, Trajectory
+from tirl.sandbox.health import raise_if_sandbox_down
 
 
 def rollout_and_score(
@@ -28,11 +29,13 @@ def rollout_and_score(
     n: int,
     reward: RewardConfig,
     generator: torch.Generator | None,
+    where: str,
     first_group: int | None = None,
     timed: Callable[[str], AbstractContextManager[object]] | None = None,
     sampling_context: Callable[[], AbstractContextManager[object]] | None = None,
 ) -> tuple[list[Trajectory], list[TrajectoryScore]]:
-    """`n` scored trajectories per problem, in problem order. `timed(phase)` wraps the "rollout" and the "reward"
+    """`n` scored trajectories per problem, in problem order; a dead sandbox raises naming `where` (it is not a
+    bad policy). `timed(phase)` wraps the "rollout" and the "reward"
     phase, `sampling_context()` the rollout inside it (the RL trainer times both phases and gathers a sharded
     policy for sampling)."""
     timed = timed or (lambda _phase: nullcontext())
@@ -49,6 +52,7 @@ def rollout_and_score(
     ]
     with timed("rollout"), sampling_context():
         trajs = agent.run([o.problem.prompt for o in origins], params, origins=origins, generator=generator)
+    raise_if_sandbox_down((c.exec_result for t in trajs for c in t.tool_calls if c.exec_result), where)
     with timed("reward"):
         scores = score_trajectories(
             trajs, reward, max_len=agent.config.max_response_tokens, sandbox=agent.sandbox

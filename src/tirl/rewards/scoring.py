@@ -14,7 +14,7 @@ from typing import Any
 from tirl.data.records import ProblemRow
 from tirl.rewards.batch import grade_many
 from tirl.rewards.math import GradeResult
-from tirl.rewards.registry import get_verifier, verifier_name
+from tirl.rewards.registry import get_verifier, graded_by, verifier_name
 from tirl.rewards.shaping import RewardConfig, shape_reward
 from tirl.rollout.types import Trajectory
 from tirl.sandbox.types import Sandbox
@@ -54,7 +54,7 @@ def grade_trajectories(
 ) -> list[GradeResult]:
     """Task verdicts only (no shaping), graded from the model's own text: tool output is not searched."""
     problems = [_problem(t, i) for i, t in enumerate(trajs)]
-    names = [verifier_name(p.data_source, p.ability) for p in problems]
+    names = [graded_by(verifier_name(p.data_source, p.ability), config.grading) for p in problems]
     out: list[GradeResult | None] = [None] * len(trajs)
     boxed = [n for n in dict.fromkeys(names) if get_verifier(n).needs_sandbox]
     if boxed and sandbox is None:

@@ -53,6 +53,9 @@ class RewardConfig:
     workers: int = 0  # processes grading math/choice answers in parallel; 0 = all cores
     timeout_s: float = 5.0  # per math check (math-verify); a check over it is reported as a timeout
     code_timeout_s: float = 10.0  # per code test run in the sandbox
+    # verify: math-verify equivalence, lenient letter forms (tirl); math_dapo: the recipe's strict exact match of
+    # the last \boxed{} in the last 100 characters, for math and multiple choice alike (tirl.rewards.strict)
+    grading: Literal["verify", "math_dapo"] = "verify"
 
     def __post_init__(self) -> None:
         if self.workers < 0 or self.timeout_s <= 0 or self.code_timeout_s <= 0:
@@ -60,6 +63,8 @@ class RewardConfig:
                 f"reward.workers must be >= 0 and timeouts > 0, got {self.workers}, {self.timeout_s}, "
                 f"{self.code_timeout_s}"
             )
+        if self.grading not in ("verify", "math_dapo"):
+            raise ValueError(f"reward.grading must be 'verify' or 'math_dapo', got {self.grading!r}")
         if self.tool_call_per_call < 0:
             raise ValueError(f"tool_call_per_call must be >= 0, got {self.tool_call_per_call}")
         if self.tool_call_cap > 0:

@@ -43,11 +43,22 @@ class AgentConfig:
     # RL drops prompts longer than this at start-up (verl's filter_overlong_prompts); 0 = no limit. `tirl plan`
     # sizes sequences as this plus max_response_tokens.
     max_prompt_tokens: int = 0
+    # tirl: a newline between an assistant turn's <|im_end|> and the tool turn (the chat template's own stream);
+    # verl: none, as verl's agent loop appends the tool turn right after the sampled EOS
+    token_stream: Literal["tirl", "verl"] = "tirl"
+    # feedback: a malformed call gets its error text as the tool response (tirl); drop: it is dropped as verl does,
+    # and a turn with no valid call left ends the trajectory (stop reason "answer")
+    malformed_calls: Literal["feedback", "drop"] = "feedback"
 
     def __post_init__(self) -> None:
         for name in ("max_turns", "max_response_tokens", "max_tokens_per_turn", "max_calls_per_turn"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.token_stream not in ("tirl", "verl") or self.malformed_calls not in ("feedback", "drop"):
+            raise ValueError(
+                f"agent.token_stream must be tirl or verl and agent.malformed_calls feedback or drop, got "
+                f"{self.token_stream!r}, {self.malformed_calls!r}"
+            )
         if self.max_prompt_tokens < 0:
             raise ValueError(f"max_prompt_tokens must be >= 0 (0 = no limit), got {self.max_prompt_tokens}")
 
@@ -142,10 +153,12 @@ def apply_turn(t: Trajectory, g: Generation, renderer: ChatRenderer, cfg: AgentC
     t.logprobs += g.logprobs
     t.turn_texts.append(renderer.tokenizer.decode(g.token_ids, skip_special_tokens=False))
     t.weight_versions.append(g.weight_version)
-    calls = parse_tool_calls(t.turn_texts[-1], limit=cfg.max_calls_per_turn)
+    calls = turn_calls(t.turn_texts[-1], cfg)
     spent = t.response_length >= cfg.max_response_tokens
     if not calls:
-        t.stop_reason = "answer" if g.finish_reason == "eos" else ("budget" if spent else "turn_length")
+        # with malformed_calls="drop", a turn stopped at </tool_call> whose calls were all dropped ends as an answer
+        closed = g.finish_reason == "eos" or (g.finish_reason == "stop" and cfg.malformed_calls == "drop")
+        t.stop_reason = "answer" if closed else ("budget" if spent else "turn_length")
     elif spent:
         t.stop_reason = "budget"
     elif t.turns >= cfg.max_turns:
@@ -153,6 +166,14 @@ def apply_turn(t: Trajectory, g: Generation, renderer: ChatRenderer, cfg: AgentC
     else:
         return calls
     return []
+
+
+def turn_calls(text: str, cfg: AgentConfig) -> list[ToolCall]:
+    """The calls of a turn that run, at most `max_calls_per_turn`; with `malformed_calls="drop"` the ones that do
+    not parse are dropped first, as verl's Hermes parser does."""
+    if cfg.malformed_calls == "feedback":
+        return parse_tool_calls(text, limit=cfg.max_calls_per_turn)
+    return [c for c in parse_tool_calls(text) if c.error is None][: cfg.max_calls_per_turn]
 
 
 def apply_tool_results(
@@ -165,7 +186,9 @@ def apply_tool_results(
 ) -> bool:
     """Record a turn's calls and append their results as one masked tool turn; False (stop reason "budget") when it
     would not fit, so the trajectory ends on model tokens. `closed`: the turn ended at EOS."""
-    ids = renderer.tool_response_ids([o.text for o in outputs], assistant_closed=closed)
+    ids = renderer.tool_response_ids(
+        [o.text for o in outputs], assistant_closed=closed, newline=cfg.token_stream == "tirl"
+    )
     for c, o in zip(calls, outputs, strict=True):
         t.tool_calls.append(
             ToolCallRecord(t.turns, c.code, o.text, o.status, o.exec_result, c.name, c.arguments)

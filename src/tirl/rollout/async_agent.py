@@ -33,7 +33,7 @@ from tirl.rollout.agent import (
     execute_tool_calls,
     turn_budget,
 )
-from tirl.rollout.engine import TorchEngine
+from tirl.rollout.capabilities import capabilities_of
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Engine, Origin, Trajectory
 from tirl.sandbox.types import Sandbox
@@ -58,10 +58,9 @@ def end_on_model_tokens(t: Trajectory) -> Trajectory:
 
 
 def _seed_kwargs(engine: Engine, seed: int) -> dict[str, Any]:
-    """A per-request seed; the torch engine takes a generator instead (one request per call here, so the same)."""
-    if isinstance(engine, TorchEngine):
-        return {"generator": torch.Generator(engine.device).manual_seed(seed)}
-    return {"seeds": [seed]}
+    """A per-request seed, or for an engine without them a generator on its device (one request per call here, so
+    the same thing)."""
+    return capabilities_of(engine).seed_kwargs(seed, getattr(engine, "device", "cpu"))
 
 
 class AsyncAgentLoop(AgentLoop):
@@ -91,8 +90,8 @@ class AsyncAgentLoop(AgentLoop):
         origins: Sequence[Origin] | None = None,
         generator: torch.Generator | None = None,
     ) -> list[Trajectory]:
-        """One trajectory per prompt, in prompt order. `generator` seeds one integer seed per trajectory, passed
-        to the engine as a per-request seed (engines without per-request seeds must not be used here)."""
+        """One trajectory per prompt, in prompt order. `generator` draws one integer seed per trajectory, which
+        seeds each of its requests (`EngineCapabilities.seed_kwargs`)."""
         trajs = self.new_trajectories(prompts, origins)
         seeds = torch.randint(0, 2**31 - 1, (len(trajs),), generator=generator).tolist()
         return _Run(self, trajs, params, seeds).wait()

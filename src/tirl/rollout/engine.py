@@ -13,10 +13,12 @@ Not here: continuous batching across calls and paged attention; use the vLLM eng
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 from transformers import DynamicCache
 
+from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.sampling import SamplingParams, sample_next
 from tirl.rollout.types import Generation
 
@@ -28,7 +30,13 @@ class TorchEngine:
 
     It samples from the very module the trainer updates, so `sync_weights` only bumps the weight version.
     Per-request `seeds` are not supported (one `generator` drives the whole batch): passing them is an error.
+    Each training process under torchrun builds its own, over its own (sharded) module.
     """
+
+    capabilities = EngineCapabilities(
+        name="torch", weight_sync="shared", logprobs="full", per_request_seeds=False, multi_process=True,
+        batches_requests=False,
+    )  # fmt: skip
 
     def __init__(
         self,
@@ -53,6 +61,18 @@ class TorchEngine:
         if model is not self.model:
             raise ValueError("TorchEngine samples from the trainer's own module; it was given another one")
         self.weight_version += 1
+
+    def check(self, tokenizer: Any) -> None:
+        """Every id the tokenizer, the stop rules and the padding can produce has a row in the model's embedding."""
+        rows = self.model.get_input_embeddings().num_embeddings
+        ids = {"the tokenizer's vocabulary": len(tokenizer) - 1, "pad_id": self.pad_id}
+        ids.update({f"stop/EOS id {i}": i for i in self.eos_ids | self.stop_ids})
+        for what, top in ids.items():
+            if top >= rows:
+                raise ValueError(
+                    f"{what} reaches id {top} but the model's embedding has {rows} rows: the tokenizer does not "
+                    "belong to this model (load both from the same directory)"
+                )
 
     def close(self) -> None:
         pass

@@ -9,7 +9,7 @@ and the server's vocabulary with the tokenizer's (a probe `/detokenize` where th
 fails at start-up, not as garbage rollouts.
 
 Weights: this engine cannot push new weights to a generic server, so `sync_weights` raises; RL with it is refused
-at start-up (`supports_weight_sync` is False). Evaluation needs no sync.
+at start-up (its capabilities say `weight_sync="none"`). Evaluation needs no sync.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation
 
@@ -55,9 +56,15 @@ class OpenAIEngineConfig:
 
 
 class OpenAIEngine:
-    """See the module docstring. Thread-safe: `generate` fans requests out over a pool."""
+    """See the module docstring. Thread-safe: `generate` fans requests out over a pool.
 
-    supports_weight_sync = False
+    Log-probs are declared renormalized: a server may truncate before it reports them, and nothing here can tell.
+    """
+
+    capabilities = EngineCapabilities(
+        name="openai", weight_sync="none", logprobs="renormalized", per_request_seeds=True, multi_process=False,
+        batches_requests=True,
+    )  # fmt: skip
 
     def __init__(self, cfg: OpenAIEngineConfig) -> None:
         self.cfg = cfg

@@ -17,6 +17,7 @@ from tirl.data.records import ProblemRow
 if TYPE_CHECKING:
     import torch
 
+    from tirl.rollout.capabilities import EngineCapabilities
     from tirl.rollout.sampling import SamplingParams
 
 
@@ -39,10 +40,15 @@ class Engine(Protocol):
     sampling reproducible on engines that take a seed per request. `sync_weights(model)` is called by the RL
     trainer after every optimizer update: an engine that serves a copy of the policy must load the new weights
     (and drop its prefix cache) before it samples again; the in-process torch engine shares the module, so for it
-    only the version changes.
+    only the version changes. `capabilities` says what the engine can do (the rules that depend on it live in
+    `tirl.rollout.capabilities`); `check(tokenizer)` fails before any rollout when the engine and the tokenizer do
+    not belong together (a server serving another model, a tokenizer with ids the model has no embedding for).
     """
 
+    capabilities: EngineCapabilities
     weight_version: int
+
+    def check(self, tokenizer: Any) -> None: ...
 
     def generate(
         self,

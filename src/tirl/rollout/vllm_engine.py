@@ -12,7 +12,7 @@ Why a managed server process and not vLLM's in-process `vllm.LLM`:
 
 The server runs vLLM's OpenAI entry point on 127.0.0.1 (a free port unless one is given) with
 `--logprobs-mode processed_logprobs` (the sampled token's log-prob after temperature, which the trainer recomputes;
-RL refuses top-p/top-k with this engine, see `tirl.rollout.modes`) and `--generation-config vllm` (the model's
+RL refuses top-p/top-k with this engine, see `tirl.rollout.capabilities`) and `--generation-config vllm` (the model's
 generation_config.json must not slip its own top_k/top_p/repetition penalty into requests). `VLLM_SERVER_DEV_MODE=1`
 exposes the two routes weight sync needs.
 
@@ -45,6 +45,7 @@ from typing import Any
 
 import httpx
 
+from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.openai_engine import EngineError, OpenAIEngine, OpenAIEngineConfig
 from tirl.rollout.vllm_weights import ties_embeddings, untied_copy, write_weights
 
@@ -116,7 +117,7 @@ class VLLMEngineConfig:
     python: str = ""  # "" = resolve_vllm_python's search
     port: int = 0  # 0 = a free port
     kv_cache_gib: float = 1.0  # --kv-cache-memory-bytes; 0 = vLLM's default (on GPU a share of its memory)
-    dtype: str = "float32"  # the trainer's model.dtype: engine and trainer compute in the same dtype
+    dtype: str = "float32"  # rollout.dtype, else the trainer's model.dtype (then both compute in one dtype)
     extra_args: list[str] = field(default_factory=list)  # appended to the server's command line
     startup_timeout_s: float = 300.0
     work_dir: str = ""
@@ -195,7 +196,10 @@ class VLLMEngine(OpenAIEngine):
     Use it as a context manager where you can.
     """
 
-    supports_weight_sync = True
+    capabilities = EngineCapabilities(
+        name="vllm", weight_sync="disk", logprobs="renormalized", per_request_seeds=True, multi_process=False,
+        batches_requests=True,
+    )  # fmt: skip
 
     def __init__(self, cfg: VLLMEngineConfig) -> None:
         self.vcfg = cfg

@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from tirl.sandbox.auth import TOKEN_ENV
+
 
 def add_sandbox_parser(sub: Any, load_config: Callable[[argparse.Namespace], Any]) -> None:
     """Register `tirl sandbox serve` on the top-level subparsers; `load_config` resolves --config + overrides."""
@@ -24,13 +26,20 @@ def add_sandbox_parser(sub: Any, load_config: Callable[[argparse.Namespace], Any
     )
     s.add_argument("--queue", type=int, default=64, help="requests waiting beyond the workers before 429")
     s.add_argument("--max-body-bytes", type=int, default=4 * 2**20, help="larger request bodies get 413")
+    s.add_argument(
+        "--auth-token-file",
+        default=None,
+        help=f"file holding a shared secret every request must send as `Authorization: Bearer <token>` "
+        f"(default: sandbox.auth_token_file, else ${TOKEN_ENV} when set, else no authentication)",
+    )
     s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. sandbox.timeout_s=10")
     s.set_defaults(fn=lambda args: _serve(args, load_config))
 
 
 def _serve(args: argparse.Namespace, load_config: Callable[[argparse.Namespace], Any]) -> int:
+    from tirl.sandbox.auth import is_loopback, load_token
     from tirl.sandbox.local import LocalSandbox
-    from tirl.sandbox.server import serve
+    from tirl.sandbox.server import bind, serve
 
     cfg = load_config(args).sandbox
     if args.workers is not None:
@@ -42,14 +51,27 @@ def _serve(args: argparse.Namespace, load_config: Callable[[argparse.Namespace],
     if args.queue < 0 or args.max_body_bytes < 1024:
         raise ValueError("--queue must be >= 0 and --max-body-bytes >= 1024")
     cfg = dataclasses.replace(cfg, backend="local", max_queue=args.queue)
-    with LocalSandbox(cfg) as sandbox:  # SandboxUnavailable (a ConfigError) if the isolation cannot be had
+    token = load_token(args.auth_token_file or cfg.auth_token_file or None)
+    if token is None and not is_loopback(args.host):
         print(
-            f"tirl sandbox: serving http://{args.host}:{args.port} ({sandbox.workers} workers, "
-            f"isolation {cfg.isolation})",
+            _OPEN_WARNING.format(host=args.host, port=args.port, env=TOKEN_ENV), file=sys.stderr, flush=True
+        )
+    sock = bind(args.host, args.port)  # before the pool starts and before "serving": a taken port fails here
+    # LocalSandbox raises SandboxUnavailable (a ConfigError) if the isolation cannot be had
+    with sock, LocalSandbox(cfg) as sandbox:
+        print(
+            f"tirl sandbox: serving http://{args.host}:{sock.getsockname()[1]} ({sandbox.workers} workers, "
+            f"isolation {cfg.isolation}, limits {cfg.timeout_s:g} s / {cfg.memory_mb} MB, "
+            f"auth {'bearer token' if token else 'none'})",
             file=sys.stderr,
             flush=True,
         )
-        serve(
-            sandbox, host=args.host, port=args.port, max_body_bytes=args.max_body_bytes, max_queue=args.queue
-        )
+        serve(sandbox, sock, max_body_bytes=args.max_body_bytes, max_queue=args.queue, auth_token=token)
     return 0
+
+
+_OPEN_WARNING = """
+WARNING: tirl sandbox: binding {host}:{port} WITHOUT a token. Anyone who can reach this port can run code
+WARNING: here (in the sandbox, up to its limits). Set --auth-token-file FILE or ${env}, or bind 127.0.0.1
+WARNING: behind a reverse proxy. See docs/sandbox-service.md.
+"""

@@ -3,7 +3,8 @@
 URLs are used round-robin; one pooled httpx client keeps connections alive; at most `max_workers` requests are
 in flight (32 when 0); timeouts, connection errors, 5xx and 429 are retried on the next URL with exponential
 back-off (`retries` times). A run that still fails comes back as a sandbox_error result: `run` never raises on
-a sick server, so one bad node costs retries, not a crashed rollout.
+a sick server, so one bad node costs retries, not a crashed rollout. Every request carries the bearer token
+of `sandbox.auth_token_file` (or $TIRL_SANDBOX_TOKEN) when one is set.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 
+from tirl.sandbox.auth import load_token
 from tirl.sandbox.config import SandboxConfig
 from tirl.sandbox.fusion import from_response, request_body
 from tirl.sandbox.types import ExecResult, batch_stdins
@@ -35,7 +37,11 @@ class SandboxClient:
         self._url_lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(self.concurrency)
         limits = httpx.Limits(max_connections=self.concurrency, max_keepalive_connections=self.concurrency)
-        self._http = httpx.Client(limits=limits, headers={"Accept": "application/json"}, transport=transport)
+        headers = {"Accept": "application/json"}
+        token = load_token(config.auth_token_file or None)  # the file, else $TIRL_SANDBOX_TOKEN, else none
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(limits=limits, headers=headers, transport=transport)
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
 

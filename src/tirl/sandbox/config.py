@@ -40,6 +40,8 @@ class SandboxConfig:
     urls: tuple[str, ...] = ()  # remote backend: tirl or SandboxFusion servers, used round-robin
     request_timeout_s: float = 30.0  # remote: HTTP timeout on top of the run's own timeout
     retries: int = 3  # remote: retries with exponential back-off on timeouts, 5xx and 429
+    # remote: a file holding the servers' bearer token ("" = $TIRL_SANDBOX_TOKEN when set, else none)
+    auth_token_file: str = ""
 
     def __post_init__(self) -> None:
         if not self.timeout_s > 0:

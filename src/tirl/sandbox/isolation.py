@@ -5,10 +5,9 @@ process's cgroup delegates (or can enable) the memory and pids controllers to ch
 a leaf when its cgroup holds it alone; `cgroup_support()` says which, or why neither.
 
 Modes, strongest first (what each does and does not cover is listed in tirl/sandbox/local.py):
-  bwrap   : bubblewrap namespaces (pid, net, ipc, uts, mount); / read-only, fresh tmpfs /tmp, /proc, /dev, and
-            a writable tmpfs /dev/shm;
-            root's home hidden behind an empty tmpfs; the interpreter's own directories (a virtualenv or
-            checkout under /tmp or a home) bound back read-only.
+  bwrap   : bubblewrap namespaces (pid, net, ipc, uts, mount); an empty read-only root holding only /usr, the
+            interpreter's directories, the worker's code and a few /etc files (mounts.py), a fresh tmpfs /tmp,
+            /proc, /dev, and a writable tmpfs /dev/shm.
   unshare : util-linux `unshare` namespaces (pid, net, ipc, uts, mount) with private tmpfs /tmp and /dev/shm
             (an interpreter under /tmp bound back read-only; its parent directories stay writable and are not
             wiped between runs); the rest of the host filesystem stays as writable as it is for tirl's uid.
@@ -23,13 +22,12 @@ import os
 import shlex
 import shutil
 import signal
-import sys
-import sysconfig
 import time
 from pathlib import Path
 
 from tirl.config import ConfigError
 from tirl.sandbox.config import SandboxConfig
+from tirl.sandbox.mounts import bind_dirs, interpreter_dirs, system_mounts
 
 ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -41,6 +39,7 @@ ENV = {
     "MKL_NUM_THREADS": "1",
 }
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
+ZYGOTE = Path(__file__).parent / "worker" / "zygote.py"  # the warm worker's entry script
 _UNPRIVILEGED_UID_BASE = 2_000_000_000  # one uid per worker slot, far from real accounts
 
 
@@ -58,41 +57,7 @@ def snippet_uid(slot: int) -> int:
 
 
 def _interpreter_dirs(python: str, zygote: str) -> list[str]:
-    """Directories the sandboxed worker must read: the interpreter's prefixes, stdlib, site-packages, zygote.py."""
-    exe_dir = os.path.dirname(os.path.abspath(python))  # as called (a venv's bin), and where it points to
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, exe_dir, os.path.dirname(os.path.realpath(python))}
-    if os.path.isfile(os.path.join(exe_dir, "..", "pyvenv.cfg")):  # a venv: its site-packages and pyvenv.cfg
-        paths.add(os.path.dirname(exe_dir))
-    paths |= {p for p in sysconfig.get_paths().values() if p}
-    paths |= {p for p in sys.path if p and os.path.isdir(p)}
-    paths.add(os.path.dirname(os.path.realpath(zygote)))
-    return sorted(os.path.realpath(p) for p in paths if os.path.exists(p))
-
-
-def _hidden_homes() -> list[str]:
-    homes = {"/root", os.path.expanduser("~")}
-    return sorted(h for h in homes if h not in ("/", "") and os.path.isdir(h))
-
-
-def _bind_back(hidden: str, needed: list[str]) -> list[str]:
-    """bwrap args that make the needed directories under a hidden (tmpfs-covered) one visible again, read-only.
-
-    A checkout or virtualenv under /tmp or a home directory (CI clones often live there) must stay importable.
-    """
-    cmd: list[str] = []
-    inside = [d for d in needed if d.startswith(hidden.rstrip("/") + "/")]
-    made: set[str] = set()
-    for d in inside:
-        if any(d.startswith(o + "/") for o in inside if o != d):
-            continue  # already visible through a bound ancestor
-        parts = d[len(hidden.rstrip("/")) + 1 :].split("/")
-        for i in range(1, len(parts)):  # bwrap would create these 0700: unreadable for the snippet's uid
-            anc = "/".join([hidden.rstrip("/"), *parts[:i]])
-            if anc not in made:
-                made.add(anc)
-                cmd += ["--perms", "0755", "--dir", anc]
-        cmd += ["--ro-bind", d, d]
-    return cmd
+    return interpreter_dirs(python, os.path.dirname(os.path.abspath(zygote)))
 
 
 def bwrap_prefix(python: str, zygote: str, tmp_bytes: int) -> list[str]:
@@ -101,14 +66,13 @@ def bwrap_prefix(python: str, zygote: str, tmp_bytes: int) -> list[str]:
         raise SandboxUnavailable(
             "isolation 'bwrap' requested but bwrap is not installed (apt install bubblewrap)"
         )
-    cmd = [binary, "--ro-bind", "/", "/"]
-    needed = _interpreter_dirs(python, zygote)
-    for home in _hidden_homes():  # tokens and keys usually live here; hide them, bind the interpreter back
-        cmd += ["--tmpfs", home, *_bind_back(home, needed)]
-    cmd += ["--size", str(tmp_bytes), "--tmpfs", "/tmp", *_bind_back("/tmp", needed)]
+    # an empty root: only the system's programs and libraries, the interpreter and the worker (mounts.py)
+    cmd = [binary, *system_mounts(), "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
+    cmd += bind_dirs(_interpreter_dirs(python, zygote))
     cmd += ["--proc", "/proc", "--dev", "/dev"]
     # a private writable /dev/shm (POSIX semaphores: multiprocessing's locks and Pool), wiped after each run
     cmd += ["--perms", "01777", "--size", str(tmp_bytes), "--tmpfs", "/dev/shm"]
+    cmd += ["--remount-ro", "/"]
     cmd += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     cmd += ["--die-with-parent", "--new-session", "--as-pid-1", "--clearenv", "--chdir", "/tmp"]
     for k, v in ENV.items():
@@ -157,7 +121,7 @@ def none_prefix() -> list[str]:
 def worker_command(config: SandboxConfig, python: str, zygote_cfg: str) -> list[str]:
     """The argv that starts one warm worker (zygote.py) inside the configured isolation."""
     tmp_bytes = max(64 * 2**20, 4 * config.max_file_bytes)
-    zygote = str(Path(__file__).with_name("zygote.py"))
+    zygote = str(ZYGOTE)
     prefix = {
         "bwrap": lambda: bwrap_prefix(python, zygote, tmp_bytes),
         "unshare": lambda: unshare_prefix(python, zygote, tmp_bytes),

@@ -1,6 +1,6 @@
 """Run model-written Python in a pool of warm workers, each inside its own isolation boundary.
 
-A worker is `zygote.py`, started once per slot inside bubblewrap (default), `unshare`, or nothing, with some
+A worker is `worker/zygote.py`, started once per slot inside bubblewrap (default), `unshare`, or nothing, with some
 modules imported; it forks once per snippet, so a short run costs a fork instead of an interpreter start.
 Host and worker talk over a pipe with a fixed binary header. A worker is replaced after any run that ended in a
 kill (timeout, output flood, memory) or crashed it, and after `max_runs_per_worker` runs.
@@ -18,10 +18,11 @@ What a run gets with `isolation: bwrap` (each property has an adversarial test i
   - its own pid namespace (the worker is its init): children, daemons and setsid() escapes are SIGKILLed when
     the run ends, and /proc shows no host process, so other processes' environments are out of reach;
   - its own network namespace with nothing in it: no network, not even the host's loopback services;
-  - the host filesystem read-only, a fresh tmpfs /tmp and a writable private /dev/shm (multiprocessing's locks
-    and Pool work), both wiped after each run, root's home hidden (interpreter directories bound back), and a
-    fresh empty working directory (also HOME and TMPDIR) holding the request's `files`, deleted after the run
-    (`fetch_files` are read back first, never through a symlink leading out of it);
+  - of the host's files only /usr, the interpreter's directories, the worker's code and a few /etc files, all
+    read-only (mounts.py: no /work, /home, /var, /etc/passwd); a fresh tmpfs /tmp and a writable private
+    /dev/shm (multiprocessing's locks and Pool work), both wiped after each run, and a fresh empty working
+    directory (also HOME and TMPDIR) holding the request's `files`, deleted after the run (`fetch_files` are
+    read back first, never through a symlink leading out of it);
   - a seccomp filter (seccomp.py; loaded by the zygote, inherited by each fork): ptrace, mount, kexec, bpf, perf_event_open, keyctl,
     unshare/setns/clone with namespace flags (new user namespaces above all), raw and packet sockets, io_uring,
     module loading and other calls no snippet needs fail with EPERM;
@@ -73,9 +74,9 @@ import warnings
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from tirl.sandbox import zygote as proto
 from tirl.sandbox.config import SandboxConfig
 from tirl.sandbox.isolation import (
+    ZYGOTE,
     SandboxUnavailable,
     WorkerCgroup,
     cgroup_support,
@@ -86,6 +87,7 @@ from tirl.sandbox.isolation import (
 from tirl.sandbox.routing import heavy_import_pattern, needs_heavy
 from tirl.sandbox.seccomp import compile_filter
 from tirl.sandbox.types import ExecResult, batch_stdins
+from tirl.sandbox.worker import wire as proto
 
 __all__ = ["LocalSandbox", "SandboxConfig", "SandboxOverloaded", "SandboxUnavailable"]
 
@@ -182,7 +184,7 @@ class _Worker:
         head = proto.REQ.pack(len(code), stdin_len, timeout, memory_mb, cpu_s, len(extra))
         msg = head + code + (stdin or b"") + extra
         try:
-            proto._write_all(self.fd_in, msg)
+            proto.write_all(self.fd_in, msg)
         except (BrokenPipeError, OSError) as e:
             raise WorkerDied(f"worker gone: {e}") from None
         deadline = time.monotonic() + timeout + _GRACE_S + 1.0  # the worker drains for up to 0.5 s
@@ -262,7 +264,7 @@ class LocalSandbox:
             "uid": snippet_uid(slot) if cfg.isolation == "bwrap" else -1,
             "pidns": cfg.isolation != "none",
             "private_tmp": cfg.isolation != "none",  # /tmp and /dev/shm are the worker's own tmpfs
-            "keep_tmp": kept_tmp_entries(self._python, proto.__file__),  # a checkout under /tmp, bound back
+            "keep_tmp": [],  # set below (it can fail: a vanished interpreter)
             "preload": list(tier.preload),
             "seccomp_bpf": self._seccomp_bpf.hex(),
             "memory_mb": cfg.memory_mb,
@@ -273,6 +275,8 @@ class LocalSandbox:
         }
         cgroup = None
         try:
+            # a checkout under /tmp, bound back; OSError when the interpreter cannot be asked
+            zcfg["keep_tmp"] = kept_tmp_entries(self._python, str(ZYGOTE))
             argv = worker_command(cfg, self._python, json.dumps(zcfg))
             if self._use_cgroups:
                 cgroup = WorkerCgroup(

@@ -7,24 +7,31 @@ GET  /metrics   Prometheus text: runs by status, run latency histogram, queue de
 
 Overload never hangs a client: beyond `workers + queue` runs in flight the server answers 429 at once, and a
 request body over the size limit gets 413 (unread when Content-Length says so, else as soon as it passes the
-limit). Every run that does not end `ok` is logged (logger `tirl.sandbox`, one line: status and reason). No
-authentication: bind it to a private interface.
+limit). Every run that does not end `ok` is logged (logger `tirl.sandbox`, one line: status and reason).
+
+The server's `sandbox.timeout_s` and `sandbox.memory_mb` are ceilings: a request's `run_timeout` and
+`memory_limit_MB` can lower them, never raise them (a larger value is clamped, not refused, as SandboxFusion
+clients send fixed values); a request without them gets the server's. The limits a run got come back in the
+reply's `tirl.limits`. With a token (auth.py) every route needs `Authorization: Bearer <token>`.
 """
 
 # No `from __future__ import annotations`: FastAPI must see the request model class defined in create_app.
 
+import errno
 import logging
+import socket
 import time
 from typing import Any
 
+from tirl.errors import TirlError
+from tirl.sandbox.auth import BearerAuth
+from tirl.sandbox.config import SandboxConfig
 from tirl.sandbox.fusion import to_response
 from tirl.sandbox.local import LocalSandbox, SandboxOverloaded, file_request
 from tirl.sandbox.types import ExecResult
 
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 STATUSES = ("ok", "runtime_error", "timeout", "memory_exceeded", "output_truncated", "sandbox_error")
-MAX_RUN_TIMEOUT_S = 86400.0  # LocalSandbox's own bound; SandboxFusion sets none
-MAX_MEMORY_MB = 2**20  # larger requests are clamped to this (1 TiB: no limit in practice)
 TIERS = ("light", "heavy")
 log = logging.getLogger("tirl.sandbox")
 
@@ -51,7 +58,7 @@ class Metrics:
         self.buckets = [0] * len(LATENCY_BUCKETS)
         self.latency_sum = 0.0
         self.latency_count = 0
-        self.rejected = {"overloaded": 0, "too_large": 0, "bad_request": 0}
+        self.rejected = {"overloaded": 0, "too_large": 0, "bad_request": 0, "unauthorized": 0}
 
     def observe(self, status: str, seconds: float) -> None:
         self.runs[status] += 1
@@ -146,11 +153,18 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-def create_app(sandbox: LocalSandbox, *, max_body_bytes: int = 4 * 2**20, max_queue: int = 256) -> Any:
-    """The FastAPI app serving `sandbox`; at most workers + max_queue requests are admitted at once."""
-    import anyio
-    from fastapi import FastAPI, HTTPException
-    from fastapi.responses import PlainTextResponse
+def ceilings(timeout_s: float | None, memory_mb: int, config: SandboxConfig) -> tuple[float, int]:
+    """The limits one request runs under: what it asks for, at most the server's (none asked: the server's).
+
+    SandboxFusion reads `memory_limit_MB` <= 0 as "no limit"; here that is the server's own limit.
+    """
+    timeout = config.timeout_s if timeout_s is None else min(timeout_s, config.timeout_s)
+    memory = config.memory_mb if memory_mb <= 0 else min(memory_mb, config.memory_mb)
+    return timeout, memory
+
+
+def _request_model() -> type:
+    """SandboxFusion's RunCodeRequest (Python's fields), built when the server starts (pydantic is imported lazily)."""
     from pydantic import BaseModel, ConfigDict, Field
 
     class RunCodeRequest(BaseModel):
@@ -158,81 +172,150 @@ def create_app(sandbox: LocalSandbox, *, max_body_bytes: int = 4 * 2**20, max_qu
         code: str
         language: str = "python"
         compile_timeout: float = 10.0  # accepted and unused: Python has no compile step (as in SandboxFusion)
-        run_timeout: float = Field(default=10.0, gt=0, le=MAX_RUN_TIMEOUT_S)
+        run_timeout: float | None = Field(default=None, gt=0)  # None: the server's sandbox.timeout_s
         memory_limit_MB: int = -1  # <= 0: the server's sandbox.memory_mb (SandboxFusion: no limit)
         stdin: str | None = None
         files: dict[str, str | None] = Field(default_factory=dict)
         fetch_files: list[str] = Field(default_factory=list)
 
-    metrics = Metrics()
-    capacity = sandbox.workers + max_queue
-    limiter = anyio.CapacityLimiter(capacity)
-    state = {"inflight": 0}
-    app = FastAPI(title="tirl sandbox", version="1")
+    return RunCodeRequest
 
-    def bad(msg: str) -> HTTPException:
-        metrics.rejected["bad_request"] += 1
-        return HTTPException(status_code=400, detail=msg)
+
+def create_app(
+    sandbox: LocalSandbox,
+    *,
+    max_body_bytes: int = 4 * 2**20,
+    max_queue: int = 256,
+    auth_token: str | None = None,
+) -> Any:
+    """The FastAPI app serving `sandbox`; at most workers + max_queue requests are admitted at once.
+
+    `auth_token`: when set, every request must carry it as a bearer token (else 401).
+    """
+    from fastapi import FastAPI, HTTPException
+    from fastapi.responses import PlainTextResponse
+
+    RunCodeRequest = _request_model()
+    metrics = Metrics()
+    runner = _Runner(sandbox, metrics, max_queue)
+    app = FastAPI(title="tirl sandbox", version="1")
 
     @app.post("/run_code")
     async def run_code(req: RunCodeRequest) -> dict:
         if req.language.lower() not in ("python", "python3"):
-            raise bad(f"language {req.language!r} is not supported by tirl's sandbox: only 'python'")
+            metrics.rejected["bad_request"] += 1
+            raise HTTPException(
+                400, f"language {req.language!r} is not supported by tirl's sandbox: only 'python'"
+            )
         files = {
             k: v for k, v in req.files.items() if "IGNORE_THIS_FILE" not in k
         }  # SandboxFusion skips these
         try:
             file_request(files, req.fetch_files)
         except ValueError as e:
-            raise bad(str(e)) from None
-        if state["inflight"] >= capacity:
-            metrics.rejected["overloaded"] += 1
-            raise HTTPException(429, f"overloaded: {capacity} runs in flight", headers={"Retry-After": "1"})
-        state["inflight"] += 1
+            metrics.rejected["bad_request"] += 1
+            raise HTTPException(400, str(e)) from None
+        timeout, memory = ceilings(req.run_timeout, req.memory_limit_MB, sandbox.config)
+        result = await runner.run(req.code, req.stdin, timeout, memory, files, req.fetch_files)
+        reply = to_response(result)
+        reply["tirl"]["limits"] = {"run_timeout": timeout, "memory_limit_MB": memory}
+        return reply
+
+    @app.get("/health")
+    async def health() -> dict:
+        return {"status": "ok", "inflight": runner.inflight, **sandbox.stats()}
+
+    @app.get("/metrics", response_class=PlainTextResponse)
+    async def prometheus() -> str:
+        return metrics.render(sandbox.stats(), runner.inflight)
+
+    guarded = BodyLimit(app, max_body_bytes, metrics)
+    if auth_token is None:
+        return guarded
+
+    def unauthorized() -> None:
+        metrics.rejected["unauthorized"] += 1
+
+    return BearerAuth(guarded, auth_token, on_reject=unauthorized)
+
+
+class _Runner:
+    """Admission (429 beyond workers + queue) and the run itself on a worker thread, with metrics and the log line."""
+
+    def __init__(self, sandbox: LocalSandbox, metrics: Metrics, max_queue: int) -> None:
+        import anyio
+
+        self.sandbox, self.metrics = sandbox, metrics
+        self.capacity = sandbox.workers + max_queue
+        self.limiter = anyio.CapacityLimiter(self.capacity)
+        self.inflight = 0
+
+    async def run(
+        self, code: str, stdin: str | None, timeout: float, memory: int, files: dict, fetch: list[str]
+    ) -> ExecResult:
+        import anyio
+        from fastapi import HTTPException
+
+        if self.inflight >= self.capacity:
+            self.metrics.rejected["overloaded"] += 1
+            raise HTTPException(
+                429, f"overloaded: {self.capacity} runs in flight", headers={"Retry-After": "1"}
+            )
+        self.inflight += 1
         t0 = time.monotonic()
         try:
-            memory = None if req.memory_limit_MB <= 0 else min(req.memory_limit_MB, MAX_MEMORY_MB)
             result = await anyio.to_thread.run_sync(
-                lambda: sandbox.run(
-                    req.code,
-                    stdin=req.stdin,
-                    timeout_s=req.run_timeout,
-                    memory_mb=memory,
-                    files=files,
-                    fetch_files=req.fetch_files,
+                lambda: self.sandbox.run(
+                    code, stdin=stdin, timeout_s=timeout, memory_mb=memory, files=files, fetch_files=fetch
                 ),
-                limiter=limiter,
+                limiter=self.limiter,
             )
         except SandboxOverloaded as e:
-            metrics.rejected["overloaded"] += 1
+            self.metrics.rejected["overloaded"] += 1
             raise HTTPException(429, f"overloaded: {e}", headers={"Retry-After": "1"}) from None
         except RuntimeError as e:  # the pool is closed: shutting down
             raise HTTPException(503, f"sandbox unavailable: {e}") from None
         finally:
-            state["inflight"] -= 1
-        metrics.observe(result.status, time.monotonic() - t0)
+            self.inflight -= 1
+        self.metrics.observe(result.status, time.monotonic() - t0)
         if result.status != "ok":
-            log.warning(
-                "run failed: status=%s reason=%s wall=%.3fs",
-                result.status,
-                failure_reason(result, req.run_timeout),
-                result.wall_time,
-            )
-        return to_response(result)
-
-    @app.get("/health")
-    async def health() -> dict:
-        return {"status": "ok", "inflight": state["inflight"], **sandbox.stats()}
-
-    @app.get("/metrics", response_class=PlainTextResponse)
-    async def prometheus() -> str:
-        return metrics.render(sandbox.stats(), state["inflight"])
-
-    return BodyLimit(app, max_body_bytes, metrics)
+            reason = failure_reason(result, timeout)
+            log.warning("run failed: status=%s reason=%s wall=%.3fs", result.status, reason, result.wall_time)
+        return result
 
 
-def serve(sandbox: LocalSandbox, *, host: str, port: int, max_body_bytes: int, max_queue: int) -> None:
-    """Run uvicorn in the foreground until interrupted; the pool is closed by the caller."""
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before anything says "serving"; a taken port is a one-line error."""
+    try:
+        family, kind, proto, _, addr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as e:
+        raise TirlError(f"--host {host!r} does not resolve to an address to bind: {e}") from None
+    sock = socket.socket(family, kind, proto)
+    # SO_REUSEADDR as uvicorn sets it: a port in TIME_WAIT is reusable, one with a live listener still is not
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(addr)
+        sock.listen(2048)
+    except OSError as e:
+        sock.close()
+        what = "address already in use" if e.errno == errno.EADDRINUSE else (e.strerror or str(e))
+        raise TirlError(
+            f"cannot listen on {host}:{port}: {what}; pick another --port, or stop the process using it"
+        ) from None
+    return sock
+
+
+def serve(
+    sandbox: LocalSandbox,
+    sock: socket.socket,
+    *,
+    max_body_bytes: int,
+    max_queue: int,
+    auth_token: str | None = None,
+) -> None:
+    """Run uvicorn on the bound `sock` in the foreground until interrupted; the pool is closed by the caller."""
     import uvicorn
 
     if not log.handlers:  # the failed-run lines go to stderr next to uvicorn's own warnings
@@ -240,5 +323,6 @@ def serve(sandbox: LocalSandbox, *, host: str, port: int, max_body_bytes: int, m
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
-    app = create_app(sandbox, max_body_bytes=max_body_bytes, max_queue=max_queue)
-    uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False, timeout_keep_alive=30)
+    app = create_app(sandbox, max_body_bytes=max_body_bytes, max_queue=max_queue, auth_token=auth_token)
+    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=30)
+    uvicorn.Server(config).run(sockets=[sock])

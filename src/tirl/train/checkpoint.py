@@ -3,11 +3,16 @@
 A checkpoint `checkpoint-<step>/` is a Hugging Face model directory (weights, config, tokenizer; for LoRA the
 adapter and `base_model.json`, see `tirl.models.lora`) plus
 `trainer_state.pt` (optimizer, scheduler, counters, data order, every random generator, what the trainer needs
-next) and `manifest.json`, written last, listing every file with its size. The directory is staged and renamed in
-one step (`tirl.io.atomic_dir`), so a crash leaves either the whole checkpoint or none; the manifest also catches
-files damaged later (truncated, deleted), and loading names the bad file.
+next) and `manifest.json`, written last, listing every file with its size and hash, and the run's stage and
+settings (`tirl.train.manifest`). The directory is staged and renamed in one step (`tirl.io.atomic_dir`), so a
+crash or a full disk leaves either the whole checkpoint or none; the manifest catches files damaged later
+(truncated, deleted, overwritten) and a resume with other settings, and loading names the bad file or setting.
 
 Rotation (`keep_last`) deletes the oldest complete checkpoints, never the newest complete one.
+
+Both trainers are checkpointed through one contract, `Resumable`: `save_trainer` writes what a trainer exposes
+(weights, optimizer, its `state_dict()`, every global generator) and `restore_trainer` puts all of it back, so a
+resumed run continues bit for bit. Stages only say when and from where.
 
 A run sharded over several processes (FSDP) writes the same directory with the weights and the optimizer as
 `torch.distributed.checkpoint` (DCP) shards under `dcp/` instead of safetensors and `trainer_state.pt`'s optimizer,
@@ -20,31 +25,82 @@ run is a plain Hugging Face directory (`tirl.train.fsdp.save_full_model`).
 
 from __future__ import annotations
 
-import json
 import random
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from tirl.errors import TirlError
 from tirl.io import atomic_dir
 from tirl.models import lora
-from tirl.train import dist
+from tirl.train import dist, manifest
 from tirl.train.fsdp import full_state_dict, is_sharded, tied_aliases
+from tirl.train.manifest import MANIFEST, CheckpointError, RunIdentity
 
-MANIFEST = "manifest.json"
 STATE = "trainer_state.pt"
 DCP_DIR = "dcp"  # sharded weights and optimizer of a multi-process run
-PER_RANK = ("rng", "generator")  # trainer-state entries every rank has its own of
+PER_RANK = ("rng", "generator")  # each rank's own entries, unless a trainer names them (`rank_state`)
+RANK_KEYS = "rank_keys"  # a sharded checkpoint's record of which entries those were
 _NAME = re.compile(r"^checkpoint-(\d+)$")
 
 
-class CheckpointError(TirlError):
-    """A checkpoint is missing, incomplete or damaged; the message names the file."""
+class Resumable(Protocol):
+    """What a trainer exposes so that a checkpoint can stop it and a later run continue it exactly.
+
+    `state_dict()` is everything its next step depends on besides the weights, the optimizer and the global
+    generators (the checkpoint takes those itself): the step, the scheduler, the data order and position, the
+    trainer's own generators and counters. A trainer that gains state (a batch still in flight, say) adds entries
+    to it and reads them back in `load_state_dict`; entries every rank has its own of are named in `rank_state`.
+    `load_state_dict` runs after the weights and the optimizer are restored, before the global generators are.
+    """
+
+    @property
+    def model(self) -> torch.nn.Module: ...
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer: ...
+
+    rank_state: tuple[str, ...]
+    identity: (
+        RunIdentity | None
+    )  # the stage and settings its checkpoints record (set by the stage that runs it)
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+def save_trainer(trainer: Resumable, out_dir: str | Path, *, tokenizer: Any, keep_last: int) -> Path:
+    """`out_dir`/checkpoint-<step> of `trainer`, then `rotate(out_dir, keep_last)`. Collective when sharded."""
+    state = trainer.state_dict()
+    path = save(
+        Path(out_dir) / f"checkpoint-{state['step']}",
+        model=trainer.model,
+        tokenizer=tokenizer,
+        state=state,
+        optimizer=trainer.optimizer,
+        per_rank=("rng", *trainer.rank_state),
+        identity=trainer.identity,
+    )
+    rotate(out_dir, keep_last)
+    return path
+
+
+def restore_trainer(
+    trainer: Resumable, path: str | Path, state: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Put `trainer` back where the checkpoint at `path` left it: weights, optimizer, its own state, then every
+    global generator (last, so nothing draws from them before the next step). `state`: the checkpoint's
+    `load_state`, when the caller has already read it. Returns that state."""
+    state = load_state(path) if state is None else state
+    load_weights(trainer.model, path)
+    load_optimizer(trainer.model, trainer.optimizer, state)
+    trainer.load_state_dict(state)
+    set_rng_state(state["rng"])
+    return state
 
 
 def rng_state() -> dict[str, Any]:
@@ -70,20 +126,31 @@ def save(
     tokenizer: Any,
     state: dict[str, Any],
     optimizer: torch.optim.Optimizer | None = None,
+    per_rank: tuple[str, ...] = PER_RANK,
+    identity: RunIdentity | None = None,
 ) -> Path:
-    """Write a complete checkpoint at `path` atomically; `state` is the trainer's (see module docstring).
+    """Write a complete checkpoint at `path` atomically; `state` is the trainer's (see module docstring), `identity`
+    the stage and settings a resume must match (`tirl.train.manifest`).
 
-    A sharded `model` is saved with its `optimizer` as DCP shards by every rank together (collective)."""
-    if is_sharded(model):
-        if optimizer is None:
-            raise ValueError("a sharded model's checkpoint needs its optimizer (saved as DCP shards with it)")
-        return _save_sharded(Path(path), model, tokenizer, state, optimizer)
-    with atomic_dir(path) as stage:
-        lora.save_model(model, stage)  # a LoRA model: its adapter and the record of its base
-        tokenizer.save_pretrained(stage)
-        torch.save({**state, "rng": rng_state()}, stage / STATE)
-        _write_manifest(stage)
-    return Path(path)
+    A sharded `model` is saved with its `optimizer` as DCP shards by every rank together (collective), and each
+    rank's own `per_rank` entries of `state` in its `rank-<r>.pt`. Non-finite weights or optimizer state, and OS
+    errors (a full disk), raise `CheckpointError` naming them."""
+    path = Path(path)
+    manifest.check_finite(path, model, optimizer)
+    with manifest.os_errors(path):
+        if is_sharded(model):
+            if optimizer is None:
+                raise ValueError(
+                    "a sharded model's checkpoint needs its optimizer (saved as DCP shards with it)"
+                )
+            return _save_sharded(path, model, tokenizer, state, optimizer, per_rank, identity)
+        own = {} if optimizer is None else {"optimizer": optimizer.state_dict()}
+        with atomic_dir(path) as stage:
+            lora.save_model(model, stage)  # a LoRA model: its adapter and the record of its base
+            tokenizer.save_pretrained(stage)
+            torch.save({**state, **own, "rng": rng_state()}, stage / STATE)
+            manifest.write(stage, identity)
+    return path
 
 
 def _save_sharded(
@@ -92,6 +159,8 @@ def _save_sharded(
     tokenizer: Any,
     state: dict[str, Any],
     optimizer: torch.optim.Optimizer,
+    per_rank: tuple[str, ...],
+    identity: RunIdentity | None,
 ) -> Path:
     """Rank 0 stages the directory and writes what is shared; every rank writes its DCP shards and generators;
     rank 0 writes the manifest and renames the stage once all are in. Every rank returns when it is complete."""
@@ -103,7 +172,7 @@ def _save_sharded(
         model_sd, optim_sd = get_state_dict(model, optimizer, options=_dcp_options(model))
         model_sd = _drop_frozen_aliases(model, model_sd)
         dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=stage / DCP_DIR)
-        own = {"rng": rng_state(), **{k: state[k] for k in PER_RANK if k in state}}
+        own = {"rng": rng_state(), **{k: state[k] for k in per_rank if k in state}}
         torch.save(own, stage / f"rank-{dist.rank()}.pt")
         # a LoRA adapter is also gathered whole, so that the checkpoint is an adapter directory too (tirl eval,
         # tirl export and peft read it as they read a single process's)
@@ -123,8 +192,9 @@ def _save_sharded(
                 model.config.save_pretrained(stage)
             tokenizer.save_pretrained(stage)
             shared = {k: v for k, v in state.items() if k != "optimizer"}
-            torch.save({**shared, "rng": rng_state(), "world_size": dist.world_size()}, stage / STATE)
-            _write_manifest(stage)
+            ranks = {RANK_KEYS: list(per_rank), "world_size": dist.world_size()}
+            torch.save({**shared, "rng": rng_state(), **ranks}, stage / STATE)
+            manifest.write(stage, identity)
     dist.barrier()  # renamed: complete for every rank
     return path
 
@@ -147,52 +217,36 @@ def _drop_frozen_aliases(model: torch.nn.Module, state: dict[str, Any]) -> dict[
     return {k: v for k, v in state.items() if k not in aliases}
 
 
-def _write_manifest(stage: Path) -> None:
-    files = {str(p.relative_to(stage)): p.stat().st_size for p in sorted(stage.rglob("*")) if p.is_file()}
-    (stage / MANIFEST).write_text(json.dumps({"files": files}, indent=1))
-
-
-def verify(path: str | Path) -> None:
+def verify(path: str | Path, *, hashes: bool = True) -> None:
     """Raise `CheckpointError` naming the first missing or damaged file of the checkpoint at `path`."""
-    path = Path(path)
-    manifest = path / MANIFEST
-    if not manifest.is_file():
-        raise CheckpointError(
-            f"checkpoint {path}: no {MANIFEST} (incomplete, or not a tirl training checkpoint)"
-        )
-    try:
-        files = json.loads(manifest.read_text())["files"]
-    except (ValueError, KeyError) as e:
-        raise CheckpointError(f"checkpoint {path}: {MANIFEST} is unreadable ({e})") from None
-    for name, size in files.items():
-        f = path / name
-        if not f.is_file():
-            raise CheckpointError(f"checkpoint {path}: {name} is missing")
-        if f.stat().st_size != size:
-            raise CheckpointError(
-                f"checkpoint {path}: {name} is damaged ({f.stat().st_size} bytes, expected {size})"
-            )
+    manifest.verify(path, hashes=hashes)
 
 
 def is_sharded_checkpoint(path: str | Path) -> bool:
     return (Path(path) / DCP_DIR).is_dir()
 
 
-def load_state(path: str | Path) -> dict[str, Any]:
-    """The trainer state of a verified checkpoint (the weights are read by the caller with `load_weights`).
+def load_state(path: str | Path, expect: RunIdentity | None = None) -> dict[str, Any]:
+    """The trainer state of a verified checkpoint (the weights are read by the caller with `load_weights`); with
+    `expect`, the checkpoint must be that stage's, with those settings (`tirl.train.manifest.check_identity`).
 
-    Of a sharded checkpoint: with this rank's own generators when the saving run had this rank (a rank it did
-    not have keeps rank 0's global generators and its own seeded ones), and `checkpoint_dir` set for
-    `load_optimizer`."""
-    verify(path)
+    Of a sharded checkpoint: with this rank's own entries (generators, `Resumable.rank_state`) when the saving run
+    had this rank (a rank it did not have keeps rank 0's global generators and drops rank 0's other own entries:
+    its trainer keeps what it seeded), and `checkpoint_dir` set for `load_optimizer`."""
+    # rank 0 alone reads every byte to hash it; if it fails, torchrun stops the other ranks
+    written = manifest.verify(path, hashes=dist.is_main())
     state = _load(Path(path) / STATE)
+    if expect is not None:
+        manifest.check_identity(path, written, state, expect)
     if is_sharded_checkpoint(path):
         state["checkpoint_dir"] = str(path)
         own = Path(path) / f"rank-{dist.rank()}.pt"
         if own.is_file():
             state.update(_load(own))
         else:
-            state.pop("generator", None)
+            for key in state.get(RANK_KEYS, PER_RANK):
+                if key != "rng":
+                    state.pop(key, None)
     return state
 
 
@@ -316,7 +370,7 @@ def resolve_resume(resume: str | None, out_dir: str | Path) -> Path | None:
     path = Path(resume)
     if not path.is_dir():
         raise CheckpointError(f"--resume {resume}: no such checkpoint directory")
-    verify(path)
+    verify(path, hashes=False)  # load_state checks the hashes
     return path
 
 

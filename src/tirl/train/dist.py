@@ -11,13 +11,15 @@ size is never a config value. gloo serves CPU runs (tested on this machine), ncc
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
 BACKENDS = ("auto", "gloo", "nccl")
+T = TypeVar("T")
 
 
 @dataclass
@@ -96,6 +98,12 @@ def world_size() -> int:
 def is_main() -> bool:
     """Rank 0 logs and writes; every other rank stays quiet."""
     return rank() == 0
+
+
+def rank_share(items: Sequence[T]) -> list[T]:
+    """This rank's share of `items`, the one way work is split over ranks: every world-th item from this rank's
+    index on (shares differ by one item at most; all of `items` in one process)."""
+    return list(items[rank() :: world_size()])
 
 
 def rank_seed(seed: int) -> int:

@@ -11,7 +11,11 @@ Every forward and backward of a sharded model is a collective: all ranks must ru
 Two consequences handled here:
 - Generation (rollouts) runs a different number of decode steps on every rank, so `gathered` all-gathers the
   whole model once and keeps it unsharded while the engine samples; no collective runs until it reshards.
-- A rank with fewer micro-batches (or none) runs `idle_pass`es, which touch every parameter with zero gradient.
+- A rank with fewer micro-batches (or none) runs idle passes, which touch every parameter with zero gradient:
+  `MicroBatchPasses`, the one micro-batch loop of both trainers, adds them.
+
+Everything that depends on whether a model is sharded is decided here or in `tirl.train.checkpoint`: trainers call
+`shard`, `gathered`, `MicroBatchPasses` and `save_model` alike in one process and under torchrun.
 
 Not here: mixed-precision policies and CPU offload (`MixedPrecisionPolicy`, `CPUOffloadPolicy`) -- the CPU tests
 cannot check them -- and tensor/sequence parallelism.
@@ -21,12 +25,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch.distributed.fsdp import FSDPModule
 
 from tirl.train import dist
+from tirl.train.batch import TokenBatch, micro_batches, slice_rows
 
 
 def fsdp_modules(model: torch.nn.Module) -> list[FSDPModule]:
@@ -35,6 +41,13 @@ def fsdp_modules(model: torch.nn.Module) -> list[FSDPModule]:
 
 def is_sharded(model: torch.nn.Module) -> bool:
     return isinstance(model, FSDPModule)
+
+
+def shard(model: torch.nn.Module, *, reshard_after_forward: bool = True) -> torch.nn.Module:
+    """Under torchrun, `shard_model` over the ranks; in one process the model itself, untouched."""
+    if dist.is_distributed():
+        shard_model(model, reshard_after_forward=reshard_after_forward)
+    return model
 
 
 def shard_model(model: torch.nn.Module, *, reshard_after_forward: bool = True) -> torch.nn.Module:
@@ -97,6 +110,39 @@ def idle_pass(model: torch.nn.Module, device: torch.device | str) -> None:
     (out.logits.float().sum() * 0.0).backward()
 
 
+class MicroBatchPasses:
+    """The forward/backward passes of one batch on this rank: iterating yields (rows, micro-batch) for each
+    micro-batch (`tirl.train.batch.micro_batches`) and runs the idle passes a sharded model needs in between.
+
+    `batch` None: this rank has no rows of this batch. For a sharded model every rank runs as many passes as the
+    busiest one (they are collectives), and a micro-batch without a trained token becomes an idle pass too; in one
+    process the micro-batches are exactly `micro_batches`'. `len()` counts the passes, idle ones included.
+    """
+
+    def __init__(
+        self, model: torch.nn.Module, batch: TokenBatch | None, *, max_seqs: int = 0, max_tokens: int = 0
+    ) -> None:
+        self.model, self.batch = model, batch
+        self.parts: list[list[int] | None] = []
+        if batch is not None:
+            lengths = batch.attention_mask.sum(dim=-1).tolist()
+            self.parts = list(micro_batches(lengths, max_seqs=max_seqs, max_tokens=max_tokens))
+        self.sharded = is_sharded(model)
+        if self.sharded:
+            self.parts += [None] * (dist.all_reduce_max(len(self.parts)) - len(self.parts))
+
+    def __len__(self) -> int:
+        return len(self.parts)
+
+    def __iter__(self) -> Iterator[tuple[list[int], TokenBatch]]:
+        for rows in self.parts:
+            micro = None if rows is None else slice_rows(self.batch, rows)
+            if micro is None or (self.sharded and not bool((micro.loss_mask[:, 1:] > 0).any())):
+                idle_pass(self.model, next(self.model.parameters()).device)  # the collectives must run
+                continue
+            yield rows, micro
+
+
 def full_state_dict(model: torch.nn.Module, *, trainable_only: bool = False) -> dict[str, torch.Tensor]:
     """The whole model's weights on rank 0, in CPU memory ({} on the other ranks). Collective.
 
@@ -118,6 +164,19 @@ def tied_aliases(model: torch.nn.Module) -> set[str]:
             out.add(name)
         seen.add(id(p))
     return out
+
+
+def save_model(
+    model: torch.nn.Module, tokenizer: Any, path: str | Path, *, extra: dict | None = None
+) -> Path:
+    """The trained model as a plain Hugging Face directory (a LoRA model: its adapter and base record), whole or
+    sharded alike: a sharded one is gathered to rank 0 (`save_full_model`, collective: every rank calls)."""
+    if is_sharded(model):
+        save_full_model(model, tokenizer, path, extra=extra)
+        return Path(path)
+    from tirl.models.loading import save_checkpoint
+
+    return save_checkpoint(model, tokenizer, path, extra=extra)
 
 
 def save_full_model(model: torch.nn.Module, tokenizer: Any, path: Any, *, extra: dict | None = None) -> None:

@@ -4,8 +4,9 @@ With `loss_mask`, only the positions that are trained are computed, through the 
 `chunk_tokens` rows: the decoder's hidden states (B, T, H) are kept, but float32 logits exist for one chunk of
 (chunk_tokens, V) at a time instead of the whole (B, T, V). For a 152k-token vocabulary and 16k-token responses the
 full tensor alone would be ~10 GB per sequence. Models whose logits are not simply `lm_head(hidden)` (soft-capped
-or scaled logits) and FSDP-sharded models take the plain forward pass instead, so the numbers never depend on the
-path (under FSDP, bound the (B, T, V) logits with micro_batch_tokens).
+or scaled logits) and models whose own forward runs hooks (an FSDP-sharded model gathers its root's weights in
+one) take the plain forward pass instead, so the numbers never depend on the path (under FSDP, bound the
+(B, T, V) logits with micro_batch_tokens).
 
 With `autocast` (e.g. torch.bfloat16, `model.autocast`), the decoder and the LM head run under `torch.autocast`
 on the model's device type, while log-softmax and entropy are always computed in float32 on each chunk's logits:
@@ -17,7 +18,6 @@ from __future__ import annotations
 import contextlib
 
 import torch
-from torch.distributed.fsdp import FSDPModule
 
 from tirl.algorithms import entropy_from_logits
 
@@ -26,9 +26,7 @@ DEFAULT_CHUNK_TOKENS = 1024
 
 def _head_split(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Module] | None:
     """(decoder, lm_head) when logits are exactly lm_head(decoder(...).last_hidden_state), else None."""
-    if isinstance(
-        model, FSDPModule
-    ):  # FSDP2 gathers the root's weights (embeddings, head) in its own forward only
+    if model._forward_pre_hooks or model._forward_hooks:  # calling decoder and head directly would skip them
         return None
     cfg = getattr(model, "config", None)
     if cfg is None or getattr(cfg, "final_logit_softcapping", None) or getattr(cfg, "logits_scaling", None):

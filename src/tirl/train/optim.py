@@ -14,6 +14,7 @@ from typing import Literal
 
 import torch
 
+from tirl.config import check_range
 from tirl.errors import TirlError
 
 
@@ -32,12 +33,14 @@ class OptimConfig:
     max_skipped_in_row: int = 3  # non-finite updates skipped in a row before the run stops with an error
 
     def __post_init__(self) -> None:
-        if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if not 0 <= self.warmup_ratio < 1:
-            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise ValueError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}")
+        check_range("lr", self.lr, 0, low_open=True)
+        check_range("warmup_ratio", self.warmup_ratio, 0, 1, high_open=True)
+        check_range("min_lr_ratio", self.min_lr_ratio, 0, 1)
+        check_range("weight_decay", self.weight_decay, 0)
+        check_range("beta1", self.beta1, 0, 1, high_open=True)
+        check_range("beta2", self.beta2, 0, 1, high_open=True)
+        check_range("eps", self.eps, 0, low_open=True)
+        check_range("grad_clip", self.grad_clip)  # <= 0 disables clipping
         if self.max_skipped_in_row < 1:
             raise ValueError(f"max_skipped_in_row must be >= 1, got {self.max_skipped_in_row}")
 

@@ -4,7 +4,7 @@ One step: sample prompts, roll each out `n` times through the agent loop, score 
 advantages, recompute old log-probs with the policy, then take mini-batch policy-gradient steps.
 
 How this departs from textbook GRPO (the reference recipe's choices unless noted):
-1. Token-level loss (`token-mean`): every trained token in a mini-batch weighs the same (the "T").
+1. Token-level loss (`token-mean`): every trained token in a mini-batch weighs the same (the "T"; verl's: token_mean).
 2. Clip-higher: asymmetric ratio clip 1-0.2 / 1+0.28 (the "C"), plus dual-clip (c = 10) for negative advantages.
 3. Overlong reward shaping (DAPO): a soft penalty as the response nears the budget (the "R").
 4. No KL penalty and no reference model by default; `kl_coef > 0` turns on a k1/k3 penalty in the loss.
@@ -19,9 +19,10 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
    untouched) and counted in `loss/skipped_updates`; `optim.max_skipped_in_row` in a row stop the run.
 10. Groups of one (`n = 1`) are refused: every group-relative estimator gives them zero advantage (verl's GRPO
    instead passes the raw reward through, an unbaselined REINFORCE), so such a run would silently learn nothing.
-11. Under torchrun, each rank takes its slice of the step's prompts and samples all `n` rollouts of each with its
-   own in-process engine (generators seeded from seed and rank): groups stay whole on one rank, so advantages need
-   no communication and no token crosses ranks; only loss normalizers, gradients and metrics are reduced.
+11. Under torchrun, each rank takes its share of the step's prompts (`dist.rank_share`) and samples all `n`
+   rollouts of each with its own in-process engine (generators seeded from seed and rank): groups stay whole on
+   one rank, so advantages need no communication and no token crosses ranks; only loss normalizers, gradients
+   and metrics are reduced.
 """
 
 from __future__ import annotations
@@ -36,16 +37,17 @@ from typing import Any, Literal
 
 import torch
 
-from tirl.algorithms import get_advantage_estimator, get_policy_loss
+from tirl.algorithms import check_advantage, get_advantage_estimator, get_policy_loss
 from tirl.algorithms.rollout_correction import CORRECTIONS, correction_weights, mismatch_metrics
+from tirl.config import check_range
 from tirl.data.records import ProblemRow, problem_rows
 from tirl.logging import MetricsLogger
-from tirl.models.loading import save_checkpoint
 from tirl.progress import progress
 from tirl.rewards.rollouts import rollout_and_score
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentLoop
-from tirl.rollout.modes import check_rl_sampling, is_in_process, resolve_correction
+from tirl.rollout.capabilities import capabilities_of
+from tirl.rollout.factory import rl_refusal
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
 from tirl.train import checkpoint, dist, fsdp
@@ -86,10 +88,12 @@ class RLConfig:
     clip_c: float = 10.0
     loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
     loss_norm_len: int = 0  # the constant of seq-mean-token-sum-norm; 0 = the response budget (agent)
+    token_mean: Literal["exact", "micro"] = "exact"  # micro: verl's per-micro-batch token-mean (update.py)
+    prompt_rewrite: Literal["none", "verl"] = "none"  # verl: the recipe's rl.data rewrite (recipe_prompts.py)
     kl_coef: float = 0.0
     kl_estimator: Literal["k1", "k3"] = "k3"
     entropy_coef: float = 0.0
-    passk_k: int = 4  # k of the pass@k objectives (adv_estimator passk / pkpo)
+    passk_k: int = 4  # k of the estimators that take one (the pass@k objectives passk, pkpo)
     dynamic_sampling: bool = (
         False  # DAPO: drop groups whose rewards are all equal, sample more prompts to refill
     )
@@ -102,12 +106,13 @@ class RLConfig:
     eval_data: list[str] = field(
         default_factory=list
     )  # benchmark files validated during training (eval.n each)
+    eval_at_start: bool = False  # validate before the first step too (verl's val_before_train)
     log_samples: int = 2  # trajectories per step logged as text (JSONL samples file, TensorBoard, wandb)
     save_every: int = 0  # steps between resumable checkpoints (checkpoint-<step>/); 0 = only the final model
     keep_last: int = 0  # complete checkpoints kept, oldest deleted first, never the newest; 0 = all
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-6, weight_decay=0.01, grad_clip=1.0))
-    # engine/trainer log-prob mismatch (tirl.algorithms.rollout_correction): auto = none for the torch engine,
-    # token_tis otherwise (tirl.rollout.modes says why)
+    # engine/trainer log-prob mismatch (tirl.algorithms.rollout_correction): auto = none for an engine that shares
+    # the policy module (the torch engine), token_tis otherwise (tirl.rollout.capabilities says why)
     rollout_correction: Literal["auto", "none", "token_tis", "seq_mis"] = "auto"
     tis_cap: float = 2.0  # token_tis: weights min(pi_old / pi_rollout, cap) (verl's rollout_is_threshold)
     mis_low: float = (
@@ -127,10 +132,12 @@ class RLConfig:
                 f"{self.adv_estimator!r} has no baseline there, so every advantage is 0 and the run learns nothing; "
                 "use rl.n >= 2 (the recipe samples 16 per prompt)"
             )
-        if self.adv_estimator in ("passk", "pkpo") and not 1 <= self.passk_k <= self.n:
+        try:  # the estimator's own check of its hyperparameters against the group size
+            check_advantage(self.adv_estimator, group_size=self.n, k=self.passk_k)
+        except ValueError as e:
             raise ValueError(
-                f"rl.passk_k={self.passk_k} must be in [1, rl.n={self.n}] for {self.adv_estimator!r}"
-            )
+                f"rl.adv_estimator={self.adv_estimator!r} with rl.n={self.n}, rl.passk_k={self.passk_k}: {e}"
+            ) from None
         if self.eval_every < 0 or (self.eval_every and not self.eval_data):
             raise ValueError(
                 f"rl.eval_every={self.eval_every} needs rl.eval_data (a list of benchmark files) and must be >= 0"
@@ -150,11 +157,11 @@ class RLConfig:
             raise ValueError(
                 f"rl.rollout_correction={self.rollout_correction!r}; valid: auto, {', '.join(CORRECTIONS)}"
             )
-        if self.tis_cap <= 0 or not 0.0 <= self.mis_low < self.mis_high:
-            raise ValueError(
-                f"need tis_cap > 0 and 0 <= mis_low < mis_high, got {self.tis_cap}, "
-                f"{self.mis_low}, {self.mis_high}"
-            )
+        check_range("clip_low", self.clip_low, 0, 1, high_open=True)  # at load time, not after a rollout
+        check_range("entropy_coef", self.entropy_coef)
+        for name, low in (("clip_high", 0), ("kl_coef", 0), ("mis_low", 0), ("tis_cap", 0), ("clip_c", 1)):
+            check_range(name, getattr(self, name), low, low_open=name in ("tis_cap", "clip_c"))
+        check_range("mis_high", self.mis_high, self.mis_low, low_open=True, low_name="mis_low")
         if self.loss_norm_len < 0:
             raise ValueError(
                 f"loss_norm_len must be >= 0 (0 = the response budget), got {self.loss_norm_len}"
@@ -162,6 +169,10 @@ class RLConfig:
 
 
 class RLTrainer:
+    """The GRPO-TCR loop; checkpointed and resumed through `tirl.train.checkpoint.Resumable`."""
+
+    rank_state: tuple[str, ...] = ("generator",)  # each rank samples and orders mini-batches with its own
+
     def __init__(
         self,
         policy: torch.nn.Module,
@@ -193,17 +204,15 @@ class RLTrainer:
         )
         self.sampling, self.reward, self.out_dir, self.logger = sampling, reward, Path(out_dir), logger
         self.pad_id = agent.renderer.pad_id
-        check_rl_sampling(agent.engine, sampling)
-        self.correction = resolve_correction(cfg.rollout_correction, agent.engine)
-        self.adv_fn = get_advantage_estimator(cfg.adv_estimator, k=cfg.passk_k)
-        self.loss_fn = get_policy_loss(cfg.policy_loss)
+        self.engine_caps = capabilities_of(agent.engine)
         self.world = dist.world_size()
         check_world(cfg, self.world)
-        if self.world > 1 and not is_in_process(agent.engine):
-            raise ValueError(
-                "under torchrun, RL samples with each rank's in-process engine: use rollout.engine=torch (a "
-                "server engine would need rank 0 to sync the gathered weights, not done yet)"
-            )
+        if why := rl_refusal(self.engine_caps, self.world):
+            raise ValueError(why)
+        self.engine_caps.check_rl_sampling(sampling)
+        self.correction = self.engine_caps.rollout_correction(cfg.rollout_correction)
+        self.adv_fn = get_advantage_estimator(cfg.adv_estimator, k=cfg.passk_k)
+        self.loss_fn = get_policy_loss(cfg.policy_loss)
         self.local_mini = cfg.mini_batch_size // self.world  # trajectories per update on this rank
         # model.autocast's dtype; the KL reference: LoRA's base with the adapter off, else a copy in model.ref_dtype
         self.autocast = autocast
@@ -222,6 +231,7 @@ class RLTrainer:
         self.timers = Timers()
         self.last_trajectories: list[Trajectory] = []
         self.validate: Any = None  # step -> metrics; set by the caller when rl.eval_every is on
+        self.identity: checkpoint.RunIdentity | None = None  # what its checkpoints record; set by the caller
         self.ref_source = ref_source  # where the KL reference (the initial policy) was loaded from
         self.loss_spec = LossSpec(
             self.loss_fn,
@@ -236,20 +246,20 @@ class RLTrainer:
             entropy_coef=cfg.entropy_coef,
             micro_batch_size=cfg.micro_batch_size,
             micro_batch_tokens=cfg.micro_batch_tokens,
+            token_mean=cfg.token_mean,
             autocast=autocast,
         )
 
     def _next_prompts(self) -> list[ProblemRow]:
         """Epoch-wise shuffled prompts: each row is used once before any is reused. Every rank draws the same
-        step's prompts (one order, seeded alike) and keeps its own slice."""
+        step's prompts (one order, seeded alike) and keeps its own share."""
         out = []
         while len(out) < self.cfg.prompts_per_step:
             if not self._order:
                 self._order = list(range(len(self.rows)))
                 self.rng.shuffle(self._order)
             out.append(self.rows[self._order.pop()])
-        k = len(out) // self.world
-        return out[dist.rank() * k : (dist.rank() + 1) * k]
+        return dist.rank_share(out)
 
     @torch.no_grad()
     def _logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
@@ -280,6 +290,7 @@ class RLTrainer:
             reward=self.reward,
             generator=self.gen,
             first_group=first_group,
+            where=f"RL step {self.step_done}",
             timed=self.timers.time,
             sampling_context=lambda: fsdp.gathered(self.policy),
         )
@@ -328,9 +339,9 @@ class RLTrainer:
         # One update per step on the whole batch is exactly on-policy: the old log-probs are the policy's own log-probs
         # of this forward pass (detached), so the separate recomputation is skipped (as verl does).
         on_policy = cfg.ppo_epochs == 1 and self.local_mini >= len(trajs)
-        # The engine's log-probs are the trainer's own only for the in-process torch engine; otherwise the old
-        # log-probs are recomputed even on-policy, to measure the mismatch and correct for it.
-        need_old = not on_policy or not is_in_process(self.agent.engine) or self.correction != "none"
+        # Unless the engine's log-probs are the trainer's own, the old log-probs are recomputed even on-policy, to
+        # measure the mismatch and correct for it.
+        need_old = self.engine_caps.needs_old_logprobs(on_policy=on_policy, correction=self.correction)
         with self.timers.time("update"):
             old_logp = self._logprobs(self.policy, batch) if need_old else None
             mismatch = {} if old_logp is None else self._correct(batch, old_logp, trajs)
@@ -441,18 +452,26 @@ class RLTrainer:
                 bar.advance(1, info=f"reward {m['reward/mean']:+.2f}  acc {m['reward/accuracy']:.2f}")
                 stopping = dist.any_rank(stop.requested)
                 if (cfg.save_every and self.step_done % cfg.save_every == 0) or stopping:
-                    path = self.save_checkpoint()
+                    path = checkpoint.save_trainer(
+                        self, self.out_dir, tokenizer=self.tokenizer, keep_last=cfg.keep_last
+                    )
                     if stopping:
                         raise StopRequested(str(path), self.step_done)
-        self.save(self.out_dir / "model", cfg.steps)
+        fsdp.save_model(self.policy, self.tokenizer, self.out_dir / "model", extra={"step": cfg.steps})
         return history
 
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.policy
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.opt
+
     def state_dict(self) -> dict[str, Any]:
-        """Everything the next step depends on besides the weights and the global generators."""
+        """Everything the next step depends on besides the weights, the optimizer and the global generators."""
         return {
             "step": self.step_done,
-            # a sharded optimizer is saved by the checkpoint itself (DCP), not in this dictionary
-            **({} if fsdp.is_sharded(self.policy) else {"optimizer": self.opt.state_dict()}),
             "scheduler": self.sched.state_dict(),
             "order": list(self._order),
             "order_rng": self.rng.getstate(),
@@ -464,34 +483,20 @@ class RLTrainer:
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        """The restored weights (already in the policy) reach a server engine too: it still serves the weights it
+        started with."""
         if self.ref is not None and state.get("ref_source") != self.ref_source:
             raise CheckpointError(
                 f"the checkpoint's KL reference is {state.get('ref_source')!r} but this run's model.path is "
                 f"{self.ref_source!r}: resume with the model.path the run started from"
             )
         self.step_done = int(state["step"])
-        checkpoint.load_optimizer(self.policy, self.opt, state)
         self.sched.load_state_dict(state["scheduler"])
-        self._order = list(state["order"])
+        self._order = [i for i in state["order"] if i < len(self.rows)]  # fewer rows: a changed data file
         self.rng.setstate(state["order_rng"])
         if "generator" in state:  # absent for a rank the checkpoint's run did not have: it keeps its own seed
             self.gen.set_state(state["generator"])
         self.updates_done = int(state["updates_done"])
         self.skips.in_row, self.skips.total = state["skips"]
-
-    def save_checkpoint(self) -> Path:
-        path = checkpoint.save(
-            self.out_dir / f"checkpoint-{self.step_done}",
-            model=self.policy,
-            tokenizer=self.tokenizer,
-            state=self.state_dict(),
-            optimizer=self.opt,
-        )
-        checkpoint.rotate(self.out_dir, self.cfg.keep_last)
-        return path
-
-    def save(self, path: Path, step: int) -> None:
-        if fsdp.is_sharded(self.policy):  # full weights gathered to rank 0, a plain Hugging Face directory
-            fsdp.save_full_model(self.policy, self.tokenizer, path, extra={"step": step})
-        else:
-            save_checkpoint(self.policy, self.tokenizer, path, extra={"step": step})
+        if self.engine_caps.sync_on_resume:  # a server engine still serves the weights it started with
+            self.agent.engine.sync_weights(self.policy)

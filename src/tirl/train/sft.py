@@ -4,19 +4,22 @@ Each row (`messages` in the OpenAI form, assistant `tool_calls`, `tool` results)
 which sets loss_mask = 1 on assistant content (reasoning, tool-call JSON, closing `<|im_end|>`) and 0 on system,
 user and tool turns, so the model never learns to predict sandbox output. Plain `prompt`/`completion` string rows
 (TRL's format) are accepted too, with the loss on the completion. The loss is the token mean over all trained tokens
-of a batch, as the reference recipe's SFT.
+of a batch; `loss_mean="micro"` takes verl's instead (the mean over micro-batches of each one's token mean).
 
-Under torchrun each batch is dealt out over the ranks (rank r takes every world-th row); the token count that
+Under torchrun each batch is dealt out over the ranks (`tirl.train.dist.rank_share`); the token count that
 normalizes the loss is summed over ranks, so the gradient is the whole batch's.
+
+`SFTTrainer` is the loop; it is checkpointed and resumed through `tirl.train.checkpoint.Resumable`, as the RL
+trainer is. Its data order is a plan of batches rebuilt from the seed, so its position is the step alone.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -24,9 +27,9 @@ from tirl.chat.template import ChatRenderer
 from tirl.logging import MetricsLogger
 from tirl.progress import progress
 from tirl.train import checkpoint, dist
-from tirl.train.batch import TokenBatch, collate, micro_batches, slice_rows
+from tirl.train.batch import TokenBatch, collate
 from tirl.train.dist import all_reduce_sum
-from tirl.train.fsdp import idle_pass, is_sharded
+from tirl.train.fsdp import MicroBatchPasses
 from tirl.train.logprobs import token_logprobs
 from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
 from tirl.train.signals import StopRequested, graceful_stop
@@ -43,11 +46,16 @@ class SFTConfig:
     micro_batch_tokens: int = 0  # padded tokens per forward/backward; 0 = no budget
     save_every: int = 0  # steps between resumable checkpoints (checkpoint-<step>/, `tirl sft` only); 0 = none
     keep_last: int = 0  # complete checkpoints kept, oldest deleted first, never the newest; 0 = all
+    # token: the token mean over the whole batch; micro: verl's SFT loss, the mean over micro-batches of each
+    # micro-batch's own token mean (a token of a short micro-batch weighs more)
+    loss_mean: Literal["token", "micro"] = "token"
     optim: OptimConfig = field(
         default_factory=lambda: OptimConfig(lr=1e-5, beta2=0.95, schedule="cosine", warmup_ratio=0.1)
     )
 
     def __post_init__(self) -> None:
+        if self.loss_mean not in ("token", "micro"):
+            raise ValueError(f"sft.loss_mean must be token or micro, got {self.loss_mean!r}")
         if self.micro_batch_size < 0 or self.micro_batch_tokens < 0:
             raise ValueError(
                 f"micro_batch_size and micro_batch_tokens must be >= 0 (0 = no limit), "
@@ -65,10 +73,12 @@ class SFTConfig:
 
 
 def render_rows(
-    rows: Sequence[dict[str, Any]], renderer: ChatRenderer, *, max_length: int
+    rows: Sequence[dict[str, Any]], renderer: ChatRenderer, *, max_length: int, source: str = ""
 ) -> list[tuple[list[int], list[int]]]:
+    """(ids, loss mask) per row; an error names `source` (the data file) and the row, counted from 1."""
     out = []
-    for i, row in enumerate(rows):
+    for n, row in enumerate(rows, start=1):
+        where = f"{source or 'SFT data'}: row {n}"
         if isinstance(row.get("prompt"), str) and isinstance(row.get("completion"), str):
             prompt, completion = renderer.encode(row["prompt"]), renderer.encode(row["completion"])
             ids, mask = prompt + completion, [0] * len(prompt) + [1] * len(completion)
@@ -76,17 +86,17 @@ def render_rows(
             msgs = row.get("messages")
             if not isinstance(msgs, list) or not msgs:
                 raise ValueError(
-                    f"SFT row {i}: expected a non-empty 'messages' list (or 'prompt' and "
+                    f"{where}: expected a non-empty 'messages' list (or 'prompt' and "
                     f"'completion' strings), got {type(msgs).__name__}"
                 )
             try:
                 ids, mask = renderer.render(msgs, tools=row.get("tools"))
             except (ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"SFT row {i}: {e}") from e
+                raise ValueError(f"{where}: {e}") from e
         if len(ids) > max_length:
-            raise ValueError(f"SFT row {i}: {len(ids)} tokens exceed sft.max_length={max_length}")
+            raise ValueError(f"{where}: {len(ids)} tokens exceed sft.max_length={max_length}")
         if sum(mask) == 0:
-            raise ValueError(f"SFT row {i}: no assistant tokens to train on")
+            raise ValueError(f"{where}: no assistant tokens to train on")
         out.append((ids, mask))
     return out
 
@@ -129,6 +139,11 @@ def sft_loss(
     return -(logp * mask).sum() / denom, n
 
 
+def micro_tokens(micro: TokenBatch) -> float:
+    """Trained tokens of a micro-batch (at least 1): the denominator of its own token mean."""
+    return float(max(1, int(micro.loss_mask[:, 1:].sum())))
+
+
 def sft_step(
     model: torch.nn.Module,
     batch: TokenBatch | None,
@@ -139,30 +154,132 @@ def sft_step(
 ) -> tuple[float, int]:
     """Forward and backward over the batch's micro-batches (gradients accumulate); returns (loss, trained tokens),
     both of the whole batch over all ranks. `batch` None: this rank has no rows of this batch (its last one)."""
-    parts: list[list[int] | None] = []
     num_tokens = torch.zeros((), device=device)
     if batch is not None:
         mask = batch.loss_mask.clone()
         mask[:, 0] = 0
         num_tokens = mask.sum()
-        lengths = batch.attention_mask.sum(dim=-1).tolist()
-        parts = list(micro_batches(lengths, max_seqs=cfg.micro_batch_size, max_tokens=cfg.micro_batch_tokens))
     num_tokens = all_reduce_sum(num_tokens).clamp(min=1.0)
-    sharded = is_sharded(model)
-    if sharded:  # as many forward/backward passes on every rank as on the busiest (they are collectives)
-        parts += [None] * (dist.all_reduce_max(len(parts)) - len(parts))
+    passes = MicroBatchPasses(model, batch, max_seqs=cfg.micro_batch_size, max_tokens=cfg.micro_batch_tokens)
+    num_micro = 0.0  # loss_mean="micro": the micro-batches of the whole batch, over all ranks
+    if cfg.loss_mean == "micro":
+        num_micro = float(all_reduce_sum(torch.tensor(float(sum(p is not None for p in passes.parts)))))
     total, n = 0.0, 0
-    for rows in parts:
-        micro = None if rows is None else slice_rows(batch, rows)
-        if micro is None or (sharded and not bool((micro.loss_mask[:, 1:] > 0).any())):
-            idle_pass(model, device)  # nothing to train here, but the collectives must run
-            continue
-        loss, k = sft_loss(model, micro, num_tokens=num_tokens, autocast=autocast)
+    for _, micro in passes:
+        denom = num_tokens if cfg.loss_mean == "token" else micro_tokens(micro) * num_micro
+        loss, k = sft_loss(model, micro, num_tokens=denom, autocast=autocast)
         if loss.requires_grad:
             loss.backward()
         total, n = total + float(loss.detach()), n + k
     summed = dist.sum_floats({"loss": total, "tokens": float(n)})
     return summed["loss"], int(summed["tokens"])
+
+
+class SFTTrainer:
+    """SFT over a plan of batches fixed by the seed: `train()` runs from `step_done` to the end of the plan.
+
+    With `out_dir`, a resumable checkpoint goes to `out_dir`/checkpoint-<step> every `cfg.save_every` steps and when
+    SIGTERM/SIGINT ask to stop (then `StopRequested` is raised); without it nothing is written. `autocast`:
+    `model.autocast`'s dtype (forward and backward under torch.autocast), None for full precision.
+    """
+
+    rank_state: tuple[str, ...] = ()  # every rank draws the same plan: nothing of its own
+
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        renderer: ChatRenderer,
+        rows: Sequence[dict[str, Any]],
+        cfg: SFTConfig,
+        *,
+        pad_id: int,
+        seed: int,
+        logger: MetricsLogger | None = None,
+        label: str = "SFT",
+        out_dir: str | Path | None = None,
+        autocast: torch.dtype | None = None,
+    ) -> None:
+        self.model, self.renderer, self.cfg, self.pad_id = model, renderer, cfg, pad_id
+        self.logger, self.label, self.autocast = logger, label, autocast
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.examples = render_rows(rows, renderer, max_length=cfg.max_length, source=cfg.data)
+        self.identity: checkpoint.RunIdentity | None = None  # what its checkpoints record; set by the caller
+        rng = random.Random(seed)
+        lengths = [len(e[0]) for e in self.examples]
+        window = 50 if cfg.group_by_length else 1
+        epochs = [
+            length_grouped_batches(lengths, cfg.batch_size, rng, window=window) for _ in range(cfg.epochs)
+        ]
+        # (epoch, row indices) of every step
+        self.plan = [(epoch, idx) for epoch, batches in enumerate(epochs) for idx in batches]
+        self.opt, self.sched = build_optimizer(model, cfg.optim, len(self.plan))
+        self.skips = SkipGuard(cfg.optim.max_skipped_in_row)
+        self.step_done = 0
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        return self.opt
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step_done,
+            "scheduler": self.sched.state_dict(),
+            "skips": (self.skips.in_row, self.skips.total),
+            "wandb_id": self.logger.run_id if self.logger else None,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.step_done = int(state["step"])
+        self.sched.load_state_dict(state["scheduler"])
+        self.skips.in_row, self.skips.total = state["skips"]
+
+    def _batch(self, idx: list[int]) -> TokenBatch | None:
+        """This rank's share of the rows `idx`, collated on the model's device; None when it has none."""
+        chunk = [self.examples[i] for i in dist.rank_share(idx)]
+        if not chunk:
+            return None
+        device = next(self.model.parameters()).device
+        return collate([c[0] for c in chunk], [c[1] for c in chunk], pad_id=self.pad_id).to(device)
+
+    def step(self, step: int) -> dict[str, float]:
+        """One optimizer step on the plan's batch `step`; returns its metrics."""
+        epoch, idx = self.plan[step]
+        device = next(self.model.parameters()).device
+        loss, n = sft_step(self.model, self._batch(idx), self.cfg, device, autocast=self.autocast)
+        grad_norm, stepped = clip_and_step(self.model, self.opt, self.sched, self.cfg.optim, loss=loss)
+        self.skips.record(stepped, where=f"{self.label} step {step}")
+        return {
+            "sft/loss": loss,
+            "sft/grad_norm": grad_norm,
+            "sft/tokens": float(n),
+            "sft/lr": self.sched.get_last_lr()[0],
+            "sft/epoch": float(epoch),
+            "sft/skipped_updates": float(self.skips.total),
+        }
+
+    def train(self) -> dict[str, float]:
+        """Train in place to the end of the plan; returns the last logged metrics."""
+        self.model.train()
+        last: dict[str, float] = {}
+        with graceful_stop() as stop, progress(self.label, len(self.plan)) as bar:
+            bar.advance(self.step_done)
+            for step in range(self.step_done, len(self.plan)):
+                last = self.step(step)
+                if self.logger:
+                    self.logger.log(last, step=step)
+                bar.advance(1, info=f"loss {last['sft/loss']:.3f}")
+                self.step_done = step + 1
+                stopping = dist.any_rank(stop.requested)
+                if self.out_dir is None:
+                    continue
+                if (self.cfg.save_every and self.step_done % self.cfg.save_every == 0) or stopping:
+                    path = checkpoint.save_trainer(
+                        self, self.out_dir, tokenizer=self.renderer.tokenizer, keep_last=self.cfg.keep_last
+                    )
+                    if stopping:
+                        raise StopRequested(str(path), self.step_done)
+        self.model.eval()
+        return last
 
 
 def train_sft(
@@ -175,70 +292,11 @@ def train_sft(
     seed: int,
     logger: MetricsLogger | None = None,
     label: str = "SFT",
-    save: Callable[[int, dict[str, Any], torch.optim.Optimizer], Path] | None = None,
-    resume_state: dict[str, Any] | None = None,
     autocast: torch.dtype | None = None,
 ) -> dict[str, float]:
-    """Train in place; returns the last logged metrics.
-
-    `save(step, state, optimizer)` writes a resumable checkpoint every `cfg.save_every` steps and when SIGTERM/SIGINT ask to
-    stop (then `StopRequested` is raised). `resume_state` (a checkpoint's trainer state) continues a run: the batch
-    plan is rebuilt from the seed, the batches already trained are skipped, optimizer and schedule restored.
-    `autocast`: `model.autocast`'s dtype (forward and backward under torch.autocast), None for full precision.
-    """
-    examples = render_rows(rows, renderer, max_length=cfg.max_length)
-    rng = random.Random(seed)
-    lengths = [len(e[0]) for e in examples]
-    window = 50 if cfg.group_by_length else 1
-    plan = [length_grouped_batches(lengths, cfg.batch_size, rng, window=window) for _ in range(cfg.epochs)]
-    flat = [(epoch, idx) for epoch, batches in enumerate(plan) for idx in batches]
-    opt, sched = build_optimizer(model, cfg.optim, len(flat))
-    guard = SkipGuard(cfg.optim.max_skipped_in_row)
-    start = 0
-    if resume_state is not None:
-        start = int(resume_state["step"])
-        checkpoint.load_optimizer(model, opt, resume_state)
-        sched.load_state_dict(resume_state["scheduler"])
-        guard.in_row, guard.total = resume_state["skips"]
-    device = next(model.parameters()).device
-    model.train()
-    last: dict[str, float] = {}
-    with graceful_stop() as stop, progress(label, len(flat)) as bar:
-        bar.advance(start)
-        for step in range(start, len(flat)):
-            epoch, idx = flat[step]
-            chunk = [examples[i] for i in idx[dist.rank() :: dist.world_size()]]
-            batch = (
-                collate([c[0] for c in chunk], [c[1] for c in chunk], pad_id=pad_id).to(device)
-                if chunk
-                else None
-            )
-            loss, n = sft_step(model, batch, cfg, device, autocast=autocast)
-            grad_norm, stepped = clip_and_step(model, opt, sched, cfg.optim, loss=loss)
-            guard.record(stepped, where=f"{label} step {step}")
-            last = {
-                "sft/loss": loss,
-                "sft/grad_norm": grad_norm,
-                "sft/tokens": float(n),
-                "sft/lr": sched.get_last_lr()[0],
-                "sft/epoch": float(epoch),
-                "sft/skipped_updates": float(guard.total),
-            }
-            if logger:
-                logger.log(last, step=step)
-            bar.advance(1, info=f"loss {last['sft/loss']:.3f}")
-            done = step + 1
-            stopping = dist.any_rank(stop.requested)
-            if save is not None and ((cfg.save_every and done % cfg.save_every == 0) or stopping):
-                state = {
-                    "step": done,
-                    # a sharded optimizer is saved by the checkpoint itself (DCP), not in this dictionary
-                    **({} if is_sharded(model) else {"optimizer": opt.state_dict()}),
-                    "scheduler": sched.state_dict(),
-                    "skips": (guard.in_row, guard.total),
-                }
-                path = save(done, state, opt)
-                if stopping:
-                    raise StopRequested(str(path), done)
-    model.eval()
-    return last
+    """Train `model` in place without checkpoints (`SFTTrainer` for a run that writes them); returns the last
+    logged metrics."""
+    trainer = SFTTrainer(
+        model, renderer, rows, cfg, pad_id=pad_id, seed=seed, logger=logger, label=label, autocast=autocast
+    )
+    return trainer.train()

@@ -4,6 +4,10 @@ Every micro-batch's loss is divided by the counts of the whole mini-batch (train
 sequences for the sequence modes), summed over processes with `tirl.train.dist.all_reduce_sum`, so the accumulated
 gradient is the mini-batch's gradient whatever the split and however many processes share the batch. Log-probs are
 computed on trained positions only, in chunks (`tirl.train.logprobs`).
+
+`token_mean="micro"` (verl's "token-mean", `rl.token_mean`) instead takes each micro-batch's own token mean and
+weights it by the micro-batch's share of the mini-batch's sequences: tokens of a short micro-batch weigh more, and
+the result depends on where the micro-batches split.
 """
 
 from __future__ import annotations
@@ -16,9 +20,9 @@ import torch
 
 from tirl.algorithms import aggregate, kl_penalty
 from tirl.train import dist
-from tirl.train.batch import TokenBatch, micro_batches, slice_rows
+from tirl.train.batch import TokenBatch
 from tirl.train.dist import all_reduce_sum
-from tirl.train.fsdp import idle_pass, is_sharded
+from tirl.train.fsdp import MicroBatchPasses
 from tirl.train.logprobs import DEFAULT_CHUNK_TOKENS, token_logprobs
 
 
@@ -42,6 +46,7 @@ class LossSpec:
     autocast: torch.dtype | None = (
         None  # model.autocast: forward/backward in this dtype, fp32 weights and log-softmax
     )
+    token_mean: str = "exact"  # token-mean over the mini-batch (exact) or verl's per micro-batch (micro)
 
 
 def global_counts(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -49,6 +54,13 @@ def global_counts(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     counts = torch.stack([loss_mask.sum(), (loss_mask.sum(dim=-1) > 0).sum().to(loss_mask.dtype)]).float()
     tokens, seqs = all_reduce_sum(counts)
     return tokens, seqs
+
+
+def micro_norm(norm: dict[str, Any], mask: torch.Tensor, rows: int, total_rows: float) -> dict[str, Any]:
+    """verl's token-mean normalizer for one micro-batch: its own trained tokens, scaled so that the loss is its
+    token mean times its share (rows / total_rows) of the mini-batch's sequences."""
+    tokens = mask.sum().float().clamp(min=1.0)
+    return {**norm, "num_tokens": tokens * total_rows / rows}
 
 
 def accumulate_gradients(
@@ -65,23 +77,19 @@ def accumulate_gradients(
     mini-batch's values; the other stats are token-weighted means over the micro-batches.
     """
     num_tokens, num_seqs = global_counts(mini.loss_mask)
-    lengths = mini.attention_mask.sum(dim=-1).tolist()
-    parts: list[list[int] | None] = list(
-        micro_batches(lengths, max_seqs=spec.micro_batch_size, max_tokens=spec.micro_batch_tokens)
-    )
-    sharded = is_sharded(policy)
-    if sharded:  # every rank runs as many forward/backward passes as the busiest one (they are collectives)
-        parts += [None] * (dist.all_reduce_max(len(parts)) - len(parts))
+    passes = MicroBatchPasses(
+        policy, mini, max_seqs=spec.micro_batch_size, max_tokens=spec.micro_batch_tokens
+    )  # idle passes included where a sharded model needs them
     sums: Counter[str] = Counter()  # token-weighted sums of the loss statistics
     totals: Counter[str] = Counter()
     norm = {"norm_len": spec.norm_len, "num_tokens": num_tokens, "num_seqs": num_seqs}
-    for rows in parts:
-        micro = None if rows is None else slice_rows(mini, rows)
-        if micro is None or (sharded and not bool((micro.loss_mask[:, 1:] > 0).any())):
-            idle_pass(policy, mini.input_ids.device)  # nothing to train here, but the collectives must run
-            continue
+    per_micro = spec.token_mean == "micro" and spec.agg == "token-mean"
+    total_rows = float(all_reduce_sum(torch.tensor(float(mini.input_ids.shape[0])))) if per_micro else 0.0
+    for rows, micro in passes:
         width = micro.input_ids.shape[1]
         mask = micro.loss_mask
+        if per_micro:
+            norm = micro_norm(norm, mask, len(rows), total_rows)
         logp, ent = token_logprobs(
             policy,
             micro.input_ids,
@@ -126,5 +134,5 @@ def accumulate_gradients(
     total_tokens = max(float(num_tokens), 1.0)
     out = {k[4:]: v / total_tokens for k, v in reduced.items() if k.startswith("sum:")}
     out.update({k: v for k, v in reduced.items() if not k.startswith("sum:")})
-    out["loss/micro_batches"] = float(len(parts))
+    out["loss/micro_batches"] = float(len(passes))
     return out

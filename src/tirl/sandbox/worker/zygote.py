@@ -1,14 +1,8 @@
 """The warm worker: runs INSIDE the isolation boundary, imports common modules once, forks once per snippet.
 
-Started as a script (`python -I zygote.py CONFIG_JSON`) by tirl.sandbox.pool; it must import only the standard
+Started as a script (`python -I zygote.py CONFIG_JSON`) by tirl/sandbox/local.py; it and its two sibling modules
+(wire.py: the protocol; script.py: running the snippet as `python snippet.py` would) import only the standard
 library (plus the modules it preloads for snippets) and never tirl, so it starts fast and owns no host state.
-
-Protocol on fds 0 (requests) and 1 (responses), binary and compact so a run costs a fork, not Python framing:
-  ready:    b"R" once the preloads are imported
-  request:  REQ header (code length, stdin length or NO_STDIN, timeout s, memory MB or 0, CPU s, extra length)
-            + code + stdin + extra (JSON {"files": {path: base64}, "fetch": [path]}, empty when neither is used)
-  response: RESP header (exit code, flags, wall s, stdout length, stderr length, extra length)
-            + stdout + stderr + extra (JSON {"files": {path: base64}} of the fetched files, empty when none asked)
 
 Per run: a fresh directory under /tmp (its cwd, HOME and TMPDIR), pipes for stdout/stderr read here up to the
 cap, a memfd for stdin, rlimits (CPU, address space, file size, no core, process count) set in the child, and,
@@ -17,37 +11,38 @@ root-owned files, or read 0700 ones). When the snippet's main process exits, tim
 every other process in the worker's pid namespace is SIGKILLed (kill(-1) spares only us and the namespace init),
 so daemons and setsid() escapes die with the run. The directory (and, without a uid switch, all of /tmp) is
 wiped before the next request. The child is a fresh fork of a zygote that never runs snippets: no Python state
-carries over from one run to the next. The child ends the way `python file.py` does: non-daemon threads are
-joined, atexit handlers run, buffers flushed. A seccomp filter (BPF compiled by libseccomp on the host, see
+carries over from one run to the next. A seccomp filter (BPF compiled by libseccomp on the host, see
 seccomp.py) is loaded by the zygote once its modules are imported, so every snippet inherits it with the fork.
 """
 
 from __future__ import annotations
 
-import _io
-import atexit
 import base64
 import ctypes
 import gc
 import io
 import json
-import linecache
 import os
 import random
 import resource
 import select
 import shutil
 import signal
-import struct
 import sys
 import time
 import traceback
-import types
 
-REQ = struct.Struct("!IIdIII")
-RESP = struct.Struct("!iBdIII")
-NO_STDIN = 0xFFFFFFFF
-F_TIMEOUT, F_TRUNCATED, F_KILLED = 1, 2, 4  # F_KILLED: SIGKILL from outside the run (e.g. the OOM killer)
+# Started as a script inside the sandbox, tirl is not importable: the siblings are loaded by path, then their bare
+# names are dropped again, so that a snippet's own `import wire` or `import script` is its own business.
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import script
+    import wire
+
+    del sys.path[0], sys.modules["script"], sys.modules["wire"]
+else:  # imported on the host (tests, tools): the same modules through the package
+    from tirl.sandbox.worker import script, wire
+
 _CHUNK = 65536
 _DRAIN_S = 0.5
 
@@ -72,17 +67,6 @@ except (OSError, AttributeError):  # not glibc-like: the standard fork, hooks an
     _raw_fork = os.fork  # noqa: F811
 
 
-def _read_exact(fd: int, n: int) -> bytes:
-    parts, left = [], n
-    while left:
-        b = os.read(fd, min(left, 1 << 20))
-        if not b:
-            raise EOFError
-        parts.append(b)
-        left -= len(b)
-    return b"".join(parts)
-
-
 class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
@@ -98,48 +82,6 @@ def _install_seccomp(prctl: object, prog: _SockFprog) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
 
 
-def safe_relpath(path: str) -> str | None:
-    """`path` normalized if it names something inside the run directory (relative, no `..`), else None."""
-    if not isinstance(path, str) or not path or "\0" in path or os.path.isabs(path):
-        return None
-    norm = os.path.normpath(path)
-    if norm in (".", "..") or norm.startswith("../"):
-        return None
-    return norm
-
-
-def _finish_like_python(main: types.ModuleType) -> None:
-    """What the interpreter does at exit: join non-daemon threads, run atexit handlers, then flush the file objects
-    the snippet's globals still hold (Python's finalization flushes them as it frees them; os._exit would not).
-
-    Only globals: a scan of every object (gc.get_objects) costs ~0.25 ms a run in copy-on-write page faults.
-    """
-    threading = sys.modules.get("threading")
-    if threading is not None:
-        me = threading.current_thread()
-        for t in threading.enumerate():
-            if t is not me and not t.daemon and t is not threading.main_thread():
-                t.join()
-    atexit._run_exitfuncs()
-    for obj in list(main.__dict__.values()):
-        if _is_open(obj):
-            try:
-                if obj.writable():
-                    obj.flush()  # a text wrapper flushes its buffer too
-            except Exception:
-                pass
-
-
-def _is_open(obj: object) -> bool:
-    """A file object not yet closed. A subclass test of its type against `_io._IOBase` (the C base of every io
-    class): an `io.IOBase` ABC check walks and caches the ABC's subclasses in the forked child, ~60 copy-on-write
-    page faults (~0.3 ms) a run, and even isinstance() on a plain type looks up `__class__` of every global."""
-    try:
-        return issubclass(type(obj), _io._IOBase) and not obj.closed
-    except Exception:  # a half-built or detached wrapper
-        return False
-
-
 def _write_quietly(path: str, text: str) -> bool:
     try:
         with open(path, "w") as f:
@@ -147,84 +89,6 @@ def _write_quietly(path: str, text: str) -> bool:
         return True
     except OSError:
         return False
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
-
-
-def _prepare(code: bytes) -> tuple[types.ModuleType, types.CodeType | BaseException]:
-    """In the zygote, before the fork: the fresh __main__ and the compiled code (or the SyntaxError to show).
-
-    Compiling here rather than in the child saves it the copy-on-write faults the compiler would cause.
-    """
-    src = code.decode("utf-8", errors="replace")
-    linecache.cache["snippet.py"] = (len(src), None, src.splitlines(True), "snippet.py")
-    main = types.ModuleType("__main__")
-    main.__file__ = "snippet.py"
-    main.__builtins__ = __builtins__
-    try:
-        return main, compile(src, "snippet.py", "exec")
-    except (SyntaxError, ValueError) as e:  # ValueError: a NUL byte in the source
-        return main, e
-
-
-def _snippet_main(main: types.ModuleType, compiled: types.CodeType | BaseException) -> int:
-    """Runs in the forked child: the code as __main__, an uncaught exception's traceback without our frames."""
-    sys.modules["__main__"] = main
-    sys.argv[:] = ["snippet.py"]
-    status = _run_main(main, compiled)
-    try:
-        _finish_like_python(main)
-    except SystemExit as e:  # sys.exit() in an atexit handler: Python prints nothing and keeps the status
-        status = _exit_status(e) if status == 0 else status
-    except BaseException as e:
-        _print_snippet_traceback(e)
-        status = status or 1
-    return status
-
-
-def _warm_child_path() -> None:
-    """Run, here in the zygote, the helpers each child runs, until CPython has quickened them: a child calling a
-    cold function writes its code object (warm-up counter, inline caches), and every page a child writes is a
-    copy-on-write fault (~7 a run, measured with bench/sandbox.py --compare)."""
-    main, compiled = _prepare(b"pass")
-    for _ in range(16):
-        _run_main(main, compiled)
-        _exit_status(SystemExit(0))
-        for obj in (*main.__dict__.values(), sys.stdout):
-            _is_open(obj)
-
-
-def _exit_status(e: SystemExit) -> int:
-    if e.code is None:
-        return 0
-    if isinstance(e.code, int):
-        return e.code & 0xFF
-    print(e.code, file=sys.stderr)
-    return 1
-
-
-def _print_snippet_traceback(e: BaseException) -> None:
-    tb = e.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename != "snippet.py":
-        tb = tb.tb_next
-    traceback.print_exception(type(e), e, tb)
-
-
-def _run_main(main: types.ModuleType, compiled: types.CodeType | BaseException) -> int:
-    try:
-        if isinstance(compiled, BaseException):
-            raise compiled
-        exec(compiled, main.__dict__)
-    except SystemExit as e:
-        return _exit_status(e)
-    except BaseException as e:
-        _print_snippet_traceback(e)
-        return 1
-    return 0
 
 
 class Zygote:
@@ -256,7 +120,7 @@ class Zygote:
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True, **enc)
         os.environ.pop("PWD", None)  # set by bwrap; meaningless for a snippet in its own directory
         self.oom_protected = _write_quietly("/proc/self/oom_score_adj", "-1000")  # the OOM killer spares us
-        _warm_child_path()
+        script.warm_child_path()
         gc.collect()
         gc.freeze()  # children then never touch (copy) the preloaded objects' pages to collect them
         if self.seccomp is not None:
@@ -293,7 +157,7 @@ class Zygote:
                 os.setgroups([])
                 os.setresgid(self.uid, self.uid, self.uid)
                 os.setresuid(self.uid, self.uid, self.uid)
-            status = _snippet_main(*prepared)
+            status = script.snippet_main(*prepared)
             for stream in (sys.stdout, sys.stderr):
                 try:
                     stream.flush()
@@ -326,11 +190,11 @@ class Zygote:
             stdin_fd = os.open("/dev/null", os.O_RDONLY)
         else:
             stdin_fd = os.memfd_create("stdin")
-            _write_all(stdin_fd, stdin)
+            wire.write_all(stdin_fd, stdin)
             os.lseek(stdin_fd, 0, os.SEEK_SET)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        prepared = _prepare(code)
+        prepared = script.prepare(code)
         self._fresh_state(rundir)
         t0 = time.monotonic()
         pid = _raw_fork()
@@ -351,14 +215,14 @@ class Zygote:
             fetched = json.dumps({"files": self._fetch_files(rundir, extra["fetch"])}).encode()
         self._wipe(rundir)
         code_ = os.waitstatus_to_exitcode(wstatus)
-        if code_ == -signal.SIGKILL and not flags & (F_TIMEOUT | F_TRUNCATED):
-            flags |= F_KILLED  # not by us: the host checks the memory cgroup's OOM counter
-        return RESP.pack(code_, flags, wall, len(out), len(err), len(fetched)) + out + err + fetched
+        if code_ == -signal.SIGKILL and not flags & (wire.F_TIMEOUT | wire.F_TRUNCATED):
+            flags |= wire.F_KILLED  # not by us: the host checks the memory cgroup's OOM counter
+        return wire.RESP.pack(code_, flags, wall, len(out), len(err), len(fetched)) + out + err + fetched
 
     def _restore_files(self, rundir: str, files: dict) -> None:
         """SandboxFusion's `files`: base64 contents written under the run directory, subfolders created."""
         for path, content in files.items():
-            rel = safe_relpath(path)
+            rel = wire.safe_relpath(path)
             if rel is None or not isinstance(content, str):
                 continue  # the host refuses unsafe paths with a clear error; None contents are skipped
             target = os.path.join(rundir, rel)
@@ -378,7 +242,7 @@ class Zygote:
         out = {}
         root = os.path.realpath(rundir) + "/"
         for path in paths:
-            rel = safe_relpath(path)
+            rel = wire.safe_relpath(path)
             if rel is None:
                 continue
             real = os.path.realpath(os.path.join(rundir, rel))
@@ -404,7 +268,7 @@ class Zygote:
         while open_fds or not exited:
             now = time.monotonic()
             if not drain_until and now >= deadline:
-                flags |= F_TIMEOUT
+                flags |= wire.F_TIMEOUT
                 drain_until = self._kill_all(now, pid)
             if drain_until and now >= drain_until:
                 break  # a process we cannot see still holds a pipe: give up on it
@@ -423,8 +287,8 @@ class Zygote:
                 buf = bufs[fd]
                 room = cap - len(buf)
                 buf += chunk[:room]
-                if len(chunk) > room and not flags & F_TRUNCATED:
-                    flags |= F_TRUNCATED
+                if len(chunk) > room and not flags & wire.F_TRUNCATED:
+                    flags |= wire.F_TRUNCATED
                     if not drain_until:
                         drain_until = self._kill_all(time.monotonic(), pid)
         return bytes(bufs[out_r]), bytes(bufs[err_r]), flags
@@ -489,17 +353,17 @@ class Zygote:
 
     def serve(self) -> None:
         max_runs = self.cfg["max_runs"]
-        _write_all(1, b"R")
+        wire.write_all(1, b"R")
         while max_runs <= 0 or self.n < max_runs:
             try:
-                head = _read_exact(0, REQ.size)
+                head = wire.read_exact(0, wire.REQ.size)
             except EOFError:
                 return
-            code_len, stdin_len, timeout, mem_mb, cpu_s, extra_len = REQ.unpack(head)
-            code = _read_exact(0, code_len)
-            stdin = None if stdin_len == NO_STDIN else _read_exact(0, stdin_len)
-            extra = json.loads(_read_exact(0, extra_len)) if extra_len else {}
-            _write_all(1, self.run(code, stdin, timeout, mem_mb, cpu_s, extra))
+            code_len, stdin_len, timeout, mem_mb, cpu_s, extra_len = wire.REQ.unpack(head)
+            code = wire.read_exact(0, code_len)
+            stdin = None if stdin_len == wire.NO_STDIN else wire.read_exact(0, stdin_len)
+            extra = json.loads(wire.read_exact(0, extra_len)) if extra_len else {}
+            wire.write_all(1, self.run(code, stdin, timeout, mem_mb, cpu_s, extra))
 
 
 def main() -> None:

@@ -1,0 +1,140 @@
+"""What a rollout engine can do, and every rule that depends on it, written once beside the capability it reads.
+
+Each engine class carries an `EngineCapabilities` record as its `capabilities` attribute. The agent loops, the RL
+trainer, the stages and `tirl plan` ask that record (through the methods below, or `tirl.rollout.factory` when they
+only have the config's engine name), never the engine's class or name. The rules:
+
+- RL needs an engine that receives the policy's new weights, and under torchrun one that works in several
+  processes (`why_not_rl`).
+- Truncated sampling in RL: an engine that reports full-vocabulary log-probs (before top-k/top-p, what the trainer
+  recomputes) may use it. One whose log-probs are renormalized over the kept tokens (vLLM's processed logprobs)
+  adds log(kept mass) to every importance ratio: RL refuses top_p < 1 or top_k > 0 with it rather than train on
+  biased ratios (`check_rl_sampling`).
+- `rollout.mode: auto` runs the async loop on engines that batch concurrent requests themselves (servers) and the
+  lock-step loop otherwise (`rollout_loop`). For the in-process torch engine that is NOT a speed claim:
+  bench/rollout_async.py measured the async loop faster on the tiny torch model too (2-core CPU shared with other
+  jobs: 1.6-1.7x without slow tool calls, 2.2-4.8x with them), but lock-step keeps the demo's sampled trajectories
+  and the exact-resume path (one generator for the batch) as they are; `rollout.mode: async` opts in.
+- `rl.rollout_correction: auto` is off (none) when the engine shares the policy module, whose sampling log-probs are
+  the trainer's own computation, and token_tis (cap 2.0) otherwise: it keeps every sequence (no data dropped on
+  small batches) and bounds each token's weight, verl's first fix for engine/trainer mismatch
+  (`rollout_correction`). For the same reason the trainer skips recomputing old log-probs only with such an engine
+  (`needs_old_logprobs`).
+- Seeds: an engine with per-request seeds gets one integer per request; one without gets a `torch.Generator`
+  (`seed_kwargs`). A resumed run re-sends the weights to an engine that holds its own copy (`sync_on_resume`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from tirl.rollout.sampling import SamplingParams
+
+# How new policy weights reach the engine: "shared" it samples from the trainer's own module (nothing is copied),
+# "disk" it reloads them from a directory the trainer writes, "memory" they are sent to it in memory, "none" it
+# cannot receive them (evaluation only).
+WEIGHT_SYNCS = ("shared", "disk", "memory", "none")
+LOGPROBS = ("full", "renormalized")
+MODES = ("lockstep", "async", "auto")
+
+
+@dataclass(frozen=True)
+class EngineCapabilities:
+    """What one kind of engine can do; `name` is its `rollout.engine` value, used in messages."""
+
+    name: str
+    weight_sync: str  # one of WEIGHT_SYNCS
+    logprobs: str  # "full": before top-k/top-p truncation; "renormalized": over the kept tokens after it
+    per_request_seeds: bool  # `generate(seeds=[...])`, one per prompt; else one `generator` for the batch
+    multi_process: bool  # works when each of several training processes (torchrun) has one
+    batches_requests: bool  # batches concurrent `generate` calls itself (a server): the async loop's default
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("EngineCapabilities needs the engine's name (its rollout.engine value)")
+        if self.weight_sync not in WEIGHT_SYNCS:
+            raise ValueError(
+                f"{self.name}: weight_sync={self.weight_sync!r}; valid: {', '.join(WEIGHT_SYNCS)}"
+            )
+        if self.logprobs not in LOGPROBS:
+            raise ValueError(f"{self.name}: logprobs={self.logprobs!r}; valid: {', '.join(LOGPROBS)}")
+
+    @property
+    def shares_policy(self) -> bool:
+        """Samples from the trainer's own module in this process: a sync copies nothing, and its log-probs are the
+        trainer's own computation, so there is no engine/trainer mismatch to measure or correct."""
+        return self.weight_sync == "shared"
+
+    @property
+    def receives_weights(self) -> bool:
+        return self.weight_sync != "none"
+
+    @property
+    def sync_on_resume(self) -> bool:
+        """A resumed run must send the checkpoint's weights: the engine still serves those it started with."""
+        return self.receives_weights and not self.shares_policy
+
+    def why_not_rl(self, world: int) -> str | None:
+        """Why RL cannot sample with this engine on `world` training processes; None when it can."""
+        if not self.receives_weights:
+            return (
+                f"rollout.engine={self.name} cannot receive the policy's new weights, so RL would sample from a stale "
+                "policy (use it for tirl eval)"
+            )
+        if world > 1 and not self.multi_process:
+            return (
+                f"rollout.engine={self.name} under torchrun is not supported yet (each of the {world} processes "
+                "samples with an engine of its own, and this engine works in one process only)"
+            )
+        return None
+
+    def check_rl_sampling(self, params: SamplingParams) -> None:
+        """Refuse truncated sampling in RL when the log-probs are renormalized over the kept set."""
+        truncated = params.top_p < 1.0 or params.top_k > 0
+        if truncated and self.logprobs == "renormalized":
+            raise ValueError(
+                f"rollout.top_p={params.top_p}, top_k={params.top_k} with the {self.name} engine: its log-probs are "
+                "renormalized over the kept tokens, so every importance ratio is off by log(kept mass); use top_p "
+                "1.0 and top_k -1 for RL with this engine (an engine with full-vocabulary log-probs, such as the "
+                "torch engine, allows them)"
+            )
+
+    def rollout_loop(self, mode: str) -> str:
+        """ "lockstep" or "async" for `rollout.mode`."""
+        if mode not in MODES:
+            raise ValueError(f"unknown rollout.mode {mode!r}; valid: {', '.join(MODES)}")
+        if mode == "auto":
+            return "async" if self.batches_requests else "lockstep"
+        return mode
+
+    def rollout_correction(self, mode: str) -> str:
+        """The correction `rl.rollout_correction` names; "auto" resolved for this engine."""
+        if mode == "auto":
+            return "none" if self.shares_policy else "token_tis"
+        return mode
+
+    def needs_old_logprobs(self, *, on_policy: bool, correction: str) -> bool:
+        """Whether the trainer recomputes old log-probs: always off-policy, and on-policy unless the engine's are
+        the trainer's own and nothing is corrected (the recomputation measures and corrects the mismatch)."""
+        return not on_policy or not self.shares_policy or correction != "none"
+
+    def seed_kwargs(self, seed: int, device: Any = "cpu") -> dict[str, Any]:
+        """`generate` keyword arguments that seed one request: a per-request seed, or a generator on `device`."""
+        if self.per_request_seeds:
+            return {"seeds": [seed]}
+        return {"generator": torch.Generator(device).manual_seed(seed)}
+
+
+def capabilities_of(engine: Any) -> EngineCapabilities:
+    """`engine.capabilities`, or an error that says what an engine must declare."""
+    caps = getattr(engine, "capabilities", None)
+    if not isinstance(caps, EngineCapabilities):
+        raise TypeError(
+            f"the rollout engine {type(engine).__name__} declares no `capabilities` (an EngineCapabilities from "
+            "tirl.rollout.capabilities): add one as a class attribute so the trainer knows what it can do"
+        )
+    return caps

@@ -1,0 +1,167 @@
+"""The one place that turns `rollout.*` into an engine and an agent loop, and answers capability questions by name.
+
+Code outside `tirl.rollout` never names an engine class: it calls `build_agent` (engine, checked, plus the loop
+`rollout.mode` resolves to), and `capabilities_for(name)` / `rl_refusal(...)` where it only has the config (`tirl
+plan`, the RL stage before it loads a model). The rules themselves live in `tirl.rollout.capabilities`.
+
+Adding an engine: a class implementing `tirl.rollout.types.Engine` (its `capabilities` record, `check`,
+`generate`, `sync_weights`, `close`), a builder here that makes it from `RolloutConfig` and `EngineInputs`, one
+entry in `_ENGINES`, and its settings in `RolloutConfig`. Nothing outside this package changes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tirl.rollout.agent import AgentConfig, AgentLoop, stop_token_ids
+from tirl.rollout.async_agent import AsyncAgentLoop
+from tirl.rollout.capabilities import EngineCapabilities, capabilities_of
+
+if TYPE_CHECKING:
+    import torch
+
+    from tirl.chat.template import ChatRenderer
+    from tirl.rollout.config import RolloutConfig
+    from tirl.rollout.types import Engine
+    from tirl.sandbox.types import Sandbox
+    from tirl.tools.base import ToolSet
+
+
+@dataclass(frozen=True)
+class EngineInputs:
+    """What an engine is built from besides `rollout.*`: the policy (the torch engine samples from it; vllm serves
+    `model_path`, or the policy written out when that is no plain Hugging Face directory), its tokenizer, the ids that
+    end a turn, and where a server engine's log and synced weights go (`work_dir`/vllm; temporary without one)."""
+
+    model: torch.nn.Module
+    tokenizer: Any
+    eos_id: int
+    pad_id: int
+    stop_ids: tuple[int, ...] = ()
+    dtype: str = "float32"  # model.dtype: a server engine computes in it unless rollout.dtype says otherwise
+    model_path: str = ""
+    work_dir: Path | None = None
+
+
+def _torch(ro: RolloutConfig, x: EngineInputs) -> Engine:
+    from tirl.rollout.engine import TorchEngine
+
+    return TorchEngine(
+        x.model, eos_ids=[x.eos_id], pad_id=x.pad_id, stop_ids=x.stop_ids, max_batch_size=ro.max_batch_size
+    )
+
+
+def _vllm(ro: RolloutConfig, x: EngineInputs) -> Engine:
+    from tirl.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
+    from tirl.rollout.vllm_weights import servable_dir
+
+    wd = x.work_dir / "vllm" if x.work_dir else None
+    return VLLMEngine(
+        VLLMEngineConfig(
+            model=str(servable_dir(x.model_path, x.model, x.tokenizer, wd)), python=ro.vllm_python, port=ro.vllm_port,
+            kv_cache_gib=ro.vllm_kv_cache_gib, dtype=ro.dtype or x.dtype, extra_args=list(ro.vllm_args),
+            startup_timeout_s=ro.vllm_startup_timeout_s, work_dir=str(wd or ""), eos_ids=[x.eos_id],
+            stop_ids=list(x.stop_ids), concurrency=ro.concurrency, request_timeout_s=ro.request_timeout_s,
+            retries=ro.retries,
+        )
+    )  # fmt: skip
+
+
+def _openai(ro: RolloutConfig, x: EngineInputs) -> Engine:
+    from tirl.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig
+
+    return OpenAIEngine(
+        OpenAIEngineConfig(
+            urls=list(ro.urls), model=ro.model_name, concurrency=ro.concurrency, timeout_s=ro.request_timeout_s,
+            retries=ro.retries, eos_ids=[x.eos_id], stop_ids=list(x.stop_ids),
+        )
+    )  # fmt: skip
+
+
+# rollout.engine -> the engine class ("module:Class", imported when first asked about) and its builder
+_ENGINES: dict[str, tuple[str, Callable[[RolloutConfig, EngineInputs], Engine]]] = {
+    "torch": ("tirl.rollout.engine:TorchEngine", _torch),
+    "vllm": ("tirl.rollout.vllm_engine:VLLMEngine", _vllm),
+    "openai": ("tirl.rollout.openai_engine:OpenAIEngine", _openai),
+}
+ENGINES = tuple(_ENGINES)
+
+
+def engine_class(name: str) -> type:
+    """The class `rollout.engine=name` builds; an unknown name raises and lists the valid ones."""
+    if name not in _ENGINES:
+        raise ValueError(f"unknown rollout.engine {name!r}; valid: {', '.join(ENGINES)}")
+    module, cls = _ENGINES[name][0].split(":")
+    return getattr(importlib.import_module(module), cls)
+
+
+def capabilities_for(name: str) -> EngineCapabilities:
+    """The capabilities of the engine `rollout.engine=name` builds, without building it."""
+    return capabilities_of(engine_class(name))
+
+
+def rl_refusal(caps: EngineCapabilities, world: int) -> str | None:
+    """Why RL cannot sample with this engine on `world` processes, naming the engines that can; None when it can."""
+    why = caps.why_not_rl(world)
+    if why is None:
+        return None
+    fit = " or ".join(n for n in ENGINES if capabilities_for(n).why_not_rl(world) is None)
+    return f"{why}; use rollout.engine={fit} for tirl rl" + (" on several processes" if world > 1 else "")
+
+
+def build_engine(ro: RolloutConfig, inputs: EngineInputs) -> Engine:
+    """The engine `rollout.engine` names, checked against the tokenizer before any rollout (closed if that fails)."""
+    engine_class(ro.engine)  # an unknown name fails here, listing the valid ones
+    engine = _ENGINES[ro.engine][1](ro, inputs)
+    try:
+        engine.check(inputs.tokenizer)
+    except BaseException:
+        engine.close()
+        raise
+    return engine
+
+
+def agent_loop(
+    ro: RolloutConfig,
+    engine: Engine,
+    renderer: ChatRenderer,
+    sandbox: Sandbox,
+    config: AgentConfig,
+    tools: ToolSet | None = None,
+) -> AgentLoop:
+    """The loop `rollout.mode` resolves to for this engine (`EngineCapabilities.rollout_loop`)."""
+    if capabilities_of(engine).rollout_loop(ro.mode) == "async":
+        return AsyncAgentLoop(
+            engine, renderer, sandbox, config, tools=tools, concurrency=ro.concurrency, timeout_s=ro.timeout_s
+        )
+    return AgentLoop(engine, renderer, sandbox, config, tools=tools)
+
+
+def build_agent(
+    ro: RolloutConfig,
+    config: AgentConfig,
+    *,
+    model: torch.nn.Module,
+    tokenizer: Any,
+    renderer: ChatRenderer,
+    sandbox: Sandbox,
+    tools: ToolSet | None = None,
+    dtype: str = "float32",
+    model_path: str | Path = "",
+    work_dir: str | Path | None = None,
+) -> AgentLoop:
+    """Engine and agent loop from the config; the caller closes `agent.engine` (a server engine's process)."""
+    inputs = EngineInputs(
+        model, tokenizer, renderer.eos_id, renderer.pad_id, tuple(stop_token_ids(renderer, config)), dtype,
+        str(model_path), Path(work_dir) if work_dir else None,
+    )  # fmt: skip
+    engine = build_engine(ro, inputs)
+    try:
+        return agent_loop(ro, engine, renderer, sandbox, config, tools)
+    except BaseException:
+        engine.close()
+        raise
