@@ -86,43 +86,10 @@ def accumulate_gradients(
     per_micro = spec.token_mean == "micro" and spec.agg == "token-mean"
     total_rows = float(all_reduce_sum(torch.tensor(float(mini.input_ids.shape[0])))) if per_micro else 0.0
     for rows, micro in passes:
-        width = micro.input_ids.shape[1]
         mask = micro.loss_mask
         if per_micro:
             norm = micro_norm(norm, mask, len(rows), total_rows)
-        logp, ent = token_logprobs(
-            policy,
-            micro.input_ids,
-            micro.attention_mask,
-            temperature=spec.temperature,
-            with_entropy=spec.entropy_coef > 0,
-            loss_mask=mask,
-            chunk_tokens=spec.chunk_tokens,
-            autocast=spec.autocast,
-        )
-        old = logp.detach() if old_logp is None else old_logp[rows, :width]
-        loss, stats = spec.loss_fn(
-            logp,
-            old,
-            micro.extra["advantages"],
-            mask,
-            clip_low=spec.clip_low,
-            clip_high=spec.clip_high,
-            clip_c=spec.clip_c,
-            agg=spec.agg,
-            **norm,
-        )
-        totals["loss/pg"] += float(loss.detach())
-        if ref_logp is not None:
-            kl = aggregate(
-                kl_penalty(logp, ref_logp[rows, :width], estimator=spec.kl_estimator), mask, spec.agg, **norm
-            )
-            loss = loss + spec.kl_coef * kl
-            totals["loss/kl"] += float(kl.detach())
-        if ent is not None:
-            entropy = aggregate(ent, mask, spec.agg, **norm)
-            loss = loss - spec.entropy_coef * entropy
-            totals["loss/entropy"] += float(entropy.detach())
+        loss, stats = _micro_loss(policy, micro, rows, old_logp, ref_logp, spec, norm, totals)
         if loss.requires_grad:  # a micro-batch without trained tokens has no graph and nothing to add
             loss.backward()
         totals["loss/total"] += float(loss.detach())
@@ -136,3 +103,52 @@ def accumulate_gradients(
     out.update({k: v for k, v in reduced.items() if not k.startswith("sum:")})
     out["loss/micro_batches"] = float(len(passes))
     return out
+
+
+def _micro_loss(
+    policy: torch.nn.Module,
+    micro: TokenBatch,
+    rows: Any,
+    old_logp: torch.Tensor | None,
+    ref_logp: torch.Tensor | None,
+    spec: LossSpec,
+    norm: dict[str, Any],
+    totals: Counter[str],
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """One micro-batch's forward and loss (policy loss + KL - entropy bonus); adds its terms to `totals`."""
+    width = micro.input_ids.shape[1]
+    mask = micro.loss_mask
+    logp, ent = token_logprobs(
+        policy,
+        micro.input_ids,
+        micro.attention_mask,
+        temperature=spec.temperature,
+        with_entropy=spec.entropy_coef > 0,
+        loss_mask=mask,
+        chunk_tokens=spec.chunk_tokens,
+        autocast=spec.autocast,
+    )
+    old = logp.detach() if old_logp is None else old_logp[rows, :width]
+    loss, stats = spec.loss_fn(
+        logp,
+        old,
+        micro.extra["advantages"],
+        mask,
+        clip_low=spec.clip_low,
+        clip_high=spec.clip_high,
+        clip_c=spec.clip_c,
+        agg=spec.agg,
+        **norm,
+    )
+    totals["loss/pg"] += float(loss.detach())
+    if ref_logp is not None:
+        kl = aggregate(
+            kl_penalty(logp, ref_logp[rows, :width], estimator=spec.kl_estimator), mask, spec.agg, **norm
+        )
+        loss = loss + spec.kl_coef * kl
+        totals["loss/kl"] += float(kl.detach())
+    if ent is not None:
+        entropy = aggregate(ent, mask, spec.agg, **norm)
+        loss = loss - spec.entropy_coef * entropy
+        totals["loss/entropy"] += float(entropy.detach())
+    return loss, stats
