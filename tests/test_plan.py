@@ -120,8 +120,11 @@ def test_config_errors_fail_in_the_plan():
         )
     with pytest.raises(PlanError, match="has no config.json.*--arch"):
         plan(recipe("qwen3-4b-grpo-tcr"), processes=8)
-    with pytest.raises(PlanError, match="rollout.engine=vllm under torchrun is not supported yet"):
-        plan(recipe("qwen3-4b-grpo-tcr", "rollout.engine=vllm"), processes=8, arch=QWEN3_4B)
+    with pytest.raises(PlanError, match="rollout.engine=openai cannot receive the policy's new weights"):
+        plan(
+            recipe("qwen3-4b-grpo-tcr", "rollout.engine=openai", "rollout.urls=[http://x]", "rollout.model_name=m"),
+            processes=8, arch=QWEN3_4B,
+        )  # fmt: skip
     with pytest.raises(PlanError, match="neither a config.json file nor one of"):
         plan(recipe("qwen3-4b-grpo-tcr"), processes=8, arch="qwen9-1t")
 

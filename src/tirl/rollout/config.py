@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from tirl.rollout.capabilities import MODES
 from tirl.rollout.factory import ENGINES
 
+PLACEMENTS = ("separate",)
+
 
 @dataclass
 class RolloutConfig:
@@ -22,7 +24,8 @@ class RolloutConfig:
     # torch (in-process) | vllm (a vLLM server tirl starts and syncs; tirl.rollout.vllm_engine)
     # | openai (a /v1/completions server someone else runs; eval only, no weight sync)
     engine: str = "torch"
-    urls: list[str] = field(default_factory=list)  # openai: server base URLs, used round-robin
+    # openai: server base URLs, used round-robin; vllm: servers someone else started (tirl.rollout.vllm_pool)
+    urls: list[str] = field(default_factory=list)
     model_name: str = ""  # openai: the served model's name, checked against /v1/models
     retries: int = 3  # openai, vllm: attempts after the first, with exponential back-off
     request_timeout_s: float = 120.0  # openai, vllm: one HTTP request
@@ -32,6 +35,8 @@ class RolloutConfig:
     vllm_kv_cache_gib: float = 1.0  # vllm: KV cache size; 0 = vLLM's default (on GPU a share of its memory)
     vllm_port: int = 0  # vllm: 0 = a free port on 127.0.0.1
     vllm_startup_timeout_s: float = 600.0  # vllm: the server must answer within this
+    # vllm under torchrun: separate = servers beside the trainer, shared by every rank (tirl.rollout.vllm_pool)
+    placement: str = "separate"
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -43,6 +48,8 @@ class RolloutConfig:
                 "rollout.vllm_kv_cache_gib must be >= 0, rollout.vllm_startup_timeout_s > 0 and rollout.vllm_port "
                 f"in 0..65535; got {self.vllm_kv_cache_gib}, {self.vllm_startup_timeout_s}, {self.vllm_port}"
             )
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"unknown rollout.placement {self.placement!r}; valid: {', '.join(PLACEMENTS)}")
         if self.mode not in MODES:
             raise ValueError(f"unknown rollout.mode {self.mode!r}; valid: {', '.join(MODES)}")
         if self.concurrency < 1 or self.timeout_s <= 0:
