@@ -20,13 +20,14 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
 10. Groups of one (`n = 1`) are refused: every group-relative estimator gives them zero advantage (verl's GRPO
    instead passes the raw reward through, an unbaselined REINFORCE), so such a run would silently learn nothing.
 11. Under torchrun, each rank takes its share of the step's prompts (`dist.rank_share`) and samples all `n`
-   rollouts of each with its own in-process engine (generators seeded from seed and rank): groups stay whole on
-   one rank, so advantages need no communication and no token crosses ranks; only loss normalizers, gradients
-   and metrics are reduced.
+   rollouts of each, with its own in-process engine or from the shared vLLM servers (seeds from seed and rank):
+   groups stay whole on one rank, so advantages need no communication and no token crosses ranks; only loss
+   normalizers, gradients and metrics are reduced. The weight sync after each update is collective.
 """
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections import Counter
@@ -55,6 +56,7 @@ from tirl.train.batch import TokenBatch, slice_rows
 from tirl.train.checkpoint import CheckpointError
 from tirl.train.logprobs import token_logprobs
 from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
+from tirl.train.overlap import check_off_policy, lookahead, staleness
 from tirl.train.perf import Timers, peak_memory_mb
 from tirl.train.reference import Reference
 from tirl.train.rl_batch import (
@@ -63,6 +65,7 @@ from tirl.train.rl_batch import (
     fitting_prompts,
     global_rollout_metrics,
     groups_with_signal,
+    rank_reduced,
     render_samples,
     rollout_logprobs,
     trajectory_batch,
@@ -92,9 +95,8 @@ class RLConfig:
     kl_estimator: Literal["k1", "k3"] = "k3"
     entropy_coef: float = 0.0
     passk_k: int = 4  # k of the estimators that take one (the pass@k objectives passk, pkpo)
-    dynamic_sampling: bool = (
-        False  # DAPO: drop groups whose rewards are all equal, sample more prompts to refill
-    )
+    # DAPO: drop groups whose rewards are all equal, sample more prompts to refill
+    dynamic_sampling: bool = False
     dynamic_max_rounds: int = 3  # extra generation rounds per step at most, when dynamic_sampling is on
     overlong_filter: bool = False  # truncated responses (budget / turn cap hit) are masked out of the loss
     logprob_batch_size: int = 64  # sequences per no-grad forward when recomputing old log-probs
@@ -112,10 +114,11 @@ class RLConfig:
     # the policy module (the torch engine), token_tis otherwise (tirl.rollout.capabilities says why)
     rollout_correction: Literal["auto", "none", "token_tis", "seq_mis"] = "auto"
     tis_cap: float = 2.0  # token_tis: weights min(pi_old / pi_rollout, cap) (verl's rollout_is_threshold)
-    mis_low: float = (
-        0.0  # seq_mis: sequences whose ratio is outside [mis_low, mis_high] are masked (TRL's 0, 3)
-    )
+    # seq_mis: sequences whose ratio is outside [mis_low, mis_high] are masked (TRL's 0, 3)
+    mis_low: float = 0.0
     mis_high: float = 3.0
+    # 1: step k+1's rollouts are sampled with step k's weights while step k's update runs (tirl.train.overlap)
+    off_policy_steps: int = 0
 
     def __post_init__(self) -> None:
         for name in ("steps", "prompts_per_step", "n", "mini_batch_size", "ppo_epochs", "logprob_batch_size"):
@@ -159,6 +162,7 @@ class RLConfig:
                 f"need tis_cap > 0 and 0 <= mis_low < mis_high, got {self.tis_cap}, "
                 f"{self.mis_low}, {self.mis_high}"
             )
+        check_off_policy(self.off_policy_steps, dynamic_sampling=self.dynamic_sampling)
         if self.loss_norm_len < 0:
             raise ValueError(
                 f"loss_norm_len must be >= 0 (0 = the response budget), got {self.loss_norm_len}"
@@ -192,13 +196,8 @@ class RLTrainer:
         copy of `policy` as it is now (none for LoRA)."""
         if not rows:
             raise ValueError("RL needs at least one prompt row")
-        self.policy, self.tokenizer, self.agent, self.rows, self.cfg = (
-            policy,
-            tokenizer,
-            agent,
-            fitting_prompts(problem_rows(rows), agent.renderer, agent.config.max_prompt_tokens),
-            cfg,
-        )
+        rows = fitting_prompts(problem_rows(rows), agent.renderer, agent.config.max_prompt_tokens)
+        self.policy, self.tokenizer, self.agent, self.rows, self.cfg = policy, tokenizer, agent, rows, cfg
         self.sampling, self.reward, self.out_dir, self.logger = sampling, reward, Path(out_dir), logger
         self.pad_id = agent.renderer.pad_id
         self.engine_caps = capabilities_of(agent.engine)
@@ -217,12 +216,13 @@ class RLTrainer:
         updates = cfg.steps * cfg.ppo_epochs * -(-cfg.prompts_per_step * cfg.n // cfg.mini_batch_size)
         self.opt, self.sched = build_optimizer(policy, cfg.optim, updates)
         self.rng = random.Random(seed)
-        self.gen = torch.Generator().manual_seed(
-            dist.rank_seed(seed)
-        )  # sampling and mini-batch order: per rank
+        # sampling and mini-batch order: per rank
+        self.gen = torch.Generator().manual_seed(dist.rank_seed(seed))
         self._order: list[int] = []
         self.norm_len = cfg.loss_norm_len or agent.config.max_response_tokens
         self.skips = SkipGuard(cfg.optim.max_skipped_in_row)
+        self.ahead = lookahead(cfg.off_policy_steps, self.engine_caps)  # the batch sampled during the update
+        self.rank_state = ("generator", "pending") if self.ahead else ("generator",)
         self.updates_done = 0
         self.step_done = 0
         self.timers = Timers()
@@ -230,20 +230,11 @@ class RLTrainer:
         self.validate: Any = None  # step -> metrics; set by the caller when rl.eval_every is on
         self.ref_source = ref_source  # where the KL reference (the initial policy) was loaded from
         self.loss_spec = LossSpec(
-            self.loss_fn,
-            clip_low=cfg.clip_low,
-            clip_high=cfg.clip_high,
-            clip_c=cfg.clip_c,
-            agg=cfg.loss_agg,
-            norm_len=self.norm_len,
-            temperature=sampling.logprob_temperature,
-            kl_coef=cfg.kl_coef,
-            kl_estimator=cfg.kl_estimator,
-            entropy_coef=cfg.entropy_coef,
-            micro_batch_size=cfg.micro_batch_size,
-            micro_batch_tokens=cfg.micro_batch_tokens,
-            autocast=autocast,
-        )
+            self.loss_fn, clip_low=cfg.clip_low, clip_high=cfg.clip_high, clip_c=cfg.clip_c, agg=cfg.loss_agg,
+            norm_len=self.norm_len, temperature=sampling.logprob_temperature, kl_coef=cfg.kl_coef,
+            kl_estimator=cfg.kl_estimator, entropy_coef=cfg.entropy_coef, micro_batch_size=cfg.micro_batch_size,
+            micro_batch_tokens=cfg.micro_batch_tokens, autocast=autocast,
+        )  # fmt: skip
 
     def _next_prompts(self) -> list[ProblemRow]:
         """Epoch-wise shuffled prompts: each row is used once before any is reused. Every rank draws the same
@@ -264,24 +255,24 @@ class RLTrainer:
             rows = list(range(s, min(s + self.cfg.logprob_batch_size, batch.input_ids.shape[0])))
             part = slice_rows(batch, rows)
             lp, _ = token_logprobs(
-                model,
-                part.input_ids,
-                part.attention_mask,
-                temperature=self.sampling.logprob_temperature,
-                loss_mask=part.loss_mask,
-                autocast=self.autocast,
-            )
+                model, part.input_ids, part.attention_mask, temperature=self.sampling.logprob_temperature,
+                loss_mask=part.loss_mask, autocast=self.autocast,
+            )  # fmt: skip
             out[rows, : lp.shape[1]] = lp
         return out
 
-    def _rollout(self, rows: Sequence[ProblemRow], first_group: int) -> tuple[list[Trajectory], list[Any]]:
+    def _rollout(
+        self, rows: Sequence[ProblemRow], first_group: int, gen: torch.Generator | None = None
+    ) -> tuple[list[Trajectory], list[Any]]:
         """`n` trajectories per row, scored; their meta "group" numbers the rows from `first_group` on."""
         cfg = self.cfg
         prompts = [r.prompt for r in rows for _ in range(cfg.n)]
         metas = [r.meta(group=first_group + g, sample=k) for g, r in enumerate(rows) for k in range(cfg.n)]
         self.policy.eval()
-        with self.timers.time("rollout"), fsdp.gathered(self.policy):
-            trajs = self.agent.run(prompts, self.sampling, metas=metas, generator=self.gen)
+        gen = self.gen if gen is None else gen
+        whole = fsdp.gathered(self.policy) if self.engine_caps.shares_policy else contextlib.nullcontext()
+        with self.timers.time("rollout"), whole:  # a server engine needs no whole model on each rank
+            trajs = self.agent.run(prompts, self.sampling, metas=metas, generator=gen)
         calls = (c.exec_result for t in trajs for c in t.tool_calls if c.exec_result)
         raise_if_sandbox_down(calls, f"RL step {self.step_done}")  # a dead sandbox is not a bad policy
         with self.timers.time("reward"):
@@ -289,6 +280,12 @@ class RLTrainer:
                 trajs, self.reward, max_len=self.agent.config.max_response_tokens, sandbox=self.agent.sandbox
             )
         return trajs, scores
+
+    def _sample_ahead(self) -> None:
+        """Start sampling the next step's batch in the background; its prompts and seed are drawn here."""
+        rows = self._next_prompts()
+        gen = torch.Generator().manual_seed(int(torch.randint(2**62, (1,), generator=self.gen)))
+        self.ahead.start(lambda: (*self._rollout(rows, dist.rank() * len(rows), gen), {}))
 
     def _sample_batch(self) -> tuple[list[Trajectory], list[Any], dict[str, float]]:
         """This step's trajectories; with dynamic sampling (DAPO), only groups with a reward signal, refilled from
@@ -320,7 +317,9 @@ class RLTrainer:
     def step(self) -> dict[str, float]:
         cfg = self.cfg
         t0 = time.time()
-        trajs, scores, dyn = self._sample_batch()
+        trajs, scores, dyn = (self.ahead and self.ahead.take()) or self._sample_batch()
+        if self.ahead and self.step_done + 1 < cfg.steps:
+            self._sample_ahead()
         t_rollout = time.time() - t0
         rewards = torch.tensor([s.reward for s in scores])
         groups = torch.tensor([t.meta["group"] for t in trajs])
@@ -345,12 +344,16 @@ class RLTrainer:
                 with self.ref.model() as ref:
                     ref_logp = self._logprobs(ref, batch)
             update = self._update(batch, old_logp, ref_logp)
+        if self.ahead:  # the next batch's requests end before the engine reloads its weights
+            self.ahead.wait()
+            update["rollout/staleness"] = staleness(trajs, self.agent.engine.weight_version)
+        with self.timers.time("sync"):  # the next rollout must sample from the updated policy
+            self.agent.engine.sync_weights(self.policy)
         metrics, stats = global_rollout_metrics(trajs, scores, rewards, groups, adv)
         metrics.update(update)
         metrics.update(dyn)
-        metrics.update({k: v / self.world for k, v in dist.sum_floats(mismatch).items()})  # mean over ranks
+        metrics.update(rank_reduced(mismatch))
         perf = self.timers.pop()
-        perf["perf/step_s/update"] -= perf.get("perf/step_s/sync", 0.0)  # sync is timed inside the update
         sampled = sum(s.sampled_tokens for s in stats)
         trained = dist.sum_floats({"t": float(batch.attention_mask.sum())})["t"]
         metrics.update(perf)
@@ -413,10 +416,6 @@ class RLTrainer:
                 sums.update(stats)
                 updates += 1
         self.policy.eval()
-        with self.timers.time("sync"):
-            self.agent.engine.sync_weights(
-                self.policy
-            )  # the next rollout must sample from the updated policy
         out = {k: v / updates for k, v in sums.items()}
         out["optim/lr"] = self.sched.get_last_lr()[0]
         out["loss/skipped_updates"] = float(self.skips.total)
@@ -475,7 +474,7 @@ class RLTrainer:
             "skips": (self.skips.in_row, self.skips.total),
             "ref_source": self.ref_source,
             "wandb_id": self.logger.run_id if self.logger else None,
-        }
+        } | ({"pending": self.ahead.pending} if self.ahead else {})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The restored weights (already in the policy) reach a server engine too: it still serves the weights it
@@ -493,5 +492,7 @@ class RLTrainer:
             self.gen.set_state(state["generator"])
         self.updates_done = int(state["updates_done"])
         self.skips.in_row, self.skips.total = state["skips"]
+        if self.ahead:  # the batch sampled during the checkpointed step's update (tirl.train.overlap)
+            self.ahead.pending = state.get("pending")
         if self.engine_caps.sync_on_resume:  # a server engine still serves the weights it started with
             self.agent.engine.sync_weights(self.policy)
