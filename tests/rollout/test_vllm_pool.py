@@ -123,6 +123,19 @@ def test_resume_after_a_kill_re_sends_the_checkpoint_weights(owned_run, tiny_dir
 
 @needs_vllm
 @pytest.mark.slow
+def test_two_ranks_sample_one_step_ahead(tiny_dir, server, tmp_path):
+    """rl.off_policy_steps=1: each batch after the first comes from the weights one update old."""
+    out = tmp_path / "rl"
+    url = f"rollout.urls=[http://127.0.0.1:{server.port}]"
+    rc, err = _finish(_torchrun(*_args(tiny_dir, out, 3, url, "rl.off_policy_steps=1")))
+    assert rc == 0, err[-4000:]
+    steps = _steps(out)
+    assert [s["rollout/staleness"] for s in steps] == [0.0, 1.0, 1.0]
+    assert steps[0]["rollout/logprob_diff_max"] < LOGPROB_ATOL < steps[1]["rollout/logprob_diff_max"]
+
+
+@needs_vllm
+@pytest.mark.slow
 def test_a_killed_server_fails_the_run_and_keeps_the_last_checkpoint(tiny_dir, server, tmp_path):
     out = tmp_path / "rl"
     url = f"rollout.urls=[http://127.0.0.1:{server.port}]"
