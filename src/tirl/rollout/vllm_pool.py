@@ -4,6 +4,7 @@ The servers are either one that rank 0 starts and owns (`VLLMEngine`), or severa
 reached by `rollout.urls` (data-parallel replicas, each serving the same model with `VLLM_SERVER_DEV_MODE=1`). Every
 rank is a client (`VLLMPool`, an `OpenAIEngine`) of its share of them: with at least as many servers as ranks, every
 world-th server from its own index; with fewer, server `rank % servers`. Each rank sends its own prompt shard.
+Servers reached by URL are made to reload the run's starting weights first: one may come from another run.
 
 Weight sync is one call on every rank, `sync_weights(policy)` (collective):
 1. The weights are gathered tensor by tensor (an FSDP2 shard is a DTensor: `full_tensor()` all-gathers it, every
@@ -25,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import json
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,7 @@ import torch.distributed as tdist
 from tirl.io import atomic_dir, atomic_write_json
 from tirl.rollout.openai_engine import EngineError, OpenAIEngine, OpenAIEngineConfig
 from tirl.rollout.vllm_engine import SERVED_NAME, VLLMEngine, VLLMEngineConfig
-from tirl.rollout.vllm_weights import INDEX, ties_embeddings, untie
+from tirl.rollout.vllm_weights import INDEX, ties_embeddings, untie, untied_copy
 
 BUCKET_BYTES = (
     256 * 2**20
@@ -167,17 +169,31 @@ class VLLMPool(OpenAIEngine):
                 "a LoRA policy under torchrun cannot be synced into vLLM (its merge needs the base)"
             )
         write_streamed(model, self.weights_dir, untie_embeddings=self.untied)
-        outcome: tuple[str, Any] = ("ok", self.weight_version + 1)
+        self._reload_all(lambda: self.weights_dir)
+        self.weight_version += 1
+
+    def serve_initial(self) -> None:
+        """Servers reached by URL serve `model` as the run starts (one may come from another run). Collective."""
+        if self.untied:
+            self._reload_all(lambda: untied_copy(self.vcfg.model, self.work_dir / "initial"))
+        else:
+            self._reload_all(lambda: Path(self.vcfg.model))
+
+    def _reload_all(self, path: Callable[[], Path]) -> None:
+        """Rank 0 has every server reload from `path()` and tells every rank how it went; a failure raises the same
+        EngineError on every rank (otherwise the others would wait for ever)."""
+        outcome: tuple[str, str] = ("ok", "")
         if rank() == 0:
+            url = ""
             try:
+                where = path()
                 for url in self.all_urls:
-                    self._reload(url, self.weights_dir)
-            except Exception as e:  # every rank must hear of it, or the others wait for ever
-                outcome = ("error", f"weight sync into {url} failed: {e}")
-        kind, value = broadcast(outcome)
+                    self._reload(url, where)
+            except Exception as e:
+                outcome = ("error", f"weight sync into {url or 'the vLLM servers'} failed: {e}")
+        kind, why = broadcast(outcome)
         if kind == "error":
-            raise EngineError(value)
-        self.weight_version = int(value)
+            raise EngineError(why)
 
     def _reload(self, url: str, path: Path) -> None:
         body = {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
@@ -197,7 +213,13 @@ def build_pool(cfg: VLLMEngineConfig, urls: list[str], model_name: str = "") -> 
     """Every rank's `VLLMPool`: over `urls` when given, else over the server rank 0 starts now (its URL, or why it
     did not start, is broadcast so that no rank waits for a server that will never come). Collective."""
     if urls:
-        return VLLMPool(urls, cfg, model_name=model_name or SERVED_NAME)
+        pool = VLLMPool(urls, cfg, model_name=model_name or SERVED_NAME)
+        try:
+            pool.serve_initial()
+        except BaseException:
+            pool.close()
+            raise
+        return pool
     owner, started = None, None
     if rank() == 0:
         try:
