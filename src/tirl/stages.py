@@ -174,6 +174,7 @@ def run_rl(
     policy's, so a resumed run never takes its resumed policy as the reference."""
     if why := factory.rl_refusal(factory.capabilities_for(cfg.rollout.engine), dist.world_size()):
         raise ValueError(why)
+    factory.check_placement(cfg.rollout)
     out = Path(out_dir)
     ckpt, state = _resume_point(resume, out)
     if dist.is_main():

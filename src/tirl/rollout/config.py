@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from tirl.rollout.capabilities import MODES
 from tirl.rollout.factory import ENGINES
 
-PLACEMENTS = ("separate",)
+PLACEMENTS = ("separate", "colocated")
 
 
 @dataclass
@@ -35,7 +35,8 @@ class RolloutConfig:
     vllm_kv_cache_gib: float = 1.0  # vllm: KV cache size; 0 = vLLM's default (on GPU a share of its memory)
     vllm_port: int = 0  # vllm: 0 = a free port on 127.0.0.1
     vllm_startup_timeout_s: float = 600.0  # vllm: the server must answer within this
-    # vllm under torchrun: separate = servers beside the trainer, shared by every rank (tirl.rollout.vllm_pool)
+    # vllm: separate = servers beside the trainer, shared by every rank (tirl.rollout.vllm_pool); colocated = one
+    # engine in each training process, asleep during updates (GPU only, tirl.rollout.vllm_colocated)
     placement: str = "separate"
 
     def __post_init__(self) -> None:

@@ -11,6 +11,7 @@ entry in `_ENGINES`, and its settings in `RolloutConfig`. Nothing outside this p
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,6 +64,13 @@ def _vllm(ro: RolloutConfig, x: EngineInputs) -> Engine:
     from tirl.rollout.vllm_pool import build_pool, world_size
     from tirl.rollout.vllm_weights import is_plain_hf_dir, servable_dir
 
+    if ro.placement == "colocated":
+        from tirl.rollout.vllm_colocated import ColocatedEngine, VLLMBackend, check_placement
+
+        check_placement(ro.placement)
+        stops = [x.eos_id, *x.stop_ids]
+        return ColocatedEngine(VLLMBackend(x.model_path, dtype=x.dtype, stop_ids=stops), eos_ids=[x.eos_id],
+                               stop_ids=x.stop_ids)  # fmt: skip
     wd = x.work_dir / "vllm" if x.work_dir else None
     pooled = bool(ro.urls) or world_size() > 1
     if pooled and not is_plain_hf_dir(x.model_path):  # a sharded policy cannot be exported by one rank alone
@@ -127,6 +135,19 @@ def rl_refusal(caps: EngineCapabilities, world: int) -> str | None:
         return None
     fit = " or ".join(n for n in ENGINES if capabilities_for(n).why_not_rl(world) is None)
     return f"{why}; use rollout.engine={fit} for tirl rl" + (" on several processes" if world > 1 else "")
+
+
+def check_placement(ro: RolloutConfig) -> None:
+    """`rollout.placement` this machine cannot run, refused before anything is loaded."""
+    from tirl.rollout.vllm_colocated import check_placement as check
+
+    check(ro.placement)
+
+
+def awake(engine: Engine) -> contextlib.AbstractContextManager:
+    """The engine awake for the rollouts inside: a colocated engine sleeps outside them; nothing for the others."""
+    hook = getattr(engine, "awake", None)
+    return hook() if hook is not None else contextlib.nullcontext()
 
 
 def build_engine(ro: RolloutConfig, inputs: EngineInputs) -> Engine:

@@ -27,7 +27,6 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
 
 from __future__ import annotations
 
-import contextlib
 import random
 import time
 from collections import Counter
@@ -47,7 +46,7 @@ from tirl.rewards.scoring import score_trajectories
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentLoop
 from tirl.rollout.capabilities import capabilities_of
-from tirl.rollout.factory import rl_refusal
+from tirl.rollout.factory import awake, rl_refusal
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
 from tirl.sandbox.health import raise_if_sandbox_down
@@ -270,8 +269,9 @@ class RLTrainer:
         metas = [r.meta(group=first_group + g, sample=k) for g, r in enumerate(rows) for k in range(cfg.n)]
         self.policy.eval()
         gen = self.gen if gen is None else gen
-        whole = fsdp.gathered(self.policy) if self.engine_caps.shares_policy else contextlib.nullcontext()
-        with self.timers.time("rollout"), whole:  # a server engine needs no whole model on each rank
+        # the torch engine samples from the whole model on each rank; a colocated engine wakes for the rollouts
+        ready = fsdp.gathered(self.policy) if self.engine_caps.shares_policy else awake(self.agent.engine)
+        with self.timers.time("rollout"), ready:
             trajs = self.agent.run(prompts, self.sampling, metas=metas, generator=gen)
         calls = (c.exec_result for t in trajs for c in t.tool_calls if c.exec_result)
         raise_if_sandbox_down(calls, f"RL step {self.step_done}")  # a dead sandbox is not a bad policy
