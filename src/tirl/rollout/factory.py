@@ -65,12 +65,12 @@ def _vllm(ro: RolloutConfig, x: EngineInputs) -> Engine:
     from tirl.rollout.vllm_weights import is_plain_hf_dir, servable_dir
 
     if ro.placement == "colocated":
-        from tirl.rollout.vllm_colocated import ColocatedEngine, VLLMBackend, check_placement
+        from tirl.rollout.vllm_colocated import ColocatedEngine, VLLMBackend, check_placement, engine_kwargs
 
         check_placement(ro.placement)
-        stops = [x.eos_id, *x.stop_ids]
-        return ColocatedEngine(VLLMBackend(x.model_path, dtype=x.dtype, stop_ids=stops), eos_ids=[x.eos_id],
-                               stop_ids=x.stop_ids)  # fmt: skip
+        kw = engine_kwargs(ro.vllm_args, ro.vllm_kv_cache_gib)
+        backend = VLLMBackend(x.model_path, dtype=x.dtype, stop_ids=[x.eos_id, *x.stop_ids], extra=kw)
+        return ColocatedEngine(backend, eos_ids=[x.eos_id], stop_ids=x.stop_ids)
     wd = x.work_dir / "vllm" if x.work_dir else None
     pooled = bool(ro.urls) or world_size() > 1
     if pooled and not is_plain_hf_dir(x.model_path):  # a sharded policy cannot be exported by one rank alone

@@ -63,6 +63,29 @@ def check_placement(placement: str) -> None:
         )
 
 
+def engine_kwargs(args: Sequence[str], kv_cache_gib: float) -> dict[str, Any]:
+    """`rollout.vllm_args` (server flags, `--gpu-memory-utilization=0.75`) as `vllm.LLM` keyword arguments, and the
+    KV cache size (`rollout.vllm_kv_cache_gib`; 0 leaves it to vLLM). A flag without `=value` is True."""
+    out: dict[str, Any] = {}
+    for arg in args:
+        if not arg.startswith("--"):
+            raise ValueError(
+                f"rollout.vllm_args: {arg!r} is not a --flag or --flag=value (colocated passes them to LLM)"
+            )
+        key, _, raw = arg[2:].partition("=")
+        value: Any = True if not raw else raw
+        for cast in (int, float):
+            try:
+                value = cast(raw)
+                break
+            except ValueError:
+                continue
+        out[key.replace("-", "_")] = value
+    if kv_cache_gib:
+        out["kv_cache_memory_bytes"] = int(kv_cache_gib * 2**30)
+    return out
+
+
 class ColocatedEngine:
     """One rank's sleeping vLLM engine (module docstring); implements `tirl.rollout.types.Engine`."""
 
