@@ -269,9 +269,8 @@ class RLTrainer:
         metas = [r.meta(group=first_group + g, sample=k) for g, r in enumerate(rows) for k in range(cfg.n)]
         self.policy.eval()
         gen = self.gen if gen is None else gen
-        # the torch engine samples from the whole model on each rank; a colocated engine wakes for the rollouts
         ready = fsdp.gathered(self.policy) if self.engine_caps.shares_policy else awake(self.agent.engine)
-        with self.timers.time("rollout"), ready:
+        with self.timers.time("rollout"), ready:  # the whole model on each rank, or a colocated engine awake
             trajs = self.agent.run(prompts, self.sampling, metas=metas, generator=gen)
         calls = (c.exec_result for t in trajs for c in t.tool_calls if c.exec_result)
         raise_if_sandbox_down(calls, f"RL step {self.step_done}")  # a dead sandbox is not a bad policy
@@ -318,6 +317,7 @@ class RLTrainer:
         cfg = self.cfg
         t0 = time.time()
         trajs, scores, dyn = (self.ahead and self.ahead.take()) or self._sample_batch()
+        stale = staleness(trajs, self.agent.engine.weight_version) if self.ahead else None
         if self.ahead and self.step_done + 1 < cfg.steps:
             self._sample_ahead()
         t_rollout = time.time() - t0
@@ -344,16 +344,13 @@ class RLTrainer:
                 with self.ref.model() as ref:
                     ref_logp = self._logprobs(ref, batch)
             update = self._update(batch, old_logp, ref_logp)
-        if self.ahead:  # the next batch's requests end before the engine reloads its weights
-            self.ahead.wait()
-            update["rollout/staleness"] = staleness(trajs, self.agent.engine.weight_version)
-        with self.timers.time("sync"):  # the next rollout must sample from the updated policy
-            self.agent.engine.sync_weights(self.policy)
         metrics, stats = global_rollout_metrics(trajs, scores, rewards, groups, adv)
         metrics.update(update)
         metrics.update(dyn)
+        metrics.update({} if stale is None else {"rollout/staleness": stale})
         metrics.update(rank_reduced(mismatch))
         perf = self.timers.pop()
+        perf["perf/step_s/update"] -= perf.get("perf/step_s/sync", 0.0)  # sync is timed inside the update
         sampled = sum(s.sampled_tokens for s in stats)
         trained = dist.sum_floats({"t": float(batch.attention_mask.sum())})["t"]
         metrics.update(perf)
@@ -416,6 +413,10 @@ class RLTrainer:
                 sums.update(stats)
                 updates += 1
         self.policy.eval()
+        if self.ahead:  # the next batch's requests end before the engine reloads its weights
+            self.ahead.wait()
+        with self.timers.time("sync"):  # the next rollout must sample from the updated policy
+            self.agent.engine.sync_weights(self.policy)
         out = {k: v / updates for k, v in sums.items()}
         out["optim/lr"] = self.sched.get_last_lr()[0]
         out["loss/skipped_updates"] = float(self.skips.total)
