@@ -120,8 +120,11 @@ def test_config_errors_fail_in_the_plan():
         )
     with pytest.raises(PlanError, match="has no config.json.*--arch"):
         plan(recipe("qwen3-4b-grpo-tcr"), processes=8)
-    with pytest.raises(PlanError, match="rollout.engine=vllm under torchrun is not supported yet"):
-        plan(recipe("qwen3-4b-grpo-tcr", "rollout.engine=vllm"), processes=8, arch=QWEN3_4B)
+    with pytest.raises(PlanError, match="rollout.engine=openai cannot receive the policy's new weights"):
+        plan(
+            recipe("qwen3-4b-grpo-tcr", "rollout.engine=openai", "rollout.urls=[http://x]", "rollout.model_name=m"),
+            processes=8, arch=QWEN3_4B,
+        )  # fmt: skip
     with pytest.raises(PlanError, match="neither a config.json file nor one of"):
         plan(recipe("qwen3-4b-grpo-tcr"), processes=8, arch="qwen9-1t")
 
@@ -218,3 +221,43 @@ def test_a_non_json_arch_file_is_named(tmp_path, capsys):
     bad.write_text('{"model_type": "qwen2"}\n{"extra": 1}\n')
     assert main(["plan", "--arch", str(bad)]) == 2
     assert f"--arch {bad}: not a JSON config.json (Extra data: line 2" in capsys.readouterr().err
+
+
+def test_vllm_memory_separate_and_colocated():
+    """Qwen3-4B served in bfloat16 (the recipe config's rollout.dtype): 4,022,468,096 x 2 bytes of weights per
+    engine; KV cache per token 2 (k, v) x 36 layers x 8 kv heads x 128 x 2 bytes; a step's 64 x 16 trajectories,
+    64 in flight per rank (rollout.concurrency)."""
+    weights = 4_022_468_096 * 2 / GIB
+    kv_token = 2 * 36 * 8 * 128 * 2
+    seq = 2560 + 20480
+    sep = plan(
+        recipe("qwen3-4b-grpo-tcr", "rollout.engine=vllm", "rollout.urls=[http://a:1,http://b:1]",
+               "rollout.vllm_kv_cache_gib=20", "rl.prompts_per_step=48", "rl.mini_batch_size=192"),
+        processes=6, arch=QWEN3_4B,
+    )  # fmt: skip
+    assert sep.rollout_gib == pytest.approx(weights + 20)
+    want = min(48 * 16 // 2, 64 * 3) * seq * kv_token / GIB  # 3 ranks share each of the 2 servers
+    assert "2 vLLM server(s) on GPUs of their own beside the 6 training GPUs (8 in all)" in sep.rollout_vllm
+    assert f"want {want:.2f}" in sep.rollout_vllm and sep.fits
+    col = plan(recipe("qwen3-4b-grpo-tcr", "rollout.engine=vllm", "rollout.placement=colocated"), processes=8,
+               arch=QWEN3_4B)  # fmt: skip
+    assert col.rollout_gib == pytest.approx(0.75 * 80)  # the recipe's --gpu-memory-utilization=0.75
+    resident = col.weights_gib + col.gathered_gib + col.grads_gib + col.optimizer_gib + col.reserve_gib
+    assert f"resident {resident:.2f} GiB: {resident + 60:.2f} GiB of 80" in col.rollout_vllm and col.fits
+    tight = plan(
+        recipe("qwen3-4b-grpo-tcr", "rollout.engine=vllm", "rollout.placement=colocated", "rollout.vllm_kv_cache_gib=50"),
+        processes=8, arch=QWEN3_4B, gpu_gib=64,
+    )  # fmt: skip
+    assert tight.total_gib < 64 and not tight.fits  # the update fits, the awake engine on top of it does not
+
+
+def test_colocated_engine_kwargs_from_server_flags():
+    from tirl.rollout.vllm_colocated import engine_kwargs
+
+    got = engine_kwargs(["--gpu-memory-utilization=0.75", "--max-model-len=23040", "--enforce-eager"], 1.5)
+    assert got == {
+        "gpu_memory_utilization": 0.75, "max_model_len": 23040, "enforce_eager": True,
+        "kv_cache_memory_bytes": int(1.5 * 2**30),
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="'4096' is not a --flag"):
+        engine_kwargs(["4096"], 0)

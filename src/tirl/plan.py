@@ -19,7 +19,14 @@ The estimate, per process (W processes; FSDP2 shards parameters, gradients and o
   tensors) and the final hidden states;
 - a fixed reserve for the CUDA context and allocator fragmentation.
 It is an estimate (±25% on activations); `bench/train.py` measures peak memory on the models this machine can run.
-The rollout engine's memory (vLLM's KV cache) is not included: it runs as its own server.
+
+The vLLM engine's memory (`rollout_gib`, `rollout_vllm`): its weights in `rollout.dtype` (else `model.dtype`) plus its KV cache
+(`rollout.vllm_kv_cache_gib`; 0 = what `--gpu-memory-utilization` in `rollout.vllm_args` leaves, 0.9 by default). With `rollout.placement=separate` the servers
+run on GPUs of their own beside the trainer's (`rollout.urls` servers, else the one rank 0 starts): the plan gives
+one server's GPU memory and the split. With `colocated` each rank's engine sleeps (level 1: weights offloaded to
+CPU memory, KV cache freed) during the update and wakes for rollouts, so the rollout phase holds the trainer's
+resident state (sharded weights, gradients, AdamW state, reference, reserve) plus the engine's weights and KV
+cache: that sum must fit too. The KV cache a step wants: every trajectory in flight at its full length.
 """
 
 from __future__ import annotations
@@ -67,6 +74,10 @@ class Plan:
     gpu_gib: float
     fits: bool
     notes: list[str] = field(default_factory=list)
+    rollout_gib: float = (
+        0.0  # one vLLM engine: weights + KV cache (0: the torch engine, no engine of its own)
+    )
+    rollout_vllm: str = ""  # where it runs and the GPU split, in words
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -271,7 +282,11 @@ def plan(
     total = sum(parts) + reserve_gib
     if not m.gradient_checkpointing and total > gpu_gib:
         notes.append("model.gradient_checkpointing=true keeps only each layer's input (see activations)")
+    resident = sum(parts[:5]) + reserve_gib  # what stays on the GPU through the rollouts
+    engine_gib, where, fits = _vllm_memory(cfg, hf_config, params, seq, W, gpu_gib, resident, stage)
     return Plan(
+        rollout_gib=engine_gib,
+        rollout_vllm=where,
         stage=stage,
         arch=name,
         processes=W,
@@ -289,9 +304,47 @@ def plan(
         reserve_gib=reserve_gib,
         total_gib=total,
         gpu_gib=gpu_gib,
-        fits=total <= gpu_gib,
+        fits=total <= gpu_gib and fits,
         notes=notes,
     )
+
+
+def _vllm_memory(
+    cfg: Any, hf: Any, params: int, seq: int, world: int, gpu_gib: float, resident: float, stage: str
+) -> tuple[float, str, bool]:
+    """(one engine's GiB, where it runs and how the GPUs split, whether it fits) for rollout.engine=vllm."""
+    ro = cfg.rollout
+    if stage != "rl" or ro.engine != "vllm":
+        return 0.0, "", True
+    served = BYTES[ro.dtype or cfg.model.dtype]  # rollout.dtype: what vLLM serves (bf16 with fidelity: recipe)
+    weights = params * served / GIB
+    head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
+    kv_token = 2 * hf.num_hidden_layers * hf.num_key_value_heads * head_dim * served
+    servers = max(len(ro.urls), 1) if ro.placement == "separate" else world
+    ranks_each = -(-world // servers) if ro.placement == "separate" else 1  # ranks sending to one engine
+    in_flight = min(-(-cfg.rl.prompts_per_step * cfg.rl.n // servers), ro.concurrency * ranks_each)
+    want = in_flight * seq * kv_token / GIB
+    from tirl.rollout.vllm_colocated import engine_kwargs
+
+    kv = (
+        ro.vllm_kv_cache_gib
+        or engine_kwargs(ro.vllm_args, 0).get("gpu_memory_utilization", 0.9) * gpu_gib - weights
+    )
+    need = f"KV cache {kv:.2f} GiB (the step's {in_flight} sequences in flight want {want:.2f})"
+    if ro.placement == "separate":
+        total = weights + kv
+        where = (
+            f"separate: {servers} vLLM server(s) on GPUs of their own beside the {world} training GPUs "
+            f"({world + servers} in all): weights {weights:.2f} GiB + {need} = {total:.2f} GiB each"
+        )
+        return total, where, total <= gpu_gib
+    total = weights + kv
+    where = (
+        f"colocated: one engine per training GPU, asleep during the update (its {weights:.2f} GiB of weights in CPU "
+        f"memory), awake for rollouts: weights + {need} = {total:.2f} GiB on top of the trainer's resident "
+        f"{resident:.2f} GiB: {resident + total:.2f} GiB of {gpu_gib:g}"
+    )
+    return total, where, resident + total <= gpu_gib
 
 
 def render(p: Plan) -> str:
@@ -318,6 +371,7 @@ def render(p: Plan) -> str:
     ]
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    lines += [f"vLLM: {p.rollout_vllm}"] if p.rollout_vllm else []
     lines += [f"note: {n}" for n in p.notes]
     return "\n".join(lines)
 

@@ -213,6 +213,7 @@ def run_rl(
     checkpoint with this run's data and settings, unless `allow_changes`."""
     if why := factory.rl_refusal(factory.capabilities_for(cfg.rollout.engine), dist.world_size()):
         raise ValueError(why)
+    factory.check_placement(cfg.rollout)
     out = Path(out_dir)
     rows = rows if rows is not None else _task_rows(cfg, cfg.rl.data, "train")
     if cfg.rl.prompt_rewrite == "verl":

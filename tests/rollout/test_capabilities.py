@@ -45,7 +45,7 @@ def test_weight_sync_properties():
 def test_why_not_rl():
     assert SHARED.why_not_rl(1) is None and SHARED.why_not_rl(8) is None
     assert SERVER.why_not_rl(1) is None
-    assert "rollout.engine=server under torchrun is not supported yet" in SERVER.why_not_rl(2)
+    assert "rollout.engine=server cannot run under torchrun" in SERVER.why_not_rl(2)
     assert dataclasses.replace(SERVER, multi_process=True).why_not_rl(2) is None
     assert "cannot receive the policy's new weights" in EVAL_ONLY.why_not_rl(1)
 
@@ -57,7 +57,7 @@ def test_rl_refusal_names_the_engines_that_can():
         "use rollout.engine=torch or vllm for tirl rl"
     )
     several = rl_refusal(SERVER, 4)
-    assert several.endswith("use rollout.engine=torch for tirl rl on several processes")
+    assert several.endswith("use rollout.engine=torch or vllm for tirl rl on several processes")
 
 
 def test_truncated_sampling_only_with_full_vocabulary_logprobs():
@@ -99,6 +99,7 @@ def test_real_engines_declare_what_they_do():
         vllm_caps.weight_sync == "disk"
         and vllm_caps.logprobs == "renormalized"
         and vllm_caps.batches_requests
+        and vllm_caps.multi_process  # placement separate: ranks share the servers (tirl.rollout.vllm_pool)
     )
     assert openai_caps.weight_sync == "none" and openai_caps.per_request_seeds
     assert [capabilities_for(n).name for n in ENGINES] == list(ENGINES)

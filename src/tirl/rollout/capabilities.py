@@ -87,7 +87,7 @@ class EngineCapabilities:
             )
         if world > 1 and not self.multi_process:
             return (
-                f"rollout.engine={self.name} under torchrun is not supported yet (each of the {world} processes "
+                f"rollout.engine={self.name} cannot run under torchrun (each of the {world} processes "
                 "samples with an engine of its own, and this engine works in one process only)"
             )
         return None

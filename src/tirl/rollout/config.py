@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from tirl.rollout.capabilities import MODES
 from tirl.rollout.factory import ENGINES
 
+PLACEMENTS = ("separate", "colocated")
+
 
 @dataclass
 class RolloutConfig:
@@ -22,7 +24,8 @@ class RolloutConfig:
     # torch (in-process) | vllm (a vLLM server tirl starts and syncs; tirl.rollout.vllm_engine)
     # | openai (a /v1/completions server someone else runs; eval only, no weight sync)
     engine: str = "torch"
-    urls: list[str] = field(default_factory=list)  # openai: server base URLs, used round-robin
+    # openai: server base URLs, used round-robin; vllm: servers someone else started (tirl.rollout.vllm_pool)
+    urls: list[str] = field(default_factory=list)
     model_name: str = ""  # openai: the served model's name, checked against /v1/models
     retries: int = 3  # openai, vllm: attempts after the first, with exponential back-off
     request_timeout_s: float = 120.0  # openai, vllm: one HTTP request
@@ -33,6 +36,9 @@ class RolloutConfig:
     vllm_port: int = 0  # vllm: 0 = a free port on 127.0.0.1
     vllm_startup_timeout_s: float = 600.0  # vllm: the server must answer within this
     dtype: str = ""  # vllm: the served weights' dtype (bfloat16, float16, float32); "" = model.dtype
+    # vllm: separate = servers beside the trainer, shared by every rank (tirl.rollout.vllm_pool); colocated = one
+    # engine in each training process, asleep during updates (GPU only, tirl.rollout.vllm_colocated)
+    placement: str = "separate"
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -46,6 +52,8 @@ class RolloutConfig:
             )
         if self.dtype not in ("", "bfloat16", "float16", "float32"):
             raise ValueError(f"rollout.dtype must be '', bfloat16, float16 or float32, got {self.dtype!r}")
+        if self.placement not in PLACEMENTS:
+            raise ValueError(f"unknown rollout.placement {self.placement!r}; valid: {', '.join(PLACEMENTS)}")
         if self.mode not in MODES:
             raise ValueError(f"unknown rollout.mode {self.mode!r}; valid: {', '.join(MODES)}")
         if self.concurrency < 1 or self.timeout_s <= 0:

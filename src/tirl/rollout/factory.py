@@ -11,6 +11,7 @@ entry in `_ENGINES`, and its settings in `RolloutConfig`. Nothing outside this p
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,19 +57,42 @@ def _torch(ro: RolloutConfig, x: EngineInputs) -> Engine:
 
 
 def _vllm(ro: RolloutConfig, x: EngineInputs) -> Engine:
+    """One managed server in one process; under torchrun, or with `rollout.urls`, a pool of servers every rank
+    samples from (`tirl.rollout.vllm_pool`)."""
+    from tirl.models.lora import is_lora
     from tirl.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
-    from tirl.rollout.vllm_weights import servable_dir
+    from tirl.rollout.vllm_pool import build_pool, world_size
+    from tirl.rollout.vllm_weights import is_plain_hf_dir, servable_dir
 
+    if ro.placement == "colocated":
+        from tirl.rollout.vllm_colocated import ColocatedEngine, VLLMBackend, check_placement, engine_kwargs
+
+        check_placement(ro.placement)
+        kw = engine_kwargs(ro.vllm_args, ro.vllm_kv_cache_gib)
+        backend = VLLMBackend(x.model_path, dtype=ro.dtype or x.dtype, stop_ids=[x.eos_id, *x.stop_ids], extra=kw)
+        return ColocatedEngine(backend, eos_ids=[x.eos_id], stop_ids=x.stop_ids)
     wd = x.work_dir / "vllm" if x.work_dir else None
-    return VLLMEngine(
-        VLLMEngineConfig(
-            model=str(servable_dir(x.model_path, x.model, x.tokenizer, wd)), python=ro.vllm_python, port=ro.vllm_port,
-            kv_cache_gib=ro.vllm_kv_cache_gib, dtype=ro.dtype or x.dtype, extra_args=list(ro.vllm_args),
-            startup_timeout_s=ro.vllm_startup_timeout_s, work_dir=str(wd or ""), eos_ids=[x.eos_id],
-            stop_ids=list(x.stop_ids), concurrency=ro.concurrency, request_timeout_s=ro.request_timeout_s,
-            retries=ro.retries,
+    pooled = bool(ro.urls) or world_size() > 1
+    if pooled and not is_plain_hf_dir(x.model_path):  # a sharded policy cannot be exported by one rank alone
+        raise ValueError(
+            f"rollout.engine=vllm under torchrun or with rollout.urls serves model.path as it is, and "
+            f"{x.model_path or 'the model'} is no plain Hugging Face directory (config.json, *.safetensors, "
+            "tokenizer): export it first with tirl export"
         )
+    if world_size() > 1 and is_lora(x.model):
+        raise ValueError(
+            "rollout.engine=vllm under torchrun with model.lora.rank > 0: the merged weights the servers need would "
+            "take the sharded base gathered too, which the sync does not do; train LoRA with vLLM in one process, or "
+            "full-parameter under torchrun"
+        )
+    vcfg = VLLMEngineConfig(
+        model=str(servable_dir(x.model_path, x.model, x.tokenizer, wd)), python=ro.vllm_python, port=ro.vllm_port,
+        kv_cache_gib=ro.vllm_kv_cache_gib, dtype=ro.dtype or x.dtype, extra_args=list(ro.vllm_args),
+        startup_timeout_s=ro.vllm_startup_timeout_s, work_dir=str(wd or ""), eos_ids=[x.eos_id],
+        stop_ids=list(x.stop_ids), concurrency=ro.concurrency, request_timeout_s=ro.request_timeout_s,
+        retries=ro.retries,
     )  # fmt: skip
+    return build_pool(vcfg, list(ro.urls), ro.model_name) if pooled else VLLMEngine(vcfg)
 
 
 def _openai(ro: RolloutConfig, x: EngineInputs) -> Engine:
@@ -111,6 +135,19 @@ def rl_refusal(caps: EngineCapabilities, world: int) -> str | None:
         return None
     fit = " or ".join(n for n in ENGINES if capabilities_for(n).why_not_rl(world) is None)
     return f"{why}; use rollout.engine={fit} for tirl rl" + (" on several processes" if world > 1 else "")
+
+
+def check_placement(ro: RolloutConfig) -> None:
+    """`rollout.placement` this machine cannot run, refused before anything is loaded."""
+    from tirl.rollout.vllm_colocated import check_placement as check
+
+    check(ro.placement)
+
+
+def awake(engine: Engine) -> contextlib.AbstractContextManager:
+    """The engine awake for the rollouts inside: a colocated engine sleeps outside them; nothing for the others."""
+    hook = getattr(engine, "awake", None)
+    return hook() if hook is not None else contextlib.nullcontext()
 
 
 def build_engine(ro: RolloutConfig, inputs: EngineInputs) -> Engine:

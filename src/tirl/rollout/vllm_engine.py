@@ -197,7 +197,7 @@ class VLLMEngine(OpenAIEngine):
     """
 
     capabilities = EngineCapabilities(
-        name="vllm", weight_sync="disk", logprobs="renormalized", per_request_seeds=True, multi_process=False,
+        name="vllm", weight_sync="disk", logprobs="renormalized", per_request_seeds=True, multi_process=True,
         batches_requests=True,
     )  # fmt: skip
 

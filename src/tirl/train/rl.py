@@ -20,9 +20,9 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
 10. Groups of one (`n = 1`) are refused: every group-relative estimator gives them zero advantage (verl's GRPO
    instead passes the raw reward through, an unbaselined REINFORCE), so such a run would silently learn nothing.
 11. Under torchrun, each rank takes its share of the step's prompts (`dist.rank_share`) and samples all `n`
-   rollouts of each with its own in-process engine (generators seeded from seed and rank): groups stay whole on
-   one rank, so advantages need no communication and no token crosses ranks; only loss normalizers, gradients
-   and metrics are reduced.
+   rollouts of each, with its own in-process engine or from the shared vLLM servers (seeds from seed and rank):
+   groups stay whole on one rank, so advantages need no communication and no token crosses ranks; only loss
+   normalizers, gradients and metrics are reduced. The weight sync after each update is collective.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from tirl.rewards.rollouts import rollout_and_score
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentLoop
 from tirl.rollout.capabilities import capabilities_of
-from tirl.rollout.factory import rl_refusal
+from tirl.rollout.factory import awake, rl_refusal
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
 from tirl.train import checkpoint, dist, fsdp
@@ -55,6 +55,7 @@ from tirl.train.batch import TokenBatch, slice_rows
 from tirl.train.checkpoint import CheckpointError
 from tirl.train.logprobs import token_logprobs
 from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
+from tirl.train.overlap import check_off_policy, lookahead, staleness
 from tirl.train.perf import Timers, peak_memory_mb
 from tirl.train.reference import Reference
 from tirl.train.rl_batch import (
@@ -63,6 +64,7 @@ from tirl.train.rl_batch import (
     fitting_prompts,
     global_rollout_metrics,
     groups_with_signal,
+    rank_reduced,
     render_samples,
     rollout_logprobs,
     trajectory_batch,
@@ -94,9 +96,8 @@ class RLConfig:
     kl_estimator: Literal["k1", "k3"] = "k3"
     entropy_coef: float = 0.0
     passk_k: int = 4  # k of the estimators that take one (the pass@k objectives passk, pkpo)
-    dynamic_sampling: bool = (
-        False  # DAPO: drop groups whose rewards are all equal, sample more prompts to refill
-    )
+    # DAPO: drop groups whose rewards are all equal, sample more prompts to refill
+    dynamic_sampling: bool = False
     dynamic_max_rounds: int = 3  # extra generation rounds per step at most, when dynamic_sampling is on
     overlong_filter: bool = False  # truncated responses (budget / turn cap hit) are masked out of the loss
     logprob_batch_size: int = 64  # sequences per no-grad forward when recomputing old log-probs
@@ -115,10 +116,11 @@ class RLConfig:
     # the policy module (the torch engine), token_tis otherwise (tirl.rollout.capabilities says why)
     rollout_correction: Literal["auto", "none", "token_tis", "seq_mis"] = "auto"
     tis_cap: float = 2.0  # token_tis: weights min(pi_old / pi_rollout, cap) (verl's rollout_is_threshold)
-    mis_low: float = (
-        0.0  # seq_mis: sequences whose ratio is outside [mis_low, mis_high] are masked (TRL's 0, 3)
-    )
+    # seq_mis: sequences whose ratio is outside [mis_low, mis_high] are masked (TRL's 0, 3)
+    mis_low: float = 0.0
     mis_high: float = 3.0
+    # 1: step k+1's rollouts are sampled with step k's weights while step k's update runs (tirl.train.overlap)
+    off_policy_steps: int = 0
 
     def __post_init__(self) -> None:
         for name in ("steps", "prompts_per_step", "n", "mini_batch_size", "ppo_epochs", "logprob_batch_size"):
@@ -162,6 +164,7 @@ class RLConfig:
         for name, low in (("clip_high", 0), ("kl_coef", 0), ("mis_low", 0), ("tis_cap", 0), ("clip_c", 1)):
             check_range(name, getattr(self, name), low, low_open=name in ("tis_cap", "clip_c"))
         check_range("mis_high", self.mis_high, self.mis_low, low_open=True, low_name="mis_low")
+        check_off_policy(self.off_policy_steps, dynamic_sampling=self.dynamic_sampling)
         if self.loss_norm_len < 0:
             raise ValueError(
                 f"loss_norm_len must be >= 0 (0 = the response budget), got {self.loss_norm_len}"
@@ -195,13 +198,8 @@ class RLTrainer:
         copy of `policy` as it is now (none for LoRA)."""
         if not rows:
             raise ValueError("RL needs at least one prompt row")
-        self.policy, self.tokenizer, self.agent, self.rows, self.cfg = (
-            policy,
-            tokenizer,
-            agent,
-            fitting_prompts(problem_rows(rows), agent.renderer, agent.config.max_prompt_tokens),
-            cfg,
-        )
+        rows = fitting_prompts(problem_rows(rows), agent.renderer, agent.config.max_prompt_tokens)
+        self.policy, self.tokenizer, self.agent, self.rows, self.cfg = policy, tokenizer, agent, rows, cfg
         self.sampling, self.reward, self.out_dir, self.logger = sampling, reward, Path(out_dir), logger
         self.pad_id = agent.renderer.pad_id
         self.engine_caps = capabilities_of(agent.engine)
@@ -220,12 +218,13 @@ class RLTrainer:
         updates = cfg.steps * cfg.ppo_epochs * -(-cfg.prompts_per_step * cfg.n // cfg.mini_batch_size)
         self.opt, self.sched = build_optimizer(policy, cfg.optim, updates)
         self.rng = random.Random(seed)
-        self.gen = torch.Generator().manual_seed(
-            dist.rank_seed(seed)
-        )  # sampling and mini-batch order: per rank
+        # sampling and mini-batch order: per rank
+        self.gen = torch.Generator().manual_seed(dist.rank_seed(seed))
         self._order: list[int] = []
         self.norm_len = cfg.loss_norm_len or agent.config.max_response_tokens
         self.skips = SkipGuard(cfg.optim.max_skipped_in_row)
+        self.ahead = lookahead(cfg.off_policy_steps, self.engine_caps)  # the batch sampled during the update
+        self.rank_state = ("generator", "pending") if self.ahead else ("generator",)
         self.updates_done = 0
         self.step_done = 0
         self.timers = Timers()
@@ -234,21 +233,11 @@ class RLTrainer:
         self.identity: checkpoint.RunIdentity | None = None  # what its checkpoints record; set by the caller
         self.ref_source = ref_source  # where the KL reference (the initial policy) was loaded from
         self.loss_spec = LossSpec(
-            self.loss_fn,
-            clip_low=cfg.clip_low,
-            clip_high=cfg.clip_high,
-            clip_c=cfg.clip_c,
-            agg=cfg.loss_agg,
-            norm_len=self.norm_len,
-            temperature=sampling.logprob_temperature,
-            kl_coef=cfg.kl_coef,
-            kl_estimator=cfg.kl_estimator,
-            entropy_coef=cfg.entropy_coef,
-            micro_batch_size=cfg.micro_batch_size,
-            micro_batch_tokens=cfg.micro_batch_tokens,
-            token_mean=cfg.token_mean,
-            autocast=autocast,
-        )
+            self.loss_fn, clip_low=cfg.clip_low, clip_high=cfg.clip_high, clip_c=cfg.clip_c, agg=cfg.loss_agg,
+            norm_len=self.norm_len, temperature=sampling.logprob_temperature, kl_coef=cfg.kl_coef,
+            kl_estimator=cfg.kl_estimator, entropy_coef=cfg.entropy_coef, micro_batch_size=cfg.micro_batch_size,
+            micro_batch_tokens=cfg.micro_batch_tokens, token_mean=cfg.token_mean, autocast=autocast,
+        )  # fmt: skip
 
     def _next_prompts(self) -> list[ProblemRow]:
         """Epoch-wise shuffled prompts: each row is used once before any is reused. Every rank draws the same
@@ -269,31 +258,32 @@ class RLTrainer:
             rows = list(range(s, min(s + self.cfg.logprob_batch_size, batch.input_ids.shape[0])))
             part = slice_rows(batch, rows)
             lp, _ = token_logprobs(
-                model,
-                part.input_ids,
-                part.attention_mask,
-                temperature=self.sampling.logprob_temperature,
-                loss_mask=part.loss_mask,
-                autocast=self.autocast,
-            )
+                model, part.input_ids, part.attention_mask, temperature=self.sampling.logprob_temperature,
+                loss_mask=part.loss_mask, autocast=self.autocast,
+            )  # fmt: skip
             out[rows, : lp.shape[1]] = lp
         return out
 
-    def _rollout(self, rows: Sequence[ProblemRow], first_group: int) -> tuple[list[Trajectory], list[Any]]:
+    def _rollout(
+        self, rows: Sequence[ProblemRow], first_group: int, gen: torch.Generator | None = None
+    ) -> tuple[list[Trajectory], list[Any]]:
         """`n` trajectories per row, scored; their groups number the rows from `first_group` on."""
         self.policy.eval()
         return rollout_and_score(
-            self.agent,
-            rows,
-            self.sampling,
-            n=self.cfg.n,
-            reward=self.reward,
-            generator=self.gen,
-            first_group=first_group,
-            where=f"RL step {self.step_done}",
-            timed=self.timers.time,
-            sampling_context=lambda: fsdp.gathered(self.policy),
-        )
+            self.agent, rows, self.sampling, n=self.cfg.n, reward=self.reward,
+            generator=self.gen if gen is None else gen, first_group=first_group, where=f"RL step {self.step_done}", timed=self.timers.time,
+            sampling_context=self._sampling_context,
+        )  # fmt: skip
+
+    def _sampling_context(self) -> Any:
+        """The whole model on each rank (an engine sharing the policy), or a colocated engine awake."""
+        return fsdp.gathered(self.policy) if self.engine_caps.shares_policy else awake(self.agent.engine)
+
+    def _sample_ahead(self) -> None:
+        """Start sampling the next step's batch in the background; its prompts and seed are drawn here."""
+        rows = self._next_prompts()
+        gen = torch.Generator().manual_seed(int(torch.randint(2**62, (1,), generator=self.gen)))
+        self.ahead.start(lambda: (*self._rollout(rows, dist.rank() * len(rows), gen), {}))
 
     def _sample_batch(self) -> tuple[list[Trajectory], list[Any], dict[str, float]]:
         """This step's trajectories; with dynamic sampling (DAPO), only groups with a reward signal, refilled from
@@ -325,7 +315,10 @@ class RLTrainer:
     def step(self) -> dict[str, float]:
         cfg = self.cfg
         t0 = time.time()
-        trajs, scores, dyn = self._sample_batch()
+        trajs, scores, dyn = (self.ahead and self.ahead.take()) or self._sample_batch()
+        stale = staleness(trajs, self.agent.engine.weight_version) if self.ahead else None
+        if self.ahead and self.step_done + 1 < cfg.steps:
+            self._sample_ahead()
         t_rollout = time.time() - t0
         rewards = torch.tensor([s.reward for s in scores])
         groups = torch.tensor([t.group for t in trajs])
@@ -353,7 +346,8 @@ class RLTrainer:
         metrics, stats = global_rollout_metrics(trajs, scores, rewards, groups, adv)
         metrics.update(update)
         metrics.update(dyn)
-        metrics.update({k: v / self.world for k, v in dist.sum_floats(mismatch).items()})  # mean over ranks
+        metrics.update({} if stale is None else {"rollout/staleness": stale})
+        metrics.update(rank_reduced(mismatch))
         perf = self.timers.pop()
         perf["perf/step_s/update"] -= perf.get("perf/step_s/sync", 0.0)  # sync is timed inside the update
         sampled = sum(s.sampled_tokens for s in stats)
@@ -418,10 +412,10 @@ class RLTrainer:
                 sums.update(stats)
                 updates += 1
         self.policy.eval()
-        with self.timers.time("sync"):
-            self.agent.engine.sync_weights(
-                self.policy
-            )  # the next rollout must sample from the updated policy
+        if self.ahead:  # the next batch's requests end before the engine reloads its weights
+            self.ahead.wait()
+        with self.timers.time("sync"):  # the next rollout must sample from the updated policy
+            self.agent.engine.sync_weights(self.policy)
         out = {k: v / updates for k, v in sums.items()}
         out["optim/lr"] = self.sched.get_last_lr()[0]
         out["loss/skipped_updates"] = float(self.skips.total)
@@ -480,7 +474,7 @@ class RLTrainer:
             "skips": (self.skips.in_row, self.skips.total),
             "ref_source": self.ref_source,
             "wandb_id": self.logger.run_id if self.logger else None,
-        }
+        } | ({"pending": self.ahead.pending} if self.ahead else {})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The restored weights (already in the policy) reach a server engine too: it still serves the weights it
@@ -498,5 +492,7 @@ class RLTrainer:
             self.gen.set_state(state["generator"])
         self.updates_done = int(state["updates_done"])
         self.skips.in_row, self.skips.total = state["skips"]
+        if self.ahead:  # the batch sampled during the checkpointed step's update (tirl.train.overlap)
+            self.ahead.pending = state.get("pending")
         if self.engine_caps.sync_on_resume:  # a server engine still serves the weights it started with
             self.agent.engine.sync_weights(self.policy)

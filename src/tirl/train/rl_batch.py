@@ -150,3 +150,18 @@ def check_world(cfg: Any, world: int) -> None:
         raise ValueError(
             "rl.dynamic_sampling is single-process only for now: ranks would keep different numbers of groups"
         )
+
+
+def rank_reduced(values: dict[str, float]) -> dict[str, float]:
+    """Per-rank metrics over all ranks: a `_max` key is the largest rank's (every rank's mismatch stays visible),
+    every other key the mean over ranks; the values themselves in one process."""
+    if dist.world_size() == 1:
+        return dict(values)
+    parts = dist.all_gather_objects(values)
+    keys = sorted(set().union(*parts))
+    return {
+        k: max(p.get(k, 0.0) for p in parts)
+        if k.endswith("_max")
+        else sum(p.get(k, 0.0) for p in parts) / len(parts)
+        for k in keys
+    }

@@ -1,0 +1,235 @@
+"""vLLM for several training processes (torchrun), placement `separate`: servers beside the trainer, shared by ranks.
+
+The servers are either one that rank 0 starts and owns (`VLLMEngine`), or several that someone else started,
+reached by `rollout.urls` (data-parallel replicas, each serving the same model with `VLLM_SERVER_DEV_MODE=1`). Every
+rank is a client (`VLLMPool`, an `OpenAIEngine`) of its share of them: with at least as many servers as ranks, every
+world-th server from its own index; with fewer, server `rank % servers`. Each rank sends its own prompt shard.
+Servers reached by URL are made to reload the run's starting weights first: one may come from another run.
+
+Weight sync is one call on every rank, `sync_weights(policy)` (collective):
+1. The weights are gathered tensor by tensor (an FSDP2 shard is a DTensor: `full_tensor()` all-gathers it, every
+   rank in the same order). Rank 0 keeps them in a bucket of at most `BUCKET_BYTES` plus one tensor and writes each
+   full bucket as one safetensors file, so no buffer ever holds the whole model: the memory bound is a bucket on
+   rank 0 and one full tensor on every other rank. Tied embeddings are written untied (see `vllm_weights`).
+2. Rank 0 has every server reload in place from that directory and reset its prefix cache.
+3. Rank 0 broadcasts the outcome: the new weight version, or the error. Every rank waits for it, so no rank samples
+   again before every server serves the new weights, and every `Generation` records the version it came from. A
+   failed reload (a dead server) raises the same `EngineError`, with the server's log, on every rank.
+
+Not here: starting several managed servers (rank 0 starts one; more are reached by URL), LoRA under torchrun
+(its merged weights would need the base gathered too: refused at start-up), in-memory transfer (the sync is one
+call, so a memory path replaces step 1-2 without touching the trainer).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as tdist
+
+from tirl.io import atomic_dir, atomic_write_json
+from tirl.rollout.openai_engine import EngineError, OpenAIEngine, OpenAIEngineConfig
+from tirl.rollout.vllm_engine import SERVED_NAME, VLLMEngine, VLLMEngineConfig
+from tirl.rollout.vllm_weights import INDEX, ties_embeddings, untie, untied_copy
+
+BUCKET_BYTES = (
+    256 * 2**20
+)  # rank 0 holds at most this much (plus one tensor) of the gathered weights at a time
+
+
+def rank() -> int:
+    return tdist.get_rank() if tdist.is_available() and tdist.is_initialized() else 0
+
+
+def world_size() -> int:
+    return tdist.get_world_size() if tdist.is_available() and tdist.is_initialized() else 1
+
+
+def broadcast(obj: Any) -> Any:
+    """Rank 0's `obj` on every rank (a collective: every rank waits for rank 0)."""
+    if world_size() == 1:
+        return obj
+    box = [obj if rank() == 0 else None]
+    tdist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def url_share(urls: list[str], rank_: int, world: int) -> list[str]:
+    """The servers rank `rank_` of `world` sends its requests to."""
+    if not urls:
+        raise ValueError("no vLLM server URLs to share")
+    return urls[rank_::world] if len(urls) >= world else [urls[rank_ % len(urls)]]
+
+
+def _tied_aliases(model: torch.nn.Module) -> set[str]:
+    seen: set[int] = set()
+    out = set()
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in seen:
+            out.add(name)
+        seen.add(id(p))
+    return out
+
+
+def full_tensors(model: torch.nn.Module):
+    """(name, whole tensor on the CPU) for every weight, one at a time, in the same order on every rank; a sharded
+    weight (DTensor) is all-gathered, so under FSDP this is a collective every rank must run to the end."""
+    from torch.distributed.tensor import DTensor
+
+    aliases = _tied_aliases(model)
+    for name, t in model.state_dict().items():
+        if name in aliases:
+            continue
+        if isinstance(t, DTensor):
+            t = t.full_tensor()
+        yield name, t.detach().to("cpu").contiguous()
+
+
+def write_streamed(model: torch.nn.Module, out_dir: Path, *, untie_embeddings: bool) -> None:
+    """The policy as safetensors buckets (<= BUCKET_BYTES + one tensor each) at `out_dir`, replaced atomically on
+    rank 0; the other ranks only take part in the gathers. Collective."""
+    from safetensors.torch import save_file
+
+    main = rank() == 0
+    with atomic_dir(out_dir) if main else contextlib.nullcontext(None) as stage:
+        bucket: dict[str, torch.Tensor] = {}
+        weight_map: dict[str, str] = {}
+        size = 0
+
+        def flush() -> None:
+            nonlocal bucket, size
+            if bucket:
+                name = f"bucket-{len(set(weight_map.values())):05d}.safetensors"
+                save_file(bucket, str(stage / name), metadata={"format": "pt"})
+                weight_map.update(dict.fromkeys(bucket, name))
+            bucket, size = {}, 0
+
+        for name, t in full_tensors(model):
+            if not main:
+                continue  # the gather ran; only rank 0 keeps the tensor
+            bucket[name] = t
+            size += t.numel() * t.element_size()
+            if size >= BUCKET_BYTES:
+                flush()
+        if main:
+            flush()
+            atomic_write_json(stage / INDEX, {"metadata": {}, "weight_map": weight_map})
+            (stage / "config.json").write_text(json.dumps(model.config.to_dict(), indent=2))
+            if untie_embeddings:
+                untie(stage)
+
+
+class VLLMPool(OpenAIEngine):
+    """This rank's client of the shared vLLM servers (module docstring); implements `tirl.rollout.types.Engine`.
+
+    `owner`: the server this process started (rank 0 without `rollout.urls`), stopped by `close()`."""
+
+    capabilities = VLLMEngine.capabilities
+
+    def __init__(
+        self, urls: list[str], cfg: VLLMEngineConfig, *, model_name: str, owner: VLLMEngine | None = None
+    ) -> None:
+        self.owner, self.all_urls, self.vcfg = owner, list(urls), cfg
+        self.work_dir = (
+            owner.work_dir if owner else Path(cfg.work_dir or tempfile.mkdtemp(prefix="tirl-vllm-"))
+        )
+        self.weights_dir = self.work_dir / "weights"
+        self.untied = owner.untied if owner else ties_embeddings(cfg.model)
+        super().__init__(
+            OpenAIEngineConfig(
+                urls=url_share(self.all_urls, rank(), world_size()), model=model_name, concurrency=cfg.concurrency,
+                timeout_s=cfg.request_timeout_s, retries=cfg.retries, eos_ids=list(cfg.eos_ids),
+                stop_ids=list(cfg.stop_ids),
+            )
+        )  # fmt: skip
+
+    def _request(self, method: str, path: str, body: dict | None = None, url: str | None = None) -> Any:
+        """A dead owned server fails at once, with its exit code and log."""
+        if self.owner is not None and (why := self.owner._dead()):
+            raise EngineError(why)
+        try:
+            return super()._request(method, path, body, url)
+        except EngineError as e:
+            if self.owner is not None and (why := self.owner._dead()):
+                raise EngineError(why) from e
+            raise
+
+    def sync_weights(self, model: Any) -> None:
+        """Every server serves `model`'s weights once this returns, on every rank. Collective (module docstring)."""
+        from tirl.models.lora import is_lora
+
+        if is_lora(model) and world_size() > 1:
+            raise EngineError(
+                "a LoRA policy under torchrun cannot be synced into vLLM (its merge needs the base)"
+            )
+        write_streamed(model, self.weights_dir, untie_embeddings=self.untied)
+        self._reload_all(lambda: self.weights_dir)
+        self.weight_version += 1
+
+    def serve_initial(self) -> None:
+        """Servers reached by URL serve `model` as the run starts (one may come from another run). Collective."""
+        if self.untied:
+            self._reload_all(lambda: untied_copy(self.vcfg.model, self.work_dir / "initial"))
+        else:
+            self._reload_all(lambda: Path(self.vcfg.model))
+
+    def _reload_all(self, path: Callable[[], Path]) -> None:
+        """Rank 0 has every server reload from `path()` and tells every rank how it went; a failure raises the same
+        EngineError on every rank (otherwise the others would wait for ever)."""
+        outcome: tuple[str, str] = ("ok", "")
+        if rank() == 0:
+            url = ""
+            try:
+                where = path()
+                for url in self.all_urls:
+                    self._reload(url, where)
+            except Exception as e:
+                outcome = ("error", f"weight sync into {url or 'the vLLM servers'} failed: {e}")
+        kind, why = broadcast(outcome)
+        if kind == "error":
+            raise EngineError(why)
+
+    def _reload(self, url: str, path: Path) -> None:
+        body = {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
+        self._request("POST", "/collective_rpc", body, url)
+        for query in ("", "?reset_running_requests=true"):
+            if self._request("POST", "/reset_prefix_cache" + query, url=url).get("success"):
+                return
+        raise EngineError(f"{url}: the vLLM server did not reset its prefix cache after a weight reload")
+
+    def close(self) -> None:
+        super().close()
+        if self.owner is not None:
+            self.owner.close()
+
+
+def build_pool(cfg: VLLMEngineConfig, urls: list[str], model_name: str = "") -> VLLMPool:
+    """Every rank's `VLLMPool`: over `urls` when given, else over the server rank 0 starts now (its URL, or why it
+    did not start, is broadcast so that no rank waits for a server that will never come). Collective."""
+    if urls:
+        pool = VLLMPool(urls, cfg, model_name=model_name or SERVED_NAME)
+        try:
+            pool.serve_initial()
+        except BaseException:
+            pool.close()
+            raise
+        return pool
+    owner, started = None, None
+    if rank() == 0:
+        try:
+            owner = VLLMEngine(cfg)
+            started = ("ok", f"http://127.0.0.1:{owner.port}")
+        except Exception as e:
+            started = ("error", str(e))
+            broadcast(started)
+            raise
+    kind, value = broadcast(started)
+    if kind == "error":
+        raise EngineError(f"rank 0 could not start the vLLM server: {value}")
+    return VLLMPool([value], cfg, model_name=SERVED_NAME, owner=owner)

