@@ -248,10 +248,7 @@ def plan(
     """The memory estimate of `stage` (rl | sft) under `cfg` on `processes` processes; raises PlanError."""
     from tirl.train.logprobs import DEFAULT_CHUNK_TOKENS
 
-    if stage not in ("rl", "sft"):
-        raise PlanError(f"stage must be rl or sft, got {stage!r}")
-    if processes < 1 or gpu_gib <= 0:
-        raise PlanError(f"processes must be >= 1 and gpu memory > 0, got {processes}, {gpu_gib}")
+    _check_inputs(stage, processes, gpu_gib)
     m = cfg.model
     name, hf_config = load_arch(m.path, arch)
     lora = m.lora if m.lora.rank > 0 else None
@@ -265,20 +262,12 @@ def plan(
     if stage == "rl" and not cfg.agent.max_prompt_tokens:
         notes.append("agent.max_prompt_tokens is 0 (no limit): sequences counted as the response budget only")
     W = processes
-    p_bytes = BYTES[m.dtype]
-    compute_bytes = 2 if m.autocast == "bfloat16" or p_bytes == 2 else 4
-    weights = params * p_bytes / W + (trainable * 4 / W if lora is not None else 0)
-    gathered = 2 * _largest_unit(model) * compute_bytes if W > 1 else 0
-    train_bytes = 4 if lora is not None else p_bytes  # the adapter trains in float32
-    grads = trainable * train_bytes / W
-    optimizer = 2 * trainable * train_bytes / W
-    ref = 0.0
-    if stage == "rl" and cfg.rl.kl_coef > 0 and lora is None:
-        ref = params * BYTES[m.ref_dtype or m.dtype] / W
+    compute_bytes = 2 if m.autocast == "bfloat16" or BYTES[m.dtype] == 2 else 4
+    state = _state_bytes(cfg, model, stage, params, trainable, W, compute_bytes)
     tokens = _tokens_per_micro_batch(cfg, stage, W, seq)
     acts = tokens * activation_values_per_token(hf_config, m.gradient_checkpointing) * compute_bytes
     logits = 3 * min(tokens, DEFAULT_CHUNK_TOKENS) * hf_config.vocab_size * 4
-    parts = [x / GIB for x in (weights, gathered, grads, optimizer, ref, acts, logits)]
+    parts = [x / GIB for x in (*state, acts, logits)]
     total = sum(parts) + reserve_gib
     if not m.gradient_checkpointing and total > gpu_gib:
         notes.append("model.gradient_checkpointing=true keeps only each layer's input (see activations)")
@@ -309,6 +298,31 @@ def plan(
     )
 
 
+def _check_inputs(stage: str, processes: int, gpu_gib: float) -> None:
+    if stage not in ("rl", "sft"):
+        raise PlanError(f"stage must be rl or sft, got {stage!r}")
+    if processes < 1 or gpu_gib <= 0:
+        raise PlanError(f"processes must be >= 1 and gpu memory > 0, got {processes}, {gpu_gib}")
+
+
+def _state_bytes(
+    cfg: Any, model: Any, stage: str, params: int, trainable: int, W: int, compute_bytes: int
+) -> tuple[float, float, float, float, float]:
+    """Bytes per process of (weights, gathered units, gradients, AdamW state, KL reference)."""
+    m = cfg.model
+    lora = m.lora.rank > 0
+    p_bytes = BYTES[m.dtype]
+    weights = params * p_bytes / W + (trainable * 4 / W if lora else 0)
+    gathered = 2 * _largest_unit(model) * compute_bytes if W > 1 else 0
+    train_bytes = 4 if lora else p_bytes  # the adapter trains in float32
+    grads = trainable * train_bytes / W
+    optimizer = 2 * trainable * train_bytes / W
+    ref = 0.0
+    if stage == "rl" and cfg.rl.kl_coef > 0 and not lora:
+        ref = params * BYTES[m.ref_dtype or m.dtype] / W
+    return weights, gathered, grads, optimizer, ref
+
+
 def _vllm_memory(
     cfg: Any, hf: Any, params: int, seq: int, world: int, gpu_gib: float, resident: float, stage: str
 ) -> tuple[float, str, bool]:
@@ -316,7 +330,8 @@ def _vllm_memory(
     ro = cfg.rollout
     if stage != "rl" or ro.engine != "vllm":
         return 0.0, "", True
-    served = BYTES[ro.dtype or cfg.model.dtype]  # rollout.dtype: what vLLM serves (bf16 with fidelity: recipe)
+    # rollout.dtype: the dtype vLLM serves (bfloat16 with fidelity: recipe), else model.dtype
+    served = BYTES[ro.dtype or cfg.model.dtype]
     weights = params * served / GIB
     head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
     kv_token = 2 * hf.num_hidden_layers * hf.num_key_value_heads * head_dim * served

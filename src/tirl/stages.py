@@ -224,13 +224,7 @@ def run_rl(
         save_config(cfg, out / "config.yaml")
     path = _model_path(cfg, model_path)
     check_sandbox(cfg.sandbox)  # a broken sandbox fails here, not as a model that never solves anything
-    tokenizer = load_tokenizer(path)
-    model, reshard = _policy(cfg, path), cfg.dist.reshard_after_forward
-    warn_chat_format(tokenizer, model, cfg)
-    ref = None
-    if cfg.rl.kl_coef > 0:
-        ref = reference.copy_before_sharding(model, cfg.model.reference_dtype, reshard_after_forward=reshard)
-    model = fsdp.shard(model, reshard_after_forward=reshard)
+    tokenizer, model, ref = _rl_policy(cfg, path)
     sampling = SamplingParams(
         temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k
     )
@@ -252,12 +246,29 @@ def run_rl(
             checkpoint.restore_trainer(trainer, ckpt, state)
             console.print(f"resuming from {ckpt} at step {trainer.step_done} of {cfg.rl.steps}")
         if trainer.validate is not None and cfg.rl.eval_at_start and trainer.step_done == 0:
-            with fsdp.gathered(model):  # the starting policy's numbers, before any update
-                val = trainer.validate(0)
-            if logger:
-                logger.log(val, step=0)
+            _validate_at_start(trainer, logger)
         trainer.train()
     return out / "model"
+
+
+def _rl_policy(cfg: TirlConfig, path: Path) -> tuple[Any, torch.nn.Module, Any]:
+    """(tokenizer, the policy sharded over the processes, the KL reference or None): the reference is copied
+    before sharding, so it holds the unsharded starting weights (or a pre-sharded copy of them)."""
+    tokenizer = load_tokenizer(path)
+    model, reshard = _policy(cfg, path), cfg.dist.reshard_after_forward
+    warn_chat_format(tokenizer, model, cfg)
+    ref = None
+    if cfg.rl.kl_coef > 0:
+        ref = reference.copy_before_sharding(model, cfg.model.reference_dtype, reshard_after_forward=reshard)
+    return tokenizer, fsdp.shard(model, reshard_after_forward=reshard), ref
+
+
+def _validate_at_start(trainer: RLTrainer, logger: MetricsLogger | None) -> None:
+    """The starting policy's validation numbers, logged as step 0, before any update."""
+    with fsdp.gathered(trainer.policy):
+        val = trainer.validate(0)
+    if logger:
+        logger.log(val, step=0)
 
 
 def eval_reward(cfg: TirlConfig):

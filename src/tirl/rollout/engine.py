@@ -128,12 +128,7 @@ class TorchEngine:
         live = [i for i in range(B) if limits[i] > 0]
         if not live:
             return gens
-        L = max(len(p) for p in prompts)
-        ids = torch.full((B, L), self.pad_id, dtype=torch.long)
-        attn = torch.zeros((B, L), dtype=torch.long)
-        for i, p in enumerate(prompts):
-            ids[i, L - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
-            attn[i, L - len(p) :] = 1
+        ids, attn = self._left_pad(prompts)
         ids, attn = ids[live].to(dev), attn[live].to(dev)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)  # (B, L)
         cache = DynamicCache()
@@ -149,20 +144,7 @@ class TorchEngine:
         next_pos = pos[:, -1:] + 1  # (B, 1)
         while live:
             tok, lp = sample_next(logits, params, generator)
-            tok_l, lp_l = tok.tolist(), lp.tolist()
-            keep: list[int] = []
-            for j, i in enumerate(live):
-                g = gens[i]
-                g.token_ids.append(tok_l[j])
-                g.logprobs.append(lp_l[j])
-                if tok_l[j] in self.eos_ids:
-                    g.finish_reason = "eos"
-                elif tok_l[j] in self.stop_ids:
-                    g.finish_reason = "stop"
-                elif len(g.token_ids) >= limits[i]:
-                    g.finish_reason = "length"
-                else:
-                    keep.append(j)
+            keep = self._append(gens, live, tok.tolist(), lp.tolist(), limits)
             if not keep:
                 break
             if len(keep) < len(live):
@@ -181,3 +163,32 @@ class TorchEngine:
             logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
         return gens
+
+    def _left_pad(self, prompts: list[Sequence[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(ids, attention mask), both (B, L): prompts right-aligned so every row's next token is at the end."""
+        B, L = len(prompts), max(len(p) for p in prompts)
+        ids = torch.full((B, L), self.pad_id, dtype=torch.long)
+        attn = torch.zeros((B, L), dtype=torch.long)
+        for i, p in enumerate(prompts):
+            ids[i, L - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
+            attn[i, L - len(p) :] = 1
+        return ids, attn
+
+    def _append(
+        self, gens: list[Generation], live: list[int], toks: list[int], lps: list[float], limits: list[int]
+    ) -> list[int]:
+        """Add one sampled token to each live row; returns the positions in `live` of the rows that go on."""
+        keep: list[int] = []
+        for j, i in enumerate(live):
+            g = gens[i]
+            g.token_ids.append(toks[j])
+            g.logprobs.append(lps[j])
+            if toks[j] in self.eos_ids:
+                g.finish_reason = "eos"
+            elif toks[j] in self.stop_ids:
+                g.finish_reason = "stop"
+            elif len(g.token_ids) >= limits[i]:
+                g.finish_reason = "length"
+            else:
+                keep.append(j)
+        return keep

@@ -232,12 +232,9 @@ class RLTrainer:
         self.validate: Any = None  # step -> metrics; set by the caller when rl.eval_every is on
         self.identity: checkpoint.RunIdentity | None = None  # what its checkpoints record; set by the caller
         self.ref_source = ref_source  # where the KL reference (the initial policy) was loaded from
-        self.loss_spec = LossSpec(
-            self.loss_fn, clip_low=cfg.clip_low, clip_high=cfg.clip_high, clip_c=cfg.clip_c, agg=cfg.loss_agg,
-            norm_len=self.norm_len, temperature=sampling.logprob_temperature, kl_coef=cfg.kl_coef,
-            kl_estimator=cfg.kl_estimator, entropy_coef=cfg.entropy_coef, micro_batch_size=cfg.micro_batch_size,
-            micro_batch_tokens=cfg.micro_batch_tokens, token_mean=cfg.token_mean, autocast=autocast,
-        )  # fmt: skip
+        self.loss_spec = LossSpec.for_rl(
+            cfg, self.loss_fn, self.norm_len, sampling.logprob_temperature, autocast
+        )
 
     def _next_prompts(self) -> list[ProblemRow]:
         """Epoch-wise shuffled prompts: each row is used once before any is reused. Every rank draws the same

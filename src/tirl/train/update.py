@@ -48,6 +48,18 @@ class LossSpec:
     )
     token_mean: str = "exact"  # token-mean over the mini-batch (exact) or verl's per micro-batch (micro)
 
+    @classmethod
+    def for_rl(
+        cls, cfg: Any, loss_fn: Any, norm_len: int, temperature: float, autocast: torch.dtype | None
+    ) -> LossSpec:
+        """The spec an `RLConfig` (`cfg`) asks for, with the trainer's resolved loss, length and temperature."""
+        return cls(
+            loss_fn, clip_low=cfg.clip_low, clip_high=cfg.clip_high, clip_c=cfg.clip_c, agg=cfg.loss_agg,
+            norm_len=norm_len, temperature=temperature, kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator,
+            entropy_coef=cfg.entropy_coef, micro_batch_size=cfg.micro_batch_size,
+            micro_batch_tokens=cfg.micro_batch_tokens, token_mean=cfg.token_mean, autocast=autocast,
+        )  # fmt: skip
+
 
 def global_counts(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(trained tokens, sequences with a trained token) of a mini-batch, summed over all processes."""
