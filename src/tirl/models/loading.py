@@ -153,3 +153,15 @@ def _check_path(path: str | Path | None, needs: tuple[str, ...] = _MODEL_FILES) 
             f"model.path {str(path)!r} has no config.json: not a Hugging Face model directory (one that "
             "save_pretrained writes, with config.json, weights and tokenizer; a .gguf file: `tirl model import`)"
         )
+
+
+def tied_aliases(model: torch.nn.Module) -> set[str]:
+    """Names under which an already-named parameter appears again (a tied LM head): saved or sent once, as a plain
+    `save_pretrained` does."""
+    seen: set[int] = set()
+    out = set()
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if id(p) in seen:
+            out.add(name)
+        seen.add(id(p))
+    return out

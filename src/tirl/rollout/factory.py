@@ -69,7 +69,9 @@ def _vllm(ro: RolloutConfig, x: EngineInputs) -> Engine:
 
         check_placement(ro.placement)
         kw = engine_kwargs(ro.vllm_args, ro.vllm_kv_cache_gib)
-        backend = VLLMBackend(x.model_path, dtype=ro.dtype or x.dtype, stop_ids=[x.eos_id, *x.stop_ids], extra=kw)
+        backend = VLLMBackend(
+            x.model_path, dtype=ro.dtype or x.dtype, stop_ids=[x.eos_id, *x.stop_ids], extra=kw
+        )
         return ColocatedEngine(backend, eos_ids=[x.eos_id], stop_ids=x.stop_ids)
     wd = x.work_dir / "vllm" if x.work_dir else None
     pooled = bool(ro.urls) or world_size() > 1

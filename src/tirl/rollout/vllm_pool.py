@@ -34,6 +34,7 @@ import torch
 import torch.distributed as tdist
 
 from tirl.io import atomic_dir, atomic_write_json
+from tirl.models.loading import tied_aliases
 from tirl.rollout.openai_engine import EngineError, OpenAIEngine, OpenAIEngineConfig
 from tirl.rollout.vllm_engine import SERVED_NAME, VLLMEngine, VLLMEngineConfig
 from tirl.rollout.vllm_weights import INDEX, ties_embeddings, untie, untied_copy
@@ -67,22 +68,12 @@ def url_share(urls: list[str], rank_: int, world: int) -> list[str]:
     return urls[rank_::world] if len(urls) >= world else [urls[rank_ % len(urls)]]
 
 
-def _tied_aliases(model: torch.nn.Module) -> set[str]:
-    seen: set[int] = set()
-    out = set()
-    for name, p in model.named_parameters(remove_duplicate=False):
-        if id(p) in seen:
-            out.add(name)
-        seen.add(id(p))
-    return out
-
-
 def full_tensors(model: torch.nn.Module):
     """(name, whole tensor on the CPU) for every weight, one at a time, in the same order on every rank; a sharded
     weight (DTensor) is all-gathered, so under FSDP this is a collective every rank must run to the end."""
     from torch.distributed.tensor import DTensor
 
-    aliases = _tied_aliases(model)
+    aliases = tied_aliases(model)
     for name, t in model.state_dict().items():
         if name in aliases:
             continue

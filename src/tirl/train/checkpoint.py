@@ -36,8 +36,9 @@ import torch
 
 from tirl.io import atomic_dir
 from tirl.models import lora
+from tirl.models.loading import tied_aliases
 from tirl.train import dist, manifest
-from tirl.train.fsdp import full_state_dict, is_sharded, tied_aliases
+from tirl.train.fsdp import full_state_dict, is_sharded
 from tirl.train.manifest import MANIFEST, CheckpointError, RunIdentity
 
 STATE = "trainer_state.pt"

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from torch.distributed.fsdp import FSDPModule
 
+from tirl.models.loading import tied_aliases
 from tirl.train import dist
 from tirl.train.batch import TokenBatch, micro_batches, slice_rows
 
@@ -152,18 +153,6 @@ def full_state_dict(model: torch.nn.Module, *, trainable_only: bool = False) -> 
     options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=trainable_only)
     state = get_model_state_dict(model, options=options)
     return {k: v for k, v in state.items() if k not in tied_aliases(model)}
-
-
-def tied_aliases(model: torch.nn.Module) -> set[str]:
-    """Names under which an already-named parameter appears again (a tied LM head): saved once, as a plain
-    `save_pretrained` does."""
-    seen: set[int] = set()
-    out = set()
-    for name, p in model.named_parameters(remove_duplicate=False):
-        if id(p) in seen:
-            out.add(name)
-        seen.add(id(p))
-    return out
 
 
 def save_model(
