@@ -26,6 +26,7 @@ from tirl.rollout.agent import stop_token_ids
 from tirl.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
 from tirl.rollout.vllm_pool import BUCKET_BYTES, url_share, write_streamed
 from tirl.rollout.vllm_weights import write_weights
+from tirl.rundir import MARKER
 from tirl.train import checkpoint
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -113,6 +114,7 @@ def test_resume_after_a_kill_re_sends_the_checkpoint_weights(owned_run, tiny_dir
     out = tmp_path / "rl"
     out.mkdir()
     shutil.copytree(owned_run / "checkpoint-2", out / "checkpoint-2")
+    shutil.copy(owned_run / MARKER, out / MARKER)  # the killed run's own directory, which --out accepts
     url = f"rollout.urls=[http://127.0.0.1:{server.port}]"
     rc, err = _finish(_torchrun(*_args(tiny_dir, out, 3, url), "--resume", "auto"))
     assert rc == 0, err[-4000:]
