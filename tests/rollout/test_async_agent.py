@@ -170,7 +170,8 @@ def test_rollout_mode_picks_the_loop(tokenizer, model, sandbox):
     assert type(build_agent(model, tokenizer, cfg, sandbox)) is AgentLoop  # auto + torch engine: lock-step
     cfg.rollout = RolloutConfig(mode="async", concurrency=4, timeout_s=30)
     agent = build_agent(model, tokenizer, cfg, sandbox)
-    assert isinstance(agent, AsyncAgentLoop) and agent.concurrency == 4 and agent.timeout_s == 30
+    budget_s = cfg.agent.max_response_tokens / cfg.rollout.min_tokens_per_s  # the watchdog grows with it
+    assert isinstance(agent, AsyncAgentLoop) and agent.concurrency == 4 and agent.timeout_s == 30 + budget_s
     with pytest.raises(ValueError, match="rollout.mode"):
         RolloutConfig(mode="fast")
 

@@ -28,7 +28,10 @@ class RolloutConfig:
     urls: list[str] = field(default_factory=list)
     model_name: str = ""  # openai: the served model's name, checked against /v1/models
     retries: int = 3  # openai, vllm: attempts after the first, with exponential back-off
-    request_timeout_s: float = 120.0  # openai, vllm: one HTTP request
+    request_timeout_s: float = 120.0  # openai, vllm: one HTTP request, on top of its budget's decode time
+    # openai, vllm: decode tokens/s assumed for one request (a slower measured rate lengthens the limits):
+    # a request may take request_timeout_s + max_tokens / rate, a trajectory timeout_s + its budget / this
+    min_tokens_per_s: float = 5.0
     # vllm: the Python with vLLM; "" = $TIRL_VLLM_PYTHON, else the repository's .venv-vllm
     vllm_python: str = ""
     vllm_args: list[str] = field(default_factory=list)  # vllm: extra server args: [--max-model-len=4096]
@@ -56,6 +59,8 @@ class RolloutConfig:
             raise ValueError(f"unknown rollout.placement {self.placement!r}; valid: {', '.join(PLACEMENTS)}")
         if self.mode not in MODES:
             raise ValueError(f"unknown rollout.mode {self.mode!r}; valid: {', '.join(MODES)}")
+        if self.min_tokens_per_s <= 0:
+            raise ValueError(f"rollout.min_tokens_per_s must be > 0, got {self.min_tokens_per_s}")
         if self.concurrency < 1 or self.timeout_s <= 0:
             raise ValueError(
                 f"rollout.concurrency must be >= 1 and timeout_s > 0, got {self.concurrency}, {self.timeout_s}"

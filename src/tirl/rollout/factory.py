@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from tirl.rollout.agent import AgentConfig, AgentLoop, stop_token_ids
 from tirl.rollout.async_agent import AsyncAgentLoop
 from tirl.rollout.capabilities import EngineCapabilities, capabilities_of
+from tirl.rollout.timeouts import Throughput
 
 if TYPE_CHECKING:
     import torch
@@ -92,7 +93,7 @@ def _vllm(ro: RolloutConfig, x: EngineInputs) -> Engine:
         kv_cache_gib=ro.vllm_kv_cache_gib, dtype=ro.dtype or x.dtype, extra_args=list(ro.vllm_args),
         startup_timeout_s=ro.vllm_startup_timeout_s, work_dir=str(wd or ""), eos_ids=[x.eos_id],
         stop_ids=list(x.stop_ids), concurrency=ro.concurrency, request_timeout_s=ro.request_timeout_s,
-        retries=ro.retries,
+        min_tokens_per_s=ro.min_tokens_per_s, retries=ro.retries,
     )  # fmt: skip
     return build_pool(vcfg, list(ro.urls), ro.model_name) if pooled else VLLMEngine(vcfg)
 
@@ -103,7 +104,7 @@ def _openai(ro: RolloutConfig, x: EngineInputs) -> Engine:
     return OpenAIEngine(
         OpenAIEngineConfig(
             urls=list(ro.urls), model=ro.model_name, concurrency=ro.concurrency, timeout_s=ro.request_timeout_s,
-            retries=ro.retries, eos_ids=[x.eos_id], stop_ids=list(x.stop_ids),
+            min_tokens_per_s=ro.min_tokens_per_s, retries=ro.retries, eos_ids=[x.eos_id], stop_ids=list(x.stop_ids),
         )
     )  # fmt: skip
 
@@ -174,8 +175,10 @@ def agent_loop(
 ) -> AgentLoop:
     """The loop `rollout.mode` resolves to for this engine (`EngineCapabilities.rollout_loop`)."""
     if capabilities_of(engine).rollout_loop(ro.mode) == "async":
+        # the watchdog grows with the response budget (tirl.rollout.timeouts)
+        timeout = Throughput(ro.min_tokens_per_s).limit(ro.timeout_s, config.max_response_tokens)
         return AsyncAgentLoop(
-            engine, renderer, sandbox, config, tools=tools, concurrency=ro.concurrency, timeout_s=ro.timeout_s
+            engine, renderer, sandbox, config, tools=tools, concurrency=ro.concurrency, timeout_s=timeout
         )
     return AgentLoop(engine, renderer, sandbox, config, tools=tools)
 

@@ -26,6 +26,7 @@ import httpx
 
 from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.sampling import SamplingParams
+from tirl.rollout.timeouts import Throughput
 from tirl.rollout.types import Generation
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
@@ -40,7 +41,8 @@ class OpenAIEngineConfig:
     urls: list[str]
     model: str
     concurrency: int = 16
-    timeout_s: float = 120.0
+    timeout_s: float = 120.0  # per request, on top of the budget's decode time (tirl.rollout.timeouts)
+    min_tokens_per_s: float = 5.0  # decode rate assumed for one request before a slower one is measured
     retries: int = 3
     backoff_s: float = 0.5
     eos_ids: list[int] = field(default_factory=list)
@@ -75,20 +77,29 @@ class OpenAIEngine:
         limits = httpx.Limits(max_connections=cfg.concurrency, max_keepalive_connections=cfg.concurrency)
         self._client = httpx.Client(timeout=cfg.timeout_s, limits=limits)
         self._pool = ThreadPoolExecutor(max_workers=cfg.concurrency, thread_name_prefix="tirl-openai")
+        self.throughput = Throughput(cfg.min_tokens_per_s)
 
     def _url(self) -> str:
         with self._lock:
             return self._urls[next(self._next)]
 
     def _request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, url: str | None = None
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        url: str | None = None,
+        timeout: float | None = None,
     ) -> Any:
-        """One call with retries and exponential back-off; the last failure becomes an EngineError."""
+        """One call with retries and exponential back-off; the last failure becomes an EngineError. `timeout`:
+        this call's limit in seconds (default `timeout_s`)."""
         last: str = ""
         for attempt in range(self.cfg.retries + 1):
             base = url or self._url()
             try:
-                r = self._client.request(method, base + path, json=body)
+                r = self._client.request(
+                    method, base + path, json=body, timeout=timeout or self.cfg.timeout_s
+                )
                 if r.status_code in RETRY_STATUS:
                     last = f"{base}{path}: HTTP {r.status_code} {r.text[:200]}"
                 elif r.status_code >= 400:
@@ -146,8 +157,12 @@ class OpenAIEngine:
         }
         if seed is not None:
             body["seed"] = seed
-        choice = self._request("POST", "/v1/completions", body)["choices"][0]
-        return self._parse(choice, budget)
+        t0 = time.monotonic()
+        limit = self.throughput.limit(self.cfg.timeout_s, budget)
+        choice = self._request("POST", "/v1/completions", body, timeout=limit)["choices"][0]
+        gen = self._parse(choice, budget)
+        self.throughput.observe(len(gen.token_ids), time.monotonic() - t0)
+        return gen
 
     def _parse(self, choice: dict[str, Any], budget: int) -> Generation:
         ids = choice.get("token_ids")

@@ -125,6 +125,7 @@ class VLLMEngineConfig:
     stop_ids: list[int] = field(default_factory=list)
     concurrency: int = 16
     request_timeout_s: float = 600.0
+    min_tokens_per_s: float = 5.0  # tirl.rollout.timeouts
     retries: int = 2
 
     def __post_init__(self) -> None:
@@ -227,8 +228,8 @@ class VLLMEngine(OpenAIEngine):
         super().__init__(
             OpenAIEngineConfig(
                 urls=[f"http://127.0.0.1:{self.port}"], model=SERVED_NAME, concurrency=cfg.concurrency,
-                timeout_s=cfg.request_timeout_s, retries=cfg.retries, eos_ids=list(cfg.eos_ids),
-                stop_ids=list(cfg.stop_ids),
+                timeout_s=cfg.request_timeout_s, min_tokens_per_s=cfg.min_tokens_per_s, retries=cfg.retries,
+                eos_ids=list(cfg.eos_ids), stop_ids=list(cfg.stop_ids),
             )
         )  # fmt: skip
         try:
@@ -271,13 +272,18 @@ class VLLMEngine(OpenAIEngine):
             time.sleep(0.5)
 
     def _request(
-        self, method: str, path: str, body: dict[str, Any] | None = None, url: str | None = None
+        self,
+        method: str,
+        path: str,
+        body: dict[str, Any] | None = None,
+        url: str | None = None,
+        timeout: float | None = None,
     ) -> Any:
         """`OpenAIEngine._request`, but a dead server fails at once, with its exit code and log, not after retries."""
         if why := self._dead():
             raise EngineError(why)
         try:
-            return super()._request(method, path, body, url)
+            return super()._request(method, path, body, url, timeout)
         except EngineError as e:
             if why := self._dead():
                 raise EngineError(why) from e

@@ -135,17 +135,24 @@ class VLLMPool(OpenAIEngine):
         super().__init__(
             OpenAIEngineConfig(
                 urls=url_share(self.all_urls, rank(), world_size()), model=model_name, concurrency=cfg.concurrency,
-                timeout_s=cfg.request_timeout_s, retries=cfg.retries, eos_ids=list(cfg.eos_ids),
-                stop_ids=list(cfg.stop_ids),
+                timeout_s=cfg.request_timeout_s, min_tokens_per_s=cfg.min_tokens_per_s, retries=cfg.retries,
+                eos_ids=list(cfg.eos_ids), stop_ids=list(cfg.stop_ids),
             )
         )  # fmt: skip
 
-    def _request(self, method: str, path: str, body: dict | None = None, url: str | None = None) -> Any:
+    def _request(
+        self,
+        method: str,
+        path: str,
+        body: dict | None = None,
+        url: str | None = None,
+        timeout: float | None = None,
+    ) -> Any:
         """A dead owned server fails at once, with its exit code and log."""
         if self.owner is not None and (why := self.owner._dead()):
             raise EngineError(why)
         try:
-            return super()._request(method, path, body, url)
+            return super()._request(method, path, body, url, timeout)
         except EngineError as e:
             if self.owner is not None and (why := self.owner._dead()):
                 raise EngineError(why) from e
