@@ -19,7 +19,7 @@ import torch
 from transformers import DynamicCache
 
 from tirl.rollout.capabilities import EngineCapabilities
-from tirl.rollout.sampling import SamplingParams, sample_next
+from tirl.rollout.sampling import SamplingParams, per_prompt_budgets, sample_next
 from tirl.rollout.types import Generation
 
 __all__ = ["Generation", "TorchEngine"]
@@ -95,12 +95,7 @@ class TorchEngine:
         if seeds is not None:
             raise ValueError("TorchEngine takes one `generator` for the batch, not per-request seeds")
         n = len(prompts)
-        if isinstance(max_new_tokens, int) or max_new_tokens is None:
-            limits = [params.max_new_tokens if max_new_tokens is None else max_new_tokens] * n
-        else:
-            limits = list(max_new_tokens)
-        if len(limits) != n:
-            raise ValueError(f"max_new_tokens has {len(limits)} entries for {n} prompts")
+        limits = per_prompt_budgets(n, params, max_new_tokens)
         if any(len(p) == 0 for p in prompts):
             raise ValueError("empty prompt: a generation needs at least one token of context")
         results: list[Generation | None] = [None] * n

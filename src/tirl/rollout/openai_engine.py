@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from tirl.rollout.capabilities import EngineCapabilities
-from tirl.rollout.sampling import SamplingParams
+from tirl.rollout.sampling import SamplingParams, per_prompt_budgets
 from tirl.rollout.timeouts import Throughput
 from tirl.rollout.types import Generation
 
@@ -195,15 +195,10 @@ class OpenAIEngine:
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
         n = len(prompts)
-        if max_new_tokens is None:
-            budgets = [params.max_new_tokens] * n
-        elif isinstance(max_new_tokens, int):
-            budgets = [max_new_tokens] * n
-        else:
-            budgets = list(max_new_tokens)
+        budgets = per_prompt_budgets(n, params, max_new_tokens)
         seed_list: list[int | None] = list(seeds) if seeds is not None else [None] * n
-        if len(budgets) != n or len(seed_list) != n:
-            raise ValueError("max_new_tokens and seeds must have one entry per prompt")
+        if len(seed_list) != n:
+            raise ValueError("seeds must have one entry per prompt")
         futures = [
             self._pool.submit(self._one, p, params, b, s)
             for p, b, s in zip(prompts, budgets, seed_list, strict=True)

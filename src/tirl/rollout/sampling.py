@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -28,6 +29,18 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+
+def per_prompt_budgets(
+    n: int, params: SamplingParams, max_new_tokens: Sequence[int] | int | None
+) -> list[int]:
+    """Every engine's `generate(max_new_tokens=...)`: None (params.max_new_tokens), one int, or one per prompt."""
+    if max_new_tokens is None or isinstance(max_new_tokens, int):
+        return [params.max_new_tokens if max_new_tokens is None else max_new_tokens] * n
+    budgets = list(max_new_tokens)
+    if len(budgets) != n:
+        raise ValueError(f"max_new_tokens has {len(budgets)} entries for {n} prompts")
+    return budgets
 
 
 def sample_next(

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import torch
 
 from tirl.rollout.capabilities import EngineCapabilities
-from tirl.rollout.sampling import SamplingParams
+from tirl.rollout.sampling import SamplingParams, per_prompt_budgets
 from tirl.rollout.types import Generation
 from tirl.rollout.vllm_pool import full_tensors, rank
 
@@ -132,8 +132,7 @@ class ColocatedEngine:
         seeds: Sequence[int] | None = None,
     ) -> list[Generation]:
         n = len(prompts)
-        budget = params.max_new_tokens if max_new_tokens is None else max_new_tokens
-        budgets = [budget] * n if isinstance(budget, int) else list(budget)
+        budgets = per_prompt_budgets(n, params, max_new_tokens)
         self.wake()  # evaluation between steps calls generate outside `awake`
         out = self.backend.generate(prompts, params, budgets, list(seeds) if seeds is not None else [0] * n)
         return [Generation(ids, lps, self._reason(ids, r), self.weight_version) for ids, lps, r in out]
