@@ -242,6 +242,34 @@ def test_rl_update_then_sync_serves_the_new_policy(server, tiny, tokenizer, rend
 
 @needs_vllm
 @pytest.mark.slow
+def test_memory_and_disk_sync_serve_the_same_weights(server, tiny, renderer):
+    """rollout.sync=memory (streamed into the workers) and disk (a directory reload) load the same weights: the
+    served log-probs are equal to the bit, and both follow the policy (a perturbed copy, so a skipped sync fails)."""
+    old, _ = tiny
+    policy = copy.deepcopy(old)
+    with torch.no_grad():
+        for p in policy.parameters():
+            p.add_(torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())) * 0.05)
+    prompts = prompt_ids(renderer, QUESTIONS)
+    served = {}
+    assert server.sync_mode(server._urls) == "memory"  # a managed server carries the receiver
+    try:
+        for mode in ("memory", "disk"):
+            server._sync_mode = mode
+            server.sync_weights(policy)
+            served[mode] = server.generate(prompts, SamplingParams(), max_new_tokens=24, seeds=[0, 1, 2, 3])
+    finally:
+        server._sync_mode = "memory"
+        server.sync_weights(old)
+    assert server.last_sync is not None and server.last_sync.tensors > 0 and server.last_sync.bytes > 0
+    for m, d in zip(served["memory"], served["disk"]):
+        assert m.token_ids == d.token_ids and m.logprobs == d.logprobs
+    assert max_diff(policy, prompts, served["memory"], 1.0) < LOGPROB_ATOL
+    assert max_diff(old, prompts, served["memory"], 1.0) > 0.1
+
+
+@needs_vllm
+@pytest.mark.slow
 def test_a_lora_policy_is_served_merged(server, tiny, renderer):
     """A peft policy (the adapter's B set non-zero, as training would) is synced as merged weights."""
     from tirl.models.lora import LoraConfig, apply_lora

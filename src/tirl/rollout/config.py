@@ -42,6 +42,11 @@ class RolloutConfig:
     # vllm: separate = servers beside the trainer, shared by every rank (tirl.rollout.vllm_pool); colocated = one
     # engine in each training process, asleep during updates (GPU only, tirl.rollout.vllm_colocated)
     placement: str = "separate"
+    # vllm: how new weights reach the servers: memory = streamed over a socket into the workers (a worker extension
+    # every managed server has), disk = a safetensors directory the servers reload, auto = memory where every
+    # server has the receiver, else disk (tirl.rollout.vllm_sync)
+    sync: str = "auto"
+    sync_host: str = "127.0.0.1"  # vllm, sync=memory: the trainer's address as the servers reach it
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
@@ -57,6 +62,8 @@ class RolloutConfig:
             raise ValueError(f"rollout.dtype must be '', bfloat16, float16 or float32, got {self.dtype!r}")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"unknown rollout.placement {self.placement!r}; valid: {', '.join(PLACEMENTS)}")
+        if self.sync not in ("auto", "memory", "disk"):
+            raise ValueError(f"unknown rollout.sync {self.sync!r}; valid: auto, memory, disk")
         if self.mode not in MODES:
             raise ValueError(f"unknown rollout.mode {self.mode!r}; valid: {', '.join(MODES)}")
         if self.min_tokens_per_s <= 0:

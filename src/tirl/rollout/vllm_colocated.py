@@ -30,7 +30,8 @@ import torch
 from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.sampling import SamplingParams, per_prompt_budgets
 from tirl.rollout.types import Generation
-from tirl.rollout.vllm_pool import full_tensors, rank
+from tirl.rollout.vllm_pool import rank
+from tirl.rollout.vllm_sync import full_tensors
 
 
 class Backend(Protocol):

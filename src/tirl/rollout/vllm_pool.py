@@ -34,9 +34,9 @@ import torch
 import torch.distributed as tdist
 
 from tirl.io import atomic_dir, atomic_write_json
-from tirl.models.loading import tied_aliases
 from tirl.rollout.openai_engine import EngineError, OpenAIEngine, OpenAIEngineConfig
 from tirl.rollout.vllm_engine import SERVED_NAME, VLLMEngine, VLLMEngineConfig
+from tirl.rollout.vllm_sync import ServerSync, full_tensors, policy_tensors
 from tirl.rollout.vllm_weights import INDEX, ties_embeddings, untie, untied_copy
 
 BUCKET_BYTES = (
@@ -66,20 +66,6 @@ def url_share(urls: list[str], rank_: int, world: int) -> list[str]:
     if not urls:
         raise ValueError("no vLLM server URLs to share")
     return urls[rank_::world] if len(urls) >= world else [urls[rank_ % len(urls)]]
-
-
-def full_tensors(model: torch.nn.Module):
-    """(name, whole tensor on the CPU) for every weight, one at a time, in the same order on every rank; a sharded
-    weight (DTensor) is all-gathered, so under FSDP this is a collective every rank must run to the end."""
-    from torch.distributed.tensor import DTensor
-
-    aliases = tied_aliases(model)
-    for name, t in model.state_dict().items():
-        if name in aliases:
-            continue
-        if isinstance(t, DTensor):
-            t = t.full_tensor()
-        yield name, t.detach().to("cpu").contiguous()
 
 
 def write_streamed(model: torch.nn.Module, out_dir: Path, *, untie_embeddings: bool) -> None:
@@ -116,7 +102,7 @@ def write_streamed(model: torch.nn.Module, out_dir: Path, *, untie_embeddings: b
                 untie(stage)
 
 
-class VLLMPool(OpenAIEngine):
+class VLLMPool(ServerSync, OpenAIEngine):
     """This rank's client of the shared vLLM servers (module docstring); implements `tirl.rollout.types.Engine`.
 
     `owner`: the server this process started (rank 0 without `rollout.urls`), stopped by `close()`."""
@@ -166,9 +152,42 @@ class VLLMPool(OpenAIEngine):
             raise EngineError(
                 "a LoRA policy under torchrun cannot be synced into vLLM (its merge needs the base)"
             )
-        write_streamed(model, self.weights_dir, untie_embeddings=self.untied)
-        self._reload_all(lambda: self.weights_dir)
+        if self._agreed_mode() == "memory":
+            self._stream_all(model)
+        else:
+            write_streamed(model, self.weights_dir, untie_embeddings=self.untied)
+            self._reload_all(lambda: self.weights_dir)
         self.weight_version += 1
+
+    def _agreed_mode(self) -> str:
+        """Rank 0's `sync_mode` (memory or disk), the same on every rank; its failure raises on every rank."""
+        outcome = ("ok", "")
+        if rank() == 0:
+            try:
+                outcome = ("ok", self.sync_mode(self.all_urls))
+            except Exception as e:
+                outcome = ("error", str(e))
+        kind, value = broadcast(outcome)
+        if kind == "error":
+            raise EngineError(value)
+        return value
+
+    def _stream_all(self, model: Any) -> None:
+        """`rollout.sync=memory`: every rank runs the gathers; rank 0 streams each tensor to every server as it
+        comes, then tells every rank how it went."""
+        tensors = policy_tensors(model, untie=self.untied)
+        outcome = ("ok", "")
+        if rank() == 0:
+            try:
+                self.stream_into(self.all_urls, tensors)
+            except Exception as e:
+                why = self.owner._dead() if self.owner is not None else None
+                outcome = ("error", why or f"weight sync into the vLLM servers failed: {e}")
+        for _ in tensors:  # the rest of the gathers, whatever happened on rank 0
+            pass
+        kind, why = broadcast(outcome)
+        if kind == "error":
+            raise EngineError(why)
 
     def serve_initial(self) -> None:
         """Servers reached by URL serve `model` as the run starts (one may come from another run). Collective."""
@@ -196,13 +215,11 @@ class VLLMPool(OpenAIEngine):
     def _reload(self, url: str, path: Path) -> None:
         body = {"method": "reload_weights", "kwargs": {"weights_path": str(path)}}
         self._request("POST", "/collective_rpc", body, url)
-        for query in ("", "?reset_running_requests=true"):
-            if self._request("POST", "/reset_prefix_cache" + query, url=url).get("success"):
-                return
-        raise EngineError(f"{url}: the vLLM server did not reset its prefix cache after a weight reload")
+        self.reset_prefix_cache(url)
 
     def close(self) -> None:
         super().close()
+        self.close_stream()
         if self.owner is not None:
             self.owner.close()
 

@@ -1,0 +1,300 @@
+"""Weights into vLLM servers in memory (`rollout.sync=memory`): streamed over a socket, never through a file.
+
+The trainer's rank 0 opens a listener, asks every server (`POST /collective_rpc`, in a thread per server) to
+connect back and load what arrives (`vllm_ext/tirl_weight_receiver.py`, the worker extension every managed server
+is started with), and writes the policy to every connection one tensor at a time as the tensors are gathered. vLLM
+loads them with its own in-place reload, the one the directory path uses, so both paths serve the same weights
+(a test compares the served log-probs). Memory: one full tensor at a time on rank 0, and none on disk.
+
+`rollout.sync=auto` (the default) takes this path when every server has the receiver and the directory reload
+(`tirl.rollout.vllm_pool.write_streamed`, `tirl.rollout.vllm_weights`) otherwise: a server someone else started
+without `--worker-extension-cls tirl_weight_receiver.WeightReceiver` still syncs. The stream needs the servers to
+reach the trainer (`rollout.sync_host`, 127.0.0.1 by default); the directory path needs a shared file system.
+
+On GPUs the tensors cross the host here too (device -> host -> socket -> device): a correct path, not the fastest.
+NCCL between trainer and servers (vLLM's weight-transfer engines) is the GPU's fast path and is not built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tirl.models.loading import tied_aliases
+from tirl.rollout.vllm_ext import tirl_weight_receiver as wire
+from tirl.rollout.vllm_weights import EMBED_SUFFIX, LM_HEAD
+
+SYNCS = ("auto", "memory", "disk")
+RECEIVER_CLS = "tirl_weight_receiver.WeightReceiver"
+RECEIVER_DIR = str(Path(wire.__file__).parent)
+WIRE_NAMES = {v: k for k, v in wire.DTYPES.items()}
+
+
+def receiver_args() -> list[str]:
+    """The server arguments that give every vLLM worker the receiver (with `RECEIVER_DIR` on its PYTHONPATH)."""
+    return ["--worker-extension-cls", RECEIVER_CLS]
+
+
+def full_tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, whole tensor on the CPU) for every weight, one at a time, in the same order on every rank; a sharded
+    weight (DTensor) is all-gathered, so under FSDP this is a collective every rank must run to the end."""
+    from torch.distributed.tensor import DTensor
+
+    aliases = tied_aliases(model)
+    for name, t in model.state_dict().items():
+        if name in aliases:
+            continue
+        if isinstance(t, DTensor):
+            t = t.full_tensor()
+        yield name, t.detach().to("cpu").contiguous()
+
+
+def policy_tensors(model: torch.nn.Module, *, untie: bool) -> Iterator[tuple[str, torch.Tensor]]:
+    """What a server loads: the weights under the plain model's names (a LoRA adapter folded in), and the input
+    embedding a second time as `lm_head.weight` when the server serves a tied model untied (`vllm_weights`)."""
+    from tirl.models.lora import is_lora, merged_state_dict
+
+    if is_lora(model):  # one process only: the pool refuses LoRA under torchrun
+        aliases = tied_aliases(model.get_base_model())
+        items: Iterable[tuple[str, torch.Tensor]] = (
+            (n, t.to("cpu").contiguous()) for n, t in merged_state_dict(model).items() if n not in aliases
+        )
+    else:
+        items = full_tensors(model)
+    for name, t in items:
+        yield name, t
+        if untie and name.endswith(EMBED_SUFFIX):
+            yield LM_HEAD, t
+
+
+def frame(name: str, t: torch.Tensor) -> tuple[bytes, memoryview]:
+    """One tensor's frame on the wire: the header bytes, then a view of its raw data (no copy)."""
+    if t.dtype not in WIRE_NAMES:
+        raise TypeError(f"{name}: dtype {t.dtype} cannot be streamed; valid: {sorted(wire.DTYPES)}")
+    head = json.dumps({"name": name, "dtype": WIRE_NAMES[t.dtype], "shape": list(t.shape)}).encode()
+    data = t.contiguous().reshape(-1).view(torch.uint8).numpy()
+    return wire.HEADER.pack(len(head)) + head, memoryview(data)
+
+
+def end_frame() -> bytes:
+    head = json.dumps({"end": True}).encode()
+    return wire.HEADER.pack(len(head)) + head
+
+
+@dataclass
+class StreamResult:
+    """What one streamed sync did: tensors and bytes sent, seconds, and the first failure ("" when none)."""
+
+    tensors: int = 0
+    bytes: int = 0
+    seconds: float = 0.0
+    error: str = ""
+    loaded: list[Any] = field(default_factory=list)
+
+
+RECV_TIMEOUT_S = 300.0  # a receiver gives up when no byte arrives for this long (a trainer that died mid-stream)
+Post = Callable[[str, dict[str, Any], float], Any]  # (url, collective_rpc body, timeout_s) -> decoded JSON
+
+
+class WeightStream:
+    """Rank 0's listener for `rollout.sync=memory` (module docstring); one per engine, reused for every sync."""
+
+    def __init__(self, host: str = "127.0.0.1", *, accept_timeout_s: float = 120.0) -> None:
+        self.host, self.accept_timeout_s = host, accept_timeout_s
+        self._sock = socket.create_server((host, 0))
+        self.port = self._sock.getsockname()[1]
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def _reopen(self) -> None:
+        self._sock.close()
+        self._sock = socket.create_server((self.host, 0))
+        self.port = self._sock.getsockname()[1]
+
+    def push(self, tensors: Iterable[tuple[str, torch.Tensor]], urls: list[str], workers: int, post: Post,
+             rpc_timeout_s: float) -> StreamResult:  # fmt: skip
+        """Stream `tensors` into every server at `urls` (`workers` receivers in all). `tensors` is always run to
+        its end, even after a failure, because under FSDP every rank's gathers must complete."""
+        token = secrets.token_hex(16)
+        res, t0 = StreamResult(), time.monotonic()
+        calls = [_Call(post, u, self.host, self.port, token, rpc_timeout_s, RECV_TIMEOUT_S) for u in urls]
+        conns = self._accept(workers, token, calls, res)
+        for name, t in tensors:
+            if res.error:
+                continue
+            try:
+                head, data = frame(name, t)
+                for c in conns:
+                    c.sendall(head)
+                    c.sendall(data)
+            except (OSError, TypeError) as e:
+                res.error = f"the weight stream to a vLLM worker broke at {name}: {e}"
+                continue
+            res.tensors, res.bytes = res.tensors + 1, res.bytes + len(data)
+        for c in conns:
+            with contextlib.suppress(OSError):
+                if not res.error:
+                    c.sendall(end_frame())
+                c.close()
+        if res.error:  # receivers still connecting or waiting get a reset, so their RPCs end now
+            self._reopen()
+        for call in calls:
+            call.join(timeout=None if not res.error else 30.0)
+            res.error = res.error or call.error
+            res.loaded.append(call.result)
+        res.seconds = time.monotonic() - t0
+        return res
+
+    def _accept(self, workers: int, token: str, calls: list[_Call], res: StreamResult) -> list[socket.socket]:
+        """The receivers' connections (a connection without the run's token is closed and ignored)."""
+        conns: list[socket.socket] = []
+        deadline = time.monotonic() + self.accept_timeout_s
+        self._sock.settimeout(0.5)
+        while len(conns) < workers and not res.error:
+            if failed := next((c.error for c in calls if c.error), ""):
+                res.error = failed
+            elif time.monotonic() > deadline:
+                res.error = (
+                    f"{len(conns)} of {workers} vLLM workers connected to the weight stream at "
+                    f"{self.host}:{self.port} within {self.accept_timeout_s:g} s (can the servers reach "
+                    "rollout.sync_host?)"
+                )
+            else:
+                with contextlib.suppress(TimeoutError):
+                    conn, _ = self._sock.accept()
+                    conn.settimeout(None)
+                    if _token_ok(conn, token):
+                        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+                        conns.append(conn)
+                    else:
+                        conn.close()
+        if res.error:
+            for c in conns:
+                c.close()
+            return []
+        return conns
+
+
+def _token_ok(conn: socket.socket, token: str) -> bool:
+    try:
+        conn.settimeout(10.0)
+        (size,) = wire.HEADER.unpack(wire.recv_exact(conn, wire.HEADER.size))
+        ok = size == len(token) and secrets.compare_digest(bytes(wire.recv_exact(conn, size)), token.encode())
+        conn.settimeout(None)
+        return ok
+    except (OSError, ValueError):
+        return False
+
+
+class _Call(threading.Thread):
+    """One server's `tirl_receive_weights` RPC, running while the stream is written."""
+
+    def __init__(self, post: Post, url: str, host: str, port: int, token: str, timeout_s: float,
+                 recv_timeout_s: float) -> None:  # fmt: skip
+        super().__init__(daemon=True, name=f"tirl-weight-rpc-{url}")
+        self.post, self.url, self.timeout_s = post, url, timeout_s
+        self.body = {"method": "tirl_receive_weights", "args": [host, port, token, recv_timeout_s]}
+        self.error, self.result = "", None
+        self.start()
+
+    def run(self) -> None:
+        try:
+            self.result = self.post(self.url, self.body, self.timeout_s)
+        except Exception as e:
+            self.error = f"{self.url}: loading the streamed weights failed: {e}"
+
+
+def receiver_workers(post: Post, url: str) -> int:
+    """How many vLLM workers at `url` carry the receiver (0: none, the server lacks the worker extension)."""
+    try:
+        out = post(url, {"method": "tirl_receiver_info"}, 30.0)
+    except Exception:
+        return 0
+    results = out.get("results", []) if isinstance(out, dict) else []
+    return sum(1 for r in results if isinstance(r, dict) and r.get("wire_version") == wire.WIRE_VERSION)
+
+
+SYNC_RPC_TIMEOUT_S = 3600.0  # one streamed load; a dead server ends it at once (its connection drops)
+
+
+class ServerSync:
+    """Mixed into the vLLM engines (`VLLMEngine`, `VLLMPool`): how their `sync_weights` reaches the servers.
+
+    Expects `self.vcfg` (`sync`, `sync_host`), `self.untied`, `self._client` (httpx) and `self._request`."""
+
+    vcfg: Any
+    untied: bool
+    _client: Any
+    _sync_mode: str = ""
+    _stream: WeightStream | None = None
+    _workers: int = 0
+    last_sync: StreamResult | None = None
+
+    def _post_rpc(self, url: str, body: dict[str, Any], timeout_s: float) -> Any:
+        """`POST /collective_rpc` once, without retries: a retried load would wait for a stream already spent."""
+        from tirl.rollout.openai_engine import EngineError
+
+        r = self._client.post(f"{url}/collective_rpc", json=body, timeout=timeout_s)
+        if r.status_code >= 400:
+            raise EngineError(f"{url}/collective_rpc {body.get('method')}: HTTP {r.status_code} {r.text[:500]}")
+        return r.json() if r.content else {}
+
+    def sync_mode(self, urls: list[str]) -> str:
+        """"memory" or "disk", decided at the first sync from `rollout.sync` and what the servers carry."""
+        from tirl.rollout.openai_engine import EngineError
+
+        if self._sync_mode:
+            return self._sync_mode
+        mode, workers = self.vcfg.sync, 0
+        if mode != "disk":
+            counts = {u: receiver_workers(self._post_rpc, u) for u in urls}
+            missing = [u for u, n in counts.items() if n == 0]
+            if missing and mode == "memory":
+                raise EngineError(
+                    f"rollout.sync=memory, but the vLLM server(s) {', '.join(missing)} have no tirl weight "
+                    f"receiver: start them with PYTHONPATH={RECEIVER_DIR} and {' '.join(receiver_args())}, or set "
+                    "rollout.sync=disk (or auto)"
+                )
+            mode, workers = ("disk", 0) if missing else ("memory", sum(counts.values()))
+        if mode == "memory":
+            self._stream = WeightStream(self.vcfg.sync_host)
+        self._sync_mode, self._workers = mode, workers
+        return mode
+
+    def stream_into(self, urls: list[str], tensors: Iterable[tuple[str, torch.Tensor]]) -> StreamResult:
+        """Rank 0: stream `tensors` into every server, then reset their prefix caches. Runs `tensors` to its end."""
+        from tirl.rollout.openai_engine import EngineError
+
+        assert self._stream is not None, "sync_mode() decides the path first"
+        res = self._stream.push(tensors, urls, self._workers, self._post_rpc, SYNC_RPC_TIMEOUT_S)
+        if res.error:
+            raise EngineError(res.error)
+        for url in urls:
+            self.reset_prefix_cache(url)
+        self.last_sync = res
+        return res
+
+    def reset_prefix_cache(self, url: str | None = None) -> None:
+        """Drop the server's cached KV blocks (the old weights computed them)."""
+        from tirl.rollout.openai_engine import EngineError
+
+        for query in ("", "?reset_running_requests=true"):  # abandoned (timed-out) requests may hold blocks
+            if self._request("POST", "/reset_prefix_cache" + query, url=url).get("success"):
+                return
+        raise EngineError(f"{url or 'the vLLM server'} did not reset its prefix cache after a weight sync")
+
+    def close_stream(self) -> None:
+        if self._stream is not None:
+            self._stream.close()
+            self._stream = None

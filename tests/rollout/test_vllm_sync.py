@@ -1,0 +1,181 @@
+"""rollout.sync=memory's wire, both ends, without vLLM: the trainer's `WeightStream` and the server-side receiver
+(`vllm_ext/tirl_weight_receiver.py`) on a fake worker whose `reload_weights` keeps what arrives."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+import torch
+
+from tirl.rollout.vllm_ext.tirl_weight_receiver import WeightReceiver, open_stream, read_frames
+from tirl.rollout.vllm_sync import WeightStream, end_frame, frame, policy_tensors, receiver_workers
+
+
+class FakeWorker(WeightReceiver):
+    def __init__(self) -> None:
+        self.loaded: dict[str, torch.Tensor] = {}
+
+    def reload_weights(self, weights_iterator=None, **_):
+        for name, t in weights_iterator:
+            self.loaded[name] = t.clone()
+
+
+def fake_post(workers: list[FakeWorker]):
+    """A `/collective_rpc` that calls the method on every fake worker of the server, as vLLM does."""
+
+    def post(url, body, timeout_s):
+        out: list = [None] * len(workers)
+
+        def call(i: int) -> None:
+            out[i] = getattr(workers[i], body["method"])(*body.get("args", []))
+
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(len(workers))]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return {"results": out}
+
+    return post
+
+
+def tensors():
+    g = torch.Generator().manual_seed(0)
+    return [
+        ("model.embed_tokens.weight", torch.randn(50, 8, generator=g)),
+        ("model.layers.0.mlp.up_proj.weight", torch.randn(16, 8, generator=g).to(torch.bfloat16)),
+        ("model.norm.weight", torch.ones(8, dtype=torch.float16)),
+        ("model.scalar", torch.tensor(3.5)),
+        ("model.empty", torch.zeros(0, 4)),
+    ]
+
+
+def test_stream_delivers_every_tensor_bit_exact_to_every_worker():
+    workers = [FakeWorker(), FakeWorker()]
+    stream = WeightStream()
+    try:
+        res = stream.push(tensors(), ["http://a"], workers=2, post=fake_post(workers), rpc_timeout_s=30)
+    finally:
+        stream.close()
+    assert res.error == "" and res.tensors == 5
+    assert res.loaded == [{"results": [5, 5]}]
+    for w in workers:
+        assert list(w.loaded) == [n for n, _ in tensors()]
+        for name, t in tensors():
+            got = w.loaded[name]
+            assert got.dtype == t.dtype and got.shape == t.shape
+            assert torch.equal(got, t), name
+
+
+def test_receiver_count_and_missing_receiver():
+    assert receiver_workers(fake_post([FakeWorker(), FakeWorker()]), "http://a") == 2
+
+    def no_method(url, body, timeout_s):
+        raise RuntimeError("HTTP 500 AttributeError: 'CPUWorker' object has no attribute 'tirl_receiver_info'")
+
+    assert receiver_workers(no_method, "http://a") == 0
+
+
+def test_a_failed_server_fails_the_sync_and_still_runs_every_gather():
+    seen = []
+
+    def gathered():
+        for item in tensors():
+            seen.append(item[0])
+            yield item
+
+    def broken(url, body, timeout_s):
+        raise RuntimeError("HTTP 500 the server died")
+
+    stream = WeightStream(accept_timeout_s=5)
+    try:
+        res = stream.push(gathered(), ["http://dead"], workers=1, post=broken, rpc_timeout_s=5)
+    finally:
+        stream.close()
+    assert "the server died" in res.error
+    assert len(seen) == 5  # under FSDP the other ranks' gathers must complete
+
+
+def test_no_receiver_connecting_times_out_with_a_clear_error():
+    def never_connects(url, body, timeout_s):
+        threading.Event().wait(3)
+        return {}
+
+    stream = WeightStream(accept_timeout_s=0.5)
+    try:
+        res = stream.push(tensors(), ["http://a"], workers=1, post=never_connects, rpc_timeout_s=5)
+    finally:
+        stream.close()
+    assert "0 of 1 vLLM workers connected" in res.error
+
+
+def test_a_connection_without_the_token_is_refused():
+    stream = WeightStream(accept_timeout_s=3)
+    intruder_got: list[bytes] = []
+
+    def post(url, body, timeout_s):
+        host, port, token, recv_timeout = body["args"]
+        with open_stream(host, port, "not-the-token", 5) as s:  # refused: closed without a byte
+            try:
+                intruder_got.append(s.recv(10))
+            except ConnectionResetError:
+                intruder_got.append(b"")
+        return FakeWorker().tirl_receive_weights(host, port, token, recv_timeout)
+
+    try:
+        res = stream.push(tensors(), ["http://a"], workers=1, post=post, rpc_timeout_s=10)
+    finally:
+        stream.close()
+    assert res.error == "" and intruder_got == [b""]
+
+
+def test_malformed_frames_raise():
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall((10**7).to_bytes(4, "little"))
+        with pytest.raises(ValueError, match="frame header"):
+            next(read_frames(b))
+    a, b = socket.socketpair()
+    with a, b:
+        head, data = frame("x", torch.ones(2))
+        a.sendall(head[:6])
+        a.close()
+        with pytest.raises(ConnectionError, match="closed the weight stream"):
+            next(read_frames(b))
+    a, b = socket.socketpair()
+    with a, b:
+        a.sendall(end_frame())
+        assert list(read_frames(b)) == []
+    with pytest.raises(TypeError, match="cannot be streamed"):
+        frame("ids", torch.ones(2, dtype=torch.int64))
+
+
+def small_model(seed: int = 0):
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = Qwen2Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True)  # fmt: skip
+    return Qwen2ForCausalLM(cfg)
+
+
+def test_policy_tensors_untie_and_lora_merge():
+    from tirl.models.lora import LoraConfig, apply_lora
+
+    names = [n for n, _ in policy_tensors(small_model(), untie=False)]
+    assert "lm_head.weight" not in names  # tied: sent once, as save_pretrained does
+    untied = dict(policy_tensors(small_model(), untie=True))
+    assert torch.equal(untied["lm_head.weight"], untied["model.embed_tokens.weight"])
+    lora = apply_lora(small_model(), LoraConfig(rank=4))
+    with torch.no_grad():
+        for n, p in lora.named_parameters():
+            if "lora_B" in n:
+                p.fill_(0.01)
+    merged = dict(policy_tensors(lora, untie=False))
+    assert sorted(merged) == sorted(names)
+    plain = dict(policy_tensors(small_model(), untie=False))
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert not torch.equal(merged[q], plain[q])  # the adapter is folded in
+    assert torch.equal(merged["model.norm.weight"], plain["model.norm.weight"])
