@@ -75,9 +75,9 @@ def tiny_dir(tokenizer, renderer, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def owned_run(tiny_dir, tmp_path_factory) -> Path:
-    """Three steps on two ranks with the server rank 0 starts and owns."""
+    """Three steps on two ranks with the server rank 0 starts and owns, weights streamed in memory."""
     out = tmp_path_factory.mktemp("pool-owned") / "rl"
-    rc, err = _finish(_torchrun(*_args(tiny_dir, out, steps=3)))
+    rc, err = _finish(_torchrun(*_args(tiny_dir, out, 3, "rollout.sync=memory")))
     assert rc == 0, err[-4000:]
     return out
 
@@ -110,13 +110,14 @@ def test_two_ranks_sample_the_updated_weights_after_every_update(owned_run):
 @pytest.mark.slow
 def test_resume_after_a_kill_re_sends_the_checkpoint_weights(owned_run, tiny_dir, server, tmp_path):
     """The run as if killed after step 2 (its last checkpoint kept), resumed on two ranks against a server that
-    never saw the trained weights: step 3 samples from checkpoint 2's weights, so the log-probs agree again."""
+    never saw the trained weights: step 3 samples from checkpoint 2's weights, so the log-probs agree again. The
+    weights go through the directory reload here (rollout.sync=disk), so both sync paths run under torchrun."""
     out = tmp_path / "rl"
     out.mkdir()
     shutil.copytree(owned_run / "checkpoint-2", out / "checkpoint-2")
     shutil.copy(owned_run / MARKER, out / MARKER)  # the killed run's own directory, which --out accepts
     url = f"rollout.urls=[http://127.0.0.1:{server.port}]"
-    rc, err = _finish(_torchrun(*_args(tiny_dir, out, 3, url), "--resume", "auto"))
+    rc, err = _finish(_torchrun(*_args(tiny_dir, out, 3, url, "rollout.sync=disk"), "--resume", "auto"))
     assert rc == 0, err[-4000:]
     steps = _steps(out)
     assert len(steps) == 1 and steps[0]["rollout/logprob_diff_max"] < LOGPROB_ATOL, steps

@@ -16,12 +16,13 @@ RL refuses top-p/top-k with this engine, see `tirl.rollout.capabilities`) and `-
 generation_config.json must not slip its own top_k/top_p/repetition penalty into requests). `VLLM_SERVER_DEV_MODE=1`
 exposes the two routes weight sync needs.
 
-Weight sync (`sync_weights(policy)`, called by the RL trainer after every update): the policy is written as a plain
-Hugging Face safetensors directory (merged if LoRA) into one directory under the work dir, replaced atomically
-each time; the server reloads its weights in place from it (`POST /collective_rpc` -> `Worker.reload_weights(
-weights_path=...)`), then its prefix cache is reset (cached KV blocks were computed by the old weights), and the
-weight version that every `Generation` records is bumped. This file-based path works on CPU and GPU alike; vLLM's
-NCCL weight transfer would be the GPU fast path and is not implemented here.
+Weight sync (`sync_weights(policy)`, called by the RL trainer after every update) takes one of two paths
+(`rollout.sync`, `tirl.rollout.vllm_sync`): the weights streamed over a socket into the server's workers (a worker
+extension the managed server is started with), or written as a plain Hugging Face safetensors directory (merged if
+LoRA) that the server reloads from (`POST /collective_rpc` -> `Worker.reload_weights(weights_path=...)`). Both end
+in vLLM's own in-place reload. Then the prefix cache is reset (cached KV blocks were computed by the old weights)
+and the weight version that every `Generation` records is bumped. Both paths work on CPU and GPU alike; NCCL
+between trainer and server (vLLM's weight-transfer engines) would be the GPU fast path and is not built.
 
 The process is stopped (its whole process group: vLLM forks an engine-core process) by `close()`, by garbage
 collection of the engine, at interpreter exit, and, on Linux, by the kernel when the starting process dies.

@@ -6,19 +6,22 @@ rank is a client (`VLLMPool`, an `OpenAIEngine`) of its share of them: with at l
 world-th server from its own index; with fewer, server `rank % servers`. Each rank sends its own prompt shard.
 Servers reached by URL are made to reload the run's starting weights first: one may come from another run.
 
-Weight sync is one call on every rank, `sync_weights(policy)` (collective):
-1. The weights are gathered tensor by tensor (an FSDP2 shard is a DTensor: `full_tensor()` all-gathers it, every
-   rank in the same order). Rank 0 keeps them in a bucket of at most `BUCKET_BYTES` plus one tensor and writes each
-   full bucket as one safetensors file, so no buffer ever holds the whole model: the memory bound is a bucket on
-   rank 0 and one full tensor on every other rank. Tied embeddings are written untied (see `vllm_weights`).
-2. Rank 0 has every server reload in place from that directory and reset its prefix cache.
-3. Rank 0 broadcasts the outcome: the new weight version, or the error. Every rank waits for it, so no rank samples
-   again before every server serves the new weights, and every `Generation` records the version it came from. A
-   failed reload (a dead server) raises the same `EngineError`, with the server's log, on every rank.
+Weight sync is one call on every rank, `sync_weights(policy)` (collective). Rank 0 decides the path once
+(`rollout.sync`, `tirl.rollout.vllm_sync`) and every rank follows it:
+- memory (every managed server, and servers started with the receiver): the weights are gathered tensor by tensor
+  (an FSDP2 shard is a DTensor: `full_tensor()` all-gathers it, every rank in the same order) and rank 0 writes
+  each one, as it comes, to a socket every vLLM worker reads into its in-place reload. The memory bound is one full
+  tensor on every rank; nothing touches a disk.
+- disk: the same gathers, but rank 0 keeps them in a bucket of at most `BUCKET_BYTES` plus one tensor and writes
+  each full bucket as one safetensors file (no buffer ever holds the whole model), then has every server reload in
+  place from that directory.
+Tied embeddings are sent untied either way (see `vllm_weights`). Then every server's prefix cache is reset and rank
+0 broadcasts the outcome: the new weight version, or the error. Every rank waits for it, so no rank samples again
+before every server serves the new weights, and every `Generation` records the version it came from. A failed
+sync (a dead server) raises the same `EngineError`, with the server's log, on every rank.
 
 Not here: starting several managed servers (rank 0 starts one; more are reached by URL), LoRA under torchrun
-(its merged weights would need the base gathered too: refused at start-up), in-memory transfer (the sync is one
-call, so a memory path replaces step 1-2 without touching the trainer).
+(its merged weights would need the sharded base gathered beside the adapter: refused at start-up).
 """
 
 from __future__ import annotations
