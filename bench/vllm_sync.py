@@ -83,7 +83,7 @@ def bench_model(name: str, path: Path) -> dict:
                 with torch.no_grad():
                     for p in model.parameters():
                         p.add_(1e-4)
-                engine._sync_mode = mode
+                engine.use_sync(mode, engine._urls)
                 t0 = time.perf_counter()
                 engine.sync_weights(model)
                 if i > 0:  # the first of each is the warm-up

@@ -255,17 +255,33 @@ def test_memory_and_disk_sync_serve_the_same_weights(server, tiny, renderer):
     assert server.sync_mode(server._urls) == "memory"  # a managed server carries the receiver
     try:
         for mode in ("memory", "disk"):
-            server._sync_mode = mode
+            server.use_sync(mode, server._urls)
             server.sync_weights(policy)
             served[mode] = server.generate(prompts, SamplingParams(), max_new_tokens=24, seeds=[0, 1, 2, 3])
     finally:
-        server._sync_mode = "memory"
+        server.use_sync("memory", server._urls)
         server.sync_weights(old)
     assert server.last_sync is not None and server.last_sync.tensors > 0 and server.last_sync.bytes > 0
     for m, d in zip(served["memory"], served["disk"]):
         assert m.token_ids == d.token_ids and m.logprobs == d.logprobs
     assert max_diff(policy, prompts, served["memory"], 1.0) < LOGPROB_ATOL
     assert max_diff(old, prompts, served["memory"], 1.0) > 0.1
+
+
+@needs_vllm
+@pytest.mark.slow
+def test_an_idle_server_is_stopped_between_rollouts_and_answers_after(server, tiny, renderer):
+    """rollout.vllm_pause_idle: after the rollouts (`awake`) the server's processes are stopped (state T) and use no
+    CPU; the next request continues them and gets the same answer as before."""
+    from test_vllm_idle import wait_state
+
+    prompts = prompt_ids(renderer, QUESTIONS[:2])
+    with server.awake():
+        before = server.generate(prompts, SamplingParams(), max_new_tokens=8, seeds=[0, 1])
+    assert server.pause.stopped and wait_state(server._proc.pid, "T") == "T"
+    after = server.generate(prompts, SamplingParams(), max_new_tokens=8, seeds=[0, 1])
+    assert not server.pause.stopped and wait_state(server._proc.pid, "T") != "T"
+    assert [g.token_ids for g in after] == [g.token_ids for g in before]
 
 
 @needs_vllm

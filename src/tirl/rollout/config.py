@@ -47,6 +47,9 @@ class RolloutConfig:
     # server has the receiver, else disk (tirl.rollout.vllm_sync)
     sync: str = "auto"
     sync_host: str = "127.0.0.1"  # vllm, sync=memory: the trainer's address as the servers reach it
+    # vllm on a CPU, one process: the server it starts is stopped (SIGSTOP) while the trainer updates, so its
+    # polling costs the update no CPU (tirl.rollout.vllm_idle)
+    vllm_pause_idle: bool = True
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:

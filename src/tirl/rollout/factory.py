@@ -94,6 +94,7 @@ def _vllm(ro: RolloutConfig, x: EngineInputs) -> Engine:
         startup_timeout_s=ro.vllm_startup_timeout_s, work_dir=str(wd or ""), eos_ids=[x.eos_id],
         stop_ids=list(x.stop_ids), concurrency=ro.concurrency, request_timeout_s=ro.request_timeout_s,
         min_tokens_per_s=ro.min_tokens_per_s, retries=ro.retries, sync=ro.sync, sync_host=ro.sync_host,
+        pause_idle=ro.vllm_pause_idle,
     )  # fmt: skip
     return build_pool(vcfg, list(ro.urls), ro.model_name) if pooled else VLLMEngine(vcfg)
 

@@ -48,6 +48,7 @@ import httpx
 
 from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.openai_engine import EngineError, OpenAIEngine, OpenAIEngineConfig
+from tirl.rollout.vllm_idle import ServerPause
 from tirl.rollout.vllm_sync import RECEIVER_DIR, SYNCS, ServerSync, policy_tensors, receiver_args
 from tirl.rollout.vllm_weights import ties_embeddings, untied_copy, write_weights
 
@@ -131,6 +132,7 @@ class VLLMEngineConfig:
     retries: int = 2
     sync: str = "auto"  # rollout.sync: memory | disk | auto (tirl.rollout.vllm_sync)
     sync_host: str = "127.0.0.1"  # rollout.sync_host: where the servers reach the trainer's weight stream
+    pause_idle: bool = True  # rollout.vllm_pause_idle: a CPU server stopped between rollouts (tirl.rollout.vllm_idle)
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -233,6 +235,7 @@ class VLLMEngine(ServerSync, OpenAIEngine):
             self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=server_env(gpu),
             start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )  # fmt: skip
+        self.pause = ServerPause(self._proc.pid, enabled=cfg.pause_idle and not gpu)
         self._finalizer = weakref.finalize(self, _cleanup, self._proc, log, self._tmp)
         super().__init__(
             OpenAIEngineConfig(
@@ -289,6 +292,7 @@ class VLLMEngine(ServerSync, OpenAIEngine):
         timeout: float | None = None,
     ) -> Any:
         """`OpenAIEngine._request`, but a dead server fails at once, with its exit code and log, not after retries."""
+        self.pause.thaw()
         if why := self._dead():
             raise EngineError(why)
         try:
@@ -302,9 +306,14 @@ class VLLMEngine(ServerSync, OpenAIEngine):
         """Stop the server and drop the synced weights (scratch: the trainer saves its own checkpoints)."""
         super().close()
         self.close_stream()
+        self.pause.thaw()  # a stopped process group would sit out the SIGTERM grace period
         self._finalizer()
         for scratch in (self.weights_dir, self.work_dir / "initial"):
             shutil.rmtree(scratch, ignore_errors=True)
+
+    def awake(self) -> contextlib.AbstractContextManager:
+        """The server running for the rollouts inside, stopped after them (`rollout.vllm_pause_idle`, CPU only)."""
+        return self.pause.awake()
 
     def __enter__(self) -> VLLMEngine:
         return self
@@ -317,6 +326,7 @@ class VLLMEngine(ServerSync, OpenAIEngine):
     def sync_weights(self, model: Any) -> None:
         """Serve `model`'s current weights (streamed in memory, or written and reloaded: `rollout.sync`), drop the
         prefix cache, bump the version."""
+        self.pause.thaw()
         if why := self._dead():
             raise EngineError(why)
         url = self._urls[0]

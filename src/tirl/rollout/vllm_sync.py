@@ -250,13 +250,14 @@ class ServerSync:
             raise EngineError(f"{url}/collective_rpc {body.get('method')}: HTTP {r.status_code} {r.text[:500]}")
         return r.json() if r.content else {}
 
-    def sync_mode(self, urls: list[str]) -> str:
-        """"memory" or "disk", decided at the first sync from `rollout.sync` and what the servers carry."""
+    def sync_mode(self, urls: list[str], setting: str = "") -> str:
+        """"memory" or "disk", decided at the first sync from `rollout.sync` (or `setting`) and what the servers
+        carry."""
         from tirl.rollout.openai_engine import EngineError
 
         if self._sync_mode:
             return self._sync_mode
-        mode, workers = self.vcfg.sync, 0
+        mode, workers = setting or self.vcfg.sync, 0
         if mode != "disk":
             counts = {u: receiver_workers(self._post_rpc, u) for u in urls}
             missing = [u for u, n in counts.items() if n == 0]
@@ -267,10 +268,17 @@ class ServerSync:
                     "rollout.sync=disk (or auto)"
                 )
             mode, workers = ("disk", 0) if missing else ("memory", sum(counts.values()))
-        if mode == "memory":
+        if mode == "memory" and self._stream is None:
             self._stream = WeightStream(self.vcfg.sync_host)
         self._sync_mode, self._workers = mode, workers
         return mode
+
+    def use_sync(self, mode: str, urls: list[str]) -> None:
+        """Take path `mode` from the next sync on (benchmarks and tests compare the two on one server)."""
+        if mode not in ("memory", "disk"):
+            raise ValueError(f"sync mode {mode!r}; valid: memory, disk")
+        self._sync_mode = ""
+        self.sync_mode(urls, setting=mode)
 
     def stream_into(self, urls: list[str], tensors: Iterable[tuple[str, torch.Tensor]]) -> StreamResult:
         """Rank 0: stream `tensors` into every server, then reset their prefix caches. Runs `tensors` to its end."""
