@@ -6,7 +6,7 @@ SMOLLM2 := $(VENV)/.tirl-smollm2
 # The CPU build of torch; on this kind of machine pip takes it from local disk. Override on GPU machines.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install system-deps vllm demo test test-slow test-all test-fast lint bench clean
+.PHONY: install system-deps vllm demo test test-slow test-all test-fast gpu-check lint bench clean
 
 install: system-deps $(STAMP)
 
@@ -75,6 +75,12 @@ test: install vllm $(SMOLLM2)
 
 test-slow: install vllm $(SMOLLM2)
 	$(PY) -m pytest -q -m slow
+
+# `make gpu-check`, on a machine with a CUDA GPU: the GPU-only paths in a few minutes (tests/gpu: a vLLM server on
+# the GPU synced in memory, NCCL between two training processes when there are two GPUs, the colocated engine when
+# vLLM is installed in .venv too). Without a GPU every test skips.
+gpu-check: install vllm
+	$(PY) -m pytest -q -m gpu tests/gpu -rs
 
 test-all: install vllm $(SMOLLM2)
 	$(PY) -m pytest -q
