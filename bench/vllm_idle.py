@@ -1,7 +1,8 @@
 """What an idle vLLM server costs the update, and what `rollout.vllm_pause_idle` gives back; SmolLM2-135M, one process.
 
 Two measurements, side by side in one run:
-1. The server's own CPU while nobody sends it anything, over IDLE_S seconds (default 20): running, then stopped.
+1. The server's own CPU while nobody sends it anything, over IDLE_S seconds (default 20) right after a batch of
+   requests (as between a step's rollouts and the next): running, then stopped.
 2. RL steps with the vLLM engine (the server tirl starts, sharing both cores with the trainer), the same run with
    `rollout.vllm_pause_idle` false and true: BENCH_STEPS steps (default 3) of 4 prompts x 8 rollouts, 64-token
    responses, one update per step, fp32, 2 torch threads. The numbers to read are `perf/step_s/update` (the update
@@ -44,16 +45,17 @@ def group_cpu_s(pgid: int) -> float:
 
 
 def idle_cost(model: Path) -> dict:
+    from tirl.rollout.sampling import SamplingParams
     from tirl.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
 
     cfg = VLLMEngineConfig(model=str(model), kv_cache_gib=0.25, extra_args=["--max-model-len", "1024"], eos_ids=[0])
     out = {}
     with VLLMEngine(cfg) as server:
-        time.sleep(5)  # start-up settles
         for state in ("running", "stopped"):
-            if state == "stopped":
-                with server.awake():
-                    pass  # leaving it stops the server
+            with server.awake():  # a step's rollouts; leaving stops the server when paused
+                server.generate([[1, 2, 3, 4]] * 16, SamplingParams(), max_new_tokens=32, seeds=list(range(16)))
+            if state == "running":
+                server.pause.thaw()
             c0, t0 = group_cpu_s(server._proc.pid), time.monotonic()
             time.sleep(IDLE_S)
             out[f"{state}_cores"] = round((group_cpu_s(server._proc.pid) - c0) / (time.monotonic() - t0), 3)

@@ -126,6 +126,21 @@ def test_resume_after_a_kill_re_sends_the_checkpoint_weights(owned_run, tiny_dir
 
 @needs_vllm
 @pytest.mark.slow
+def test_two_ranks_train_lora_and_serve_the_merged_weights(tiny_dir, server, tmp_path):
+    """model.lora.rank=8 under torchrun: each sync sends the adapter folded into the sharded base, so after every
+    update the served log-probs are the LoRA policy's; the update moved them (step 0's old policy is gone)."""
+    out = tmp_path / "rl"
+    url = f"rollout.urls=[http://127.0.0.1:{server.port}]"
+    rc, err = _finish(_torchrun(*_args(tiny_dir, out, 3, url, "model.lora.rank=8", "rollout.sync=memory")))
+    assert rc == 0, err[-4000:]
+    steps = _steps(out)
+    assert len(steps) == 3
+    for s in steps:
+        assert s["rollout/logprob_diff_max"] < LOGPROB_ATOL, s
+
+
+@needs_vllm
+@pytest.mark.slow
 def test_two_ranks_sample_one_step_ahead(tiny_dir, server, tmp_path):
     """rl.off_policy_steps=1: each batch after the first comes from the weights one update old."""
     out = tmp_path / "rl"

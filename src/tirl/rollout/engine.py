@@ -1,7 +1,8 @@
 """Batched sampling with a KV cache over any Hugging Face causal LM: token ids in, token ids and log-probs out.
 
 Each call takes a batch of prompts (token ids of any lengths), left-pads them, pre-fills the cache once and decodes
-step by step, so a step costs one forward pass over one new token per sequence. Finished sequences are dropped from
+step by step, so a step costs one forward pass over one new token per sequence. The cache is written in place
+(`tirl.rollout.kv_cache`), never copied as it grows. Finished sequences are dropped from
 the batch (their cache rows too), so a long tail of unfinished rollouts runs at its own size.
 
 Log-probs are those of the sampled token under the temperature-scaled distribution, before top-p/top-k truncation:
@@ -16,9 +17,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from transformers import DynamicCache
-
 from tirl.rollout.capabilities import EngineCapabilities
+from tirl.rollout.kv_cache import InPlaceCache
 from tirl.rollout.sampling import SamplingParams, per_prompt_budgets, sample_next
 from tirl.rollout.types import Generation
 
@@ -126,7 +126,7 @@ class TorchEngine:
         ids, attn = self._left_pad(prompts)
         ids, attn = ids[live].to(dev), attn[live].to(dev)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)  # (B, L)
-        cache = DynamicCache()
+        cache = InPlaceCache(ids.shape[1] + max(limits[i] for i in live))
         out = self.model(
             input_ids=ids,
             attention_mask=attn,

@@ -60,7 +60,6 @@ def _torch(ro: RolloutConfig, x: EngineInputs) -> Engine:
 def _vllm(ro: RolloutConfig, x: EngineInputs) -> Engine:
     """One managed server in one process; under torchrun, or with `rollout.urls`, a pool of servers every rank
     samples from (`tirl.rollout.vllm_pool`)."""
-    from tirl.models.lora import is_lora
     from tirl.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
     from tirl.rollout.vllm_pool import build_pool, world_size
     from tirl.rollout.vllm_weights import is_plain_hf_dir, servable_dir
@@ -81,12 +80,6 @@ def _vllm(ro: RolloutConfig, x: EngineInputs) -> Engine:
             f"rollout.engine=vllm under torchrun or with rollout.urls serves model.path as it is, and "
             f"{x.model_path or 'the model'} is no plain Hugging Face directory (config.json, *.safetensors, "
             "tokenizer): export it first with tirl export"
-        )
-    if world_size() > 1 and is_lora(x.model):
-        raise ValueError(
-            "rollout.engine=vllm under torchrun with model.lora.rank > 0: the merged weights the servers need would "
-            "take the sharded base gathered too, which the sync does not do; train LoRA with vLLM in one process, or "
-            "full-parameter under torchrun"
         )
     vcfg = VLLMEngineConfig(
         model=str(servable_dir(x.model_path, x.model, x.tokenizer, wd)), python=ro.vllm_python, port=ro.vllm_port,

@@ -20,8 +20,8 @@ Tied embeddings are sent untied either way (see `vllm_weights`). Then every serv
 before every server serves the new weights, and every `Generation` records the version it came from. A failed
 sync (a dead server) raises the same `EngineError`, with the server's log, on every rank.
 
-Not here: starting several managed servers (rank 0 starts one; more are reached by URL), LoRA under torchrun
-(its merged weights would need the sharded base gathered beside the adapter: refused at start-up).
+A LoRA policy is sent merged (W + scale * BA), merged shard by shard under FSDP and then gathered tensor by tensor.
+Not here: starting several managed servers (rank 0 starts one; more are reached by URL).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ import torch.distributed as tdist
 from tirl.io import atomic_dir, atomic_write_json
 from tirl.rollout.openai_engine import EngineError, OpenAIEngine, OpenAIEngineConfig
 from tirl.rollout.vllm_engine import SERVED_NAME, VLLMEngine, VLLMEngineConfig
-from tirl.rollout.vllm_sync import ServerSync, full_tensors, policy_tensors
+from tirl.rollout.vllm_sync import ServerSync, policy_tensors
 from tirl.rollout.vllm_weights import INDEX, ties_embeddings, untie, untied_copy
 
 BUCKET_BYTES = (
@@ -90,7 +90,7 @@ def write_streamed(model: torch.nn.Module, out_dir: Path, *, untie_embeddings: b
                 weight_map.update(dict.fromkeys(bucket, name))
             bucket, size = {}, 0
 
-        for name, t in full_tensors(model):
+        for name, t in policy_tensors(model, untie=False):  # untied below, in the files
             if not main:
                 continue  # the gather ran; only rank 0 keeps the tensor
             bucket[name] = t
@@ -149,12 +149,6 @@ class VLLMPool(ServerSync, OpenAIEngine):
 
     def sync_weights(self, model: Any) -> None:
         """Every server serves `model`'s weights once this returns, on every rank. Collective (module docstring)."""
-        from tirl.models.lora import is_lora
-
-        if is_lora(model) and world_size() > 1:
-            raise EngineError(
-                "a LoRA policy under torchrun cannot be synced into vLLM (its merge needs the base)"
-            )
         if self._agreed_mode() == "memory":
             self._stream_all(model)
         else:

@@ -48,33 +48,37 @@ def receiver_args() -> list[str]:
 def full_tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, whole tensor on the CPU) for every weight, one at a time, in the same order on every rank; a sharded
     weight (DTensor) is all-gathered, so under FSDP this is a collective every rank must run to the end."""
-    from torch.distributed.tensor import DTensor
-
     aliases = tied_aliases(model)
     for name, t in model.state_dict().items():
-        if name in aliases:
-            continue
-        if isinstance(t, DTensor):
-            t = t.full_tensor()
-        yield name, t.detach().to("cpu").contiguous()
+        if name not in aliases:
+            yield name, _whole(t)
 
 
 def policy_tensors(model: torch.nn.Module, *, untie: bool) -> Iterator[tuple[str, torch.Tensor]]:
     """What a server loads: the weights under the plain model's names (a LoRA adapter folded in), and the input
-    embedding a second time as `lm_head.weight` when the server serves a tied model untied (`vllm_weights`)."""
+    embedding a second time as `lm_head.weight` when the server serves a tied model untied (`vllm_weights`).
+    Under FSDP a collective, as `full_tensors` (a sharded LoRA model merges shard-wise, then gathers each tensor)."""
     from tirl.models.lora import is_lora, merged_state_dict
 
-    if is_lora(model):  # one process only: the pool refuses LoRA under torchrun
+    items: Iterable[tuple[str, torch.Tensor]]
+    if is_lora(model):
         aliases = tied_aliases(model.get_base_model())
-        items: Iterable[tuple[str, torch.Tensor]] = (
-            (n, t.to("cpu").contiguous()) for n, t in merged_state_dict(model).items() if n not in aliases
-        )
+        items = ((n, _whole(t)) for n, t in merged_state_dict(model).items() if n not in aliases)
     else:
         items = full_tensors(model)
     for name, t in items:
         yield name, t
         if untie and name.endswith(EMBED_SUFFIX):
             yield LM_HEAD, t
+
+
+def _whole(t: torch.Tensor) -> torch.Tensor:
+    """`t` whole on the CPU (an FSDP2 shard all-gathered)."""
+    from torch.distributed.tensor import DTensor
+
+    if isinstance(t, DTensor):
+        t = t.full_tensor()
+    return t.detach().to("cpu").contiguous()
 
 
 def frame(name: str, t: torch.Tensor) -> tuple[bytes, memoryview]:
