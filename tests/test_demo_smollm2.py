@@ -54,4 +54,6 @@ def test_smollm2_learns_the_tool_format_and_runs_every_stage(tmp_path):
         done = subprocess.run(check, env=env, capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     analysis = json.loads((out / "analysis" / "report.json").read_text())
-    assert analysis["models"] and (out / "analysis" / "trajectories.html").is_file()
+    assert analysis["models"] == ["base", "sft", "rl"] and (out / "analysis" / "trajectories.html").is_file()
+    versus = json.loads((out / "analysis-vs-sft" / "report.json").read_text())
+    assert versus["models"] == ["sft", "rl"]

@@ -8,8 +8,9 @@ with its own ChatML format and Hermes tool calls (`configs/demo-smollm2.yaml`):
    included);
 3. GRPO-TCR with the vLLM engine and the real sandbox;
 4. base, SFT and RL evaluated on the held-out problems at every `eval.temperatures` with `eval.n` samples, and
-   `tirl analyze` over the three (curves with intervals, crossover, solvable sets, best temperature per k, audit,
-   tool use, viewer).
+   `tirl analyze` over the three against the base (`analysis/`) and over the trained ones against SFT
+   (`analysis-vs-sft/`: does RL widen what SFT solves, or sharpen it?): curves with intervals, crossover, solvable
+   sets, best temperature per k, audit, tool use, viewer.
 `--compare lora` also trains RL with a LoRA adapter (rank 16, `LORA_LR`) from the same SFT checkpoint, seed and
 steps, and adds it to the evaluations and the analysis. Stage times go to `report.json`.
 
@@ -120,9 +121,13 @@ def run_smollm2_demo(cfg: TirlConfig, compare: str | None = None) -> dict[str, A
     analysis = _timed(
         times, "analyze", run_analyze, [out / f"eval-{m}" for m in models], out / "analysis", labels=list(models)
     )
+    trained = [m for m in models if m != "base"]  # the pass@k question: RL against SFT, SFT the baseline
+    versus_sft = run_analyze([out / f"eval-{m}" for m in trained], out / "analysis-vs-sft", labels=trained)
     report["analysis"] = str(out / "analysis" / "report.json")
+    report["analysis_vs_sft"] = str(out / "analysis-vs-sft" / "report.json")
     atomic_write_json(out / "report.json", report)
     print_summary(analysis, out / "analysis")
+    print_summary(versus_sft, out / "analysis-vs-sft")
     console.print(f"stage seconds: {times}")
     return report
 
