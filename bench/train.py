@@ -28,14 +28,15 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
+FP32 = "model.autocast=none"  # the default (auto) would pick bf16 where it pays
 VARIANTS: list[tuple[str, int, list[str]]] = [
-    ("full fp32", 1, []),  # the baseline every other row is compared with
+    ("full fp32", 1, [FP32]),  # the baseline every other row is compared with
     ("bf16 autocast", 1, ["model.autocast=bfloat16"]),
-    ("checkpointing", 1, ["model.gradient_checkpointing=true"]),
+    ("checkpointing", 1, [FP32, "model.gradient_checkpointing=true"]),
     ("bf16 autocast + checkpointing", 1, ["model.autocast=bfloat16", "model.gradient_checkpointing=true"]),
-    ("LoRA r16", 1, ["model.lora.rank=16"]),
-    ("full fp32, 2 processes", 2, []),
-    ("LoRA r16, 2 processes", 2, ["model.lora.rank=16"]),
+    ("LoRA r16", 1, [FP32, "model.lora.rank=16"]),
+    ("full fp32, 2 processes", 2, [FP32]),
+    ("LoRA r16, 2 processes", 2, [FP32, "model.lora.rank=16"]),
 ]
 
 
@@ -86,7 +87,7 @@ def worker(args: argparse.Namespace) -> None:
         norm_len=T,
         temperature=1.0,
         micro_batch_size=args.micro,
-        autocast=cfg.model.autocast_dtype,
+        autocast=cfg.model.autocast_dtype(policy.config.hidden_size),
     )
     opt, sched = build_optimizer(policy, OptimConfig(lr=1e-6), args.steps + 1)
     trainable = sum(p.numel() for p in policy.parameters() if p.requires_grad)

@@ -52,6 +52,9 @@ def _config(args: argparse.Namespace):
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    if args.seeds != 1 and (args.model != "tiny" or args.compare):
+        print("tirl demo: --seeds runs the tiny demo only (without --compare)", file=sys.stderr)
+        return 2
     if args.model == "smollm2":
         from tirl.demo_smollm2 import run_smollm2_demo
 
@@ -73,7 +76,12 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     cfg = _config(args)
     try:
         with claim(cfg.out_dir, "demo"):
-            run_demo(cfg)
+            if args.seeds == 1:
+                run_demo(cfg)
+            else:
+                from tirl.demo_seeds import run_seeds
+
+                run_seeds(cfg, args.seeds, run_demo)
     except StopRequested as e:
         print(f"tirl demo: {e}", file=sys.stderr)
         return 130
@@ -155,6 +163,13 @@ def _add_config_command(sub, name: str, help_: str, fn) -> argparse.ArgumentPars
     return p
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def _add_demo(sub) -> None:
     demo = _add_config_command(
         sub, "demo", "the whole loop on a tiny model: data, SFT, eval, RL, eval, report", _cmd_demo
@@ -168,6 +183,14 @@ def _add_demo(sub) -> None:
         "GRPO-TCR and it at --temperatures, and analyse the three together (reuses checkpoints in OUT_DIR)",
     )
     demo.add_argument("--temperatures", default="0.6,1.0", help="evaluation temperatures of --compare")
+    demo.add_argument(
+        "--seeds",
+        type=_positive_int,
+        default=1,
+        help="run the demo for N seeds (seed, seed+1, ...) into OUT_DIR/seed-<s>/ and report each metric's mean and "
+        "range, the pass@1 lift's interval over seeds and problems, and whether the crossover repeats "
+        "(OUT_DIR/seeds.json)",
+    )
     demo.add_argument(
         "--model",
         choices=sorted(DEMO_MODELS),

@@ -15,8 +15,9 @@ The estimate, per process (W processes; FSDP2 shards parameters, gradients and o
 - activations of one micro-batch: what autograd keeps per token and decoder layer (norm inputs, q/k/v, attention
   output, the MLP's four intermediate tensors: 4h + 4-6 (q + kv) + 4I values, within 5% of what autograd saved
   on Qwen2/Qwen3 layers in tests/test_plan.py), or with gradient checkpointing
-  the layer inputs plus one layer being recomputed; plus the chunked log-prob head (three float32 (chunk, vocab)
-  tensors) and the final hidden states;
+  the layer inputs plus one layer being recomputed; plus the log-prob head: one float32 row of logits per trained
+  token, which autograd keeps for the backward, and one chunk's transient logits and gradient
+  (`tirl.train.memory.head_bytes`), and the final hidden states;
 - a fixed reserve for the CUDA context and allocator fragmentation.
 It is an estimate (±25% on activations); `bench/train.py` measures peak memory on the models this machine can run.
 
@@ -41,6 +42,7 @@ from typing import Any
 
 from tirl.chat.template import format_mismatch
 from tirl.errors import TirlError
+from tirl.train.memory import activation_values_per_token, budget_bytes, head_bytes, tokens_for_budget
 
 GIB = 1024**3
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -78,6 +80,7 @@ class Plan:
         0.0  # one vLLM engine: weights + KV cache (0: the torch engine, no engine of its own)
     )
     rollout_vllm: str = ""  # where it runs and the GPU split, in words
+    tokens_source: str = ""  # where tokens_per_micro_batch comes from (auto: the trainer's budget rule)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -158,23 +161,6 @@ def _largest_unit(model: Any) -> int:
     return max(sizes, default=0)
 
 
-def activation_values_per_token(hf_config: Any, checkpointing: bool) -> int:
-    """Values autograd keeps per token for the whole decoder stack (see the module docstring)."""
-    h = hf_config.hidden_size
-    heads = hf_config.num_attention_heads
-    head_dim = getattr(hf_config, "head_dim", None) or h // heads
-    q = heads * head_dim
-    kv = getattr(hf_config, "num_key_value_heads", heads) * head_dim
-    inter = hf_config.intermediate_size
-    qk_norm = 1 if getattr(hf_config, "model_type", "").startswith("qwen3") else 0
-    # two RMSNorms (input, output) 4h; q and k through rotary (projection, rotate_half, rotated) and attention's
-    # saved q/k/v/output 4(q + kv), two more with Qwen3's q/k norms; the SwiGLU MLP's gate, up, act, product 4I
-    per_layer = 4 * h + (4 + 2 * qk_norm) * (q + kv) + 4 * inter
-    layers = hf_config.num_hidden_layers
-    kept = layers * h + per_layer if checkpointing else layers * per_layer
-    return kept + h  # + the final hidden states the chunked head reads
-
-
 def _check(cfg: Any, stage: str, world: int, seq: int, hf_config: Any) -> list[str]:
     """Errors that would stop the run later; returns notes for things that run but deserve a look."""
     notes: list[str] = []
@@ -212,7 +198,7 @@ def _check(cfg: Any, stage: str, world: int, seq: int, hf_config: Any) -> list[s
         if cfg.sft.batch_size % world:
             raise PlanError(f"sft.batch_size={cfg.sft.batch_size} must divide over {world} processes")
         budget = cfg.sft.micro_batch_tokens
-    if budget and budget < seq:
+    if budget != "auto" and budget and budget < seq:
         raise PlanError(
             f"{stage}.micro_batch_tokens={budget} is below one full sequence ({seq} tokens): a long sequence could "
             "not be placed in any micro-batch"
@@ -223,17 +209,28 @@ def _check(cfg: Any, stage: str, world: int, seq: int, hf_config: Any) -> list[s
     return notes
 
 
-def _tokens_per_micro_batch(cfg: Any, stage: str, world: int, seq: int) -> int:
-    if stage == "rl":
-        rl = cfg.rl
-        if rl.micro_batch_tokens:
-            return rl.micro_batch_tokens
-        rows = rl.micro_batch_size or rl.mini_batch_size // world
-        return min(rows, rl.mini_batch_size // world) * seq
-    s = cfg.sft
-    if s.micro_batch_tokens:
-        return s.micro_batch_tokens
-    return (s.micro_batch_size or s.batch_size // world) * seq
+def _tokens_per_micro_batch(
+    cfg: Any, stage: str, world: int, seq: int, hf_config: Any, compute_bytes: int, gpu_gib: float, model: Any
+) -> tuple[int, str]:
+    """(padded tokens of the largest micro-batch, where that bound comes from): `auto` is the trainer's own rule
+    (`tirl.train.memory`), for model.device's kind, with `gpu_gib` as the GPU's memory."""
+    from tirl.train.logprobs import DEFAULT_CHUNK_TOKENS
+
+    section = cfg.rl if stage == "rl" else cfg.sft
+    batch = cfg.rl.mini_batch_size if stage == "rl" else cfg.sft.batch_size
+    whole = (section.micro_batch_size or batch // world) * seq  # no token bound: the rows at full length
+    if section.micro_batch_tokens == "auto":
+        kind = "cuda" if cfg.model.device.startswith("cuda") else "cpu"
+        budget, why = budget_bytes(kind, activation_gib=cfg.model.activation_gib, device_gib=gpu_gib)
+        cast = cfg.model.autocast_dtype(hf_config.hidden_size) is not None  # autocast's bf16 weight copies
+        tokens = tokens_for_budget(
+            hf_config, budget, checkpointing=cfg.model.gradient_checkpointing, compute_bytes=compute_bytes,
+            chunk_tokens=DEFAULT_CHUNK_TOKENS, cast_params=sum(p.numel() for p in model.parameters()) if cast else 0,
+        )  # fmt: skip
+        return min(max(tokens, seq), whole), f"micro_batch_tokens=auto: {tokens:,} ({why})"
+    if section.micro_batch_tokens:
+        return section.micro_batch_tokens, "micro_batch_tokens"
+    return whole, "no token bound: micro_batch_size (or the batch) at the longest length"
 
 
 def plan(
@@ -262,11 +259,11 @@ def plan(
     if stage == "rl" and not cfg.agent.max_prompt_tokens:
         notes.append("agent.max_prompt_tokens is 0 (no limit): sequences counted as the response budget only")
     W = processes
-    compute_bytes = 2 if m.autocast == "bfloat16" or BYTES[m.dtype] == 2 else 4
+    compute_bytes = 2 if m.autocast_dtype(hf_config.hidden_size) is not None or BYTES[m.dtype] == 2 else 4
     state = _state_bytes(cfg, model, stage, params, trainable, W, compute_bytes)
-    tokens = _tokens_per_micro_batch(cfg, stage, W, seq)
+    tokens, source = _tokens_per_micro_batch(cfg, stage, W, seq, hf_config, compute_bytes, gpu_gib, model)
     acts = tokens * activation_values_per_token(hf_config, m.gradient_checkpointing) * compute_bytes
-    logits = 3 * min(tokens, DEFAULT_CHUNK_TOKENS) * hf_config.vocab_size * 4
+    logits = head_bytes(tokens, hf_config, DEFAULT_CHUNK_TOKENS)
     parts = [x / GIB for x in (*state, acts, logits)]
     total = sum(parts) + reserve_gib
     if not m.gradient_checkpointing and total > gpu_gib:
@@ -274,28 +271,12 @@ def plan(
     resident = sum(parts[:5]) + reserve_gib  # what stays on the GPU through the rollouts
     engine_gib, where, fits = _vllm_memory(cfg, hf_config, params, seq, W, gpu_gib, resident, stage)
     return Plan(
-        rollout_gib=engine_gib,
-        rollout_vllm=where,
-        stage=stage,
-        arch=name,
-        processes=W,
-        params=params,
-        trainable=trainable,
-        tokens_per_micro_batch=tokens,
-        sequence_tokens=seq,
-        weights_gib=parts[0],
-        gathered_gib=parts[1],
-        grads_gib=parts[2],
-        optimizer_gib=parts[3],
-        reference_gib=parts[4],
-        activations_gib=parts[5],
-        logits_gib=parts[6],
-        reserve_gib=reserve_gib,
-        total_gib=total,
-        gpu_gib=gpu_gib,
-        fits=total <= gpu_gib and fits,
-        notes=notes,
-    )
+        stage=stage, arch=name, processes=W, params=params, trainable=trainable, tokens_per_micro_batch=tokens,
+        tokens_source=source, sequence_tokens=seq, weights_gib=parts[0], gathered_gib=parts[1], grads_gib=parts[2],
+        optimizer_gib=parts[3], reference_gib=parts[4], activations_gib=parts[5], logits_gib=parts[6],
+        reserve_gib=reserve_gib, total_gib=total, gpu_gib=gpu_gib, fits=total <= gpu_gib and fits, notes=notes,
+        rollout_gib=engine_gib, rollout_vllm=where,
+    )  # fmt: skip
 
 
 def _check_inputs(stage: str, processes: int, gpu_gib: float) -> None:
@@ -370,7 +351,7 @@ def render(p: Plan) -> str:
         ("parameters", f"{p.params:,}"),
         ("trainable", f"{p.trainable:,} ({100 * p.trainable / max(p.params, 1):.2f}%)"),
         ("longest sequence", f"{p.sequence_tokens:,} tokens"),
-        ("tokens per micro-batch", f"{p.tokens_per_micro_batch:,}"),
+        ("tokens per micro-batch", f"{p.tokens_per_micro_batch:,}  ({p.tokens_source})"),
         ("weights (sharded)", f"{p.weights_gib:8.2f} GiB"),
         ("FSDP gathered units", f"{p.gathered_gib:8.2f} GiB"),
         ("gradients", f"{p.grads_gib:8.2f} GiB"),

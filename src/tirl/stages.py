@@ -186,8 +186,9 @@ def run_sft(
     with contextlib.closing(logger) if logger else contextlib.nullcontext():
         trainer = SFTTrainer(
             model, renderer, rows, stage, pad_id=renderer.pad_id, seed=cfg.seed, logger=logger, label=label,
-            out_dir=out, autocast=cfg.model.autocast_dtype,
+            out_dir=out, autocast=cfg.model.autocast_dtype(model.config.hidden_size), activation_gib=cfg.model.activation_gib,
         )  # fmt: skip
+        console.print(trainer.micro_budget.describe())
         trainer.identity = identity
         if ckpt:
             checkpoint.restore_trainer(trainer, ckpt, state)
@@ -236,9 +237,11 @@ def run_rl(
         stack.callback(agent.engine.close)
         trainer = RLTrainer(
             model, tokenizer, agent, rows, cfg.rl, sampling=sampling, reward=cfg.reward, out_dir=out,
-            seed=cfg.seed, logger=logger, ref_source=str(path), autocast=cfg.model.autocast_dtype,
-            ref_dtype=cfg.model.reference_dtype, ref_model=ref,
+            seed=cfg.seed, logger=logger, ref_source=str(path),
+            autocast=cfg.model.autocast_dtype(model.config.hidden_size),
+            ref_dtype=cfg.model.reference_dtype, ref_model=ref, activation_gib=cfg.model.activation_gib,
         )  # fmt: skip
+        console.print(trainer.micro_budget.describe())
         trainer.identity = identity
         if cfg.rl.eval_data and (cfg.rl.eval_every or cfg.rl.eval_at_start):
             trainer.validate = validator(cfg, out, agent, str(path), logger=logger)

@@ -126,3 +126,21 @@ def test_factory_builds_checks_and_picks_the_loop(model, tokenizer, renderer, sa
     bad = dataclasses.replace(inputs, pad_id=model.get_input_embeddings().num_embeddings)
     with pytest.raises(ValueError, match=r"pad_id reaches id \d+ but the model's embedding has \d+ rows"):
         build_engine(RolloutConfig(), bad)
+
+
+def test_bf16_on_either_side_means_the_logprobs_are_recomputed_and_corrected():
+    assert SHARED.with_precision(None, None) is SHARED and SHARED.exact_logprobs
+    for engine_dtype, trainer_dtype in ((torch.bfloat16, None), (None, torch.bfloat16)):
+        caps = SHARED.with_precision(engine_dtype, trainer_dtype)
+        assert caps.shares_policy and not caps.exact_logprobs  # still nothing to copy, but other numbers
+        assert caps.rollout_correction("auto") == "token_tis"
+        assert caps.needs_old_logprobs(on_policy=True, correction="none")
+
+
+def test_factory_builds_a_bf16_torch_engine_and_refuses_other_dtypes(model, tokenizer, renderer):
+    inputs = EngineInputs(model, tokenizer, renderer.eos_id, renderer.pad_id)
+    engine = build_engine(RolloutConfig(dtype="bfloat16"), inputs)
+    assert engine.compute_dtype is torch.bfloat16 and not capabilities_of(engine).same_numerics
+    assert build_engine(RolloutConfig(dtype="float32"), inputs).compute_dtype is None
+    with pytest.raises(ValueError, match=r"rollout.dtype='float16' with the torch engine"):
+        build_engine(RolloutConfig(dtype="float16"), inputs)

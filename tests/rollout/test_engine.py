@@ -122,3 +122,28 @@ def test_sampling_params_validation():
     for kw in ({"temperature": -1}, {"top_p": 0.0}, {"top_p": 1.5}, {"max_new_tokens": 0}):
         with pytest.raises(ValueError):
             SamplingParams(**kw)
+
+
+def test_bf16_decode_samples_near_the_fp32_distribution(model, tokenizer, renderer):
+    """`rollout.dtype: bfloat16`: the same sampler under bf16 autocast; its log-probs stay within bf16 rounding of
+    the trainer's fp32 recomputation, and the model's weights stay fp32."""
+    prompts = _prompts(renderer)
+    engine = _engine(model, tokenizer, compute_dtype=torch.bfloat16)
+    gens = engine.generate(
+        prompts, SamplingParams(), max_new_tokens=12, generator=torch.Generator().manual_seed(0)
+    )
+    assert all(p.dtype == torch.float32 for p in model.parameters())
+    ids = [p + g.token_ids for p, g in zip(prompts, gens)]
+    masks = [[0] * len(p) + [1] * len(g.token_ids) for p, g in zip(prompts, gens)]
+    batch = collate(ids, masks, pad_id=tokenizer.pad_token_id)
+    with torch.no_grad():
+        lp, _ = token_logprobs(model, batch.input_ids, batch.attention_mask)
+    diffs = torch.cat(
+        [
+            lp[b, len(p) : len(p) + len(g.token_ids)] - torch.tensor(g.logprobs)
+            for b, (p, g) in enumerate(zip(prompts, gens))
+        ]
+    )
+    assert 0 < diffs.abs().max() < 0.5  # bf16 moves them (not the fp32 numbers), but only by rounding
+    with pytest.raises(ValueError, match="fp32 or under bfloat16 autocast"):
+        _engine(model, tokenizer, compute_dtype=torch.float16)

@@ -89,10 +89,12 @@ SYNCHRONOUS = [
 ]
 
 
-def test_zero_is_the_synchronous_loop_to_the_bit(tokenizer, renderer, sandbox, tmp_path):
+def test_zero_is_the_synchronous_loop(tokenizer, renderer, sandbox, tmp_path):
+    """The values the synchronous loop gave; float32 tolerance, since another transformers release may round the
+    last bit differently (5.24 moves two of them by one ulp)."""
     history = _trainer(tokenizer, renderer, sandbox, tmp_path, off=0).train()
     assert "rollout/staleness" not in history[0]
-    assert _pick(history) == SYNCHRONOUS
+    torch.testing.assert_close(torch.tensor(_pick(history)), torch.tensor(SYNCHRONOUS), rtol=1e-6, atol=1e-6)
 
 
 def test_one_samples_a_step_ahead_and_logs_staleness(tokenizer, renderer, sandbox, tmp_path):

@@ -9,6 +9,7 @@ import torch
 from conftest import make_agent, make_model
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.capabilities import EngineCapabilities
+from tirl.rollout.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation
 from tirl.train.optim import OptimConfig
@@ -43,9 +44,13 @@ class ShiftedEngine:
         pass
 
 
-def _trainer(tokenizer, renderer, sandbox, tmp_path, *, shifted, sampling=None, **rl):
+def _trainer(tokenizer, renderer, sandbox, tmp_path, *, shifted, sampling=None, autocast=None, **rl):
     model = make_model(tokenizer)
     agent = make_agent(model, renderer, sandbox, max_tokens=12)
+    if autocast == "engine":
+        agent.engine = TorchEngine(
+            model, eos_ids=[renderer.eos_id], pad_id=renderer.pad_id, compute_dtype=torch.bfloat16
+        )
     if shifted:
         agent.engine = ShiftedEngine(agent.engine)
     rows = [
@@ -54,7 +59,7 @@ def _trainer(tokenizer, renderer, sandbox, tmp_path, *, shifted, sampling=None, 
     cfg = RLConfig(steps=1, prompts_per_step=2, n=4, mini_batch_size=8, optim=OptimConfig(lr=1e-3), **rl)
     return RLTrainer(
         model, tokenizer, agent, rows, cfg, sampling=sampling or SamplingParams(), reward=RewardConfig(),
-        out_dir=tmp_path, seed=0,
+        out_dir=tmp_path, seed=0, autocast=autocast if isinstance(autocast, torch.dtype) else None,
     )  # fmt: skip
 
 
@@ -93,6 +98,17 @@ def test_torch_engine_default_is_off_and_unchanged(tokenizer, renderer, sandbox,
     t2 = _trainer(tokenizer, renderer, sandbox, tmp_path / "b", shifted=False, ppo_epochs=2)
     m2 = t2.step()
     assert m2["rollout/logprob_diff_max"] < 1e-4  # same module: only round-off between batch shapes
+
+
+@pytest.mark.parametrize("autocast", ["engine", torch.bfloat16])
+def test_bf16_on_either_side_recomputes_and_corrects(tokenizer, renderer, sandbox, tmp_path, autocast):
+    """A bf16 decode (`rollout.dtype: bfloat16`) or a bf16 trainer (`model.autocast`) gives other log-probs than
+    the engine reported, though both run one module: the step recomputes them, measures the gap and corrects."""
+    torch.manual_seed(0)
+    t = _trainer(tokenizer, renderer, sandbox, tmp_path, shifted=False, autocast=autocast)
+    assert t.correction == "token_tis"
+    m = t.step()
+    assert 0 < m["rollout/logprob_diff_max"] < 0.5 and "rollout_corr/weight_mean" in m
 
 
 def test_truncated_sampling_refused_for_renormalizing_engines(tokenizer, renderer, sandbox, tmp_path):

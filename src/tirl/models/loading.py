@@ -6,6 +6,9 @@ options and LoRA"):
   trainer's forward and backward under `torch.autocast`; log-softmax is taken in float32 on chunked logits
   (`tirl.train.logprobs`). This is the safe choice on GPUs: bf16's 8-bit mantissa cannot hold an update smaller
   than 1/256 of a weight, so pure-bf16 AdamW silently drops many small late-training updates.
+- `autocast: auto` (the default) is `bfloat16` where it pays: the device multiplies bf16 natively (a GPU; a CPU
+  with AVX512-BF16 or AMX) and the model is wide enough for its matmuls to outweigh the casts
+  (`tirl.models.precision`); `none` elsewhere.
 - `dtype: bfloat16` stores the weights (and so AdamW's moments) in bf16: half the memory, with the loss of small
   updates above; for memory-bound runs where that is acceptable.
 """
@@ -22,9 +25,10 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tirl.io import atomic_dir
 from tirl.models.lora import LoraConfig, apply_lora, is_adapter_dir, load_adapter, recorded_base, save_model
+from tirl.models.precision import bf16_pays
 
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-AUTOCAST = {"none": None, "bfloat16": torch.bfloat16}
+AUTOCAST = {"none": None, "bfloat16": torch.bfloat16, "auto": None}  # auto: bfloat16 where native_bf16
 
 
 @dataclass
@@ -37,16 +41,23 @@ class ModelConfig:
     # long responses at about one extra forward's cost. Off by default (the CPU demo's activations are small).
     gradient_checkpointing: bool = False
     # Forward/backward of the trainers under torch.autocast with float32 weights and AdamW state (module docstring)
-    autocast: Literal["none", "bfloat16"] = "none"
+    autocast: Literal["none", "bfloat16", "auto"] = "auto"
     ref_dtype: Literal["", "float32", "bfloat16"] = ""  # the KL reference model's weights; "" = dtype
+    # GiB of activations one forward/backward may keep when micro_batch_tokens is auto (tirl.train.memory);
+    # 0 = 1 GiB on a CPU (less where memory is short), a quarter of the GPU's memory on CUDA
+    activation_gib: float = 0.0
     lora: LoraConfig = field(default_factory=LoraConfig)  # rank > 0 trains a LoRA adapter (tirl.models.lora)
 
     def __post_init__(self) -> None:
+        if self.activation_gib < 0:
+            raise ValueError(
+                f"model.activation_gib must be >= 0 (0 = by the device), got {self.activation_gib}"
+            )
         if self.dtype not in _DTYPES:
             raise ValueError(f"model.dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
         if self.autocast not in AUTOCAST:
             raise ValueError(f"model.autocast must be one of {list(AUTOCAST)}, got {self.autocast!r}")
-        if self.autocast != "none" and self.dtype != "float32":
+        if self.autocast == "bfloat16" and self.dtype != "float32":
             raise ValueError(
                 f"model.autocast={self.autocast} needs model.dtype=float32 (autocast keeps float32 master weights); "
                 f"with model.dtype={self.dtype} the weights are already low-precision: set model.autocast=none"
@@ -61,8 +72,11 @@ class ModelConfig:
                 f"(adapter disabled), stored in model.dtype={self.dtype}; leave model.ref_dtype empty"
             )
 
-    @property
-    def autocast_dtype(self) -> torch.dtype | None:
+    def autocast_dtype(self, hidden_size: int) -> torch.dtype | None:
+        """The trainers' autocast dtype for a model of this width; `auto`: bfloat16 over float32 weights where it
+        pays (`tirl.models.precision.bf16_pays`), else none."""
+        if self.autocast == "auto":
+            return torch.bfloat16 if self.dtype == "float32" and bf16_pays(self.device, hidden_size) else None
         return AUTOCAST[self.autocast]
 
     @property

@@ -15,8 +15,9 @@ only have the config's engine name), never the engine's class or name. The rules
   bench/rollout_async.py measured the async loop faster on the tiny torch model too (2-core CPU shared with other
   jobs: 1.6-1.7x without slow tool calls, 2.2-4.8x with them), but lock-step keeps the demo's sampled trajectories
   and the exact-resume path (one generator for the batch) as they are; `rollout.mode: async` opts in.
-- `rl.rollout_correction: auto` is off (none) when the engine shares the policy module, whose sampling log-probs are
-  the trainer's own computation, and token_tis (cap 2.0) otherwise: it keeps every sequence (no data dropped on
+- `rl.rollout_correction: auto` is off (none) when the engine shares the policy module and computes in fp32 like
+  the trainer, so its sampling log-probs are the trainer's own computation, and token_tis (cap 2.0) otherwise
+  (another process, or bf16 on either side: `with_precision`): it keeps every sequence (no data dropped on
   small batches) and bounds each token's weight, verl's first fix for engine/trainer mismatch
   (`rollout_correction`). For the same reason the trainer skips recomputing old log-probs only with such an engine
   (`needs_old_logprobs`).
@@ -26,7 +27,7 @@ only have the config's engine name), never the engine's class or name. The rules
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -52,6 +53,8 @@ class EngineCapabilities:
     per_request_seeds: bool  # `generate(seeds=[...])`, one per prompt; else one `generator` for the batch
     multi_process: bool  # works when each of several training processes (torchrun) has one
     batches_requests: bool  # batches concurrent `generate` calls itself (a server): the async loop's default
+    # its log-probs are the trainer's own numbers: false when the engine decodes, or the trainer computes, in bf16
+    same_numerics: bool = True
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -68,6 +71,18 @@ class EngineCapabilities:
         """Samples from the trainer's own module in this process: a sync copies nothing, and its log-probs are the
         trainer's own computation, so there is no engine/trainer mismatch to measure or correct."""
         return self.weight_sync == "shared"
+
+    @property
+    def exact_logprobs(self) -> bool:
+        """The sampling log-probs equal the trainer's to float rounding: nothing to recompute or correct."""
+        return self.shares_policy and self.same_numerics
+
+    def with_precision(self, engine_dtype: Any, trainer_dtype: Any) -> EngineCapabilities:
+        """These capabilities for an engine decoding under `engine_dtype` autocast beside a trainer under
+        `trainer_dtype` (None = fp32): bf16 on either side moves the log-probs by more than float rounding."""
+        if engine_dtype is None and trainer_dtype is None:
+            return self
+        return replace(self, same_numerics=False)
 
     @property
     def receives_weights(self) -> bool:
@@ -114,13 +129,13 @@ class EngineCapabilities:
     def rollout_correction(self, mode: str) -> str:
         """The correction `rl.rollout_correction` names; "auto" resolved for this engine."""
         if mode == "auto":
-            return "none" if self.shares_policy else "token_tis"
+            return "none" if self.exact_logprobs else "token_tis"
         return mode
 
     def needs_old_logprobs(self, *, on_policy: bool, correction: str) -> bool:
         """Whether the trainer recomputes old log-probs: always off-policy, and on-policy unless the engine's are
         the trainer's own and nothing is corrected (the recomputation measures and corrects the mismatch)."""
-        return not on_policy or not self.shares_policy or correction != "none"
+        return not on_policy or not self.exact_logprobs or correction != "none"
 
     def seed_kwargs(self, seed: int, device: Any = "cpu") -> dict[str, Any]:
         """`generate` keyword arguments that seed one request: a per-request seed, or a generator on `device`."""

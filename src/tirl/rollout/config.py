@@ -38,7 +38,9 @@ class RolloutConfig:
     vllm_kv_cache_gib: float = 1.0  # vllm: KV cache size; 0 = vLLM's default (on GPU a share of its memory)
     vllm_port: int = 0  # vllm: 0 = a free port on 127.0.0.1
     vllm_startup_timeout_s: float = 600.0  # vllm: the server must answer within this
-    dtype: str = ""  # vllm: the served weights' dtype (bfloat16, float16, float32); "" = model.dtype
+    # vllm: the served weights' dtype (bfloat16, float16, float32); "" = model.dtype. torch: bfloat16 = decode under
+    # bf16 autocast over the model's weights (log-probs then recomputed and corrected in RL); "" or float32 = none
+    dtype: str = ""
     # vllm: separate = servers beside the trainer, shared by every rank (tirl.rollout.vllm_pool); colocated = one
     # engine in each training process, asleep during updates (GPU only, tirl.rollout.vllm_colocated)
     placement: str = "separate"

@@ -8,21 +8,36 @@ the batch (their cache rows too), so a long tail of unfinished rollouts runs at 
 Log-probs are those of the sampled token under the temperature-scaled distribution, before top-p/top-k truncation:
 the same quantity the trainer recomputes (`tirl.train.logprobs.token_logprobs` with the same temperature).
 
+`compute_dtype=torch.bfloat16` (`rollout.dtype: bfloat16`) decodes under bf16 autocast over the fp32 weights: the
+casts are made once per batch (autocast's weight cache lives for the whole decode) and the KV cache is bf16. Where
+the hardware multiplies bf16 natively (AVX512-BF16/AMX, GPUs) decode is faster; the log-probs it reports differ
+from the trainer's fp32 ones, so the engine then declares `same_numerics=False` and RL recomputes and corrects them.
+
 Not here: continuous batching across calls and paged attention; use the vLLM engine for those.
 """
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any
 
 import torch
+
 from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.kv_cache import InPlaceCache
 from tirl.rollout.sampling import SamplingParams, per_prompt_budgets, sample_next
 from tirl.rollout.types import Generation
 
-__all__ = ["Generation", "TorchEngine"]
+__all__ = ["Generation", "TorchEngine", "cache_keyword"]
+
+
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The forward argument that takes the KV cache: `cache` in newer transformers (which warns on every call given
+    the older name), `past_key_values` before; a PEFT model is asked through the model it wraps."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    params = inspect.signature(type(inner).forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
 
 
 class TorchEngine:
@@ -46,6 +61,7 @@ class TorchEngine:
         pad_id: int,
         stop_ids: Sequence[int] = (),
         max_batch_size: int = 256,
+        compute_dtype: torch.dtype | None = None,
     ) -> None:
         if not eos_ids:
             raise ValueError("at least one EOS id is needed to know when a turn ends")
@@ -55,6 +71,14 @@ class TorchEngine:
         self.pad_id = pad_id
         self.max_batch_size = max_batch_size
         self.weight_version = 0
+        self._cache_kw = cache_keyword(model)
+        if compute_dtype not in (None, torch.bfloat16):
+            raise ValueError(
+                f"the torch engine decodes in fp32 or under bfloat16 autocast, not {compute_dtype}"
+            )
+        self.compute_dtype = compute_dtype  # None: the weights' own dtype
+        if compute_dtype is not None:
+            self.capabilities = self.capabilities.with_precision(compute_dtype, None)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """The policy changed. This engine holds the trainer's own module, so nothing is copied."""
@@ -101,11 +125,13 @@ class TorchEngine:
         results: list[Generation | None] = [None] * n
         # Similar lengths together: less padding in each chunk.
         order = sorted(range(n), key=lambda i: len(prompts[i]))
+        dt = self.compute_dtype
         for s in range(0, n, self.max_batch_size):
             idx = order[s : s + self.max_batch_size]
-            outs = self._generate_chunk(
-                [prompts[i] for i in idx], [limits[i] for i in idx], params, generator
-            )
+            with torch.autocast(self.device.type, dtype=dt or torch.bfloat16, enabled=dt is not None):
+                outs = self._generate_chunk(
+                    [prompts[i] for i in idx], [limits[i] for i in idx], params, generator
+                )
             for i, g in zip(idx, outs, strict=True):
                 results[i] = g
         return results  # type: ignore[return-value]
@@ -131,9 +157,9 @@ class TorchEngine:
             input_ids=ids,
             attention_mask=attn,
             position_ids=pos,
-            past_key_values=cache,
             use_cache=True,
             logits_to_keep=1,
+            **{self._cache_kw: cache},
         )
         logits = out.logits[:, -1, :].float()  # (B, V)
         next_pos = pos[:, -1:] + 1  # (B, 1)
@@ -152,8 +178,8 @@ class TorchEngine:
                 input_ids=tok[:, None],
                 attention_mask=attn,
                 position_ids=next_pos,
-                past_key_values=cache,
                 use_cache=True,
+                **{self._cache_kw: cache},
             )
             logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1

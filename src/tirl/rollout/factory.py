@@ -50,11 +50,18 @@ class EngineInputs:
 
 
 def _torch(ro: RolloutConfig, x: EngineInputs) -> Engine:
+    import torch
+
     from tirl.rollout.engine import TorchEngine
 
+    if ro.dtype not in ("", "float32", "bfloat16"):
+        raise ValueError(
+            f"rollout.dtype={ro.dtype!r} with the torch engine: it decodes in float32 or bfloat16"
+        )
     return TorchEngine(
-        x.model, eos_ids=[x.eos_id], pad_id=x.pad_id, stop_ids=x.stop_ids, max_batch_size=ro.max_batch_size
-    )
+        x.model, eos_ids=[x.eos_id], pad_id=x.pad_id, stop_ids=x.stop_ids, max_batch_size=ro.max_batch_size,
+        compute_dtype=torch.bfloat16 if ro.dtype == "bfloat16" else None,
+    )  # fmt: skip
 
 
 def _vllm(ro: RolloutConfig, x: EngineInputs) -> Engine:

@@ -84,6 +84,63 @@ def micro_batches(lengths: Sequence[int], *, max_seqs: int = 0, max_tokens: int 
     return out
 
 
+def check_micro_batch(micro_batch_size: int, micro_batch_tokens: int | str) -> None:
+    """The micro-batch settings of `rl` and `sft`: sizes >= 0 (0 = no bound), or tokens `auto`."""
+    tokens_ok = micro_batch_tokens == "auto" or (
+        isinstance(micro_batch_tokens, int) and micro_batch_tokens >= 0
+    )
+    if micro_batch_size < 0 or not tokens_ok:
+        raise ValueError(
+            f"micro_batch_size must be >= 0 and micro_batch_tokens >= 0 or auto (0 = no bound), "
+            f"got {micro_batch_size}, {micro_batch_tokens!r}"
+        )
+
+
+# What one more forward/backward pass costs beyond its tokens, in padded tokens: about 25 ms of fixed work (kernel
+# launches, Python, the head's chunks) on the demo's 1M-parameter model on 2 cores, where a token costs ~0.1 ms.
+PASS_COST_TOKENS = 256
+MAX_PART_ROWS = 512  # bounds the search (rows x this); a larger pass would not be cheaper by much
+
+
+def least_padding_split(
+    lengths: Sequence[int], max_tokens: int, pass_cost: int = PASS_COST_TOKENS
+) -> list[int]:
+    """Where to cut ascending `lengths` into consecutive parts: the parts' padded tokens (count x longest) plus
+    `pass_cost` per part, least in total, each part within `max_tokens` (a row longer than it alone). Returns the
+    end index of each part. Dynamic programming over the cut points, parts of at most MAX_PART_ROWS rows."""
+    n = len(lengths)
+    best, cut = [0] + [0] * n, [0] * (n + 1)
+    for i in range(1, n + 1):
+        best[i] = -1
+        for j in range(i - 1, max(i - 1 - MAX_PART_ROWS, -1), -1):
+            size = lengths[i - 1] * (i - j)
+            if size > max_tokens and i - j > 1:
+                break
+            cost = best[j] + size + pass_cost
+            if best[i] < 0 or cost < best[i]:
+                best[i], cut[i] = cost, j
+    ends, i = [], n
+    while i > 0:
+        ends.append(i)
+        i = cut[i]
+    return ends[::-1]
+
+
+def micro_batches_by_length(
+    lengths: Sequence[int], *, max_seqs: int = 0, max_tokens: int = 0
+) -> list[list[int]]:
+    """`micro_batches` of the rows sorted by length, each part's rows back in their own order, when the only bound
+    is a token budget (as verl's dynamic batch size rearranges by length): the parts are cut where they waste the
+    least padding for the passes they add (`least_padding_split`), which on the demo's SFT batches of 32 takes
+    the padded tokens from 2.2x the real ones to 1.1x with about 3 passes. With `max_seqs` (verl's fixed
+    micro-batch size) or no budget the rows are split in order, as verl splits them."""
+    if max_seqs or not max_tokens:
+        return micro_batches(lengths, max_seqs=max_seqs, max_tokens=max_tokens)
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    ends = least_padding_split([lengths[i] for i in order], max_tokens)
+    return [sorted(order[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+
+
 def slice_rows(batch: TokenBatch, rows: torch.Tensor | Sequence[int]) -> TokenBatch:
     """The given rows of `batch`, cut to their longest real length (right padding beyond it is dropped)."""
     rows = torch.as_tensor(rows, dtype=torch.long, device=batch.input_ids.device)

@@ -33,7 +33,7 @@ from torch.distributed.fsdp import FSDPModule
 
 from tirl.models.loading import tied_aliases
 from tirl.train import dist
-from tirl.train.batch import TokenBatch, micro_batches, slice_rows
+from tirl.train.batch import TokenBatch, micro_batches_by_length, slice_rows
 
 
 def fsdp_modules(model: torch.nn.Module) -> list[FSDPModule]:
@@ -111,26 +111,41 @@ def idle_pass(model: torch.nn.Module, device: torch.device | str) -> None:
     (out.logits.float().sum() * 0.0).backward()
 
 
+def idle_forward(model: torch.nn.Module, device: torch.device | str) -> None:
+    """A one-token forward whose result is dropped: `idle_pass` without the backward, for no-grad passes."""
+    ids = torch.zeros((1, 1), dtype=torch.long, device=device)
+    model(input_ids=ids, attention_mask=torch.ones_like(ids))
+
+
+def matched_parts(model: torch.nn.Module, parts: list[list[int]]) -> list[list[int] | None]:
+    """`parts` with None appended up to the busiest rank's count when `model` is sharded: each forward of a
+    sharded model is a collective, so every rank runs as many (a None part is an idle pass); `parts` otherwise."""
+    if not is_sharded(model):
+        return list(parts)
+    return [*parts, *[None] * (dist.all_reduce_max(len(parts)) - len(parts))]
+
+
 class MicroBatchPasses:
     """The forward/backward passes of one batch on this rank: iterating yields (rows, micro-batch) for each
-    micro-batch (`tirl.train.batch.micro_batches`) and runs the idle passes a sharded model needs in between.
+    micro-batch (`tirl.train.batch.micro_batches_by_length`) and runs the idle passes a sharded model needs in
+    between.
 
     `batch` None: this rank has no rows of this batch. For a sharded model every rank runs as many passes as the
     busiest one (they are collectives), and a micro-batch without a trained token becomes an idle pass too; in one
-    process the micro-batches are exactly `micro_batches`'. `len()` counts the passes, idle ones included.
+    process the micro-batches are exactly `micro_batches_by_length`'s. `len()` counts the passes, idle ones
+    included.
     """
 
     def __init__(
         self, model: torch.nn.Module, batch: TokenBatch | None, *, max_seqs: int = 0, max_tokens: int = 0
     ) -> None:
         self.model, self.batch = model, batch
-        self.parts: list[list[int] | None] = []
+        parts: list[list[int]] = []
         if batch is not None:
             lengths = batch.attention_mask.sum(dim=-1).tolist()
-            self.parts = list(micro_batches(lengths, max_seqs=max_seqs, max_tokens=max_tokens))
+            parts = micro_batches_by_length(lengths, max_seqs=max_seqs, max_tokens=max_tokens)
         self.sharded = is_sharded(model)
-        if self.sharded:
-            self.parts += [None] * (dist.all_reduce_max(len(self.parts)) - len(self.parts))
+        self.parts = matched_parts(model, parts)
 
     def __len__(self) -> int:
         return len(self.parts)

@@ -51,9 +51,9 @@ from tirl.rollout.factory import awake, rl_refusal
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
 from tirl.train import checkpoint, dist, fsdp
-from tirl.train.batch import TokenBatch, slice_rows
+from tirl.train.batch import TokenBatch, check_micro_batch, slice_rows
 from tirl.train.checkpoint import CheckpointError
-from tirl.train.logprobs import token_logprobs
+from tirl.train.memory import sized_micro_batches
 from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
 from tirl.train.overlap import check_off_policy, lookahead, staleness
 from tirl.train.perf import Timers, peak_memory_mb
@@ -70,7 +70,7 @@ from tirl.train.rl_batch import (
     trajectory_batch,
 )
 from tirl.train.signals import StopRequested, graceful_stop
-from tirl.train.update import LossSpec, accumulate_gradients
+from tirl.train.update import LossSpec, accumulate_gradients, no_grad_logprobs
 
 
 @dataclass
@@ -81,7 +81,8 @@ class RLConfig:
     n: int = 8  # rollouts per prompt (the GRPO group size G)
     mini_batch_size: int = 64  # trajectories per optimizer update
     micro_batch_size: int = 0  # trajectories per forward/backward (gradients accumulate); 0 = the mini-batch
-    micro_batch_tokens: int = 0  # padded tokens per forward/backward (a token budget); 0 = none
+    # padded tokens per forward/backward: auto = sized from model.activation_gib (tirl.train.memory); 0 = none
+    micro_batch_tokens: int | Literal["auto"] = "auto"
     ppo_epochs: int = 1
     adv_estimator: str = "grpo"
     policy_loss: str = "ppo"
@@ -150,11 +151,7 @@ class RLConfig:
             )
         if self.dynamic_max_rounds < 0:
             raise ValueError(f"dynamic_max_rounds must be >= 0, got {self.dynamic_max_rounds}")
-        if self.micro_batch_size < 0 or self.micro_batch_tokens < 0:
-            raise ValueError(
-                f"micro_batch_size and micro_batch_tokens must be >= 0 (0 = no limit), "
-                f"got {self.micro_batch_size}, {self.micro_batch_tokens}"
-            )
+        check_micro_batch(self.micro_batch_size, self.micro_batch_tokens)
         if self.rollout_correction not in ("auto", *CORRECTIONS):
             raise ValueError(
                 f"rl.rollout_correction={self.rollout_correction!r}; valid: auto, {', '.join(CORRECTIONS)}"
@@ -193,16 +190,18 @@ class RLTrainer:
         autocast: torch.dtype | None = None,
         ref_dtype: torch.dtype | None = None,
         ref_model: torch.nn.Module | None = None,
+        activation_gib: float = 0.0,
     ) -> None:
-        """`ref_model`: the KL reference's copy when `policy` cannot be copied (FSDP-sharded); by default a frozen
-        copy of `policy` as it is now (none for LoRA)."""
+        """`ref_model`: the KL reference's copy when `policy` cannot be copied (FSDP-sharded; else a frozen copy of
+        `policy`, none for LoRA). `activation_gib`: what `micro_batch_tokens: auto` sizes for (tirl.train.memory)."""
         if not rows:
             raise ValueError("RL needs at least one prompt row")
         rows = fitting_prompts(problem_rows(rows), agent.renderer, agent.config.max_prompt_tokens)
+        cfg, self.micro_budget = sized_micro_batches(cfg, policy, autocast, activation_gib)
         self.policy, self.tokenizer, self.agent, self.rows, self.cfg = policy, tokenizer, agent, rows, cfg
         self.sampling, self.reward, self.out_dir, self.logger = sampling, reward, Path(out_dir), logger
         self.pad_id = agent.renderer.pad_id
-        self.engine_caps = capabilities_of(agent.engine)
+        self.engine_caps = capabilities_of(agent.engine).with_precision(None, autocast)  # bf16: not exact
         self.world = dist.world_size()
         check_world(cfg, self.world)
         if why := rl_refusal(self.engine_caps, self.world):
@@ -212,21 +211,20 @@ class RLTrainer:
         self.adv_fn = get_advantage_estimator(cfg.adv_estimator, k=cfg.passk_k)
         self.loss_fn = get_policy_loss(cfg.policy_loss)
         self.local_mini = cfg.mini_batch_size // self.world  # trajectories per update on this rank
-        # model.autocast's dtype; the KL reference: LoRA's base with the adapter off, else a copy in model.ref_dtype
-        self.autocast = autocast
+        self.autocast = autocast  # model.autocast's dtype; the KL reference: LoRA's base, else a copy
         self.ref = Reference(policy, ref_dtype, copy=ref_model) if cfg.kl_coef > 0 else None
         updates = cfg.steps * cfg.ppo_epochs * -(-cfg.prompts_per_step * cfg.n // cfg.mini_batch_size)
         self.opt, self.sched = build_optimizer(policy, cfg.optim, updates)
         self.rng = random.Random(seed)
-        # sampling and mini-batch order: per rank
-        self.gen = torch.Generator().manual_seed(dist.rank_seed(seed))
+        self.gen = torch.Generator().manual_seed(
+            dist.rank_seed(seed)
+        )  # sampling and mini-batch order: per rank
         self._order: list[int] = []
         self.norm_len = cfg.loss_norm_len or agent.config.max_response_tokens
         self.skips = SkipGuard(cfg.optim.max_skipped_in_row)
         self.ahead = lookahead(cfg.off_policy_steps, self.engine_caps)  # the batch sampled during the update
         self.rank_state = ("generator", "pending") if self.ahead else ("generator",)
-        self.updates_done = 0
-        self.step_done = 0
+        self.updates_done = self.step_done = 0
         self.timers = Timers()
         self.last_trajectories: list[Trajectory] = []
         self.validate: Any = None  # step -> metrics; set by the caller when rl.eval_every is on
@@ -247,19 +245,13 @@ class RLTrainer:
             out.append(self.rows[self._order.pop()])
         return dist.rank_share(out)
 
-    @torch.no_grad()
     def _logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
-        """(B, T) log-probs of the trained tokens (0 elsewhere), `logprob_batch_size` sequences per forward."""
-        out = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
-        for s in range(0, batch.input_ids.shape[0], self.cfg.logprob_batch_size):
-            rows = list(range(s, min(s + self.cfg.logprob_batch_size, batch.input_ids.shape[0])))
-            part = slice_rows(batch, rows)
-            lp, _ = token_logprobs(
-                model, part.input_ids, part.attention_mask, temperature=self.sampling.logprob_temperature,
-                loss_mask=part.loss_mask, autocast=self.autocast,
-            )  # fmt: skip
-            out[rows, : lp.shape[1]] = lp
-        return out
+        """(B, T) log-probs of the trained tokens (0 elsewhere), at most `logprob_batch_size` sequences and
+        `micro_batch_tokens` padded tokens per forward."""
+        return no_grad_logprobs(
+            model, batch, max_seqs=self.cfg.logprob_batch_size, max_tokens=int(self.cfg.micro_batch_tokens),
+            temperature=self.sampling.logprob_temperature, autocast=self.autocast,
+        )  # fmt: skip
 
     def _rollout(
         self, rows: Sequence[ProblemRow], first_group: int, gen: torch.Generator | None = None

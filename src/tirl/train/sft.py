@@ -27,10 +27,11 @@ from tirl.chat.template import ChatRenderer
 from tirl.logging import MetricsLogger
 from tirl.progress import progress
 from tirl.train import checkpoint, dist
-from tirl.train.batch import TokenBatch, collate
+from tirl.train.batch import TokenBatch, check_micro_batch, collate
 from tirl.train.dist import all_reduce_sum
 from tirl.train.fsdp import MicroBatchPasses
 from tirl.train.logprobs import token_logprobs
+from tirl.train.memory import resolve_micro_batch_tokens, sized_micro_batches
 from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
 from tirl.train.signals import StopRequested, graceful_stop
 
@@ -43,7 +44,8 @@ class SFTConfig:
     max_length: int = 1024  # a longer conversation is an error naming the row, never silently cut
     group_by_length: bool = False  # similar lengths per batch: less padding, but batches less mixed
     micro_batch_size: int = 0  # sequences per forward/backward (gradients accumulate); 0 = the whole batch
-    micro_batch_tokens: int = 0  # padded tokens per forward/backward; 0 = no budget
+    # padded tokens per forward/backward: auto = sized from model.activation_gib (tirl.train.memory); 0 = none
+    micro_batch_tokens: int | Literal["auto"] = "auto"
     save_every: int = 0  # steps between resumable checkpoints (checkpoint-<step>/, `tirl sft` only); 0 = none
     keep_last: int = 0  # complete checkpoints kept, oldest deleted first, never the newest; 0 = all
     # token: the token mean over the whole batch; micro: verl's SFT loss, the mean over micro-batches of each
@@ -56,11 +58,7 @@ class SFTConfig:
     def __post_init__(self) -> None:
         if self.loss_mean not in ("token", "micro"):
             raise ValueError(f"sft.loss_mean must be token or micro, got {self.loss_mean!r}")
-        if self.micro_batch_size < 0 or self.micro_batch_tokens < 0:
-            raise ValueError(
-                f"micro_batch_size and micro_batch_tokens must be >= 0 (0 = no limit), "
-                f"got {self.micro_batch_size}, {self.micro_batch_tokens}"
-            )
+        check_micro_batch(self.micro_batch_size, self.micro_batch_tokens)
         if self.save_every < 0 or self.keep_last < 0:
             raise ValueError(
                 f"save_every and keep_last must be >= 0, got {self.save_every}, {self.keep_last}"
@@ -160,7 +158,10 @@ def sft_step(
         mask[:, 0] = 0
         num_tokens = mask.sum()
     num_tokens = all_reduce_sum(num_tokens).clamp(min=1.0)
-    passes = MicroBatchPasses(model, batch, max_seqs=cfg.micro_batch_size, max_tokens=cfg.micro_batch_tokens)
+    tokens = resolve_micro_batch_tokens(
+        cfg.micro_batch_tokens, model, autocast=autocast
+    ).tokens  # SFTTrainer's: resolved
+    passes = MicroBatchPasses(model, batch, max_seqs=cfg.micro_batch_size, max_tokens=tokens)
     num_micro = 0.0  # loss_mean="micro": the micro-batches of the whole batch, over all ranks
     if cfg.loss_mean == "micro":
         num_micro = float(all_reduce_sum(torch.tensor(float(sum(p is not None for p in passes.parts)))))
@@ -198,7 +199,9 @@ class SFTTrainer:
         label: str = "SFT",
         out_dir: str | Path | None = None,
         autocast: torch.dtype | None = None,
+        activation_gib: float = 0.0,
     ) -> None:
+        cfg, self.micro_budget = sized_micro_batches(cfg, model, autocast, activation_gib)
         self.model, self.renderer, self.cfg, self.pad_id = model, renderer, cfg, pad_id
         self.logger, self.label, self.autocast = logger, label, autocast
         self.out_dir = Path(out_dir) if out_dir is not None else None

@@ -20,9 +20,9 @@ import torch
 
 from tirl.algorithms import aggregate, kl_penalty
 from tirl.train import dist
-from tirl.train.batch import TokenBatch
+from tirl.train.batch import TokenBatch, micro_batches_by_length, slice_rows
 from tirl.train.dist import all_reduce_sum
-from tirl.train.fsdp import MicroBatchPasses
+from tirl.train.fsdp import MicroBatchPasses, idle_forward, matched_parts
 from tirl.train.logprobs import DEFAULT_CHUNK_TOKENS, token_logprobs
 
 
@@ -114,6 +114,36 @@ def accumulate_gradients(
     out = {k[4:]: v / total_tokens for k, v in reduced.items() if k.startswith("sum:")}
     out.update({k: v for k, v in reduced.items() if not k.startswith("sum:")})
     out["loss/micro_batches"] = float(len(passes))
+    return out
+
+
+@torch.no_grad()
+def no_grad_logprobs(
+    model: torch.nn.Module,
+    batch: TokenBatch,
+    *,
+    max_seqs: int,
+    max_tokens: int,
+    temperature: float,
+    autocast: torch.dtype | None,
+) -> torch.Tensor:
+    """(B, T) log-probs of `batch`'s trained tokens (0 elsewhere) without a graph: the old policy's or the KL
+    reference's. Passes of at most `max_seqs` rows and `max_tokens` padded tokens, shortest rows first under a token
+    budget (`micro_batches_by_length`: little padding); a sharded model runs as many passes on every rank."""
+    out = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
+    parts = micro_batches_by_length(
+        batch.attention_mask.sum(dim=-1).tolist(), max_seqs=max_seqs, max_tokens=max_tokens
+    )
+    for rows in matched_parts(model, parts):
+        if rows is None:
+            idle_forward(model, batch.input_ids.device)
+            continue
+        part = slice_rows(batch, rows)
+        lp, _ = token_logprobs(
+            model, part.input_ids, part.attention_mask, temperature=temperature, loss_mask=part.loss_mask,
+            autocast=autocast,
+        )  # fmt: skip
+        out[rows, : lp.shape[1]] = lp
     return out
 
 

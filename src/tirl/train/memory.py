@@ -1,0 +1,205 @@
+"""How many padded tokens one forward/backward may take, from a memory budget: `micro_batch_tokens: auto`.
+
+Without a bound, a mini-batch goes through one forward/backward and its activations scale with it: the RL step of
+a 135M-parameter model (SmolLM2, 64 trajectories of about 170 tokens) peaked at 19 GB (`bench/rl_step.py`). `auto` (the default of `rl` and `sft`)
+splits each mini-batch into micro-batches whose activations fit a budget; gradients accumulate, so the update is
+the mini-batch's to float rounding (`tirl.train.update`).
+
+The budget (`model.activation_gib`, 0 = by the device):
+- CPU: 1 GiB, or a quarter of the memory available to this process (MemAvailable, and the cgroup's limit where
+  one is set) when that is less. On a CPU a larger pass buys little: SmolLM2's forward/backward ran at 125
+  tokens/s with 424 tokens per pass, 135 with 848, 144 from 1,696 on (fp32, 2 cores), at 2-7x the memory.
+- CUDA: a quarter of the device's memory (the weights, gradients, optimizer state and a colocated engine share
+  the rest; `tirl plan` shows the split).
+Tokens per micro-batch: the most whose peak fits the budget (`tokens_for_budget`): what autograd keeps per token
+(the decoder's activations, `activation_values_per_token`, within 5% of what autograd saves, tests/test_plan.py;
+plus one float32 row of logits and the hidden state, which the chunked head keeps for the backward,
+tests/train/test_memory.py) times PEAK_FACTOR for the backward's transients, plus one chunk of logits and their
+gradient, plus the bf16 copies autocast makes of the weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+GIB = 1024**3
+CPU_BUDGET_GIB = 1.0
+GPU_SHARE = 0.25
+MIN_TOKENS = 256  # a floor so that a tiny budget still makes progress
+# Peak memory of a forward/backward over what autograd keeps: each layer's activation gradients, the head's
+# gradients and allocator slack come on top in the backward (1.9-2.1x measured as peak RSS on SmolLM2-135M, fp32,
+# 424 to 3,392 tokens per pass)
+PEAK_FACTOR = 2.0
+
+
+def activation_values_per_token(hf_config: Any, checkpointing: bool) -> int:
+    """Values autograd keeps per token for the whole decoder stack (two norms, q/k/v through rotary and attention,
+    the SwiGLU MLP's four tensors; with gradient checkpointing only each layer's input plus one layer)."""
+    h = hf_config.hidden_size
+    heads = hf_config.num_attention_heads
+    head_dim = getattr(hf_config, "head_dim", None) or h // heads
+    q = heads * head_dim
+    kv = (getattr(hf_config, "num_key_value_heads", None) or heads) * head_dim
+    inter = hf_config.intermediate_size
+    qk_norm = 1 if getattr(hf_config, "model_type", "").startswith("qwen3") else 0
+    # two RMSNorms (input, output) 4h; q and k through rotary (projection, rotate_half, rotated) and attention's
+    # saved q/k/v/output 4(q + kv), two more with Qwen3's q/k norms; the SwiGLU MLP's gate, up, act, product 4I
+    per_layer = 4 * h + (4 + 2 * qk_norm) * (q + kv) + 4 * inter
+    layers = hf_config.num_hidden_layers
+    kept = layers * h + per_layer if checkpointing else layers * per_layer
+    return kept + h  # + the final hidden states the chunked head reads
+
+
+def _meminfo_available() -> int | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _cgroup_room() -> int | None:
+    """What the cgroup (v2, else v1) still lets this process allocate, or None without a limit."""
+    for limit, usage in (
+        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
+    ):
+        try:
+            cap = Path(limit).read_text().strip()
+            used = int(Path(usage).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if cap != "max" and int(cap) < 1 << 60:  # v1 reports "no limit" as a huge number
+            return max(int(cap) - used, 0)
+    return None
+
+
+def cpu_available_bytes() -> int | None:
+    """Memory this process can still take: MemAvailable, bounded by the cgroup's room; None if unreadable."""
+    known = [x for x in (_meminfo_available(), _cgroup_room()) if x is not None]
+    return min(known) if known else None
+
+
+@dataclass(frozen=True)
+class MicroBatchBudget:
+    """The resolved token budget of a micro-batch and where it came from (printed at start-up, in `tirl plan`)."""
+
+    tokens: int  # padded tokens per forward/backward; 0 = no bound (the whole mini-batch)
+    budget_gib: float = 0.0  # the activation memory it was sized for (auto), else 0
+    source: str = ""  # in words
+
+    def describe(self) -> str:
+        if not self.tokens:
+            return "micro-batches: no token bound (micro_batch_tokens=0)"
+        return f"micro-batches: at most {self.tokens:,} padded tokens ({self.source})"
+
+
+def budget_bytes(
+    device_type: str, *, activation_gib: float = 0.0, device_gib: float = 0.0
+) -> tuple[int, str]:
+    """(bytes, why) of the activation budget; `device_gib`: the GPU's memory (0 = read it from CUDA)."""
+    if activation_gib > 0:
+        return int(activation_gib * GIB), f"model.activation_gib={activation_gib:g}"
+    if device_type == "cuda":
+        if not device_gib:
+            import torch
+
+            device_gib = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / GIB
+        return int(GPU_SHARE * device_gib * GIB), f"auto: a quarter of the GPU's {device_gib:.0f} GiB"
+    cap = int(CPU_BUDGET_GIB * GIB)
+    avail = cpu_available_bytes()
+    if avail is not None and avail // 4 < cap:
+        return avail // 4, f"auto: a quarter of the {avail / GIB:.1f} GiB available"
+    return cap, f"auto: {CPU_BUDGET_GIB:g} GiB of activations on a CPU"
+
+
+def head_bytes(tokens: int, hf_config: Any, chunk_tokens: int) -> int:
+    """The log-prob head's memory for `tokens` trained tokens: autograd keeps each chunk's float32 logits (its
+    logsumexp needs them in the backward) and the hidden rows gathered for them, plus one chunk's transient logits
+    and their gradient."""
+    vocab, hidden = hf_config.vocab_size, hf_config.hidden_size
+    return tokens * (vocab + hidden) * 4 + 2 * min(tokens, chunk_tokens) * vocab * 4
+
+
+def tokens_for_budget(
+    hf_config: Any,
+    budget: int,
+    *,
+    checkpointing: bool,
+    compute_bytes: int,
+    chunk_tokens: int,
+    cast_params: int = 0,
+) -> int:
+    """Padded tokens whose peak memory in a forward/backward fits `budget` bytes, at least MIN_TOKENS.
+
+    Peak = PEAK_FACTOR x what autograd keeps (decoder activations and the head's rows, per token) + one chunk's
+    transient logits and gradient + the autocast copies of `cast_params` parameters (2 bytes each)."""
+    kept = activation_values_per_token(hf_config, checkpointing) * compute_bytes + head_bytes(1, hf_config, 0)
+    per_token = PEAK_FACTOR * kept
+    transient = 2 * hf_config.vocab_size * 4  # per token of the first chunk (head_bytes' transient part)
+    room = budget - 2 * cast_params
+    tokens = room / (per_token + transient)
+    if tokens > chunk_tokens:  # the transient stops growing at one chunk
+        tokens = (room - transient * chunk_tokens) / per_token
+    return max(MIN_TOKENS, int(tokens))
+
+
+def _checkpointing(model: Any) -> bool:
+    """Whether the model recomputes its layers in the backward (transformers renamed the flag in 5.x)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(model), name) or name in vars(model):
+            return bool(getattr(model, name))
+    return False
+
+
+def resolve_micro_batch_tokens(
+    setting: int | str,
+    model: Any,
+    *,
+    autocast: Any = None,
+    activation_gib: float = 0.0,
+    chunk_tokens: int = 1024,
+) -> MicroBatchBudget:
+    """`micro_batch_tokens` as the trainer uses it: a number as given (0 = no bound), `auto` sized for the policy
+    `model` on its device (module docstring)."""
+    if setting != "auto":
+        return MicroBatchBudget(int(setting), source="micro_batch_tokens")
+    param = next(model.parameters())
+    budget, why = budget_bytes(param.device.type, activation_gib=activation_gib)
+    tokens = tokens_for_budget(
+        model.config,
+        budget,
+        checkpointing=_checkpointing(model),
+        compute_bytes=2 if autocast is not None else param.element_size(),
+        chunk_tokens=chunk_tokens,
+        cast_params=sum(p.numel() for p in model.parameters()) if autocast is not None else 0,
+    )
+    return MicroBatchBudget(tokens, budget / GIB, why)
+
+
+def sized_micro_batches(
+    section: Any, model: Any, autocast: Any = None, activation_gib: float = 0.0
+) -> tuple[Any, MicroBatchBudget]:
+    """A trainer's config section (`RLConfig`, `SFTConfig`) with `micro_batch_tokens` resolved for `model`, and
+    the budget (to print)."""
+    budget = resolve_micro_batch_tokens(
+        section.micro_batch_tokens, model, autocast=autocast, activation_gib=activation_gib
+    )
+    return dataclasses.replace(section, micro_batch_tokens=budget.tokens), budget
+
+
+__all__ = [
+    "MicroBatchBudget",
+    "activation_values_per_token",
+    "budget_bytes",
+    "cpu_available_bytes",
+    "head_bytes",
+    "resolve_micro_batch_tokens",
+    "sized_micro_batches",
+    "tokens_for_budget",
+]
