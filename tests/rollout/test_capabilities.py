@@ -78,10 +78,17 @@ def test_rollout_loop():
 def test_rollout_correction_and_old_logprobs():
     assert SHARED.rollout_correction("auto") == "none" and SERVER.rollout_correction("auto") == "token_tis"
     assert SHARED.rollout_correction("seq_mis") == "seq_mis" and SERVER.rollout_correction("none") == "none"
-    assert not SHARED.needs_old_logprobs(on_policy=True, correction="none")
-    assert SHARED.needs_old_logprobs(on_policy=False, correction="none")
-    assert SHARED.needs_old_logprobs(on_policy=True, correction="token_tis")
-    assert SERVER.needs_old_logprobs(on_policy=True, correction="none")  # to measure the mismatch
+    def source(caps, on_policy=True, correction="none", fresh=True, mode="auto"):
+        return caps.old_logprobs(on_policy=on_policy, correction=correction, fresh=fresh, mode=mode)
+
+    assert source(SHARED) == "policy"  # one update over the whole batch
+    assert source(SHARED, on_policy=False) == "engine"  # several mini-batches: the sampling log-probs are old ones
+    assert source(SHARED, on_policy=False, fresh=False) == "recompute"  # sampled with older weights (overlap)
+    assert source(SHARED, correction="token_tis") == "recompute"
+    assert source(SHARED, on_policy=False, mode="recompute") == "recompute"
+    assert source(SERVER) == source(SERVER, on_policy=False) == "recompute"  # to measure the mismatch
+    with pytest.raises(ValueError, match="rl.old_logprobs='engine'; valid: auto, recompute"):
+        source(SHARED, mode="engine")
 
 
 def test_seed_kwargs():
@@ -134,7 +141,7 @@ def test_bf16_on_either_side_means_the_logprobs_are_recomputed_and_corrected():
         caps = SHARED.with_precision(engine_dtype, trainer_dtype)
         assert caps.shares_policy and not caps.exact_logprobs  # still nothing to copy, but other numbers
         assert caps.rollout_correction("auto") == "token_tis"
-        assert caps.needs_old_logprobs(on_policy=True, correction="none")
+        assert caps.old_logprobs(on_policy=False, correction="none", fresh=True) == "recompute"
 
 
 def test_factory_builds_a_bf16_torch_engine_and_refuses_other_dtypes(model, tokenizer, renderer):

@@ -95,9 +95,34 @@ def test_torch_engine_default_is_off_and_unchanged(tokenizer, renderer, sandbox,
     assert not any(
         k.startswith(("rollout/logprob_diff", "rollout_corr/")) for k in m
     )  # on-policy: no recompute
-    t2 = _trainer(tokenizer, renderer, sandbox, tmp_path / "b", shifted=False, ppo_epochs=2)
+    t2 = _trainer(
+        tokenizer, renderer, sandbox, tmp_path / "b", shifted=False, ppo_epochs=2, old_logprobs="recompute"
+    )
     m2 = t2.step()
     assert m2["rollout/logprob_diff_max"] < 1e-4  # same module: only round-off between batch shapes
+
+
+def test_engine_logprobs_serve_as_old_logprobs(tokenizer, renderer, sandbox, tmp_path):
+    """Two updates per step with the torch engine: its sampling log-probs are the old ones (no no-grad pass), and
+    the step moves the weights as the recomputed ones would, to float rounding."""
+    weights = []
+    for mode in ("auto", "recompute"):
+        torch.manual_seed(0)
+        t = _trainer(
+            tokenizer, renderer, sandbox, tmp_path / mode, shifted=False, ppo_epochs=2, old_logprobs=mode
+        )
+        t.adv_fn = lambda rewards, groups: torch.linspace(-1, 1, len(rewards))  # a signal to learn from
+        start = [p.detach().clone() for p in t.policy.parameters()]
+        calls = []
+        t._logprobs = lambda model, batch, f=t._logprobs: calls.append(1) or f(model, batch)
+        m = t.step()
+        assert len(calls) == (mode == "recompute") and ("rollout/logprob_diff_max" in m) == (
+            mode == "recompute"
+        )
+        weights.append([p.detach().clone() for p in t.policy.parameters()])
+        step = max((a - b).abs().max().item() for a, b in zip(start, weights[-1], strict=True))
+    gap = max((a - b).abs().max().item() for a, b in zip(*weights, strict=True))
+    assert step > 1e-3 and gap < 0.02 * step  # AdamW's first steps magnify float rounding in small gradients
 
 
 @pytest.mark.parametrize("autocast", ["engine", torch.bfloat16])

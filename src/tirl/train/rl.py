@@ -11,8 +11,10 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
 5. Tool-output tokens are in the context but never in the loss (`loss_mask`), and they count toward the budget.
 6. A group whose rewards are all equal gets exactly zero advantage (group statistics in float64, equal groups
    detected explicitly); `adv/zero_share` is the share of such groups. No dynamic re-sampling replaces them.
-7. Old log-probs come from the policy itself before the first update (not from the engine), as verl does; with a
-   single update per step they are the detached log-probs of that update's own forward pass (identical values).
+7. Old log-probs: with a single update per step, the detached log-probs of that update's own forward pass (as verl
+   does); with several, the engine's sampling log-probs where they are the trainer's own to float rounding (the
+   torch engine in fp32, sampling with the step's starting weights: verl's bypass mode), else a no-grad pass of
+   the policy before the first update, which also measures the engine/trainer mismatch (`rl.old_logprobs`).
 8. `seq-mean-token-sum-norm` divides by a fixed length (`rl.loss_norm_len`, default the response budget), never
    by the padded length of the batch, which would bring back the length bias it exists to remove.
 9. An update whose loss or gradient norm is not finite is skipped (parameters, AdamW moments and the schedule
@@ -102,6 +104,9 @@ class RLConfig:
     dynamic_max_rounds: int = 3  # extra generation rounds per step at most, when dynamic_sampling is on
     overlong_filter: bool = False  # truncated responses (budget / turn cap hit) are masked out of the loss
     logprob_batch_size: int = 64  # sequences per no-grad forward when recomputing old log-probs
+    # auto: the engine's sampling log-probs when they are the trainer's own (capabilities.old_logprobs); recompute:
+    # always a no-grad pass (measures the engine/trainer mismatch)
+    old_logprobs: Literal["auto", "recompute"] = "auto"
     eval_every: int = (
         0  # steps between validations on eval_data (records kept in OUT/eval/step-<k>/); 0 = none
     )
@@ -156,6 +161,8 @@ class RLConfig:
             raise ValueError(
                 f"rl.rollout_correction={self.rollout_correction!r}; valid: auto, {', '.join(CORRECTIONS)}"
             )
+        if self.old_logprobs not in ("auto", "recompute"):
+            raise ValueError(f"rl.old_logprobs={self.old_logprobs!r}; valid: auto, recompute")
         check_range("clip_low", self.clip_low, 0, 1, high_open=True)  # at load time, not after a rollout
         check_range("entropy_coef", self.entropy_coef)
         for name, low in (("clip_high", 0), ("kl_coef", 0), ("mis_low", 0), ("tis_cap", 0), ("clip_c", 1)):
@@ -319,14 +326,18 @@ class RLTrainer:
                 0  # DAPO's overlong filtering: a cut-off answer is no evidence either way
             )
         # One update per step on the whole batch is exactly on-policy: the old log-probs are the policy's own log-probs
-        # of this forward pass (detached), so the separate recomputation is skipped (as verl does).
+        # of this forward pass (detached), as verl does. Otherwise an engine whose log-probs are the trainer's own
+        # supplies them; any other is recomputed, to measure the mismatch and correct for it (capabilities).
         on_policy = cfg.ppo_epochs == 1 and self.local_mini >= len(trajs)
-        # Unless the engine's log-probs are the trainer's own, the old log-probs are recomputed even on-policy, to
-        # measure the mismatch and correct for it.
-        need_old = self.engine_caps.needs_old_logprobs(on_policy=on_policy, correction=self.correction)
+        source = self.engine_caps.old_logprobs(
+            on_policy=on_policy, correction=self.correction, fresh=self.ahead is None, mode=cfg.old_logprobs
+        )
         with self.timers.time("update"):
-            old_logp = self._logprobs(self.policy, batch) if need_old else None
-            mismatch = {} if old_logp is None else self._correct(batch, old_logp, trajs)
+            if source == "engine":
+                old_logp = rollout_logprobs(trajs, batch.input_ids)
+            else:
+                old_logp = self._logprobs(self.policy, batch) if source == "recompute" else None
+            mismatch = self._correct(batch, old_logp, trajs) if source == "recompute" else {}
             ref_logp = None
             if self.ref is not None:
                 with self.ref.model() as ref:
