@@ -18,6 +18,9 @@ class RolloutConfig:
     top_p: float = 1.0
     top_k: int = -1
     max_batch_size: int = 256  # sequences per engine forward
+    # torch: the keys and values of a call's finished rows kept (up to this many MiB) so that the next turn, which
+    # extends them, pre-fills only its new tokens (tirl.rollout.kv_cache.KeptPrefixes); 0 = pre-fill every turn whole
+    keep_prefix_mib: int = 1024
     mode: str = "auto"  # lockstep | async | auto (lock-step for the torch engine, async for servers)
     concurrency: int = 64  # async: trajectories in flight at once
     timeout_s: float = 600.0  # async: a trajectory running longer is returned with stop reason "error"
@@ -73,6 +76,8 @@ class RolloutConfig:
             raise ValueError(f"unknown rollout.mode {self.mode!r}; valid: {', '.join(MODES)}")
         if self.min_tokens_per_s <= 0:
             raise ValueError(f"rollout.min_tokens_per_s must be > 0, got {self.min_tokens_per_s}")
+        if self.keep_prefix_mib < 0:
+            raise ValueError(f"rollout.keep_prefix_mib must be >= 0 (0 = off), got {self.keep_prefix_mib}")
         if self.concurrency < 1 or self.timeout_s <= 0:
             raise ValueError(
                 f"rollout.concurrency must be >= 1 and timeout_s > 0, got {self.concurrency}, {self.timeout_s}"

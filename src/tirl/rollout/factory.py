@@ -60,7 +60,7 @@ def _torch(ro: RolloutConfig, x: EngineInputs) -> Engine:
         )
     return TorchEngine(
         x.model, eos_ids=[x.eos_id], pad_id=x.pad_id, stop_ids=x.stop_ids, max_batch_size=ro.max_batch_size,
-        compute_dtype=torch.bfloat16 if ro.dtype == "bfloat16" else None,
+        compute_dtype=torch.bfloat16 if ro.dtype == "bfloat16" else None, keep_prefix_mib=ro.keep_prefix_mib,
     )  # fmt: skip
 
 

@@ -13,6 +13,8 @@ bit where the attention kernel gives the same sums over a strided view as over a
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
@@ -51,9 +53,17 @@ class InPlaceLayer(DynamicLayer):
         return self.length
 
     def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if self.is_initialized:
-            self._k, self._v = self._k[indices], self._v[indices]
-            self.keys, self.values = self._k[:, :, : self.length], self._v[:, :, : self.length]
+        if self.is_initialized:  # only the written positions are copied, not the whole capacity
+            n = self.length
+            self._k, self._v = (self._select(t, indices, n) for t in (self._k, self._v))
+            self.keys, self.values = self._k[:, :, :n], self._v[:, :, :n]
+
+    @staticmethod
+    def _select(buf: torch.Tensor, indices: torch.Tensor, n: int) -> torch.Tensor:
+        """A new buffer of the selected rows, their first `n` positions copied and the rest left for new tokens."""
+        out = buf.new_empty((len(indices), *buf.shape[1:]))
+        out[:, :, :n] = buf[:, :, :n].index_select(0, indices)
+        return out
 
     def reset(self) -> None:
         self._k = self._v = None
@@ -75,3 +85,92 @@ class InPlaceCache(DynamicCache):
             raise ValueError(f"KV cache capacity must be >= 1, got {capacity}")
         super().__init__()
         self.layer_class_to_replicate = lambda: InPlaceLayer(capacity)
+
+    def preload(self, prefixes: list[list[tuple[torch.Tensor, torch.Tensor]] | None], width: int) -> None:
+        """Fill the first `width` positions from kept prefixes, row b's right-aligned at [width - n_b, width) (its
+        other positions stay unwritten: the attention mask hides them). Every layer of the model gets one; rows
+        without a prefix (None) have nothing written."""
+        first = next(p for p in prefixes if p is not None)
+        B = len(prefixes)
+        for layer_idx, (k0, v0) in enumerate(first):
+            layer = self.layer_class_to_replicate()
+            h, _, d = k0.shape
+            layer._k = k0.new_zeros((B, h, layer.capacity, d))
+            layer._v = v0.new_zeros((B, v0.shape[0], layer.capacity, v0.shape[-1]))
+            layer.dtype, layer.device, layer.is_initialized = k0.dtype, k0.device, True
+            for b, p in enumerate(prefixes):
+                if p is not None:
+                    k, v = p[layer_idx]
+                    layer._k[b, :, width - k.shape[1] : width] = k
+                    layer._v[b, :, width - v.shape[1] : width] = v
+            layer.length = width
+            layer.keys, layer.values = layer._k[:, :, :width], layer._v[:, :, :width]
+            self.layers.append(layer)
+
+    def place(self, rows: torch.Tensor, part: InPlaceCache, width: int, batch: int) -> None:
+        """Copy a pre-filled `part` (a cache over some of this cache's `batch` rows) into rows `rows`, its positions
+        right-aligned at [width - part's length, width); this cache's length becomes `width`."""
+        for layer_idx, src in enumerate(part.layers):
+            if layer_idx == len(self.layers):
+                layer = self.layer_class_to_replicate()
+                layer._k = src._k.new_zeros((batch, *src._k.shape[1:2], layer.capacity, src._k.shape[-1]))
+                layer._v = src._v.new_zeros((batch, *src._v.shape[1:2], layer.capacity, src._v.shape[-1]))
+                layer.dtype, layer.device, layer.is_initialized = src._k.dtype, src._k.device, True
+                self.layers.append(layer)
+            layer, n = self.layers[layer_idx], src.length
+            layer._k[rows, :, width - n : width] = src._k[:, :, :n]
+            layer._v[rows, :, width - n : width] = src._v[:, :, :n]
+            layer.length = width
+            layer.keys, layer.values = layer._k[:, :, :width], layer._v[:, :, :width]
+
+
+class KeptPrefixes:
+    """The KV of sequences an engine call finished, kept for the next call to continue without a new pre-fill.
+
+    A multi-turn rollout sends each turn's whole context (prompt, sampled turns, tool output) again; the part the
+    last call already computed is a prefix of it. The engine keeps, for each finished row, its token ids and the
+    keys and values of those positions (everything but the last sampled token, which was never fed), and the next
+    call pre-fills only what follows. Entries live for one call: what the next call does not continue is dropped,
+    as are all of them when the weights change. At most `max_bytes` are kept (rows beyond it are pre-filled anew).
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()  # the async loop may call the engine from several threads
+        self._entries: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
+        self._bytes = 0
+        self.reused_tokens = 0  # positions taken from kept prefixes instead of a pre-fill, over the engine's life
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries, self._bytes = {}, 0
+
+    def take(self, prompts: list[list[int]]) -> list[list[tuple[torch.Tensor, torch.Tensor]] | None]:
+        """For each prompt, the longest kept prefix it extends by at least one token (its per-layer keys and
+        values), or None; the store is emptied."""
+        with self._lock:
+            entries, self._entries, self._bytes = self._entries, {}, 0
+        lengths = sorted({len(k) for k in entries}, reverse=True)
+        out: list[list[tuple[torch.Tensor, torch.Tensor]] | None] = []
+        for p in prompts:
+            hit = None
+            for n in lengths:
+                if n < len(p) and (hit := entries.pop(tuple(p[:n]), None)) is not None:
+                    break
+            out.append(hit)
+            self.reused_tokens += 0 if hit is None else hit[0][0].shape[1]
+        return out
+
+    def keep(self, cache: InPlaceCache, rows: list[int], tokens: list[list[int]], attn: torch.Tensor) -> None:
+        """Keep cache rows `rows` (their token ids `tokens`, their real positions where `attn` is 1) until the next
+        call, within the byte budget."""
+        for r, ids in zip(rows, tokens, strict=True):
+            if self._bytes >= self.max_bytes:
+                return
+            where = attn[r].nonzero().squeeze(-1)
+            if where.numel() != len(ids):
+                raise RuntimeError(f"kept prefix: {where.numel()} cached positions for {len(ids)} tokens")
+            kv = [(layer.keys[r][:, where], layer.values[r][:, where]) for layer in cache.layers]
+            with self._lock:
+                self._bytes += sum(k.nbytes + v.nbytes for k, v in kv)
+                self._entries[tuple(ids)] = kv
