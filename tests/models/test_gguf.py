@@ -264,3 +264,51 @@ def test_smollm2_greedy_is_the_same_on_the_torch_and_vllm_engines(smollm2, tmp_p
         gap = float(logits[a[at]] - logits[b[at]])
         assert abs(gap) < 1e-3, f"greedy picks differ at token {at} by a logit gap of {gap} (not a tie)"
     assert same >= len(prompts) - 1, f"only {same} of {len(prompts)} greedy responses identical"
+
+
+def _same_greedy(model, prompt: list[int], ours: list[int], theirs: list[int]) -> None:
+    """Equal greedy ids, or a first difference at a rounding-level tie of the model's own logits."""
+    if ours == theirs[: len(ours)]:
+        return
+    at = next(k for k, (x, y) in enumerate(zip(ours, theirs, strict=False)) if x != y)
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + ours[:at]])).logits[0, -1]
+    gap = float(logits[ours[at]] - logits[theirs[at]])
+    assert abs(gap) < 1e-3, f"greedy picks differ at token {at} by a logit gap of {gap} (not a tie)"
+
+
+@pytest.mark.slow
+@needs_smollm2
+def test_smollm2_torch_engine_greedy_equals_generate(smollm2):
+    """On the real model, tirl's torch engine (pre-fill in passes of similar lengths, the in-place cache, finished
+    rows dropped in batches, a second turn continued from the first's kept keys and values) picks the greedy ids
+    Hugging Face `generate` picks for each prompt alone."""
+    from tirl.chat.template import ChatRenderer
+    from tirl.rollout.engine import TorchEngine
+    from tirl.rollout.sampling import SamplingParams
+
+    model, tok, _ = smollm2
+    renderer = ChatRenderer(tok)
+    questions = [
+        *SMOLLM2_QUESTIONS,
+        " ".join(SMOLLM2_QUESTIONS * 5),
+    ]  # a long one: a pre-fill pass of its own
+    prompts = [renderer.prompt_ids([{"role": "user", "content": q}]) for q in questions]
+    engine = TorchEngine(model, eos_ids=[tok.eos_token_id], pad_id=renderer.pad_id)
+    greedy = SamplingParams(temperature=0.0)
+    with torch.no_grad():
+        first = engine.generate(prompts, greedy, max_new_tokens=24)
+        tool = tok.encode("\n<tool_response>\n408\n</tool_response>\n", add_special_tokens=False)
+        later = [
+            p + g.token_ids + tool[: 3 + 4 * i] for i, (p, g) in enumerate(zip(prompts, first, strict=True))
+        ]
+        second = engine.generate(later, greedy, max_new_tokens=16)
+        assert engine.kept.reused_tokens >= sum(
+            len(p) for p in prompts
+        )  # the second turn continued every row
+        for p, g in zip(prompts + later, first + second, strict=True):
+            ref = model.generate(
+                torch.tensor([p]), max_new_tokens=len(g.token_ids), do_sample=False,
+                pad_token_id=renderer.pad_id,
+            )[0, len(p) :].tolist()  # fmt: skip
+            _same_greedy(model, p, g.token_ids, ref)

@@ -16,14 +16,19 @@ from tirl.rollout.sampling import SamplingParams
 
 def prompts(n: int, seed: int = 0) -> list[list[int]]:
     g = torch.Generator().manual_seed(seed)
-    return [torch.randint(10, 200, (int(k),), generator=g).tolist() for k in torch.randint(2, 30, (n,), generator=g)]
+    return [
+        torch.randint(10, 200, (int(k),), generator=g).tolist()
+        for k in torch.randint(2, 30, (n,), generator=g)
+    ]
 
 
 def run(model, eos: int, cache_cls, params, monkeypatch, budgets) -> list:
     monkeypatch.setattr(engine_mod, "InPlaceCache", cache_cls)
     eng = TorchEngine(model, eos_ids=[eos], pad_id=0, max_batch_size=8)
     with torch.no_grad():
-        return eng.generate(prompts(12), params, max_new_tokens=budgets, generator=torch.Generator().manual_seed(1))
+        return eng.generate(
+            prompts(12), params, max_new_tokens=budgets, generator=torch.Generator().manual_seed(1)
+        )
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])
@@ -107,13 +112,17 @@ def test_kept_prefixes_are_dropped_when_the_weights_change_or_over_budget(tokeni
     with torch.no_grad():
         g = eng.generate(ps, SamplingParams(temperature=0.0), max_new_tokens=6)
         eng.sync_weights(model)  # a new policy: the kept keys and values are stale
-        eng.generate([p + x.token_ids + [7] for p, x in zip(ps, g)], SamplingParams(temperature=0.0), max_new_tokens=3)
+        eng.generate(
+            [p + x.token_ids + [7] for p, x in zip(ps, g)], SamplingParams(temperature=0.0), max_new_tokens=3
+        )
     assert eng.kept.reused_tokens == 0
     tiny = TorchEngine(model, eos_ids=[42], pad_id=0)
     tiny.kept.max_bytes = 1  # the first row fills the budget, the others are not kept
     with torch.no_grad():
         g = tiny.generate(ps, SamplingParams(temperature=0.0), max_new_tokens=6)
-        tiny.generate([p + x.token_ids + [7] for p, x in zip(ps, g)], SamplingParams(temperature=0.0), max_new_tokens=3)
+        tiny.generate(
+            [p + x.token_ids + [7] for p, x in zip(ps, g)], SamplingParams(temperature=0.0), max_new_tokens=3
+        )
     assert 0 < tiny.kept.reused_tokens < sum(len(p) + len(x.token_ids) - 1 for p, x in zip(ps, g))
 
 

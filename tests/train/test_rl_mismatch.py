@@ -114,7 +114,7 @@ def test_engine_logprobs_serve_as_old_logprobs(tokenizer, renderer, sandbox, tmp
         t.adv_fn = lambda rewards, groups: torch.linspace(-1, 1, len(rewards))  # a signal to learn from
         start = [p.detach().clone() for p in t.policy.parameters()]
         calls = []
-        t._logprobs = lambda model, batch, f=t._logprobs: calls.append(1) or f(model, batch)
+        t._logprobs = lambda model, batch, f=t._logprobs, calls=calls: calls.append(1) or f(model, batch)
         m = t.step()
         assert len(calls) == (mode == "recompute") and ("rollout/logprob_diff_max" in m) == (
             mode == "recompute"

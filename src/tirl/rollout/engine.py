@@ -146,7 +146,10 @@ class TorchEngine:
             idx = order[s : s + self.max_batch_size]
             with torch.autocast(self.device.type, dtype=dt or torch.bfloat16, enabled=dt is not None):
                 outs = self._generate_chunk(
-                    [list(prompts[i]) for i in idx], [limits[i] for i in idx], params, generator,
+                    [list(prompts[i]) for i in idx],
+                    [limits[i] for i in idx],
+                    params,
+                    generator,
                     [kept[i] for i in idx],
                 )
             for i, g in zip(idx, outs, strict=True):
@@ -215,7 +218,9 @@ class TorchEngine:
         todo = [len(p) - (0 if k is None else k[0][0].shape[1]) for p, k in zip(prompts, kept, strict=True)]
         order = sorted(range(len(prompts)), key=lambda i: todo[i])
         ends = least_padding_split([todo[i] for i in order], max_tokens=1 << 40)
-        parts = [sorted(order[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)]  # one part: every row in order
+        parts = [
+            sorted(order[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)
+        ]  # one part: every row in order
         outs = []
         for part in parts:
             ids, attn, pos, width = self._prefill_inputs([prompts[i] for i in part], [kept[i] for i in part])

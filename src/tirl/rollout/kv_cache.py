@@ -139,7 +139,9 @@ class KeptPrefixes:
         self._lock = threading.Lock()  # the async loop may call the engine from several threads
         self._entries: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
         self._bytes = 0
-        self.reused_tokens = 0  # positions taken from kept prefixes instead of a pre-fill, over the engine's life
+        self.reused_tokens = (
+            0  # positions taken from kept prefixes instead of a pre-fill, over the engine's life
+        )
 
     def clear(self) -> None:
         with self._lock:
