@@ -30,11 +30,11 @@ from typing import Any
 
 import torch
 
+from tirl.padding import least_padding_split
 from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.kv_cache import InPlaceCache, KeptPrefixes
 from tirl.rollout.sampling import SamplingParams, per_prompt_budgets, sample_next
 from tirl.rollout.types import Generation
-from tirl.train.batch import least_padding_split
 
 __all__ = ["Generation", "TorchEngine", "cache_keyword"]
 

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
+from tirl.padding import least_padding_split
+
 
 @dataclass
 class TokenBatch:
@@ -94,36 +96,6 @@ def check_micro_batch(micro_batch_size: int, micro_batch_tokens: int | str) -> N
             f"micro_batch_size must be >= 0 and micro_batch_tokens >= 0 or auto (0 = no bound), "
             f"got {micro_batch_size}, {micro_batch_tokens!r}"
         )
-
-
-# What one more forward/backward pass costs beyond its tokens, in padded tokens: about 25 ms of fixed work (kernel
-# launches, Python, the head's chunks) on the demo's 1M-parameter model on 2 cores, where a token costs ~0.1 ms.
-PASS_COST_TOKENS = 256
-MAX_PART_ROWS = 512  # bounds the search (rows x this); a larger pass would not be cheaper by much
-
-
-def least_padding_split(
-    lengths: Sequence[int], max_tokens: int, pass_cost: int = PASS_COST_TOKENS
-) -> list[int]:
-    """Where to cut ascending `lengths` into consecutive parts: the parts' padded tokens (count x longest) plus
-    `pass_cost` per part, least in total, each part within `max_tokens` (a row longer than it alone). Returns the
-    end index of each part. Dynamic programming over the cut points, parts of at most MAX_PART_ROWS rows."""
-    n = len(lengths)
-    best, cut = [0] + [0] * n, [0] * (n + 1)
-    for i in range(1, n + 1):
-        best[i] = -1
-        for j in range(i - 1, max(i - 1 - MAX_PART_ROWS, -1), -1):
-            size = lengths[i - 1] * (i - j)
-            if size > max_tokens and i - j > 1:
-                break
-            cost = best[j] + size + pass_cost
-            if best[i] < 0 or cost < best[i]:
-                best[i], cut[i] = cost, j
-    ends, i = [], n
-    while i > 0:
-        ends.append(i)
-        i = cut[i]
-    return ends[::-1]
 
 
 def micro_batches_by_length(
