@@ -192,7 +192,9 @@ def run_sft(
         trainer.identity = identity
         if ckpt:
             checkpoint.restore_trainer(trainer, ckpt, state)
-            console.print(f"resuming from {ckpt} at step {trainer.step_done}")
+            console.print(
+                f"resuming from {ckpt} at step {trainer.step_done}", soft_wrap=True
+            )  # a path, never cut
         trainer.train()
     return fsdp.save_model(model, tokenizer, out / "model")
 
@@ -247,7 +249,9 @@ def run_rl(
             trainer.validate = validator(cfg, out, agent, str(path), logger=logger)
         if ckpt:
             checkpoint.restore_trainer(trainer, ckpt, state)
-            console.print(f"resuming from {ckpt} at step {trainer.step_done} of {cfg.rl.steps}")
+            console.print(
+                f"resuming from {ckpt} at step {trainer.step_done} of {cfg.rl.steps}", soft_wrap=True
+            )
         if trainer.validate is not None and cfg.rl.eval_at_start and trainer.step_done == 0:
             _validate_at_start(trainer, logger)
         trainer.train()
