@@ -93,11 +93,7 @@ class InPlaceCache(DynamicCache):
         first = next(p for p in prefixes if p is not None)
         B = len(prefixes)
         for layer_idx, (k0, v0) in enumerate(first):
-            layer = self.layer_class_to_replicate()
-            h, _, d = k0.shape
-            layer._k = k0.new_zeros((B, h, layer.capacity, d))
-            layer._v = v0.new_zeros((B, v0.shape[0], layer.capacity, v0.shape[-1]))
-            layer.dtype, layer.device, layer.is_initialized = k0.dtype, k0.device, True
+            layer = self._new_layer(k0, v0, B, heads_dim=0)
             for b, p in enumerate(prefixes):
                 if p is not None:
                     k, v = p[layer_idx]
@@ -105,18 +101,23 @@ class InPlaceCache(DynamicCache):
                     layer._v[b, :, width - v.shape[1] : width] = v
             layer.length = width
             layer.keys, layer.values = layer._k[:, :, :width], layer._v[:, :, :width]
-            self.layers.append(layer)
+
+    def _new_layer(self, k: torch.Tensor, v: torch.Tensor, batch: int, heads_dim: int) -> InPlaceLayer:
+        """A zeroed layer of `batch` rows appended to this cache, shaped and typed like keys `k` and values `v`
+        (heads at dimension `heads_dim`, the head size last)."""
+        layer = self.layer_class_to_replicate()
+        layer._k = k.new_zeros((batch, k.shape[heads_dim], layer.capacity, k.shape[-1]))
+        layer._v = v.new_zeros((batch, v.shape[heads_dim], layer.capacity, v.shape[-1]))
+        layer.dtype, layer.device, layer.is_initialized = k.dtype, k.device, True
+        self.layers.append(layer)
+        return layer
 
     def place(self, rows: torch.Tensor, part: InPlaceCache, width: int, batch: int) -> None:
         """Copy a pre-filled `part` (a cache over some of this cache's `batch` rows) into rows `rows`, its positions
         right-aligned at [width - part's length, width); this cache's length becomes `width`."""
         for layer_idx, src in enumerate(part.layers):
             if layer_idx == len(self.layers):
-                layer = self.layer_class_to_replicate()
-                layer._k = src._k.new_zeros((batch, *src._k.shape[1:2], layer.capacity, src._k.shape[-1]))
-                layer._v = src._v.new_zeros((batch, *src._v.shape[1:2], layer.capacity, src._v.shape[-1]))
-                layer.dtype, layer.device, layer.is_initialized = src._k.dtype, src._k.device, True
-                self.layers.append(layer)
+                self._new_layer(src._k, src._v, batch, heads_dim=1)
             layer, n = self.layers[layer_idx], src.length
             layer._k[rows, :, width - n : width] = src._k[:, :, :n]
             layer._v[rows, :, width - n : width] = src._v[:, :, :n]
@@ -139,9 +140,8 @@ class KeptPrefixes:
         self._lock = threading.Lock()  # the async loop may call the engine from several threads
         self._entries: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
         self._bytes = 0
-        self.reused_tokens = (
-            0  # positions taken from kept prefixes instead of a pre-fill, over the engine's life
-        )
+        # positions taken from kept prefixes instead of a pre-fill, over the engine's life
+        self.reused_tokens = 0
 
     def clear(self) -> None:
         with self._lock:
