@@ -1,4 +1,4 @@
-"""Where to cut rows of ascending lengths into padded passes: one rule for the trainer's micro-batches
+"""Where to cut rows into padded passes of similar lengths: one rule for the trainer's micro-batches
 (`tirl.train.batch.micro_batches_by_length`) and the torch engine's pre-fill (`tirl.rollout.engine`)."""
 
 from __future__ import annotations
@@ -33,3 +33,11 @@ def least_padding_split(
         ends.append(i)
         i = cut[i]
     return ends[::-1]
+
+
+def least_padding_parts(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """The rows (indices into `lengths`, any order) in passes cut by `least_padding_split` over them sorted by
+    length, each pass's rows back in their own order (one pass: every row, in order)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    ends = least_padding_split([lengths[i] for i in order], max_tokens)
+    return [sorted(order[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)]

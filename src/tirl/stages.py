@@ -192,9 +192,8 @@ def run_sft(
         trainer.identity = identity
         if ckpt:
             checkpoint.restore_trainer(trainer, ckpt, state)
-            console.print(
-                f"resuming from {ckpt} at step {trainer.step_done}", soft_wrap=True
-            )  # a path, never cut
+            # soft_wrap: a path the console's width would cut
+            console.print(f"resuming from {ckpt} at step {trainer.step_done}", soft_wrap=True)
         trainer.train()
     return fsdp.save_model(model, tokenizer, out / "model")
 

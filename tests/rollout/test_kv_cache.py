@@ -134,12 +134,12 @@ def test_prefill_in_passes_of_similar_lengths(tokenizer, monkeypatch, temperatur
     short, long = prompts(6, seed=7), [p * 12 for p in prompts(6, seed=8)]  # ~5-30 and ~60-360 tokens
     ps = [x for pair in zip(short, long, strict=True) for x in pair]
     passes = []
-    split = engine_mod.least_padding_split
+    split = engine_mod.least_padding_parts
 
     def run(one_pass: bool) -> list:
         monkeypatch.setattr(
-            engine_mod, "least_padding_split",
-            (lambda lengths, **kw: [len(lengths)]) if one_pass else (lambda lengths, **kw: passes.append(split(lengths, **kw)) or passes[-1]),
+            engine_mod, "least_padding_parts",
+            (lambda lengths, **kw: [list(range(len(lengths)))]) if one_pass else (lambda lengths, **kw: passes.append(split(lengths, **kw)) or passes[-1]),
         )  # fmt: skip
         eng = TorchEngine(model, eos_ids=[42], pad_id=0)
         with torch.no_grad():

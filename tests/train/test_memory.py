@@ -5,8 +5,9 @@ import pytest
 import torch
 
 from conftest import make_model
+from tirl.padding import least_padding_split
 from tirl.train import memory
-from tirl.train.batch import least_padding_split, micro_batches, micro_batches_by_length
+from tirl.train.batch import micro_batches, micro_batches_by_length
 from tirl.train.logprobs import token_logprobs
 from tirl.train.memory import (
     GIB,

@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from tirl.padding import least_padding_split
+from tirl.padding import least_padding_parts
 from tirl.rollout.capabilities import EngineCapabilities
-from tirl.rollout.kv_cache import InPlaceCache, KeptPrefixes
+from tirl.rollout.kv_cache import InPlaceCache, KeptPrefixes, kept_length
 from tirl.rollout.sampling import SamplingParams, per_prompt_budgets, sample_next
 from tirl.rollout.types import Generation
 
@@ -211,16 +211,12 @@ class TorchEngine:
         self, prompts: list[list[int]], kept: list[Any], room: int
     ) -> tuple[InPlaceCache, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Pre-fill every row (after its kept prefix, if any) in passes of rows with similar numbers of tokens to
-        compute (`least_padding_split`: one left-padded pass over a batch whose tool outputs run from 5 to 90 tokens
+        compute (`least_padding_parts`: one left-padded pass over a batch whose tool outputs run from 5 to 90 tokens
         computes mostly padding). Returns the cache, with `room` positions left for new tokens, the attention mask
         (its columns the cache's positions), the last logits (B, V) and each row's next position (B, 1)."""
         dev = self.device
-        todo = [len(p) - (0 if k is None else k[0][0].shape[1]) for p, k in zip(prompts, kept, strict=True)]
-        order = sorted(range(len(prompts)), key=lambda i: todo[i])
-        ends = least_padding_split([todo[i] for i in order], max_tokens=1 << 40)
-        parts = [
-            sorted(order[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)
-        ]  # one part: every row in order
+        todo = [len(p) - kept_length(k) for p, k in zip(prompts, kept, strict=True)]
+        parts = least_padding_parts(todo, max_tokens=1 << 40)  # no memory bound beyond one whole pass's
         outs = []
         for part in parts:
             ids, attn, pos, width = self._prefill_inputs([prompts[i] for i in part], [kept[i] for i in part])
@@ -254,7 +250,7 @@ class TorchEngine:
         left-padded, width 0. With them: each row's kept positions right-aligned in the first `width` columns of the
         mask (they are already in the cache) and its remaining tokens left-padded after them; positions count the
         row's real tokens, so a row reads as it would after a full pre-fill."""
-        done = [0 if k is None else k[0][0].shape[1] for k in kept]
+        done = [kept_length(k) for k in kept]
         rest = [p[n:] for p, n in zip(prompts, done, strict=True)]
         ids, attn = self._left_pad(rest)
         width = max(done)

@@ -125,6 +125,11 @@ class InPlaceCache(DynamicCache):
             layer.keys, layer.values = layer._k[:, :, :width], layer._v[:, :, :width]
 
 
+def kept_length(prefix: list[tuple[torch.Tensor, torch.Tensor]] | None) -> int:
+    """Positions a kept prefix (per-layer keys and values, (heads, positions, head size)) covers; 0 for None."""
+    return 0 if prefix is None else prefix[0][0].shape[1]
+
+
 class KeptPrefixes:
     """The KV of sequences an engine call finished, kept for the next call to continue without a new pre-fill.
 
@@ -160,7 +165,7 @@ class KeptPrefixes:
                 if n < len(p) and (hit := entries.pop(tuple(p[:n]), None)) is not None:
                     break
             out.append(hit)
-            self.reused_tokens += 0 if hit is None else hit[0][0].shape[1]
+            self.reused_tokens += kept_length(hit)
         return out
 
     def keep(self, cache: InPlaceCache, rows: list[int], tokens: list[list[int]], attn: torch.Tensor) -> None:

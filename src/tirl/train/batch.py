@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tirl.padding import least_padding_split
+from tirl.padding import least_padding_parts
 
 
 @dataclass
@@ -108,9 +108,7 @@ def micro_batches_by_length(
     micro-batch size) or no budget the rows are split in order, as verl splits them."""
     if max_seqs or not max_tokens:
         return micro_batches(lengths, max_seqs=max_seqs, max_tokens=max_tokens)
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    ends = least_padding_split([lengths[i] for i in order], max_tokens)
-    return [sorted(order[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+    return least_padding_parts(lengths, max_tokens)
 
 
 def slice_rows(batch: TokenBatch, rows: torch.Tensor | Sequence[int]) -> TokenBatch:
