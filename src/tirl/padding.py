@@ -1,5 +1,6 @@
 """Where to cut rows into padded passes of similar lengths: one rule for the trainer's micro-batches
-(`tirl.train.batch.micro_batches_by_length`) and the torch engine's pre-fill (`tirl.rollout.engine`)."""
+(`tirl.train.batch.micro_batches_by_length`) and the torch engine's pre-fill (`tirl.rollout.engine`), and its
+variant for rows that share their prompts' passes (`shared_prefix_parts`)."""
 
 from __future__ import annotations
 
@@ -40,4 +41,41 @@ def least_padding_parts(lengths: Sequence[int], max_tokens: int) -> list[list[in
     length, each pass's rows back in their own order (one pass: every row, in order)."""
     order = sorted(range(len(lengths)), key=lambda i: lengths[i])
     ends = least_padding_split([lengths[i] for i in order], max_tokens)
+    return [sorted(order[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)]
+
+
+def shared_prefix_parts(
+    own: Sequence[int],
+    keys: Sequence[int],
+    prefix: Sequence[int],
+    max_tokens: int,
+    pass_cost: int = PASS_COST_TOKENS,
+) -> list[list[int]]:
+    """Rows whose first `prefix[i]` tokens are shared by every row of the same `keys[i]` (a GRPO group's prompt)
+    and computed once per pass (`tirl.train.prefix`), followed by `own[i]` tokens of their own: passes that keep a
+    key's rows together, cut where the padded tokens computed (distinct prefixes x the longest prefix + rows x the
+    longest own part) plus `pass_cost` per pass are least, each within `max_tokens` (a row alone may exceed it).
+    Each pass's rows come back in their own order."""
+    order = sorted(range(len(own)), key=lambda i: (prefix[i], keys[i], own[i]))
+    n = len(order)
+    best, cut = [0] + [0] * n, [0] * (n + 1)
+    for i in range(1, n + 1):
+        best[i] = -1
+        distinct, p_max, o_max, last_key = 0, 0, 0, None
+        for j in range(i - 1, max(i - 1 - MAX_PART_ROWS, -1), -1):
+            r = order[j]
+            if keys[r] != last_key:
+                distinct, last_key = distinct + 1, keys[r]
+            p_max, o_max = max(p_max, prefix[r]), max(o_max, own[r])
+            size = distinct * p_max + (i - j) * o_max
+            if size > max_tokens and i - j > 1:
+                break
+            cost = best[j] + size + pass_cost
+            if best[i] < 0 or cost < best[i]:
+                best[i], cut[i] = cost, j
+    ends, i = [], n
+    while i > 0:
+        ends.append(i)
+        i = cut[i]
+    ends.reverse()
     return [sorted(order[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)]

@@ -15,9 +15,10 @@ The estimate, per process (W processes; FSDP2 shards parameters, gradients and o
 - activations of one micro-batch: what autograd keeps per token and decoder layer (norm inputs, q/k/v, attention
   output, the MLP's four intermediate tensors: 4h + 4-6 (q + kv) + 4I values, within 5% of what autograd saved
   on Qwen2/Qwen3 layers in tests/test_plan.py), or with gradient checkpointing
-  the layer inputs plus one layer being recomputed; plus the log-prob head: one float32 row of logits per trained
-  token, which autograd keeps for the backward, and one chunk's transient logits and gradient
-  (`tirl.train.memory.head_bytes`), and the final hidden states;
+  the layer inputs plus one layer being recomputed; plus the log-prob head (`tirl.train.memory.head_bytes`): in
+  one process the final hidden state of each trained token, which its backward recomputes the logits from, and
+  one chunk's transient logits, softmax and gradient; sharded, one float32 row of logits per trained token, which
+  autograd keeps for the backward, and one chunk's transient logits and gradient;
 - a fixed reserve for the CUDA context and allocator fragmentation.
 It is an estimate (±25% on activations); `bench/train.py` measures peak memory on the models this machine can run.
 
@@ -226,6 +227,7 @@ def _tokens_per_micro_batch(
         tokens = tokens_for_budget(
             hf_config, budget, checkpointing=cfg.model.gradient_checkpointing, compute_bytes=compute_bytes,
             chunk_tokens=DEFAULT_CHUNK_TOKENS, cast_params=sum(p.numel() for p in model.parameters()) if cast else 0,
+            fused=world == 1,
         )  # fmt: skip
         return min(max(tokens, seq), whole), f"micro_batch_tokens=auto: {tokens:,} ({why})"
     if section.micro_batch_tokens:
@@ -263,7 +265,7 @@ def plan(
     state = _state_bytes(cfg, model, stage, params, trainable, W, compute_bytes)
     tokens, source = _tokens_per_micro_batch(cfg, stage, W, seq, hf_config, compute_bytes, gpu_gib, model)
     acts = tokens * activation_values_per_token(hf_config, m.gradient_checkpointing) * compute_bytes
-    logits = head_bytes(tokens, hf_config, DEFAULT_CHUNK_TOKENS)
+    logits = head_bytes(tokens, hf_config, DEFAULT_CHUNK_TOKENS, fused=W == 1)  # sharded: the model's forward
     parts = [x / GIB for x in (*state, acts, logits)]
     total = sum(parts) + reserve_gib
     if not m.gradient_checkpointing and total > gpu_gib:
@@ -312,7 +314,7 @@ def _vllm_memory(
     if stage != "rl" or ro.engine != "vllm":
         return 0.0, "", True
     # rollout.dtype: the dtype vLLM serves (bfloat16 with fidelity: recipe), else model.dtype
-    served = BYTES[ro.dtype or cfg.model.dtype]
+    served = BYTES[ro.served_dtype(cfg.model.dtype)]
     weights = params * served / GIB
     head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
     kv_token = 2 * hf.num_hidden_layers * hf.num_key_value_heads * head_dim * served

@@ -35,13 +35,16 @@ from tirl.sandbox.types import Sandbox
 from tirl.tasks import Task, load_task
 from tirl.tools import CodeInterpreter
 from tirl.train import checkpoint, dist, fsdp, reference
+from tirl.train.allocator import keep_freed_memory
 from tirl.train.manifest import RunIdentity, data_fingerprint
 from tirl.train.rl import RLTrainer
 from tirl.train.sft import SFTConfig, SFTTrainer
 
 
 def setup_torch(cfg: TirlConfig) -> None:
-    """Seeds and threads; under torchrun the cores are shared among the machine's processes (threads=0)."""
+    """Seeds, threads and the allocator (`tirl.train.allocator`); under torchrun the cores are shared among the
+    machine's processes (threads=0)."""
+    keep_freed_memory()
     torch.manual_seed(cfg.seed)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // local))
@@ -88,7 +91,8 @@ def build_agent(
             tools.tools[name] = CodeInterpreter(auto_print=cfg.agent.auto_print)
     return factory.build_agent(
         cfg.rollout, cfg.agent, model=model, tokenizer=tokenizer, renderer=build_renderer(tokenizer, cfg, task),
-        sandbox=sandbox, tools=tools, dtype=cfg.model.dtype, model_path=model_path, work_dir=work_dir,
+        sandbox=sandbox, tools=tools, dtype=cfg.model.dtype, autocast=cfg.model.autocast_dtype(model.config.hidden_size),
+        model_path=model_path, work_dir=work_dir,
     )  # fmt: skip
 
 

@@ -78,15 +78,24 @@ def test_rollout_loop():
 def test_rollout_correction_and_old_logprobs():
     assert SHARED.rollout_correction("auto") == "none" and SERVER.rollout_correction("auto") == "token_tis"
     assert SHARED.rollout_correction("seq_mis") == "seq_mis" and SERVER.rollout_correction("none") == "none"
+
     def source(caps, on_policy=True, correction="none", fresh=True, mode="auto"):
         return caps.old_logprobs(on_policy=on_policy, correction=correction, fresh=fresh, mode=mode)
 
     assert source(SHARED) == "policy"  # one update over the whole batch
-    assert source(SHARED, on_policy=False) == "engine"  # several mini-batches: the sampling log-probs are old ones
+    assert (
+        source(SHARED, on_policy=False) == "engine"
+    )  # several mini-batches: the sampling log-probs are old ones
     assert source(SHARED, on_policy=False, fresh=False) == "recompute"  # sampled with older weights (overlap)
-    assert source(SHARED, correction="token_tis") == "recompute"
-    assert source(SHARED, on_policy=False, mode="recompute") == "recompute"
-    assert source(SERVER) == source(SERVER, on_policy=False) == "recompute"  # to measure the mismatch
+    assert source(SHARED, correction="token_tis") == "policy"  # corrected in the update's own pass
+    assert source(SHARED, on_policy=False, correction="token_tis") == "recompute"
+    assert (
+        source(SHARED, on_policy=False, mode="recompute") == source(SHARED, mode="recompute") == "recompute"
+    )
+    assert (
+        source(SERVER) == "policy"
+    )  # on-policy: the mismatch is measured and corrected in the update's pass
+    assert source(SERVER, on_policy=False) == "recompute"  # to measure the mismatch before the first update
     with pytest.raises(ValueError, match="rl.old_logprobs='engine'; valid: auto, recompute"):
         source(SHARED, mode="engine")
 

@@ -53,8 +53,9 @@ def test_tokens_follow_the_budget_and_the_model(tokenizer):
     )
 
 
-def test_head_keeps_one_float32_row_of_logits_per_trained_token(tokenizer):
-    """What autograd saves in the chunked head beyond the decoder's hidden states is what `head_bytes` counts."""
+def test_head_keeps_the_hidden_rows_not_the_logits(tokenizer):
+    """What autograd saves in the chunked head beyond the decoder's hidden states is what `head_bytes` counts: a
+    hidden row and a few numbers per trained token (the backward recomputes the logits)."""
     torch.manual_seed(0)
     model = make_model(tokenizer).train()
     V = model.config.vocab_size

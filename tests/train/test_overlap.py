@@ -80,12 +80,12 @@ def _pick(history: list[dict]) -> list[list[float]]:
     return [[m[k] for k in KEYS] for m in history]
 
 
-# `off_policy_steps=0` metrics of this run, taken from the loop before `off_policy_steps` existed
-# (git show main:src/tirl/train/rl.py; the numbers are this machine's, as the demo's are)
+# `off_policy_steps=0` metrics of this run: the synchronous loop's, recorded once (inverse-CDF sampling, the
+# engine/trainer correction computed in the update's own pass); the numbers are this machine's, as the demo's are
 SYNCHRONOUS = [
-    [-1.0, -0.29554951190948486, 0.0022992852609604597, 9.5367431640625e-07, 12.0, 1.0000001192092896],
-    [-1.0, -0.2877832055091858, 0.017722057178616524, 9.5367431640625e-07, 10.0, 1.0],
-    [-1.0, -0.2744705080986023, 0.023653123527765274, 4.76837158203125e-07, 11.5, 1.0],
+    [-1.0, -0.29554471373558044, 0.002512397011741996, 9.5367431640625e-07, 12.0, 1.0],
+    [-1.0, -0.28747275471687317, 0.019120698794722557, 4.76837158203125e-07, 12.0, 1.0],
+    [-1.0, -0.2692807614803314, 0.026486912742257118, 9.5367431640625e-07, 12.0, 1.0],
 ]
 
 

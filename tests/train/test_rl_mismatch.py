@@ -76,6 +76,36 @@ def test_server_engine_step_logs_mismatch_and_applies_token_tis(tokenizer, rende
     assert m["rollout_corr/capped_frac"] == 0.0
 
 
+@pytest.mark.parametrize("correction", ["token_tis", "seq_mis"])
+def test_on_policy_correction_in_the_update_pass_equals_the_recomputed_one(
+    tokenizer, renderer, sandbox, tmp_path, correction
+):
+    """One update per step: the correction computed inside the update's own forward pass (no separate no-grad pass)
+    moves the weights as the recomputed old log-probs do, to float rounding, and reports the same metrics."""
+    out = []
+    for mode in ("auto", "recompute"):
+        torch.manual_seed(0)
+        t = _trainer(
+            tokenizer, renderer, sandbox, tmp_path / mode, shifted=True, old_logprobs=mode,
+            rollout_correction=correction, mis_high=1e9,  # seq_mis keeps every sequence
+        )  # fmt: skip
+        t.adv_fn = lambda rewards, groups: torch.linspace(-1, 1, len(rewards))  # a signal to learn from
+        start = [p.detach().clone() for p in t.policy.parameters()]
+        calls = []
+        t._logprobs = lambda model, batch, f=t._logprobs, calls=calls: calls.append(1) or f(model, batch)
+        m = t.step()
+        assert len(calls) == (mode == "recompute")
+        moved = [p.detach().clone() for p in t.policy.parameters()]
+        out.append((m, start, moved))
+    (m_pass, start, w_pass), (m_re, _, w_re) = out
+    step = max((a - b).abs().max().item() for a, b in zip(start, w_re, strict=True))
+    gap = max((a - b).abs().max().item() for a, b in zip(w_pass, w_re, strict=True))
+    assert step > 1e-3 and gap < 0.02 * step
+    for k in m_re:
+        if k.startswith(("rollout/logprob_diff", "rollout/kl", "rollout_corr/")):
+            assert m_pass[k] == pytest.approx(m_re[k], abs=1e-4), k
+
+
 def test_seq_mis_masks_long_shifted_sequences(tokenizer, renderer, sandbox, tmp_path):
     torch.manual_seed(0)
     t = _trainer(

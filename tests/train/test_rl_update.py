@@ -87,6 +87,7 @@ def test_seq_mean_token_sum_norm_ignores_batch_padding(tokenizer, renderer, sand
     wide.attention_mask = torch.cat([pad(batch.attention_mask, 0), torch.ones(1, T + 9, dtype=torch.long)])
     wide.loss_mask = torch.cat([pad(batch.loss_mask, 0), torch.zeros(1, T + 9)])
     wide.extra["advantages"] = torch.cat([pad(batch.extra["advantages"], 0), torch.zeros(1, T + 9)])
+    wide.prefix_len = torch.cat([batch.prefix_len, torch.tensor([T + 9])])  # all prompt, nothing trained
     sa = ta._update(batch, None, None)
     sb = tb._update(wide, None, None)
     assert abs(sa["loss/pg"] - sb["loss/pg"]) < 1e-6

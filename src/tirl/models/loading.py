@@ -16,6 +16,7 @@ options and LoRA"):
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -179,3 +180,11 @@ def tied_aliases(model: torch.nn.Module) -> set[str]:
             out.add(name)
         seen.add(id(p))
     return out
+
+
+def cache_keyword(model: torch.nn.Module) -> str:
+    """The forward argument that takes the KV cache: `cache` in newer transformers (which warns on every call given
+    the older name), `past_key_values` before; a PEFT model is asked through the model it wraps."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
+    params = inspect.signature(type(inner).forward).parameters
+    return "cache" if "cache" in params else "past_key_values"

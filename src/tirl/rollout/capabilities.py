@@ -20,7 +20,8 @@ only have the config's engine name), never the engine's class or name. The rules
   (another process, or bf16 on either side: `with_precision`): it keeps every sequence (no data dropped on
   small batches) and bounds each token's weight, verl's first fix for engine/trainer mismatch
   (`rollout_correction`). For the same reason only such an engine's log-probs serve as the update's old log-probs without a
-  recomputation (`old_logprobs`).
+  recomputation when a step takes several updates; a single on-policy update corrects in its own pass
+  (`old_logprobs`).
 - Seeds: an engine with per-request seeds gets one integer per request; one without gets a `torch.Generator`
   (`seed_kwargs`). A resumed run re-sends the weights to an engine that holds its own copy (`sync_on_resume`).
 """
@@ -134,17 +135,20 @@ class EngineCapabilities:
 
     def old_logprobs(self, *, on_policy: bool, correction: str, fresh: bool, mode: str = "auto") -> str:
         """Where the update's old log-probs come from: "policy" (one update over the whole batch: the policy's own
-        detached log-probs of that pass, nothing separate), "engine" (the sampling log-probs, when they are the
-        trainer's own to float rounding, nothing is corrected and the rollouts come from the weights the step starts
-        with: `fresh`; the recomputation would repeat them, as verl's bypass mode says), or "recompute" (a no-grad
-        pass of the policy, which also measures and corrects the engine/trainer mismatch). `mode` "recompute"
+        detached log-probs of that pass, nothing separate; a rollout correction, if any, is computed in that pass
+        too), "engine" (several updates: the sampling log-probs, when they are the trainer's own to float rounding,
+        nothing is corrected and the rollouts come from the weights the step starts with: `fresh`; the
+        recomputation would repeat them, as verl's bypass mode says), or "recompute" (a no-grad pass of the policy
+        before the first update, which also measures and corrects the engine/trainer mismatch). `mode` "recompute"
         (`rl.old_logprobs`) always recomputes."""
         if mode not in ("auto", "recompute"):
             raise ValueError(f"rl.old_logprobs={mode!r}; valid: auto, recompute")
-        exact = self.exact_logprobs and correction == "none"
-        if mode == "recompute" or not exact:
+        if mode == "recompute":
             return "recompute"
-        return "policy" if on_policy else ("engine" if fresh else "recompute")
+        if on_policy:
+            return "policy"
+        exact = self.exact_logprobs and correction == "none"
+        return "engine" if exact and fresh else "recompute"
 
     def seed_kwargs(self, seed: int, device: Any = "cpu") -> dict[str, Any]:
         """`generate` keyword arguments that seed one request: a per-request seed, or a generator on `device`."""

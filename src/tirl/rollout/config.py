@@ -21,6 +21,10 @@ class RolloutConfig:
     # torch: the keys and values of a call's finished rows kept (up to this many MiB) so that the next turn, which
     # extends them, pre-fills only its new tokens (tirl.rollout.kv_cache.KeptPrefixes); 0 = pre-fill every turn whole
     keep_prefix_mib: int = 1024
+    # torch: decode steps through torch.compile (dynamic shapes), compiled once per engine: pays on small models,
+    # whose steps are mostly per-operation overhead (the demo's: 1.24-1.29x the eager engine), not on SmolLM2-135M on
+    # a CPU (0.55-0.92x): off by default (docs/benchmarks.md#sampling-engines)
+    compile: bool = False
     mode: str = "auto"  # lockstep | async | auto (lock-step for the torch engine, async for servers)
     concurrency: int = 64  # async: trajectories in flight at once
     timeout_s: float = 600.0  # async: a trajectory running longer is returned with stop reason "error"
@@ -41,9 +45,11 @@ class RolloutConfig:
     vllm_kv_cache_gib: float = 1.0  # vllm: KV cache size; 0 = vLLM's default (on GPU a share of its memory)
     vllm_port: int = 0  # vllm: 0 = a free port on 127.0.0.1
     vllm_startup_timeout_s: float = 600.0  # vllm: the server must answer within this
-    # vllm: the served weights' dtype (bfloat16, float16, float32); "" = model.dtype. torch: bfloat16 = decode under
-    # bf16 autocast over the model's weights (log-probs then recomputed and corrected in RL); "" or float32 = none
-    dtype: str = ""
+    # torch: the decode's precision: bfloat16 = under bf16 autocast over the model's weights (log-probs then
+    # corrected in RL), float32 = the weights' own; auto = the trainers' (model.autocast resolved: bf16 where the
+    # device multiplies bf16 natively and the model is wide enough). vllm: the served weights' dtype (bfloat16,
+    # float16, float32); auto = model.dtype. ("" reads as auto.)
+    dtype: str = "auto"
     # vllm: separate = servers beside the trainer, shared by every rank (tirl.rollout.vllm_pool); colocated = one
     # engine in each training process, asleep during updates (GPU only, tirl.rollout.vllm_colocated)
     placement: str = "separate"
@@ -56,6 +62,10 @@ class RolloutConfig:
     # polling costs the update no CPU (tirl.rollout.vllm_idle)
     vllm_pause_idle: bool = True
 
+    def served_dtype(self, model_dtype: str) -> str:
+        """The dtype a server engine (vLLM) serves the weights in: rollout.dtype, auto = model.dtype."""
+        return model_dtype if self.dtype == "auto" else self.dtype
+
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"unknown rollout.engine {self.engine!r}; valid: {', '.join(ENGINES)}")
@@ -66,8 +76,10 @@ class RolloutConfig:
                 "rollout.vllm_kv_cache_gib must be >= 0, rollout.vllm_startup_timeout_s > 0 and rollout.vllm_port "
                 f"in 0..65535; got {self.vllm_kv_cache_gib}, {self.vllm_startup_timeout_s}, {self.vllm_port}"
             )
-        if self.dtype not in ("", "bfloat16", "float16", "float32"):
-            raise ValueError(f"rollout.dtype must be '', bfloat16, float16 or float32, got {self.dtype!r}")
+        if self.dtype == "":
+            self.dtype = "auto"
+        if self.dtype not in ("auto", "bfloat16", "float16", "float32"):
+            raise ValueError(f"rollout.dtype must be auto, bfloat16, float16 or float32, got {self.dtype!r}")
         if self.placement not in PLACEMENTS:
             raise ValueError(f"unknown rollout.placement {self.placement!r}; valid: {', '.join(PLACEMENTS)}")
         if self.sync not in ("auto", "memory", "disk"):

@@ -1,7 +1,8 @@
 """Batched sampling with a KV cache over any Hugging Face causal LM: token ids in, token ids and log-probs out.
 
-Each call takes a batch of prompts (token ids of any lengths), left-pads them, pre-fills the cache once and decodes
-step by step, so a step costs one forward pass over one new token per sequence. The cache is written in place
+Each call takes a batch of prompts (token ids of any lengths), left-pads them, pre-fills the cache once (identical
+prompts, a GRPO group's, once for all of them) and decodes step by step, so a step costs one forward pass over one
+new token per sequence. The cache is written in place
 (`tirl.rollout.kv_cache`), never copied as it grows. Finished sequences are dropped from
 the batch (their cache rows too), so a long tail of unfinished rollouts runs at its own size.
 
@@ -9,9 +10,10 @@ Log-probs are those of the sampled token under the temperature-scaled distributi
 the same quantity the trainer recomputes (`tirl.train.logprobs.token_logprobs` with the same temperature).
 
 `compute_dtype=torch.bfloat16` (`rollout.dtype: bfloat16`) decodes under bf16 autocast over the fp32 weights: the
-casts are made once per batch (autocast's weight cache lives for the whole decode) and the KV cache is bf16. Where
-the hardware multiplies bf16 natively (AVX512-BF16/AMX, GPUs) decode is faster; the log-probs it reports differ
-from the trainer's fp32 ones, so the engine then declares `same_numerics=False` and RL recomputes and corrects them.
+casts are made once per batch (autocast's weight cache lives for the whole decode) and the KV cache is bf16; on a
+CPU the Linears' weights are packed for oneDNN once per weight version (`tirl.rollout.packed`). Where the hardware
+multiplies bf16 natively (AVX512-BF16/AMX, GPUs) decode is faster; the log-probs it reports differ from the
+trainer's fp32 ones, so the engine then declares `same_numerics=False` and RL corrects for them.
 
 A multi-turn rollout sends each turn's whole context again. The engine keeps the keys and values of the rows a call
 finished (`KeptPrefixes`, up to `keep_prefix_mib`), and a prompt that extends one of them pre-fills only its new
@@ -24,19 +26,21 @@ Not here: continuous batching across calls and paged attention; use the vLLM eng
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
 
+from tirl.models.loading import cache_keyword
 from tirl.padding import least_padding_parts
 from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.kv_cache import InPlaceCache, KeptPrefixes, kept_length
+from tirl.rollout.packed import PackedLinears, packing_available
 from tirl.rollout.sampling import SamplingParams, per_prompt_budgets, sample_next
 from tirl.rollout.types import Generation
 
-__all__ = ["Generation", "TorchEngine", "cache_keyword"]
+__all__ = ["Generation", "TorchEngine", "cache_keyword", "unique_rows"]
 
 # Finished rows leave the cache when the live ones are at most this share of its rows. Dropping rows copies every
 # layer's buffer (87 ms for 256 rows of the demo model, against 20 ms for a decode step), and in a batch's tail rows
@@ -44,12 +48,22 @@ __all__ = ["Generation", "TorchEngine", "cache_keyword"]
 COMPACT_AT = 0.75
 
 
-def cache_keyword(model: torch.nn.Module) -> str:
-    """The forward argument that takes the KV cache: `cache` in newer transformers (which warns on every call given
-    the older name), `past_key_values` before; a PEFT model is asked through the model it wraps."""
-    inner = model.get_base_model() if hasattr(model, "get_base_model") else model
-    params = inspect.signature(type(inner).forward).parameters
-    return "cache" if "cache" in params else "past_key_values"
+def unique_rows(prompts: Sequence[Sequence[int]], kept: Sequence[Any]) -> tuple[list[int], list[int]]:
+    """(src, inverse): the rows to pre-fill (the first row of each distinct prompt without a kept prefix, and every
+    row with one) and, for each row, the position in `src` of the row whose pre-fill it shares."""
+    first: dict[tuple[int, ...], int] = {}
+    src: list[int] = []
+    inverse: list[int] = []
+    for i, (p, k) in enumerate(zip(prompts, kept, strict=True)):
+        key = tuple(p) if k is None else None
+        if key is not None and key in first:
+            inverse.append(first[key])
+            continue
+        if key is not None:
+            first[key] = len(src)
+        inverse.append(len(src))
+        src.append(i)
+    return src, inverse
 
 
 class TorchEngine:
@@ -75,6 +89,7 @@ class TorchEngine:
         max_batch_size: int = 256,
         compute_dtype: torch.dtype | None = None,
         keep_prefix_mib: int = 1024,
+        compile: bool = False,
     ) -> None:
         if not eos_ids:
             raise ValueError("at least one EOS id is needed to know when a turn ends")
@@ -90,6 +105,12 @@ class TorchEngine:
                 f"the torch engine decodes in fp32 or under bfloat16 autocast, not {compute_dtype}"
             )
         self.compute_dtype = compute_dtype  # None: the weights' own dtype
+        cpu = next(model.parameters()).device.type == "cpu"
+        self.packed = (
+            PackedLinears(model) if compute_dtype is not None and cpu and packing_available() else None
+        )
+        # decode steps only (pre-fills vary too much in shape to pay for recompiles); the module is shared
+        self._step = torch.compile(model, dynamic=True) if compile else model
         self.kept = KeptPrefixes(keep_prefix_mib * 2**20)  # 0: every call pre-fills its prompts whole
         if compute_dtype is not None:
             self.capabilities = self.capabilities.with_precision(compute_dtype, None)
@@ -100,6 +121,17 @@ class TorchEngine:
             raise ValueError("TorchEngine samples from the trainer's own module; it was given another one")
         self.weight_version += 1
         self.kept.clear()  # computed with the old weights
+
+    @contextlib.contextmanager
+    def awake(self) -> Iterator[None]:
+        """A phase of rollouts (RL's, through `tirl.rollout.factory.awake`): what the engine keeps from call to call
+        (packed weights, kept prefixes) is dropped after it, so the update that follows has that memory."""
+        try:
+            yield
+        finally:
+            self.kept.clear()
+            if self.packed is not None:
+                self.packed.clear()
 
     def check(self, tokenizer: Any) -> None:
         """Every id the tokenizer, the stop rules and the padding can produce has a row in the model's embedding."""
@@ -144,7 +176,8 @@ class TorchEngine:
         dt = self.compute_dtype
         for s in range(0, n, self.max_batch_size):
             idx = order[s : s + self.max_batch_size]
-            with torch.autocast(self.device.type, dtype=dt or torch.bfloat16, enabled=dt is not None):
+            packed = self.packed.active() if self.packed else contextlib.nullcontext()
+            with torch.autocast(self.device.type, dtype=dt or torch.bfloat16, enabled=dt is not None), packed:
                 outs = self._generate_chunk(
                     [list(prompts[i]) for i in idx],
                     [limits[i] for i in idx],
@@ -196,7 +229,7 @@ class TorchEngine:
                     0, torch.as_tensor(active, device=dev), tok
                 )
             attn = torch.cat([attn, attn.new_ones((len(rows), 1))], dim=1)
-            out = self.model(
+            out = self._step(
                 input_ids=tok[:, None],
                 attention_mask=attn,
                 position_ids=next_pos,
@@ -210,10 +243,27 @@ class TorchEngine:
     def _prefill(
         self, prompts: list[list[int]], kept: list[Any], room: int
     ) -> tuple[InPlaceCache, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Pre-fill every row (after its kept prefix, if any) in passes of rows with similar numbers of tokens to
-        compute (`least_padding_parts`: one left-padded pass over a batch whose tool outputs run from 5 to 90 tokens
-        computes mostly padding). Returns the cache, with `room` positions left for new tokens, the attention mask
-        (its columns the cache's positions), the last logits (B, V) and each row's next position (B, 1)."""
+        """Pre-fill every row; returns the cache, with `room` positions left for new tokens, the attention mask (its
+        columns the cache's positions), the last logits (B, V) and each row's next position (B, 1).
+
+        Identical prompts without a kept prefix are pre-filled once and their cache rows copied: a GRPO group's
+        first turn is `n` rollouts of one prompt, so RL's first pre-fill computes one row in `n`."""
+        src, inverse = unique_rows(prompts, kept)
+        if len(src) == len(prompts):
+            return self._prefill_rows(prompts, kept, room)
+        cache, attn, logits, next_pos = self._prefill_rows(
+            [prompts[i] for i in src], [kept[i] for i in src], room
+        )
+        idx = torch.as_tensor(inverse, device=self.device)
+        cache.batch_select_indices(idx)  # each row's copy of its prompt's keys and values
+        return cache, attn[idx], logits[idx], next_pos[idx]
+
+    def _prefill_rows(
+        self, prompts: list[list[int]], kept: list[Any], room: int
+    ) -> tuple[InPlaceCache, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`_prefill` of distinct rows (after each one's kept prefix, if any) in passes of rows with similar numbers
+        of tokens to compute (`least_padding_parts`: one left-padded pass over a batch whose tool outputs run from 5
+        to 90 tokens computes mostly padding)."""
         dev = self.device
         todo = [len(p) - kept_length(k) for p, k in zip(prompts, kept, strict=True)]
         parts = least_padding_parts(todo, max_tokens=1 << 40)  # no memory bound beyond one whole pass's

@@ -45,6 +45,9 @@ class EngineInputs:
     pad_id: int
     stop_ids: tuple[int, ...] = ()
     dtype: str = "float32"  # model.dtype: a server engine computes in it unless rollout.dtype says otherwise
+    autocast: torch.dtype | None = (
+        None  # model.autocast resolved: the torch engine's precision on rollout.dtype auto
+    )
     model_path: str = ""
     work_dir: Path | None = None
 
@@ -54,13 +57,14 @@ def _torch(ro: RolloutConfig, x: EngineInputs) -> Engine:
 
     from tirl.rollout.engine import TorchEngine
 
-    if ro.dtype not in ("", "float32", "bfloat16"):
+    if ro.dtype not in ("auto", "float32", "bfloat16"):
         raise ValueError(
-            f"rollout.dtype={ro.dtype!r} with the torch engine: it decodes in float32 or bfloat16"
+            f"rollout.dtype={ro.dtype!r} with the torch engine: it decodes in float32 or bfloat16 (or auto)"
         )
+    compute = {"auto": x.autocast, "bfloat16": torch.bfloat16, "float32": None}[ro.dtype]
     return TorchEngine(
         x.model, eos_ids=[x.eos_id], pad_id=x.pad_id, stop_ids=x.stop_ids, max_batch_size=ro.max_batch_size,
-        compute_dtype=torch.bfloat16 if ro.dtype == "bfloat16" else None, keep_prefix_mib=ro.keep_prefix_mib,
+        compute_dtype=compute, keep_prefix_mib=ro.keep_prefix_mib, compile=ro.compile,
     )  # fmt: skip
 
 
@@ -77,7 +81,7 @@ def _vllm(ro: RolloutConfig, x: EngineInputs) -> Engine:
         check_placement(ro.placement)
         kw = engine_kwargs(ro.vllm_args, ro.vllm_kv_cache_gib)
         backend = VLLMBackend(
-            x.model_path, dtype=ro.dtype or x.dtype, stop_ids=[x.eos_id, *x.stop_ids], extra=kw
+            x.model_path, dtype=ro.served_dtype(x.dtype), stop_ids=[x.eos_id, *x.stop_ids], extra=kw
         )
         return ColocatedEngine(backend, eos_ids=[x.eos_id], stop_ids=x.stop_ids)
     wd = x.work_dir / "vllm" if x.work_dir else None
@@ -90,7 +94,7 @@ def _vllm(ro: RolloutConfig, x: EngineInputs) -> Engine:
         )
     vcfg = VLLMEngineConfig(
         model=str(servable_dir(x.model_path, x.model, x.tokenizer, wd)), python=ro.vllm_python, port=ro.vllm_port,
-        kv_cache_gib=ro.vllm_kv_cache_gib, dtype=ro.dtype or x.dtype, extra_args=list(ro.vllm_args),
+        kv_cache_gib=ro.vllm_kv_cache_gib, dtype=ro.served_dtype(x.dtype), extra_args=list(ro.vllm_args),
         startup_timeout_s=ro.vllm_startup_timeout_s, work_dir=str(wd or ""), eos_ids=[x.eos_id],
         stop_ids=list(x.stop_ids), concurrency=ro.concurrency, request_timeout_s=ro.request_timeout_s,
         min_tokens_per_s=ro.min_tokens_per_s, retries=ro.retries, sync=ro.sync, sync_host=ro.sync_host,
@@ -194,13 +198,15 @@ def build_agent(
     sandbox: Sandbox,
     tools: ToolSet | None = None,
     dtype: str = "float32",
+    autocast: torch.dtype | None = None,
     model_path: str | Path = "",
     work_dir: str | Path | None = None,
 ) -> AgentLoop:
-    """Engine and agent loop from the config; the caller closes `agent.engine` (a server engine's process)."""
+    """Engine and agent loop from the config; the caller closes `agent.engine` (a server engine's process).
+    `dtype`, `autocast`: model.dtype and model.autocast resolved (what rollout.dtype auto follows)."""
     inputs = EngineInputs(
         model, tokenizer, renderer.eos_id, renderer.pad_id, tuple(stop_token_ids(renderer, config)), dtype,
-        str(model_path), Path(work_dir) if work_dir else None,
+        autocast, str(model_path), Path(work_dir) if work_dir else None,
     )  # fmt: skip
     engine = build_engine(ro, inputs)
     try:

@@ -43,13 +43,31 @@ def per_prompt_budgets(
     return budgets
 
 
+def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+    """One index per row of `probs` (B, V), each drawn with probability proportional to its entry (rows need not
+    sum to 1): inverse-CDF sampling, one uniform per row against the row's cumulative sums.
+
+    `torch.multinomial` draws one exponential variate per vocabulary entry (the exponential-race trick): 49,152 per
+    row for SmolLM2, 12 ms of a 100 ms decode step at batch 16 on 2 cores. A cumulative sum costs one pass and
+    one random number a row. The sums are float64, so the mass a token gets is exact to ~1e-16 of the row's total
+    (float32 sums over 150k entries would misplace ~1e-5 of it). Entries of zero (truncated by top-k/top-p) are
+    never drawn: the draw takes the first index whose cumulative sum exceeds the uniform, and a zero entry does not
+    raise the sum. The uniforms come from `generator` on its own device, so a CPU generator drives a GPU model.
+    """
+    cdf = torch.cumsum(probs, dim=-1, dtype=torch.float64)  # (B, V)
+    dev = generator.device if generator is not None else probs.device
+    u = torch.rand((probs.shape[0], 1), generator=generator, dtype=torch.float64, device=dev).to(probs.device)
+    tok = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)  # (B, 1): first index with cdf > u * total
+    return tok.squeeze(-1).clamp_(max=probs.shape[-1] - 1)
+
+
 def sample_next(
     logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row of `logits` (B, V); return ids (B,) and their log-probs (B,).
 
     The log-prob is taken under softmax(logits / T) before top-k/top-p truncation (T = 1 when greedy), which is
-    what the trainer recomputes from the same ids.
+    what the trainer recomputes from the same ids. Sampling is `draw` over the (truncated) probabilities.
     """
     logp = torch.log_softmax(logits.float() / params.logprob_temperature, dim=-1)  # (B, V)
     if params.temperature == 0:
@@ -65,9 +83,5 @@ def sample_next(
             drop = cum - sorted_lp.softmax(dim=-1) >= params.top_p  # keep the smallest set reaching top_p
             sorted_lp = sorted_lp.masked_fill(drop, float("-inf"))
             filtered = torch.full_like(filtered, float("-inf")).scatter(-1, sorted_idx, sorted_lp)
-        probs = filtered.softmax(dim=-1)
-        if generator is not None and generator.device != probs.device:  # a CPU generator with a GPU model
-            tok = torch.multinomial(probs.cpu(), 1, generator=generator).squeeze(-1).to(probs.device)
-        else:
-            tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+        tok = draw(filtered.exp(), generator)  # exp(-inf) = 0: truncated tokens are never drawn
     return tok, logp.gather(-1, tok[:, None]).squeeze(-1)

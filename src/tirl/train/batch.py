@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tirl.padding import least_padding_parts
+from tirl.padding import least_padding_parts, shared_prefix_parts
 
 
 @dataclass
@@ -21,6 +21,14 @@ class TokenBatch:
     attention_mask: torch.Tensor
     loss_mask: torch.Tensor
     extra: dict[str, torch.Tensor]
+    # (B,) each row's prompt length, or None: rows with the same prompt may share its forward (tirl.train.prefix)
+    prefix_len: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        if self.prefix_len is not None and self.prefix_len.shape != self.input_ids.shape[:1]:
+            raise ValueError(
+                f"prefix_len has shape {tuple(self.prefix_len.shape)} for {self.input_ids.shape[0]} rows"
+            )
 
     def to(self, device: torch.device | str) -> TokenBatch:
         return TokenBatch(
@@ -28,7 +36,16 @@ class TokenBatch:
             self.attention_mask.to(device),
             self.loss_mask.to(device),
             {k: v.to(device) for k, v in self.extra.items()},
+            None if self.prefix_len is None else self.prefix_len.to(device),
         )
+
+    def prefix_keys(self) -> list[int] | None:
+        """Per row, a number shared by exactly the rows with the same prompt tokens (None without prompts)."""
+        if self.prefix_len is None:
+            return None
+        seen: dict[tuple[int, ...], int] = {}
+        ids = self.input_ids.tolist()
+        return [seen.setdefault(tuple(ids[b][:p]), len(seen)) for b, p in enumerate(self.prefix_len.tolist())]
 
     @property
     def num_tokens(self) -> int:
@@ -99,15 +116,25 @@ def check_micro_batch(micro_batch_size: int, micro_batch_tokens: int | str) -> N
 
 
 def micro_batches_by_length(
-    lengths: Sequence[int], *, max_seqs: int = 0, max_tokens: int = 0
+    lengths: Sequence[int],
+    *,
+    max_seqs: int = 0,
+    max_tokens: int = 0,
+    prefixes: tuple[Sequence[int], Sequence[int]] | None = None,
 ) -> list[list[int]]:
     """`micro_batches` of the rows sorted by length, each part's rows back in their own order, when the only bound
     is a token budget (as verl's dynamic batch size rearranges by length): the parts are cut where they waste the
     least padding for the passes they add (`least_padding_split`), which on the demo's SFT batches of 32 takes
-    the padded tokens from 2.2x the real ones to 1.1x with about 3 passes. With `max_seqs` (verl's fixed
+    the padded tokens from 2.2x the real ones to 1.1x with about 3 passes. `prefixes` (each row's prompt key and
+    length, `TokenBatch.prefix_keys`): a prompt's rows are kept together and its tokens counted once per pass
+    (`shared_prefix_parts`). With `max_seqs` (verl's fixed
     micro-batch size) or no budget the rows are split in order, as verl splits them."""
     if max_seqs or not max_tokens:
         return micro_batches(lengths, max_seqs=max_seqs, max_tokens=max_tokens)
+    if prefixes is not None:  # (keys, prefix lengths): rows sharing a prompt share its pass
+        keys, plen = prefixes
+        own = [n - p for n, p in zip(lengths, plen, strict=True)]
+        return shared_prefix_parts(own, keys, plen, max_tokens)
     return least_padding_parts(lengths, max_tokens)
 
 
@@ -120,4 +147,5 @@ def slice_rows(batch: TokenBatch, rows: torch.Tensor | Sequence[int]) -> TokenBa
         batch.attention_mask[rows, :width],
         batch.loss_mask[rows, :width],
         {k: v[rows, :width] for k, v in batch.extra.items()},
+        None if batch.prefix_len is None else batch.prefix_len[rows],
     )

@@ -34,6 +34,7 @@ from torch.distributed.fsdp import FSDPModule
 from tirl.models.loading import tied_aliases
 from tirl.train import dist
 from tirl.train.batch import TokenBatch, micro_batches_by_length, slice_rows
+from tirl.train.logprobs import shares_prefixes
 
 
 def fsdp_modules(model: torch.nn.Module) -> list[FSDPModule]:
@@ -125,6 +126,18 @@ def matched_parts(model: torch.nn.Module, parts: list[list[int]]) -> list[list[i
     return [*parts, *[None] * (dist.all_reduce_max(len(parts)) - len(parts))]
 
 
+def batch_parts(
+    model: torch.nn.Module, batch: TokenBatch, *, max_seqs: int, max_tokens: int, share_prefix: bool
+) -> list[list[int]]:
+    """`batch`'s rows cut into passes (`micro_batches_by_length`), a prompt's rows kept together when they will
+    share its pass (`share_prefix`, the batch has prompt lengths and the model can: `shares_prefixes`)."""
+    lengths = batch.attention_mask.sum(dim=-1).tolist()
+    prefixes = None
+    if share_prefix and batch.prefix_len is not None and shares_prefixes(model):
+        prefixes = (batch.prefix_keys(), batch.prefix_len.tolist())
+    return micro_batches_by_length(lengths, max_seqs=max_seqs, max_tokens=max_tokens, prefixes=prefixes)
+
+
 class MicroBatchPasses:
     """The forward/backward passes of one batch on this rank: iterating yields (rows, micro-batch) for each
     micro-batch (`tirl.train.batch.micro_batches_by_length`) and runs the idle passes a sharded model needs in
@@ -137,13 +150,20 @@ class MicroBatchPasses:
     """
 
     def __init__(
-        self, model: torch.nn.Module, batch: TokenBatch | None, *, max_seqs: int = 0, max_tokens: int = 0
+        self,
+        model: torch.nn.Module,
+        batch: TokenBatch | None,
+        *,
+        max_seqs: int = 0,
+        max_tokens: int = 0,
+        share_prefix: bool = False,
     ) -> None:
         self.model, self.batch = model, batch
         parts: list[list[int]] = []
         if batch is not None:
-            lengths = batch.attention_mask.sum(dim=-1).tolist()
-            parts = micro_batches_by_length(lengths, max_seqs=max_seqs, max_tokens=max_tokens)
+            parts = batch_parts(
+                model, batch, max_seqs=max_seqs, max_tokens=max_tokens, share_prefix=share_prefix
+            )
         self.sharded = is_sharded(model)
         self.parts = matched_parts(model, parts)
 

@@ -1,8 +1,9 @@
 """Per-token log-probs and entropy of a causal LM on given ids: the trainer's view of what the engine sampled.
 
 With `loss_mask`, only the positions that are trained are computed, through the LM head in chunks of
-`chunk_tokens` rows: the decoder's hidden states (B, T, H) are kept, but float32 logits exist for one chunk of
-(chunk_tokens, V) at a time instead of the whole (B, T, V). For a 152k-token vocabulary and 16k-token responses the
+`chunk_tokens` rows (`tirl.train.head`: the backward recomputes each chunk's logits rather than keeping them): the
+decoder's hidden states (B, T, H) are kept, but float32 logits exist for one chunk of (chunk_tokens, V) at a time
+instead of the whole (B, T, V). For a 152k-token vocabulary and 16k-token responses the
 full tensor alone would be ~10 GB per sequence. Models whose logits are not simply `lm_head(hidden)` (soft-capped
 or scaled logits) and models whose own forward runs hooks (an FSDP-sharded model gathers its root's weights in
 one) take the plain forward pass instead, so the numbers never depend on the path (under FSDP, bound the
@@ -16,10 +17,13 @@ a bf16 logsumexp over a large vocabulary would lose the small differences the PP
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 import torch
 
 from tirl.algorithms import entropy_from_logits
+from tirl.train.head import head_logprobs
+from tirl.train.prefix import full_attention_cache, plan_shared_prefixes, shared_prefix_hidden
 
 DEFAULT_CHUNK_TOKENS = 1024
 
@@ -39,6 +43,29 @@ def _head_split(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Modul
     except (AttributeError, NotImplementedError):
         return None
     return (decoder, head) if decoder is not None and isinstance(head, torch.nn.Linear) else None
+
+
+def checkpointing(model: Any) -> bool:
+    """Whether the model recomputes its layers in the backward (transformers renamed the flag in 5.x; it then keeps
+    no key/value cache in training)."""
+    inner = model.get_base_model() if hasattr(model, "get_base_model") else model  # a PEFT model: its base's
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(inner), name) or name in vars(inner):
+            return bool(getattr(inner, name))
+    return False
+
+
+def uses_fused_head(model: torch.nn.Module) -> bool:
+    """`token_logprobs` takes the head of `tirl.train.head` for this model (else the model's own forward)."""
+    return _head_split(model) is not None
+
+
+def shares_prefixes(model: torch.nn.Module) -> bool:
+    """`token_logprobs` can run rows that share a prompt through `tirl.train.prefix` for this model: the decoder
+    and head apart (not FSDP-sharded), a key/value cache in training (no gradient checkpointing) that keeps every
+    position."""
+    config = getattr(model, "config", None)
+    return uses_fused_head(model) and not checkpointing(model) and full_attention_cache(config)
 
 
 def _logp_and_entropy(
@@ -62,6 +89,13 @@ def autocast_context(
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+def backward_outside_autocast(loss: torch.Tensor) -> None:
+    """`loss.backward()` with autocast off: the autograd engine runs the backward with the caller's autocast state,
+    which would cast float32 backward products to bf16 inside a region kept open to cache the weights' casts."""
+    with torch.autocast(device_type=loss.device.type, enabled=False):
+        loss.backward()
+
+
 def token_logprobs(
     model: torch.nn.Module,
     input_ids: torch.Tensor,
@@ -72,6 +106,7 @@ def token_logprobs(
     loss_mask: torch.Tensor | None = None,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     autocast: torch.dtype | None = None,
+    prefix_len: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(x_t | x_<t) for t >= 1, aligned with input_ids (B, T); position 0 gets 0.
 
@@ -79,6 +114,8 @@ def token_logprobs(
     the logits exactly as the engine does before sampling. Entropy (B, T) is returned when asked for. With
     `loss_mask` (B, T), only positions where it is non-zero are computed (the rest are 0), chunk by chunk.
     `autocast`: the lower-precision dtype of the forward pass (module docstring), None for full precision.
+    `prefix_len` (B,): each row's prompt length; rows with the same prompt then share its pass
+    (`tirl.train.prefix`).
     """
     B, T = input_ids.shape
     if loss_mask is None:
@@ -92,16 +129,21 @@ def token_logprobs(
     amp = autocast_context(input_ids.device, autocast)
     if split is not None:
         decoder, head = split
-        with amp:
-            hidden = decoder(
-                input_ids=input_ids, attention_mask=attention_mask
-            ).last_hidden_state  # (B, T, H)
-        rows = hidden[b_idx, t_idx - 1]  # (N, H): the state that predicted each wanted token
-        pieces = []
-        for s in range(0, rows.shape[0], max(1, chunk_tokens)):
-            with autocast_context(input_ids.device, autocast):
-                logits = head(rows[s : s + chunk_tokens])  # (chunk, V), bf16 under autocast
-            pieces.append(_logp_and_entropy(logits, targets[s : s + chunk_tokens], temperature, with_entropy))
+        plan = None
+        if prefix_len is not None and shares_prefixes(model):
+            plan = plan_shared_prefixes(input_ids, prefix_len)
+        with amp:  # rows (N, H): the state that predicted each wanted token
+            if plan is not None:
+                rows = shared_prefix_hidden(decoder, input_ids, attention_mask, plan, b_idx, t_idx - 1)
+            else:
+                hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+                rows = hidden.last_hidden_state[b_idx, t_idx - 1]
+        pieces = [
+            head_logprobs(
+                rows, head, targets, temperature=temperature, chunk_tokens=chunk_tokens, dtype=autocast,
+                with_entropy=with_entropy,
+            )
+        ]  # fmt: skip
     else:
         with amp:
             logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, T, V)

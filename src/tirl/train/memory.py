@@ -13,7 +13,7 @@ The budget (`model.activation_gib`, 0 = by the device):
   the rest; `tirl plan` shows the split).
 Tokens per micro-batch: the most whose peak fits the budget (`tokens_for_budget`): what autograd keeps per token
 (the decoder's activations, `activation_values_per_token`, within 5% of what autograd saves, tests/test_plan.py;
-plus one float32 row of logits and the hidden state, which the chunked head keeps for the backward,
+plus the hidden state the chunked head keeps for the backward, which recomputes the logits,
 tests/train/test_memory.py) times PEAK_FACTOR for the backward's transients, plus one chunk of logits and their
 gradient, plus the bf16 copies autocast makes of the weights.
 """
@@ -24,6 +24,8 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tirl.train.logprobs import checkpointing, uses_fused_head
 
 GIB = 1024**3
 CPU_BUDGET_GIB = 1.0
@@ -118,12 +120,22 @@ def budget_bytes(
     return cap, f"auto: {CPU_BUDGET_GIB:g} GiB of activations on a CPU"
 
 
-def head_bytes(tokens: int, hf_config: Any, chunk_tokens: int) -> int:
-    """The log-prob head's memory for `tokens` trained tokens: autograd keeps each chunk's float32 logits (its
-    logsumexp needs them in the backward) and the hidden rows gathered for them, plus one chunk's transient logits
-    and their gradient."""
+HEAD_ROW_BYTES = (
+    40  # per trained token beyond its hidden row: target, logsumexp, entropy and the gather's indices
+)
+HEAD_TRANSIENT = 3  # float32 (chunk, V) tensors alive at once in the head's backward (tirl.train.head)
+
+
+def head_bytes(tokens: int, hf_config: Any, chunk_tokens: int, *, fused: bool = True) -> int:
+    """The log-prob head's memory for `tokens` trained tokens. `fused` (`tirl.train.head`, one process): autograd
+    keeps each token's float32 hidden row and a few numbers (HEAD_ROW_BYTES), no row of logits; one chunk of
+    `chunk_tokens` rows of logits exists at a time (in the backward: the recomputed logits, their softmax and its
+    low-precision copy). Not fused (an FSDP-sharded model takes the model's own forward): a float32 row of logits
+    and the hidden state per token, plus one chunk's logits and gradient."""
     vocab, hidden = hf_config.vocab_size, hf_config.hidden_size
-    return tokens * (vocab + hidden) * 4 + 2 * min(tokens, chunk_tokens) * vocab * 4
+    if not fused:
+        return tokens * (vocab + hidden) * 4 + 2 * min(tokens, chunk_tokens) * vocab * 4
+    return tokens * (hidden * 4 + HEAD_ROW_BYTES) + HEAD_TRANSIENT * min(tokens, chunk_tokens) * vocab * 4
 
 
 def tokens_for_budget(
@@ -134,27 +146,22 @@ def tokens_for_budget(
     compute_bytes: int,
     chunk_tokens: int,
     cast_params: int = 0,
+    fused: bool = True,
 ) -> int:
     """Padded tokens whose peak memory in a forward/backward fits `budget` bytes, at least MIN_TOKENS.
 
     Peak = PEAK_FACTOR x what autograd keeps (decoder activations and the head's rows, per token) + one chunk's
-    transient logits and gradient + the autocast copies of `cast_params` parameters (2 bytes each)."""
-    kept = activation_values_per_token(hf_config, checkpointing) * compute_bytes + head_bytes(1, hf_config, 0)
+    transient logits and gradient + the autocast copies of `cast_params` parameters (2 bytes each). `fused`:
+    the head of `head_bytes`."""
+    head = head_bytes(1, hf_config, 0, fused=fused)
+    kept = activation_values_per_token(hf_config, checkpointing) * compute_bytes + head
     per_token = PEAK_FACTOR * kept
-    transient = 2 * hf_config.vocab_size * 4  # per token of the first chunk (head_bytes' transient part)
+    transient = head_bytes(1, hf_config, 1, fused=fused) - head  # per token of the first chunk
     room = budget - 2 * cast_params
     tokens = room / (per_token + transient)
     if tokens > chunk_tokens:  # the transient stops growing at one chunk
         tokens = (room - transient * chunk_tokens) / per_token
     return max(MIN_TOKENS, int(tokens))
-
-
-def _checkpointing(model: Any) -> bool:
-    """Whether the model recomputes its layers in the backward (transformers renamed the flag in 5.x)."""
-    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
-        if hasattr(type(model), name) or name in vars(model):
-            return bool(getattr(model, name))
-    return False
 
 
 def resolve_micro_batch_tokens(
@@ -174,10 +181,11 @@ def resolve_micro_batch_tokens(
     tokens = tokens_for_budget(
         model.config,
         budget,
-        checkpointing=_checkpointing(model),
+        checkpointing=checkpointing(model),
         compute_bytes=2 if autocast is not None else param.element_size(),
         chunk_tokens=chunk_tokens,
         cast_params=sum(p.numel() for p in model.parameters()) if autocast is not None else 0,
+        fused=uses_fused_head(model),
     )
     return MicroBatchBudget(tokens, budget / GIB, why)
 

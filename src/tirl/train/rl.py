@@ -12,9 +12,10 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
 6. A group whose rewards are all equal gets exactly zero advantage (group statistics in float64, equal groups
    detected explicitly); `adv/zero_share` is the share of such groups. No dynamic re-sampling replaces them.
 7. Old log-probs: with a single update per step, the detached log-probs of that update's own forward pass (as verl
-   does); with several, the engine's sampling log-probs where they are the trainer's own to float rounding (the
-   torch engine in fp32, sampling with the step's starting weights: verl's bypass mode), else a no-grad pass of
-   the policy before the first update, which also measures the engine/trainer mismatch (`rl.old_logprobs`).
+   does), which also give the engine/trainer mismatch and its correction; with several, the engine's sampling
+   log-probs where they are the trainer's own to float rounding (the torch engine in fp32, sampling with the
+   step's starting weights: verl's bypass mode), else a no-grad pass of the policy before the first update, which
+   also measures the engine/trainer mismatch (`rl.old_logprobs`).
 8. `seq-mean-token-sum-norm` divides by a fixed length (`rl.loss_norm_len`, default the response budget), never
    by the padded length of the batch, which would bring back the length bias it exists to remove.
 9. An update whose loss or gradient norm is not finite is skipped (parameters, AdamW moments and the schedule
@@ -29,19 +30,18 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import random
 import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
-from tirl.algorithms import check_advantage, get_advantage_estimator, get_policy_loss
-from tirl.algorithms.rollout_correction import CORRECTIONS, correction_weights, mismatch_metrics
-from tirl.config import check_range
+from tirl.algorithms import get_advantage_estimator, get_policy_loss
 from tirl.data.records import ProblemRow, problem_rows
 from tirl.logging import MetricsLogger
 from tirl.progress import progress
@@ -53,11 +53,12 @@ from tirl.rollout.factory import awake, rl_refusal
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
 from tirl.train import checkpoint, dist, fsdp
-from tirl.train.batch import TokenBatch, check_micro_batch, slice_rows
+from tirl.train.batch import TokenBatch, slice_rows
 from tirl.train.checkpoint import CheckpointError
+from tirl.train.correction import RolloutCorrection
 from tirl.train.memory import sized_micro_batches
-from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
-from tirl.train.overlap import check_off_policy, lookahead, staleness
+from tirl.train.optim import SkipGuard, build_optimizer, clip_and_step
+from tirl.train.overlap import lookahead, staleness
 from tirl.train.perf import Timers, peak_memory_mb
 from tirl.train.reference import Reference
 from tirl.train.rl_batch import (
@@ -71,108 +72,9 @@ from tirl.train.rl_batch import (
     rollout_logprobs,
     trajectory_batch,
 )
+from tirl.train.rl_config import RLConfig
 from tirl.train.signals import StopRequested, graceful_stop
 from tirl.train.update import LossSpec, accumulate_gradients, no_grad_logprobs
-
-
-@dataclass
-class RLConfig:
-    data: str = ""  # JSONL of RL rows (verl schema: prompt, reward_model.ground_truth, ...)
-    steps: int = 20
-    prompts_per_step: int = 32
-    n: int = 8  # rollouts per prompt (the GRPO group size G)
-    mini_batch_size: int = 64  # trajectories per optimizer update
-    micro_batch_size: int = 0  # trajectories per forward/backward (gradients accumulate); 0 = the mini-batch
-    # padded tokens per forward/backward: auto = sized from model.activation_gib (tirl.train.memory); 0 = none
-    micro_batch_tokens: int | Literal["auto"] = "auto"
-    ppo_epochs: int = 1
-    adv_estimator: str = "grpo"
-    policy_loss: str = "ppo"
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    clip_c: float = 10.0
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
-    loss_norm_len: int = 0  # the constant of seq-mean-token-sum-norm; 0 = the response budget (agent)
-    token_mean: Literal["exact", "micro"] = "exact"  # micro: verl's per-micro-batch token-mean (update.py)
-    prompt_rewrite: Literal["none", "verl"] = "none"  # verl: the recipe's rl.data rewrite (recipe_prompts.py)
-    kl_coef: float = 0.0
-    kl_estimator: Literal["k1", "k3"] = "k3"
-    entropy_coef: float = 0.0
-    passk_k: int = 4  # k of the estimators that take one (the pass@k objectives passk, pkpo)
-    # DAPO: drop groups whose rewards are all equal, sample more prompts to refill
-    dynamic_sampling: bool = False
-    dynamic_max_rounds: int = 3  # extra generation rounds per step at most, when dynamic_sampling is on
-    overlong_filter: bool = False  # truncated responses (budget / turn cap hit) are masked out of the loss
-    logprob_batch_size: int = 64  # sequences per no-grad forward when recomputing old log-probs
-    # auto: the engine's sampling log-probs when they are the trainer's own (capabilities.old_logprobs); recompute:
-    # always a no-grad pass (measures the engine/trainer mismatch)
-    old_logprobs: Literal["auto", "recompute"] = "auto"
-    eval_every: int = (
-        0  # steps between validations on eval_data (records kept in OUT/eval/step-<k>/); 0 = none
-    )
-    eval_data: list[str] = field(
-        default_factory=list
-    )  # benchmark files validated during training (eval.n each)
-    eval_at_start: bool = False  # validate before the first step too (verl's val_before_train)
-    log_samples: int = 2  # trajectories per step logged as text (JSONL samples file, TensorBoard, wandb)
-    save_every: int = 0  # steps between resumable checkpoints (checkpoint-<step>/); 0 = only the final model
-    keep_last: int = 0  # complete checkpoints kept, oldest deleted first, never the newest; 0 = all
-    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-6, weight_decay=0.01, grad_clip=1.0))
-    # engine/trainer log-prob mismatch (tirl.algorithms.rollout_correction): auto = none for an engine that shares
-    # the policy module (the torch engine), token_tis otherwise (tirl.rollout.capabilities says why)
-    rollout_correction: Literal["auto", "none", "token_tis", "seq_mis"] = "auto"
-    tis_cap: float = 2.0  # token_tis: weights min(pi_old / pi_rollout, cap) (verl's rollout_is_threshold)
-    # seq_mis: sequences whose ratio is outside [mis_low, mis_high] are masked (TRL's 0, 3)
-    mis_low: float = 0.0
-    mis_high: float = 3.0
-    # 1: step k+1's rollouts are sampled with step k's weights while step k's update runs (tirl.train.overlap)
-    off_policy_steps: int = 0
-
-    def __post_init__(self) -> None:
-        for name in ("steps", "prompts_per_step", "n", "mini_batch_size", "ppo_epochs", "logprob_batch_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        get_advantage_estimator(self.adv_estimator)  # fail at start-up, naming the valid choices
-        get_policy_loss(self.policy_loss)
-        if self.n < 2:
-            raise ValueError(
-                f"rl.n={self.n}: every prompt would form a group of one, and the group-relative estimator "
-                f"{self.adv_estimator!r} has no baseline there, so every advantage is 0 and the run learns nothing; "
-                "use rl.n >= 2 (the recipe samples 16 per prompt)"
-            )
-        try:  # the estimator's own check of its hyperparameters against the group size
-            check_advantage(self.adv_estimator, group_size=self.n, k=self.passk_k)
-        except ValueError as e:
-            raise ValueError(
-                f"rl.adv_estimator={self.adv_estimator!r} with rl.n={self.n}, rl.passk_k={self.passk_k}: {e}"
-            ) from None
-        if self.eval_every < 0 or (self.eval_every and not self.eval_data):
-            raise ValueError(
-                f"rl.eval_every={self.eval_every} needs rl.eval_data (a list of benchmark files) and must be >= 0"
-            )
-        if self.save_every < 0 or self.keep_last < 0:
-            raise ValueError(
-                f"save_every and keep_last must be >= 0, got {self.save_every}, {self.keep_last}"
-            )
-        if self.dynamic_max_rounds < 0:
-            raise ValueError(f"dynamic_max_rounds must be >= 0, got {self.dynamic_max_rounds}")
-        check_micro_batch(self.micro_batch_size, self.micro_batch_tokens)
-        if self.rollout_correction not in ("auto", *CORRECTIONS):
-            raise ValueError(
-                f"rl.rollout_correction={self.rollout_correction!r}; valid: auto, {', '.join(CORRECTIONS)}"
-            )
-        if self.old_logprobs not in ("auto", "recompute"):
-            raise ValueError(f"rl.old_logprobs={self.old_logprobs!r}; valid: auto, recompute")
-        check_range("clip_low", self.clip_low, 0, 1, high_open=True)  # at load time, not after a rollout
-        check_range("entropy_coef", self.entropy_coef)
-        for name, low in (("clip_high", 0), ("kl_coef", 0), ("mis_low", 0), ("tis_cap", 0), ("clip_c", 1)):
-            check_range(name, getattr(self, name), low, low_open=name in ("tis_cap", "clip_c"))
-        check_range("mis_high", self.mis_high, self.mis_low, low_open=True, low_name="mis_low")
-        check_off_policy(self.off_policy_steps, dynamic_sampling=self.dynamic_sampling)
-        if self.loss_norm_len < 0:
-            raise ValueError(
-                f"loss_norm_len must be >= 0 (0 = the response budget), got {self.loss_norm_len}"
-            )
 
 
 class RLTrainer:
@@ -214,7 +116,7 @@ class RLTrainer:
         if why := rl_refusal(self.engine_caps, self.world):
             raise ValueError(why)
         self.engine_caps.check_rl_sampling(sampling)
-        self.correction = self.engine_caps.rollout_correction(cfg.rollout_correction)
+        self.corr = RolloutCorrection.of(self.engine_caps.rollout_correction(cfg.rollout_correction), cfg)
         self.adv_fn = get_advantage_estimator(cfg.adv_estimator, k=cfg.passk_k)
         self.loss_fn = get_policy_loss(cfg.policy_loss)
         self.local_mini = cfg.mini_batch_size // self.world  # trajectories per update on this rank
@@ -258,6 +160,7 @@ class RLTrainer:
         return no_grad_logprobs(
             model, batch, max_seqs=self.cfg.logprob_batch_size, max_tokens=int(self.cfg.micro_batch_tokens),
             temperature=self.sampling.logprob_temperature, autocast=self.autocast,
+            share_prefix=self.cfg.share_prefix,
         )  # fmt: skip
 
     def _rollout(
@@ -272,8 +175,13 @@ class RLTrainer:
         )  # fmt: skip
 
     def _sampling_context(self) -> Any:
-        """The whole model on each rank (an engine sharing the policy), or a colocated engine awake."""
-        return fsdp.gathered(self.policy) if self.engine_caps.shares_policy else awake(self.agent.engine)
+        """The whole model on each rank (an engine sharing the policy) and the engine awake: a colocated engine
+        sleeps outside the rollouts, the torch engine drops what it keeps for them (packed weights, kept KV)."""
+        stack = contextlib.ExitStack()
+        if self.engine_caps.shares_policy:
+            stack.enter_context(fsdp.gathered(self.policy))
+        stack.enter_context(awake(self.agent.engine))
+        return stack
 
     def _sample_ahead(self) -> None:
         """Start sampling the next step's batch in the background; its prompts and seed are drawn here."""
@@ -325,24 +233,8 @@ class RLTrainer:
             batch.loss_mask[truncated] = (
                 0  # DAPO's overlong filtering: a cut-off answer is no evidence either way
             )
-        # One update per step on the whole batch is exactly on-policy: the old log-probs are the policy's own log-probs
-        # of this forward pass (detached), as verl does. Otherwise an engine whose log-probs are the trainer's own
-        # supplies them; any other is recomputed, to measure the mismatch and correct for it (capabilities).
-        on_policy = cfg.ppo_epochs == 1 and self.local_mini >= len(trajs)
-        source = self.engine_caps.old_logprobs(
-            on_policy=on_policy, correction=self.correction, fresh=self.ahead is None, mode=cfg.old_logprobs
-        )
         with self.timers.time("update"):
-            if source == "engine":
-                old_logp = rollout_logprobs(trajs, batch.input_ids)
-            else:
-                old_logp = self._logprobs(self.policy, batch) if source == "recompute" else None
-            mismatch = self._correct(batch, old_logp, trajs) if source == "recompute" else {}
-            ref_logp = None
-            if self.ref is not None:
-                with self.ref.model() as ref:
-                    ref_logp = self._logprobs(ref, batch)
-            update = self._update(batch, old_logp, ref_logp)
+            update, mismatch = self._train_on(batch, trajs)
         metrics, stats = global_rollout_metrics(trajs, scores, rewards, groups, adv)
         metrics.update(update)
         metrics.update(dyn)
@@ -360,34 +252,52 @@ class RLTrainer:
         metrics.update({"time/rollout": t_rollout, "time/step": time.time() - t0})
         return metrics
 
-    def _correct(
-        self, batch: TokenBatch, old_logp: torch.Tensor, trajs: Sequence[Trajectory]
-    ) -> dict[str, float]:
-        """Mismatch metrics, and the rollout correction applied to `batch` in place by multiplying its per-token
-        advantages by the detached weight: the PPO/dual-clip surrogate is positively homogeneous in the advantage
-        (loss(w A) = w loss(A) for w >= 0, tests/algorithms/test_rollout_correction.py), so this weights each
-        token's loss without touching the micro-batched update."""
-        cfg, sampled = self.cfg, rollout_logprobs(trajs, batch.input_ids)
-        out = mismatch_metrics(old_logp, sampled, batch.loss_mask)
-        w, stats = correction_weights(
-            self.correction,
-            old_logp,
-            sampled,
-            batch.loss_mask,
-            cap=cfg.tis_cap,
-            low=cfg.mis_low,
-            high=cfg.mis_high,
+    def _train_on(
+        self, batch: TokenBatch, trajs: Sequence[Trajectory]
+    ) -> tuple[dict[str, float], dict[str, float]]:
+        """The step's updates on `batch` (its metrics) and the engine/trainer mismatch metrics.
+
+        One update per step on the whole batch is exactly on-policy: the old log-probs are the policy's own log-probs
+        of that forward pass (detached), as verl does, and a rollout correction is computed in that pass too.
+        Otherwise an engine whose log-probs are the trainer's own supplies them; any other is recomputed, to measure
+        the mismatch and correct for it (capabilities)."""
+        cfg = self.cfg
+        on_policy = cfg.ppo_epochs == 1 and self.local_mini >= len(trajs)
+        source = self.engine_caps.old_logprobs(
+            on_policy=on_policy, correction=self.correction, fresh=self.ahead is None, mode=cfg.old_logprobs
         )
-        if w is not None:
-            batch.extra["advantages"] = batch.extra["advantages"] * w
-        out.update(stats)
-        return out
+        old_logp, mismatch, in_pass = None, {}, source == "policy" and self.corr.active
+        if source == "engine":
+            old_logp = rollout_logprobs(trajs, batch.input_ids)
+        elif source == "recompute":
+            old_logp = self._logprobs(self.policy, batch)
+            mismatch = self.corr.apply(batch, old_logp, rollout_logprobs(trajs, batch.input_ids))
+        elif in_pass:
+            batch.extra["rollout_logp"] = rollout_logprobs(trajs, batch.input_ids)
+        ref_logp = None
+        if self.ref is not None:
+            with self.ref.model() as ref:
+                ref_logp = self._logprobs(ref, batch)
+        seen = torch.zeros_like(batch.loss_mask) if in_pass else None
+        update = self._update(batch, old_logp, ref_logp, seen)
+        if seen is not None:
+            mismatch = self.corr.weights(seen, batch.extra["rollout_logp"], batch.loss_mask)[1]
+        return update, mismatch
 
     def _update(
-        self, batch: TokenBatch, old_logp: torch.Tensor | None, ref_logp: torch.Tensor | None
+        self,
+        batch: TokenBatch,
+        old_logp: torch.Tensor | None,
+        ref_logp: torch.Tensor | None,
+        seen: torch.Tensor | None = None,
     ) -> dict[str, float]:
-        """Policy-gradient updates; `old_logp` None means on-policy (one update over the whole batch)."""
+        """Policy-gradient updates; `old_logp` None means on-policy (one update over the whole batch), and then
+        `seen` (B, T), if given, receives that pass's detached log-probs and the rollout correction is applied in
+        it (`tirl.train.update`)."""
         cfg = self.cfg
+        spec = self.loss_spec
+        if seen is not None:
+            spec = dataclasses.replace(spec, correction=self.corr)
         self.policy.train()
         B = batch.input_ids.shape[0]
         sums: Counter[str] = Counter()
@@ -396,13 +306,18 @@ class RLTrainer:
             order = torch.randperm(B, generator=self.gen)
             for s in range(0, B, self.local_mini):
                 idx = order[s : s + self.local_mini]
+                mini = slice_rows(batch, idx)
+                mini_seen = None if seen is None else torch.zeros_like(mini.loss_mask)
                 stats = accumulate_gradients(
                     self.policy,
-                    slice_rows(batch, idx),
+                    mini,
                     None if old_logp is None else old_logp[idx],
                     None if ref_logp is None else ref_logp[idx],
-                    self.loss_spec,
+                    spec,
+                    mini_seen,
                 )
+                if seen is not None:
+                    seen[idx, : mini.loss_mask.shape[1]] = mini_seen
                 norm, stepped = clip_and_step(
                     self.policy, self.opt, self.sched, cfg.optim, loss=stats["loss/total"]
                 )
@@ -455,6 +370,11 @@ class RLTrainer:
         return history
 
     @property
+    def correction(self) -> str:
+        """`rl.rollout_correction` resolved for this engine."""
+        return self.corr.mode
+
+    @property
     def model(self) -> torch.nn.Module:
         return self.policy
 
@@ -496,3 +416,6 @@ class RLTrainer:
             self.ahead.pending = state.get("pending")
         if self.engine_caps.sync_on_resume:  # a server engine still serves the weights it started with
             self.agent.engine.sync_weights(self.policy)
+
+
+__all__ = ["RLConfig", "RLTrainer", "trajectory_batch"]

@@ -45,11 +45,14 @@ def groups_with_signal(
 
 
 def trajectory_batch(trajs: Sequence[Trajectory], advantages: torch.Tensor, *, pad_id: int) -> TokenBatch:
-    """(B, T) tensors over prompt + response; the loss mask is 0 on the prompt, the trajectory's mask after it."""
+    """(B, T) tensors over prompt + response; the loss mask is 0 on the prompt, the trajectory's mask after it. The
+    prompts' lengths come along (`prefix_len`): a group's rows may share its prompt's forward pass."""
     ids = [t.prompt_ids + t.response_ids for t in trajs]
     masks = [[0] * len(t.prompt_ids) + t.loss_mask for t in trajs]
     adv = [[float(a)] * len(x) for a, x in zip(advantages.tolist(), ids, strict=True)]
-    return collate(ids, masks, pad_id=pad_id, extra={"advantages": adv})
+    batch = collate(ids, masks, pad_id=pad_id, extra={"advantages": adv})
+    batch.prefix_len = torch.tensor([len(t.prompt_ids) for t in trajs], dtype=torch.long)
+    return batch
 
 
 def rollout_logprobs(trajs: Sequence[Trajectory], like: torch.Tensor) -> torch.Tensor:

@@ -30,7 +30,7 @@ from tirl.train import checkpoint, dist
 from tirl.train.batch import TokenBatch, check_micro_batch, collate
 from tirl.train.dist import all_reduce_sum
 from tirl.train.fsdp import MicroBatchPasses
-from tirl.train.logprobs import token_logprobs
+from tirl.train.logprobs import autocast_context, backward_outside_autocast, token_logprobs
 from tirl.train.memory import resolve_micro_batch_tokens, sized_micro_batches
 from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
 from tirl.train.signals import StopRequested, graceful_stop
@@ -166,12 +166,15 @@ def sft_step(
     if cfg.loss_mean == "micro":
         num_micro = float(all_reduce_sum(torch.tensor(float(sum(p is not None for p in passes.parts)))))
     total, n = 0.0, 0
-    for _, micro in passes:
-        denom = num_tokens if cfg.loss_mean == "token" else micro_tokens(micro) * num_micro
-        loss, k = sft_loss(model, micro, num_tokens=denom, autocast=autocast)
-        if loss.requires_grad:
-            loss.backward()
-        total, n = total + float(loss.detach()), n + k
+    with autocast_context(
+        batch.input_ids.device, autocast
+    ):  # weights cast once per batch (tirl.train.update)
+        for _, micro in passes:
+            denom = num_tokens if cfg.loss_mean == "token" else micro_tokens(micro) * num_micro
+            loss, k = sft_loss(model, micro, num_tokens=denom, autocast=autocast)
+            if loss.requires_grad:
+                backward_outside_autocast(loss)
+            total, n = total + float(loss.detach()), n + k
     summed = dist.sum_floats({"loss": total, "tokens": float(n)})
     return summed["loss"], int(summed["tokens"])
 

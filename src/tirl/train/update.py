@@ -8,6 +8,12 @@ computed on trained positions only, in chunks (`tirl.train.logprobs`).
 `token_mean="micro"` (verl's "token-mean", `rl.token_mean`) instead takes each micro-batch's own token mean and
 weights it by the micro-batch's share of the mini-batch's sequences: tokens of a short micro-batch weigh more, and
 the result depends on where the micro-batches split.
+
+An on-policy update (one over the whole batch) takes its old log-probs from its own forward pass, detached. When
+the engine's log-probs are not the trainer's (another process, bf16 on either side), that same pass also gives the
+rollout correction (`LossSpec.correction`: each micro-batch's advantages times the detached weight of
+`tirl.algorithms.rollout_correction`, computed from its rows alone), so no separate no-grad pass is needed; the
+detached log-probs are written to `seen` for the mismatch metrics.
 """
 
 from __future__ import annotations
@@ -20,10 +26,16 @@ import torch
 
 from tirl.algorithms import aggregate, kl_penalty
 from tirl.train import dist
-from tirl.train.batch import TokenBatch, micro_batches_by_length, slice_rows
+from tirl.train.batch import TokenBatch, slice_rows
+from tirl.train.correction import RolloutCorrection
 from tirl.train.dist import all_reduce_sum
-from tirl.train.fsdp import MicroBatchPasses, idle_forward, matched_parts
-from tirl.train.logprobs import DEFAULT_CHUNK_TOKENS, token_logprobs
+from tirl.train.fsdp import MicroBatchPasses, batch_parts, idle_forward, matched_parts
+from tirl.train.logprobs import (
+    DEFAULT_CHUNK_TOKENS,
+    autocast_context,
+    backward_outside_autocast,
+    token_logprobs,
+)
 
 
 @dataclass
@@ -47,6 +59,10 @@ class LossSpec:
         None  # model.autocast: forward/backward in this dtype, fp32 weights and log-softmax
     )
     token_mean: str = "exact"  # token-mean over the mini-batch (exact) or verl's per micro-batch (micro)
+    share_prefix: bool = False  # rows with one prompt share its forward pass (tirl.train.prefix)
+    # on-policy rollout correction in the update's own pass (module docstring), with the engine's sampling
+    # log-probs in the batch's extra["rollout_logp"]; None: none
+    correction: RolloutCorrection | None = None
 
     @classmethod
     def for_rl(
@@ -58,6 +74,7 @@ class LossSpec:
             norm_len=norm_len, temperature=temperature, kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator,
             entropy_coef=cfg.entropy_coef, micro_batch_size=cfg.micro_batch_size,
             micro_batch_tokens=cfg.micro_batch_tokens, token_mean=cfg.token_mean, autocast=autocast,
+            share_prefix=cfg.share_prefix,
         )  # fmt: skip
 
 
@@ -81,32 +98,44 @@ def accumulate_gradients(
     old_logp: torch.Tensor | None,
     ref_logp: torch.Tensor | None,
     spec: LossSpec,
+    seen: torch.Tensor | None = None,
 ) -> dict[str, float]:
     """Forward and backward over `mini`'s micro-batches (gradients accumulate in `policy`); returns its stats.
 
     mini: the mini-batch, with `advantages` (B, T) in `extra`; old_logp / ref_logp: (B, T) or None (None old
-    log-probs: on-policy, the detached log-probs of this very forward pass). `loss/total` and `loss/pg` are the
-    mini-batch's values; the other stats are token-weighted means over the micro-batches.
+    log-probs: on-policy, the detached log-probs of this very forward pass). `seen` (B, T), if given, receives those
+    detached log-probs. `loss/total` and `loss/pg` are the mini-batch's values; the other stats are token-weighted
+    means over the micro-batches.
     """
+    if spec.correction is not None and (old_logp is not None or "rollout_logp" not in mini.extra):
+        raise ValueError(
+            "the in-pass rollout correction needs an on-policy update (no old log-probs) and the engine's "
+            "log-probs in extra['rollout_logp']"
+        )
     num_tokens, num_seqs = global_counts(mini.loss_mask)
+    # idle passes included where a sharded model needs them
     passes = MicroBatchPasses(
-        policy, mini, max_seqs=spec.micro_batch_size, max_tokens=spec.micro_batch_tokens
-    )  # idle passes included where a sharded model needs them
+        policy, mini, max_seqs=spec.micro_batch_size, max_tokens=spec.micro_batch_tokens,
+        share_prefix=spec.share_prefix,
+    )  # fmt: skip
     sums: Counter[str] = Counter()  # token-weighted sums of the loss statistics
     totals: Counter[str] = Counter()
     norm = {"norm_len": spec.norm_len, "num_tokens": num_tokens, "num_seqs": num_seqs}
     per_micro = spec.token_mean == "micro" and spec.agg == "token-mean"
     total_rows = float(all_reduce_sum(torch.tensor(float(mini.input_ids.shape[0])))) if per_micro else 0.0
-    for rows, micro in passes:
-        mask = micro.loss_mask
-        if per_micro:
-            norm = micro_norm(norm, mask, len(rows), total_rows)
-        loss, stats = _micro_loss(policy, micro, rows, old_logp, ref_logp, spec, norm, totals)
-        if loss.requires_grad:  # a micro-batch without trained tokens has no graph and nothing to add
-            loss.backward()
-        totals["loss/total"] += float(loss.detach())
-        weight = float(mask.sum())
-        sums.update({k: v * weight for k, v in stats.items() if k != "loss/pg"})
+    # One autocast region over the micro-batches: autocast keeps its bf16 copies of the weights until the outermost
+    # region exits, so each weight is cast once per mini-batch rather than once per pass.
+    with autocast_context(mini.input_ids.device, spec.autocast):
+        for rows, micro in passes:
+            mask = micro.loss_mask
+            if per_micro:
+                norm = micro_norm(norm, mask, len(rows), total_rows)
+            loss, stats = _micro_loss(policy, micro, rows, old_logp, ref_logp, spec, norm, totals, seen)
+            if loss.requires_grad:  # a micro-batch without trained tokens has no graph and nothing to add
+                backward_outside_autocast(loss)
+            totals["loss/total"] += float(loss.detach())
+            weight = float(mask.sum())
+            sums.update({k: v * weight for k, v in stats.items() if k != "loss/pg"})
     # Across ranks: the losses are already divided by global counts, so they add up; the statistics are
     # token-weighted means over the whole mini-batch.
     reduced = dist.sum_floats({**{f"sum:{k}": v for k, v in sums.items()}, **totals})
@@ -126,14 +155,14 @@ def no_grad_logprobs(
     max_tokens: int,
     temperature: float,
     autocast: torch.dtype | None,
+    share_prefix: bool = False,
 ) -> torch.Tensor:
     """(B, T) log-probs of `batch`'s trained tokens (0 elsewhere) without a graph: the old policy's or the KL
     reference's. Passes of at most `max_seqs` rows and `max_tokens` padded tokens, shortest rows first under a token
-    budget (`micro_batches_by_length`: little padding); a sharded model runs as many passes on every rank."""
+    budget (`micro_batches_by_length`: little padding; `share_prefix`: a prompt's rows together, sharing its pass);
+    a sharded model runs as many passes on every rank."""
     out = torch.zeros(batch.input_ids.shape, dtype=torch.float32, device=batch.input_ids.device)
-    parts = micro_batches_by_length(
-        batch.attention_mask.sum(dim=-1).tolist(), max_seqs=max_seqs, max_tokens=max_tokens
-    )
+    parts = batch_parts(model, batch, max_seqs=max_seqs, max_tokens=max_tokens, share_prefix=share_prefix)
     for rows in matched_parts(model, parts):
         if rows is None:
             idle_forward(model, batch.input_ids.device)
@@ -141,7 +170,7 @@ def no_grad_logprobs(
         part = slice_rows(batch, rows)
         lp, _ = token_logprobs(
             model, part.input_ids, part.attention_mask, temperature=temperature, loss_mask=part.loss_mask,
-            autocast=autocast,
+            autocast=autocast, prefix_len=part.prefix_len if share_prefix else None,
         )  # fmt: skip
         out[rows, : lp.shape[1]] = lp
     return out
@@ -156,6 +185,7 @@ def _micro_loss(
     spec: LossSpec,
     norm: dict[str, Any],
     totals: Counter[str],
+    seen: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """One micro-batch's forward and loss (policy loss + KL - entropy bonus); adds its terms to `totals`."""
     width = micro.input_ids.shape[1]
@@ -169,12 +199,18 @@ def _micro_loss(
         loss_mask=mask,
         chunk_tokens=spec.chunk_tokens,
         autocast=spec.autocast,
+        prefix_len=micro.prefix_len if spec.share_prefix else None,
     )
     old = logp.detach() if old_logp is None else old_logp[rows, :width]
+    if seen is not None:
+        seen[rows, :width] = old
+    adv = micro.extra["advantages"]
+    if spec.correction is not None:  # the surrogate is homogeneous in A: w weights each token's loss
+        adv = spec.correction.weighted(adv, old, micro.extra["rollout_logp"], mask)
     loss, stats = spec.loss_fn(
         logp,
         old,
-        micro.extra["advantages"],
+        adv,
         mask,
         clip_low=spec.clip_low,
         clip_high=spec.clip_high,

@@ -1,0 +1,120 @@
+"""`rl:` of a run's config: GRPO-TCR's settings with the reference recipe's defaults, checked when loaded (a bad
+value fails at start-up, naming the valid ones, not after the first rollout). The loop that reads them is
+`tirl.train.rl`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from tirl.algorithms import check_advantage, get_advantage_estimator, get_policy_loss
+from tirl.algorithms.rollout_correction import CORRECTIONS
+from tirl.config import check_range
+from tirl.train.batch import check_micro_batch
+from tirl.train.optim import OptimConfig
+from tirl.train.overlap import check_off_policy
+
+
+@dataclass
+class RLConfig:
+    data: str = ""  # JSONL of RL rows (verl schema: prompt, reward_model.ground_truth, ...)
+    steps: int = 20
+    prompts_per_step: int = 32
+    n: int = 8  # rollouts per prompt (the GRPO group size G)
+    mini_batch_size: int = 64  # trajectories per optimizer update
+    micro_batch_size: int = 0  # trajectories per forward/backward (gradients accumulate); 0 = the mini-batch
+    # padded tokens per forward/backward: auto = sized from model.activation_gib (tirl.train.memory); 0 = none
+    micro_batch_tokens: int | Literal["auto"] = "auto"
+    ppo_epochs: int = 1
+    adv_estimator: str = "grpo"
+    policy_loss: str = "ppo"
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    clip_c: float = 10.0
+    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
+    loss_norm_len: int = 0  # the constant of seq-mean-token-sum-norm; 0 = the response budget (agent)
+    token_mean: Literal["exact", "micro"] = "exact"  # micro: verl's per-micro-batch token-mean (update.py)
+    prompt_rewrite: Literal["none", "verl"] = "none"  # verl: the recipe's rl.data rewrite (recipe_prompts.py)
+    kl_coef: float = 0.0
+    kl_estimator: Literal["k1", "k3"] = "k3"
+    entropy_coef: float = 0.0
+    passk_k: int = 4  # k of the estimators that take one (the pass@k objectives passk, pkpo)
+    # DAPO: drop groups whose rewards are all equal, sample more prompts to refill
+    dynamic_sampling: bool = False
+    dynamic_max_rounds: int = 3  # extra generation rounds per step at most, when dynamic_sampling is on
+    overlong_filter: bool = False  # truncated responses (budget / turn cap hit) are masked out of the loss
+    logprob_batch_size: int = 64  # sequences per no-grad forward when recomputing old log-probs
+    # a group's rollouts run their prompt once per forward pass, its keys and values shared (tirl.train.prefix)
+    share_prefix: bool = True
+    # auto: the engine's sampling log-probs when they are the trainer's own (capabilities.old_logprobs); recompute:
+    # always a no-grad pass (measures the engine/trainer mismatch)
+    old_logprobs: Literal["auto", "recompute"] = "auto"
+    eval_every: int = (
+        0  # steps between validations on eval_data (records kept in OUT/eval/step-<k>/); 0 = none
+    )
+    eval_data: list[str] = field(
+        default_factory=list
+    )  # benchmark files validated during training (eval.n each)
+    eval_at_start: bool = False  # validate before the first step too (verl's val_before_train)
+    log_samples: int = 2  # trajectories per step logged as text (JSONL samples file, TensorBoard, wandb)
+    save_every: int = 0  # steps between resumable checkpoints (checkpoint-<step>/); 0 = only the final model
+    keep_last: int = 0  # complete checkpoints kept, oldest deleted first, never the newest; 0 = all
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-6, weight_decay=0.01, grad_clip=1.0))
+    # engine/trainer log-prob mismatch (tirl.algorithms.rollout_correction): auto = none for an engine that shares
+    # the policy module (the torch engine), token_tis otherwise (tirl.rollout.capabilities says why)
+    rollout_correction: Literal["auto", "none", "token_tis", "seq_mis"] = "auto"
+    tis_cap: float = 2.0  # token_tis: weights min(pi_old / pi_rollout, cap) (verl's rollout_is_threshold)
+    # seq_mis: sequences whose ratio is outside [mis_low, mis_high] are masked (TRL's 0, 3)
+    mis_low: float = 0.0
+    mis_high: float = 3.0
+    # 1: step k+1's rollouts are sampled with step k's weights while step k's update runs (tirl.train.overlap)
+    off_policy_steps: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("steps", "prompts_per_step", "n", "mini_batch_size", "ppo_epochs", "logprob_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        get_advantage_estimator(self.adv_estimator)  # fail at start-up, naming the valid choices
+        get_policy_loss(self.policy_loss)
+        if self.n < 2:
+            raise ValueError(
+                f"rl.n={self.n}: every prompt would form a group of one, and the group-relative estimator "
+                f"{self.adv_estimator!r} has no baseline there, so every advantage is 0 and the run learns nothing; "
+                "use rl.n >= 2 (the recipe samples 16 per prompt)"
+            )
+        try:  # the estimator's own check of its hyperparameters against the group size
+            check_advantage(self.adv_estimator, group_size=self.n, k=self.passk_k)
+        except ValueError as e:
+            raise ValueError(
+                f"rl.adv_estimator={self.adv_estimator!r} with rl.n={self.n}, rl.passk_k={self.passk_k}: {e}"
+            ) from None
+        if self.eval_every < 0 or (self.eval_every and not self.eval_data):
+            raise ValueError(
+                f"rl.eval_every={self.eval_every} needs rl.eval_data (a list of benchmark files) and must be >= 0"
+            )
+        if self.save_every < 0 or self.keep_last < 0:
+            raise ValueError(
+                f"save_every and keep_last must be >= 0, got {self.save_every}, {self.keep_last}"
+            )
+        if self.dynamic_max_rounds < 0:
+            raise ValueError(f"dynamic_max_rounds must be >= 0, got {self.dynamic_max_rounds}")
+        check_micro_batch(self.micro_batch_size, self.micro_batch_tokens)
+        if self.rollout_correction not in ("auto", *CORRECTIONS):
+            raise ValueError(
+                f"rl.rollout_correction={self.rollout_correction!r}; valid: auto, {', '.join(CORRECTIONS)}"
+            )
+        if self.old_logprobs not in ("auto", "recompute"):
+            raise ValueError(f"rl.old_logprobs={self.old_logprobs!r}; valid: auto, recompute")
+        check_range("clip_low", self.clip_low, 0, 1, high_open=True)  # at load time, not after a rollout
+        check_range("entropy_coef", self.entropy_coef)
+        for name, low in (("clip_high", 0), ("kl_coef", 0), ("mis_low", 0), ("tis_cap", 0), ("clip_c", 1)):
+            check_range(name, getattr(self, name), low, low_open=name in ("tis_cap", "clip_c"))
+        check_range("mis_high", self.mis_high, self.mis_low, low_open=True, low_name="mis_low")
+        check_off_policy(self.off_policy_steps, dynamic_sampling=self.dynamic_sampling)
+        if self.loss_norm_len < 0:
+            raise ValueError(
+                f"loss_norm_len must be >= 0 (0 = the response budget), got {self.loss_norm_len}"
+            )
+
+
+__all__ = ["RLConfig"]
