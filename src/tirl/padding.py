@@ -4,7 +4,7 @@ variant for rows that share their prompts' passes (`shared_prefix_parts`)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 # What one more forward/backward pass costs beyond its tokens, in padded tokens: about 25 ms of fixed work (kernel
 # launches, Python, the head's chunks) on the demo's 1M-parameter model on 2 cores, where a token costs ~0.1 ms.
@@ -12,18 +12,16 @@ PASS_COST_TOKENS = 256
 MAX_PART_ROWS = 512  # bounds the search (rows x this); a larger pass would not be cheaper by much
 
 
-def least_padding_split(
-    lengths: Sequence[int], max_tokens: int, pass_cost: int = PASS_COST_TOKENS
+def _cheapest_split(
+    n: int, part_sizes: Callable[[int], Iterator[tuple[int, int]]], max_tokens: int, pass_cost: int
 ) -> list[int]:
-    """Where to cut ascending `lengths` into consecutive parts: the parts' padded tokens (count x longest) plus
-    `pass_cost` per part, least in total, each part within `max_tokens` (a row longer than it alone). Returns the
-    end index of each part. Dynamic programming over the cut points, parts of at most MAX_PART_ROWS rows."""
-    n = len(lengths)
+    """The end index of each part of the cheapest cut of n ordered rows: `part_sizes(i)` yields (j, padded tokens
+    of the part [j, i)) for j from i - 1 down; a part costs its size plus `pass_cost` and holds at most
+    `max_tokens` (a row alone may exceed it). Dynamic programming over the cut points."""
     best, cut = [0] + [0] * n, [0] * (n + 1)
     for i in range(1, n + 1):
         best[i] = -1
-        for j in range(i - 1, max(i - 1 - MAX_PART_ROWS, -1), -1):
-            size = lengths[i - 1] * (i - j)
+        for j, size in part_sizes(i):
             if size > max_tokens and i - j > 1:
                 break
             cost = best[j] + size + pass_cost
@@ -34,6 +32,22 @@ def least_padding_split(
         ends.append(i)
         i = cut[i]
     return ends[::-1]
+
+
+def _starts(i: int) -> range:
+    """The first rows j of the parts that end at row i, nearest first, parts of at most MAX_PART_ROWS rows."""
+    return range(i - 1, max(i - 1 - MAX_PART_ROWS, -1), -1)
+
+
+def least_padding_split(
+    lengths: Sequence[int], max_tokens: int, pass_cost: int = PASS_COST_TOKENS
+) -> list[int]:
+    """Where to cut ascending `lengths` into consecutive parts: the parts' padded tokens (count x longest) plus
+    `pass_cost` per part, least in total, each part within `max_tokens` (a row longer than it alone). Returns the
+    end index of each part."""
+    return _cheapest_split(
+        len(lengths), lambda i: ((j, lengths[i - 1] * (i - j)) for j in _starts(i)), max_tokens, pass_cost
+    )
 
 
 def least_padding_parts(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
@@ -57,25 +71,15 @@ def shared_prefix_parts(
     longest own part) plus `pass_cost` per pass are least, each within `max_tokens` (a row alone may exceed it).
     Each pass's rows come back in their own order."""
     order = sorted(range(len(own)), key=lambda i: (prefix[i], keys[i], own[i]))
-    n = len(order)
-    best, cut = [0] + [0] * n, [0] * (n + 1)
-    for i in range(1, n + 1):
-        best[i] = -1
+
+    def part_sizes(i: int) -> Iterator[tuple[int, int]]:
         distinct, p_max, o_max, last_key = 0, 0, 0, None
-        for j in range(i - 1, max(i - 1 - MAX_PART_ROWS, -1), -1):
+        for j in _starts(i):
             r = order[j]
             if keys[r] != last_key:
                 distinct, last_key = distinct + 1, keys[r]
             p_max, o_max = max(p_max, prefix[r]), max(o_max, own[r])
-            size = distinct * p_max + (i - j) * o_max
-            if size > max_tokens and i - j > 1:
-                break
-            cost = best[j] + size + pass_cost
-            if best[i] < 0 or cost < best[i]:
-                best[i], cut[i] = cost, j
-    ends, i = [], n
-    while i > 0:
-        ends.append(i)
-        i = cut[i]
-    ends.reverse()
+            yield j, distinct * p_max + (i - j) * o_max
+
+    ends = _cheapest_split(len(order), part_sizes, max_tokens, pass_cost)
     return [sorted(order[a:b]) for a, b in zip([0, *ends[:-1]], ends, strict=True)]

@@ -166,9 +166,8 @@ def sft_step(
     if cfg.loss_mean == "micro":
         num_micro = float(all_reduce_sum(torch.tensor(float(sum(p is not None for p in passes.parts)))))
     total, n = 0.0, 0
-    with autocast_context(
-        batch.input_ids.device, autocast
-    ):  # weights cast once per batch (tirl.train.update)
+    # weights cast once per batch (tirl.train.update); `batch` may be None on this rank
+    with autocast_context(torch.device(device), autocast):
         for _, micro in passes:
             denom = num_tokens if cfg.loss_mean == "token" else micro_tokens(micro) * num_micro
             loss, k = sft_loss(model, micro, num_tokens=denom, autocast=autocast)
