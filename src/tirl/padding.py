@@ -1,15 +1,33 @@
 """Where to cut rows into padded passes of similar lengths: one rule for the trainer's micro-batches
 (`tirl.train.batch.micro_batches_by_length`) and the torch engine's pre-fill (`tirl.rollout.engine`), and its
-variant for rows that share their prompts' passes (`shared_prefix_parts`)."""
+variant for rows that share their prompts' passes (`shared_prefix_parts`), and which rows share (`first_rows`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 
 # What one more forward/backward pass costs beyond its tokens, in padded tokens: about 25 ms of fixed work (kernel
 # launches, Python, the head's chunks) on the demo's 1M-parameter model on 2 cores, where a token costs ~0.1 ms.
 PASS_COST_TOKENS = 256
 MAX_PART_ROWS = 512  # bounds the search (rows x this); a larger pass would not be cheaper by much
+
+
+def first_rows(keys: Sequence[Hashable | None]) -> tuple[list[int], list[int]]:
+    """(src, inverse) for rows with `keys` (a prompt's tokens, say): `src` the first row of each distinct key (and
+    every row whose key is None, shared with none), `inverse[i]` the position in `src` of the row that row i shares
+    with. What the engine's pre-fill and the trainer's shared-prompt passes compute once."""
+    first: dict[Hashable, int] = {}
+    src: list[int] = []
+    inverse: list[int] = []
+    for i, key in enumerate(keys):
+        if key is None or key not in first:
+            if key is not None:
+                first[key] = len(src)
+            src.append(i)
+            inverse.append(len(src) - 1)
+        else:
+            inverse.append(first[key])
+    return src, inverse
 
 
 def _cheapest_split(

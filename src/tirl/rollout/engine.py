@@ -33,7 +33,7 @@ from typing import Any
 import torch
 
 from tirl.models.loading import cache_keyword
-from tirl.padding import least_padding_parts
+from tirl.padding import first_rows, least_padding_parts
 from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.kv_cache import InPlaceCache, KeptPrefixes, kept_length
 from tirl.rollout.packed import PackedLinears, packing_available
@@ -49,21 +49,9 @@ COMPACT_AT = 0.75
 
 
 def unique_rows(prompts: Sequence[Sequence[int]], kept: Sequence[Any]) -> tuple[list[int], list[int]]:
-    """(src, inverse): the rows to pre-fill (the first row of each distinct prompt without a kept prefix, and every
-    row with one) and, for each row, the position in `src` of the row whose pre-fill it shares."""
-    first: dict[tuple[int, ...], int] = {}
-    src: list[int] = []
-    inverse: list[int] = []
-    for i, (p, k) in enumerate(zip(prompts, kept, strict=True)):
-        key = tuple(p) if k is None else None
-        if key is not None and key in first:
-            inverse.append(first[key])
-            continue
-        if key is not None:
-            first[key] = len(src)
-        inverse.append(len(src))
-        src.append(i)
-    return src, inverse
+    """(src, inverse) of `first_rows`: the rows to pre-fill (the first row of each distinct prompt without a kept
+    prefix, and every row with one) and, for each row, the position in `src` of the row whose pre-fill it shares."""
+    return first_rows([tuple(p) if k is None else None for p, k in zip(prompts, kept, strict=True)])
 
 
 class TorchEngine:

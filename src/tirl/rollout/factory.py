@@ -45,9 +45,8 @@ class EngineInputs:
     pad_id: int
     stop_ids: tuple[int, ...] = ()
     dtype: str = "float32"  # model.dtype: a server engine computes in it unless rollout.dtype says otherwise
-    autocast: torch.dtype | None = (
-        None  # model.autocast resolved: the torch engine's precision on rollout.dtype auto
-    )
+    # model.autocast resolved: the torch engine's precision on rollout.dtype auto
+    autocast: torch.dtype | None = None
     model_path: str = ""
     work_dir: Path | None = None
 

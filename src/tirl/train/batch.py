@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tirl.padding import least_padding_parts, shared_prefix_parts
+from tirl.padding import first_rows, least_padding_parts, shared_prefix_parts
 
 
 @dataclass
@@ -43,9 +43,8 @@ class TokenBatch:
         """Per row, a number shared by exactly the rows with the same prompt tokens (None without prompts)."""
         if self.prefix_len is None:
             return None
-        seen: dict[tuple[int, ...], int] = {}
         ids = self.input_ids.tolist()
-        return [seen.setdefault(tuple(ids[b][:p]), len(seen)) for b, p in enumerate(self.prefix_len.tolist())]
+        return first_rows([tuple(ids[b][:p]) for b, p in enumerate(self.prefix_len.tolist())])[1]
 
     @property
     def num_tokens(self) -> int:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from tirl.models.loading import cache_keyword
+from tirl.padding import first_rows
 
 
 @dataclass(frozen=True)
@@ -56,15 +57,7 @@ def plan_shared_prefixes(
     lens = torch.as_tensor(prefix_len, dtype=torch.long).tolist()
     if len(lens) != input_ids.shape[0] or min(lens, default=0) < 1:
         return None
-    first: dict[tuple[int, ...], int] = {}
-    src: list[int] = []
-    inverse: list[int] = []
-    for b, p in enumerate(lens):
-        key = tuple(input_ids[b, :p].tolist())
-        if key not in first:
-            first[key] = len(src)
-            src.append(b)
-        inverse.append(first[key])
+    src, inverse = first_rows([tuple(input_ids[b, :p].tolist()) for b, p in enumerate(lens)])
     if len(src) == len(lens):
         return None
     dev = input_ids.device
