@@ -35,16 +35,17 @@ from tirl.sandbox.types import Sandbox
 from tirl.tasks import Task, load_task
 from tirl.tools import CodeInterpreter
 from tirl.train import checkpoint, dist, fsdp, reference
-from tirl.train.allocator import keep_freed_memory
+from tirl.train.allocator import bound_onednn_caches, keep_freed_memory
 from tirl.train.manifest import RunIdentity, data_fingerprint
 from tirl.train.rl import RLTrainer
 from tirl.train.sft import SFTConfig, SFTTrainer
 
 
 def setup_torch(cfg: TirlConfig) -> None:
-    """Seeds, threads and the allocator (`tirl.train.allocator`); under torchrun the cores are shared among the
-    machine's processes (threads=0)."""
+    """Seeds, threads, the allocator and oneDNN's caches (`tirl.train.allocator`); under torchrun the cores are
+    shared among the machine's processes (threads=0)."""
     keep_freed_memory()
+    bound_onednn_caches()
     torch.manual_seed(cfg.seed)
     local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
     torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // local))
