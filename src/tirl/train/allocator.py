@@ -45,7 +45,7 @@ def keep_freed_memory() -> bool:
 def bound_onednn_caches(entries: int = ONEDNN_CACHE_ENTRIES) -> dict[str, str]:
     """Cap oneDNN's per-shape caches at `entries` each, where the environment does not already set them; returns
     the values in force. Effective only before this process's first oneDNN operation, so `setup_torch` calls it
-    first thing."""
+    before any tensor work."""
     for var in ONEDNN_CACHE_VARS:
         os.environ.setdefault(var, str(entries))
     return {var: os.environ[var] for var in ONEDNN_CACHE_VARS}
