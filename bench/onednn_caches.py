@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rl_step import CONFIG, ROOT, SHAPES, machine, tirl_shape
+from rl_step import CONFIG, LIBRARY_DEFAULTS, ROOT, SHAPES, machine, tirl_shape
 
 STEPS = 4
 UNBOUNDED = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024", "LRU_CACHE_CAPACITY": "1024"}
@@ -31,8 +31,7 @@ def run(model: str, name: str, env: dict[str, str], work: Path) -> dict:
     shape = [o for o in tirl_shape(*SHAPES["full"]) if not o.startswith("rl.steps=")]
     cmd = [
         sys.executable, "-m", "tirl", "rl", "--config", str(CONFIG), "--out", str(out), f"model.path={model}",
-        f"out_dir={out}", "model.autocast=auto", "rl.micro_batch_size=0", "rl.micro_batch_tokens=auto",
-        *shape, f"rl.steps={STEPS}",
+        f"out_dir={out}", *LIBRARY_DEFAULTS, *shape, f"rl.steps={STEPS}",
     ]  # fmt: skip
     t0 = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TIRL_QUIET": "1", **env})

@@ -44,6 +44,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 CONFIG = ROOT / "src/tirl/configs/demo-smollm2.yaml"
 STEPS = 2
+# the library's defaults, over what the SmolLM2 demo config sets
+LIBRARY_DEFAULTS = ["model.autocast=auto", "rl.micro_batch_size=0", "rl.micro_batch_tokens=auto"]
 SHAPES = {"full": (8, 8, 64), "quick": (2, 4, 16)}  # prompts per step, rollouts per prompt, response tokens
 VARIANTS: list[tuple[str, list[str]]] = [
     ("default", []),
@@ -88,8 +90,7 @@ def run_variant(model: str, name: str, overrides: list[str], work: Path, shape: 
     out = work / name.replace(" ", "-")
     cmd = [
         sys.executable, "-m", "tirl", "rl", "--config", str(CONFIG),
-        "--out", str(out), "model.autocast=auto", "rl.micro_batch_size=0", "rl.micro_batch_tokens=auto",  # the library defaults
-        f"model.path={model}", f"out_dir={out}", *shape, *overrides,
+        "--out", str(out), *LIBRARY_DEFAULTS, f"model.path={model}", f"out_dir={out}", *shape, *overrides,
     ]  # fmt: skip
     t0 = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TIRL_QUIET": "1"})
