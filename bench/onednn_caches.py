@@ -21,8 +21,10 @@ from pathlib import Path
 
 from rl_step import CONFIG, LIBRARY_DEFAULTS, ROOT, SHAPES, machine, tirl_shape
 
+from tirl.train.allocator import ONEDNN_CACHE_VARS
+
 STEPS = 4
-UNBOUNDED = {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": "1024", "LRU_CACHE_CAPACITY": "1024"}
+UNBOUNDED = dict.fromkeys(ONEDNN_CACHE_VARS, "1024")
 KEYS = ("time/rollout", "perf/step_s/update", "time/step", "perf/peak_rss_mb", "perf/tokens_per_s/rollout")
 
 
@@ -54,9 +56,8 @@ def main() -> None:
         from tirl.demo_smollm2 import ensure_smollm2
 
         ensure_smollm2(Path(args.model))
-    base = {k: v for k, v in os.environ.items() if k not in UNBOUNDED}
-    os.environ.clear()
-    os.environ.update(base)  # tirl's bound applies unless the environment sets the caches
+    for var in ONEDNN_CACHE_VARS:  # tirl's bound applies unless the environment sets the caches
+        os.environ.pop(var, None)
     info = machine()
     with tempfile.TemporaryDirectory() as tmp:
         rows = [run(args.model, "tirl bound (64)", {}, Path(tmp))]
