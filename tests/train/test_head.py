@@ -1,9 +1,14 @@
 """The LM head with a recomputing backward (`tirl.train.head`) against plain autograd through the same products."""
 
+import weakref
+
 import pytest
 import torch
+from torch.utils import _pytree as pytree
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from tirl.algorithms import entropy_from_logits
+import tirl.train.head as head_mod
 from tirl.train.head import head_logprobs
 
 
@@ -29,7 +34,9 @@ def _grads(fn, rows, head, targets, g_logp, g_ent, **kw):
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 @pytest.mark.parametrize("with_entropy", [False, True])
 @pytest.mark.parametrize("bias", [False, True])
-def test_float32_head_equals_plain_autograd(temperature, with_entropy, bias):
+@pytest.mark.parametrize("w_rows", [8192, 64])  # the weight's gradient in one block, and in 5 of 301 rows
+def test_float32_head_equals_plain_autograd(temperature, with_entropy, bias, w_rows, monkeypatch):
+    monkeypatch.setattr(head_mod, "W_GRAD_ROWS", w_rows)
     torch.manual_seed(0)
     head = torch.nn.Linear(24, 301, bias=bias)
     rows, targets = torch.randn(37, 24), torch.randint(0, 301, (37,))
@@ -75,3 +82,49 @@ def test_keeps_no_vocabulary_wide_tensor_for_the_backward():
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
         head_logprobs(rows, head, torch.randint(0, 4096, (64,)), chunk_tokens=16)
     assert saved and max(saved) <= 4096 * 16  # the weight itself; a row of logits per token would be 64 * 4096
+
+
+class _LiveBytes(TorchDispatchMode):
+    """The most bytes held at once by tensors that ops create while the mode is on (freed ones leave)."""
+
+    def __init__(self):
+        super().__init__()
+        self.live = self.peak = 0
+
+    def _gone(self, n):
+        self.live -= n
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in pytree.tree_leaves(out):
+            if isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in self._seen(args):
+                n = t.untyped_storage().nbytes()
+                self.live += n
+                self.peak = max(self.peak, self.live)
+                weakref.finalize(t.untyped_storage(), self._gone, n)
+        return out
+
+    @staticmethod
+    def _seen(args):
+        return {a.untyped_storage().data_ptr() for a in pytree.tree_leaves(args) if isinstance(a, torch.Tensor)}
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+def test_backward_peak_holds_one_chunk_of_logits(dtype, monkeypatch):
+    """The head's backward runs first, with every activation of the pass alive, so its peak is the pass's: the
+    chunk's float32 logits are freed before the weight's gradient is formed, and that gradient's low-precision
+    product exists a block of vocabulary rows at a time. Peak: one float32 (c, V) chunk (the probabilities are
+    formed in place of the log-probs) and the float32 gradient of the weight, plus small change."""
+    monkeypatch.setattr(head_mod, "W_GRAD_ROWS", 1024)
+    torch.manual_seed(0)
+    V, H, c = 4096, 16, 64
+    head = torch.nn.Linear(H, V, bias=False)
+    rows = torch.randn(c, H, requires_grad=True)
+    logp, _ = head_logprobs(rows, head, torch.randint(0, V, (c,)), chunk_tokens=c, dtype=dtype)
+    loss = logp.sum()
+    with _LiveBytes() as mode:
+        loss.backward()
+    chunk, grad_w, block = c * V * 4, V * H * 4, 1024 * H * 4
+    # bf16: the recomputed product's bf16 logits beside their float32 copy, half a chunk more
+    bound = chunk * (3 if dtype else 2) // 2 + grad_w + block + c * H * 4 * 4
+    assert mode.peak <= bound, (mode.peak, bound)

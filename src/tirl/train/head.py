@@ -11,7 +11,8 @@ each chunk's logits with one more head product and forms the logits' gradient in
 
 (z the logits, p = softmax(z / T), H the entropy), which is what liger-kernel's fused linear cross-entropy does
 on GPUs, in plain PyTorch. The forward's numbers are the unfused path's (the same casts and reductions); the
-weight's gradient sums the chunks in float32.
+weight's gradient sums the chunks in float32, formed a block of vocabulary rows at a time; each chunk's float32
+logits are freed before it (the head's backward comes first, with every activation of the pass alive).
 
 `dtype` (bf16 under `model.autocast`): the head's product runs in it on bf16 copies of the weight and the rows, as
 autocast would; log-softmax and entropy are float32.
@@ -28,6 +29,7 @@ import torch
 # cast serves the forward and backward of every micro-batch until an optimizer step changes the weight in place.
 # An entry leaves with its weight (a weak reference's callback).
 _CASTS: dict[int, tuple[weakref.ref, tuple[int, int], torch.Tensor]] = {}
+W_GRAD_ROWS = 8192  # vocabulary rows of the weight's gradient formed at a time (`_add_weight_grad`)
 
 
 def _cast(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -60,6 +62,13 @@ def _entropy(logp: torch.Tensor) -> torch.Tensor:
     """(c,) entropy from (c, V) log-probs; -inf entries (a masked vocabulary) add 0."""
     p = logp.exp()
     return -(p * logp.masked_fill(p == 0, 0.0)).sum(dim=-1)
+
+
+def _add_weight_grad(grad_w: torch.Tensor, gz: torch.Tensor, x: torch.Tensor) -> None:
+    """grad_w (V, H) float32 += gz (c, V)^T x (c, H), W_GRAD_ROWS rows of the vocabulary at a time: the product
+    in the compute dtype exists for one block, not for the whole (V, H) weight."""
+    for v in range(0, grad_w.shape[0], W_GRAD_ROWS):
+        grad_w[v : v + W_GRAD_ROWS].add_(gz[:, v : v + W_GRAD_ROWS].t() @ x)
 
 
 class _HeadLogprobs(torch.autograd.Function):
@@ -106,7 +115,7 @@ class _HeadLogprobs(torch.autograd.Function):
             for s in range(0, rows.shape[0], chunk):
                 x = rows[s : s + chunk].to(w.dtype)
                 logp = _scaled_logits(x, w, b, T).sub_(lse[s : s + chunk, None])  # (c, V) log-probs
-                gz = logp.exp()  # p
+                gz = logp.exp() if ctx.with_entropy else logp.exp_()  # p; log p is needed for the entropy only
                 if ctx.with_entropy:  # - g_H p (log p + H)
                     coef = logp.masked_fill_(gz == 0, 0.0).add_(ent[s : s + chunk, None])
                     gz_ent = gz * coef.mul_(g_ent[s : s + chunk, None])
@@ -121,11 +130,17 @@ class _HeadLogprobs(torch.autograd.Function):
                 if need_b:
                     grad_b = gz.sum(dim=0) if grad_b is None else grad_b.add_(gz.sum(dim=0))
                 gzd = gz.to(w.dtype)  # (c, V)
+                # the float32 (c, V) tensors go before the products allocate: the weight's gradient (V x H, float32)
+                # is made while every activation of the pass is alive, so this is the backward's peak
+                del logp, gz
+                if ctx.with_entropy:
+                    del coef, gz_ent
                 if grad_rows is not None:
                     grad_rows[s : s + chunk] = (gzd @ w).to(rows.dtype)
                 if need_w:
-                    part = gzd.t() @ x  # (V, H) in the head's compute dtype
-                    grad_w = part.float() if grad_w is None else grad_w.add_(part)
+                    if grad_w is None:
+                        grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
+                    _add_weight_grad(grad_w, gzd, x)
         if need_w and grad_w is None:  # no rows
             grad_w = torch.zeros(weight.shape, dtype=torch.float32, device=weight.device)
         if need_b and grad_b is None:

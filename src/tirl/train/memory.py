@@ -123,7 +123,9 @@ def budget_bytes(
 HEAD_ROW_BYTES = (
     40  # per trained token beyond its hidden row: target, logsumexp, entropy and the gather's indices
 )
-HEAD_TRANSIENT = 3  # float32 (chunk, V) tensors alive at once in the head's backward (tirl.train.head)
+# float32 (chunk, V) tensors alive at once in the head's backward (tirl.train.head): 3 with the entropy (log-probs,
+# probabilities, the entropy's term), 1.5 without (the probabilities and their bf16 copy)
+HEAD_TRANSIENT = 3
 
 
 def head_bytes(tokens: int, hf_config: Any, chunk_tokens: int, *, fused: bool = True) -> int:
