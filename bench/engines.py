@@ -17,11 +17,12 @@ preferred its own token there (the logit gap between the two engines' picks: a n
 different kernels decided it, not a bug).
 
 Environment: BENCH_THREADS (torch threads, default all cores); TIRL_VLLM_PYTHON (default `.venv-vllm/bin/python`
-in the repository; absent: the vLLM column is skipped with the reason). Writes bench/results/engines.json.
+in the repository; absent: the vLLM column is skipped with the reason). Writes bench/results/engines.json, or `--out`.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -312,6 +313,9 @@ def main() -> dict:
 
 
 if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "engines.json"))
+    out = Path(ap.parse_args().out)
     res = main()
-    atomic_write_json(Path(__file__).parent / "results" / "engines.json", res)
+    atomic_write_json(out, res)
     print(json.dumps(res, indent=2))

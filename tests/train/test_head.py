@@ -128,3 +128,50 @@ def test_backward_peak_holds_one_chunk_of_logits(dtype, monkeypatch):
     # bf16: the recomputed product's bf16 logits beside their float32 copy, half a chunk more
     bound = chunk * (3 if dtype else 2) // 2 + grad_w + block + c * H * 4 * 4
     assert mode.peak <= bound, (mode.peak, bound)
+
+
+def _tied_grads(fn, ids, emb, head, targets, passes):
+    """The tied weight's gradient after `passes` accumulated backward passes through the embedding and the head."""
+    head.weight = emb.weight
+    emb.zero_grad()
+    for p in range(passes):
+        rows = torch.tanh(emb(ids[p]))
+        logp, _ = fn(rows, head, targets[p])
+        logp.sum().backward()
+    return emb.weight.grad.clone()
+
+
+@pytest.mark.parametrize("dtype", [None, torch.bfloat16])
+def test_tied_weight_gradient_added_in_place_equals_autograd(dtype, monkeypatch):
+    """A tied head's weight gradient goes straight into `.grad` (no buffer waiting for the embedding's): the sum
+    over the head's part, the embedding's part and two accumulated passes is plain autograd's."""
+    torch.manual_seed(2)
+    emb, head = torch.nn.Embedding(300, 24), torch.nn.Linear(24, 300, bias=False)
+    ids, targets = torch.randint(0, 300, (2, 29)), torch.randint(0, 300, (2, 29))
+    with torch.no_grad():  # as in a backward
+        assert head_mod._grad_in_place(emb.weight)
+    ref = _tied_grads(lambda r, h, t: _plain(r, h, t, 1.0, dtype, False), ids, emb, head, targets, 2)
+    taken, real = [], head_mod._grad_in_place
+    monkeypatch.setattr(head_mod, "_grad_in_place", lambda w: taken.append(real(w)) or taken[-1])
+    got = _tied_grads(
+        lambda r, h, t: head_logprobs(r, h, t, chunk_tokens=8, dtype=dtype), ids, emb, head, targets, 2
+    )
+    assert taken == [True, True]  # both passes added in place
+    tol = {} if dtype is None else {"atol": 0.02 * float(ref.abs().max()), "rtol": 0.02}
+    torch.testing.assert_close(got, ref, **tol)
+
+
+def test_weight_with_a_hook_gets_its_gradient_through_autograd():
+    """A hook on the weight (a distributed wrapper's, a user's) sees the head's whole gradient: no in-place add."""
+    torch.manual_seed(3)
+    head = torch.nn.Linear(16, 200, bias=False)
+    rows, targets = torch.randn(12, 16), torch.randint(0, 200, (12,))
+    seen = []
+    head.weight.register_hook(lambda g: seen.append(g.clone()))
+    with torch.no_grad():
+        assert not head_mod._grad_in_place(head.weight)
+    head_logprobs(rows, head, targets)[0].sum().backward()
+    got = head.weight.grad.clone()
+    ref = _grads(lambda r, h, t, **k: _plain(r, h, t, 1.0, None, False), rows, head, targets, torch.ones(12), None)
+    torch.testing.assert_close(seen[0], ref[2][1])
+    torch.testing.assert_close(got, ref[2][1])
