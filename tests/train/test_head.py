@@ -7,8 +7,8 @@ import torch
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from tirl.algorithms import entropy_from_logits
 import tirl.train.head as head_mod
+from tirl.algorithms import entropy_from_logits
 from tirl.train.head import head_logprobs
 
 
@@ -106,7 +106,8 @@ class _LiveBytes(TorchDispatchMode):
 
     @staticmethod
     def _seen(args):
-        return {a.untyped_storage().data_ptr() for a in pytree.tree_leaves(args) if isinstance(a, torch.Tensor)}
+        leaves = pytree.tree_leaves(args)
+        return {a.untyped_storage().data_ptr() for a in leaves if isinstance(a, torch.Tensor)}
 
 
 @pytest.mark.parametrize("dtype", [None, torch.bfloat16])
@@ -172,6 +173,7 @@ def test_weight_with_a_hook_gets_its_gradient_through_autograd():
         assert not head_mod._grad_in_place(head.weight)
     head_logprobs(rows, head, targets)[0].sum().backward()
     got = head.weight.grad.clone()
-    ref = _grads(lambda r, h, t, **k: _plain(r, h, t, 1.0, None, False), rows, head, targets, torch.ones(12), None)
+    plain = lambda r, h, t, **k: _plain(r, h, t, 1.0, None, False)  # noqa: E731
+    ref = _grads(plain, rows, head, targets, torch.ones(12), None)
     torch.testing.assert_close(seen[0], ref[2][1])
     torch.testing.assert_close(got, ref[2][1])

@@ -87,7 +87,8 @@ def _grad_in_place(weight: torch.Tensor) -> bool:
         and not torch.is_grad_enabled()
         and not weight._backward_hooks
         and not getattr(weight, "_post_accumulate_grad_hooks", None)
-        and (grad is None or (type(grad) is torch.Tensor and grad.dtype == torch.float32 and grad.is_contiguous()))
+        and (grad is None or (type(grad) is torch.Tensor and grad.dtype == torch.float32))
+        and (grad is None or grad.is_contiguous())
     )
 
 
@@ -139,7 +140,8 @@ class _HeadLogprobs(torch.autograd.Function):
             for s in range(0, rows.shape[0], chunk):
                 x = rows[s : s + chunk].to(w.dtype)
                 logp = _scaled_logits(x, w, b, T).sub_(lse[s : s + chunk, None])  # (c, V) log-probs
-                gz = logp.exp() if ctx.with_entropy else logp.exp_()  # p; log p is needed for the entropy only
+                # p, in place of log p unless the entropy needs both
+                gz = logp.exp() if ctx.with_entropy else logp.exp_()
                 if ctx.with_entropy:  # - g_H p (log p + H)
                     coef = logp.masked_fill_(gz == 0, 0.0).add_(ent[s : s + chunk, None])
                     gz_ent = gz * coef.mul_(g_ent[s : s + chunk, None])
