@@ -21,6 +21,7 @@ from pathlib import Path
 
 from rl_step import CONFIG, LIBRARY_DEFAULTS, ROOT, SHAPES, machine, tirl_shape
 
+from tirl.io import atomic_write_json
 from tirl.train.allocator import ONEDNN_CACHE_VARS
 
 STEPS = 4
@@ -74,11 +75,7 @@ def main() -> None:
         "mean_steps_2_on": mean,
         "peak_rss_mb_last_step": {r["caches"]: r["steps"][-1]["perf/peak_rss_mb"] for r in rows},
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = out.with_suffix(".tmp")
-    tmp_out.write_text(json.dumps(result, indent=2) + "\n")
-    tmp_out.replace(out)
+    out = atomic_write_json(args.out, result)
     print(f"wrote {out}")
 
 
