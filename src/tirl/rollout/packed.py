@@ -1,19 +1,32 @@
-"""bf16 decode over weights packed once for oneDNN: what the torch engine runs for `rollout.dtype: bfloat16` on a CPU.
+"""Linears over weights packed once for oneDNN: how the torch engine runs its decode steps on a CPU.
 
-Under `torch.autocast`, each `nn.Linear` call hands oneDNN a bf16 weight in the plain (N, K) layout, which oneDNN
-reorders into its blocked layout (the AMX / AVX512-BF16 tiles) on every call. At a decode step's few rows that
-reorder costs as much as the product: SmolLM2's 576 x 1536 projection for 16 rows took 128 us a call under
-autocast and 78 us with its weight packed once (2 cores, AMX, weights not in cache; 64 rows: 244 against 97 us).
+Two precisions, one mechanism:
+- bf16 (`rollout.dtype: bfloat16`). Under `torch.autocast`, each `nn.Linear` call hands oneDNN a bf16 weight in the
+  plain (N, K) layout, which oneDNN reorders into its blocked layout (the AMX / AVX512-BF16 tiles) on every call.
+  At a decode step's few rows that reorder costs as much as the product: SmolLM2's 576 x 1536 projection for 16
+  rows took 128 us a call under autocast and 78 us with its weight packed once (2 cores, AMX, weights not in
+  cache; 64 rows: 244 against 97 us). Packed calls take at most `MAX_ROWS` rows; larger passes (a long pre-fill)
+  take autocast's path, where the reorder is amortized.
+- fp32. PyTorch multiplies fp32 on a CPU with MKL, whose kernels on AMD CPUs stop at AVX2: on an AVX-512 EPYC
+  (Zen 5, 2 cores) a 2048^2 fp32 matmul ran at 206 GFLOP/s, the AVX2 peak, and SmolLM2's decode-step products at
+  16 rows streamed the weights at 9-10 GB/s of the 37 GB/s the cores read. oneDNN's own fp32 kernels over a packed
+  weight ran the same products 2.3-3.2x faster (`bench/linear_kernels.py`). The numbers are fp32 products with
+  another summation order: within float rounding of MKL's (greedy ids unchanged in the benchmarks), so the
+  engine's log-probs still count as the trainer's. Packing pays on wide models only: on the demo's 192-wide one a
+  step is mostly per-operation overhead and the packed engine ran 0.96-1.08x, so `rollout.pack: auto` packs fp32
+  weights from `MIN_CPU_HIDDEN` (512) wide.
+
 `PackedLinears` casts and reorders each Linear's weight once (`torch.ops.mkldnn._reorder_linear_weight`, the
-packing PyTorch's Inductor uses for CPU inference) and, while `active()`, routes the Linears' no-grad forwards of at
-most `MAX_ROWS` rows through `torch.ops.mkldnn._linear_pointwise`: bf16 products accumulated in fp32, as under
-autocast. Larger passes (a long pre-fill) and anything with grad enabled take the module's own forward.
+packing PyTorch's Inductor uses for CPU inference) and, while `active()`, routes the Linears' no-grad forwards
+through `torch.ops.mkldnn._linear_pointwise`. Anything with grad enabled (a training forward) takes the module's
+own forward, so the trainer never runs on a pack.
 
 A pack is tied to its weight's storage and version counter, so an optimizer step (an in-place update) or new
 weights make it stale and it is rebuilt at the next `active()`; nothing needs to be told when the policy changes.
 
-Not here: fp32 (MKL's packed sgemm keeps ~2x the weights plus 9 MB per matrix and gained 9% in place), GPUs
-(autocast there is already fast), Linear subclasses with a forward of their own (left alone).
+Not here: GPUs (cuBLAS is fast as it is), `torch.compile` (Inductor cannot lower a packed weight that is no
+constant; the compiled engine keeps plain Linears), sharded weights (FSDP2's DTensors) and Linear subclasses with
+a forward of their own (left alone).
 """
 
 from __future__ import annotations
@@ -26,31 +39,62 @@ from functools import cache
 
 import torch
 
-MAX_ROWS = 256  # rows per call up to which the packed path runs; beyond it autocast's reorder is amortized
+from tirl.models.precision import MIN_CPU_HIDDEN
+
+MAX_ROWS = (
+    256  # bf16: rows per call up to which the packed path runs; beyond it autocast's reorder is amortized
+)
+PACK_MODES = ("auto", "on", "off")
+_PACKABLE = (torch.float32, torch.bfloat16)
 
 
 @cache
-def packing_available() -> bool:
-    """oneDNN's packed bf16 linear runs here: PyTorch has it and it gives plain `F.linear`'s numbers (a probe)."""
+def packing_available(dtype: torch.dtype = torch.bfloat16) -> bool:
+    """oneDNN's packed linear runs here in `dtype` (float32 or bfloat16): PyTorch has it and it gives plain
+    `F.linear`'s numbers (a probe)."""
+    if dtype not in _PACKABLE:
+        return False
     if not torch.backends.mkldnn.is_available() or not hasattr(torch.ops.mkldnn, "_linear_pointwise"):
         return False
     try:
-        w = torch.randn(8, 16).bfloat16()
-        x = torch.randn(3, 16).bfloat16()
+        w = torch.randn(8, 16).to(dtype)
+        x = torch.randn(3, 16).to(dtype)
         y = torch.ops.mkldnn._linear_pointwise(
-            x, torch.ops.mkldnn._reorder_linear_weight(w, 4), None, "none", [], ""
+            x, torch.ops.mkldnn._reorder_linear_weight(w, None), None, "none", [], ""
         )
         return bool(torch.allclose(y.float(), torch.nn.functional.linear(x, w).float(), atol=1e-2, rtol=1e-2))
     except (RuntimeError, NotImplementedError):
         return False
 
 
-class PackedLinears:
-    """The packed bf16 weights of every plain `nn.Linear` of `model` (on a CPU), rebuilt where stale."""
+def packing_pays(dtype: torch.dtype, hidden_size: int) -> bool:
+    """`rollout.pack: auto`: bf16 decode always (its reorder per call is the cost packing removes); fp32 on models
+    at least `MIN_CPU_HIDDEN` wide, where the products outweigh the per-operation overhead (module docstring)."""
+    return dtype == torch.bfloat16 or hidden_size >= MIN_CPU_HIDDEN
 
-    def __init__(self, model: torch.nn.Module) -> None:
+
+def hidden_size(model: torch.nn.Module) -> int:
+    """The model's width: its config's `hidden_size`, else its input embedding's."""
+    size = getattr(getattr(model, "config", None), "hidden_size", None)
+    if isinstance(size, int):
+        return size
+    return int(model.get_input_embeddings().embedding_dim)
+
+
+class PackedLinears:
+    """The packed `dtype` weights of every plain `nn.Linear` of `model` (on a CPU), rebuilt where stale."""
+
+    def __init__(self, model: torch.nn.Module, dtype: torch.dtype = torch.bfloat16) -> None:
+        if dtype not in _PACKABLE:
+            raise ValueError(f"oneDNN packing is for float32 or bfloat16 weights, not {dtype}")
+        self.dtype = dtype
+        self.max_rows = MAX_ROWS if dtype == torch.bfloat16 else None
         self.linears = [
-            m for m in model.modules() if type(m) is torch.nn.Linear and m.weight.device.type == "cpu"
+            m
+            for m in model.modules()
+            if type(m) is torch.nn.Linear
+            and m.weight.device.type == "cpu"
+            and type(m.weight.data) is torch.Tensor
         ]
         self._packs: dict[int, tuple[tuple[int, int], torch.Tensor, torch.Tensor | None]] = {}
         self._lock = threading.Lock()
@@ -58,13 +102,13 @@ class PackedLinears:
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
-        """Route the Linears' small no-grad forwards through their packed weights until exit."""
+        """Route the Linears' no-grad forwards through their packed weights until exit."""
         with self._lock:
             if self._active == 0:
                 self._refresh()
                 for m in self.linears:  # an instance attribute: the class's forward stays as it is
                     _, weight, bias = self._packs[id(m)]
-                    m.forward = functools.partial(_packed_forward, m, weight, bias)
+                    m.forward = functools.partial(_packed_forward, m, weight, bias, self.dtype, self.max_rows)
             self._active += 1
         try:
             yield
@@ -83,23 +127,27 @@ class PackedLinears:
             held = self._packs.get(id(m))
             if held is None or held[0] != key:
                 with torch.no_grad():
-                    packed = torch.ops.mkldnn._reorder_linear_weight(w.detach().to(torch.bfloat16), None)
-                    bias = None if m.bias is None else m.bias.detach().to(torch.bfloat16)
+                    packed = torch.ops.mkldnn._reorder_linear_weight(w.detach().to(self.dtype), None)
+                    bias = None if m.bias is None else m.bias.detach().to(self.dtype)
                 self._packs[id(m)] = (key, packed, bias)
 
     def clear(self) -> None:
-        """Drop every pack (the memory of a bf16 copy of the weights)."""
+        """Drop every pack (the memory of a copy of the weights)."""
         with self._lock:
             self._packs.clear()
 
 
 def _packed_forward(
-    module: torch.nn.Linear, weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor
+    module: torch.nn.Linear,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    dtype: torch.dtype,
+    max_rows: int | None,
+    x: torch.Tensor,
 ) -> torch.Tensor:
-    rows = x.numel() // max(x.shape[-1], 1)
-    if torch.is_grad_enabled() or rows > MAX_ROWS:
+    if torch.is_grad_enabled() or (max_rows is not None and x.numel() // max(x.shape[-1], 1) > max_rows):
         return torch.nn.Linear.forward(module, x)
-    return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), weight, bias, "none", [], "")
+    return torch.ops.mkldnn._linear_pointwise(x.to(dtype), weight, bias, "none", [], "")
 
 
-__all__ = ["MAX_ROWS", "PackedLinears", "packing_available"]
+__all__ = ["MAX_ROWS", "PACK_MODES", "PackedLinears", "hidden_size", "packing_available", "packing_pays"]
