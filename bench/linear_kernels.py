@@ -6,7 +6,8 @@ engine run), oneDNN's fp32 linear over a weight packed once (`torch.ops.mkldnn._
 autocast (oneDNN reordering the weight at every call). Shapes: SmolLM2-135M's projections and LM head and the demo
 model's, at the rows of a decode step (16, 64) and of a pre-fill. Each timed call reads a different copy of the
 weight (enough copies to pass 256 MB), so the weights come from memory as in a decode step, not from cache.
-Also a 2048^2 fp32 matmul through both fp32 paths: GFLOP/s against the CPU's vector width.
+Also a 2048^2 fp32 matmul through both fp32 paths (GFLOP/s against the CPU's vector width) and the memory read
+bandwidth (a sum over 512 MB), against which a decode step's weight reads are measured.
 
 Reports microseconds per call (the best of 3 rounds), the speed-up of each kernel over fp32 `F.linear`, and the
 largest difference of each fp32 kernel from a float64 reference. Environment: BENCH_THREADS (default all cores).
@@ -110,6 +111,12 @@ def square_gflops(size: int = 2048) -> dict:
     return out
 
 
+def read_gb_per_s(size_bytes: int = 512 * 2**20) -> float:
+    """How fast the cores read memory: a sum over a buffer far larger than the caches."""
+    a = torch.ones(size_bytes // 4)
+    return size_bytes / best_us([a.sum], 5) / 1e3
+
+
 def main() -> dict:
     threads = int(os.environ.get("BENCH_THREADS", "0")) or os.cpu_count() or 1
     torch.set_num_threads(threads)
@@ -127,6 +134,7 @@ def main() -> dict:
         ),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "square_2048_gflop_per_s": square_gflops(),
+        "memory_read_gb_per_s": read_gb_per_s(),
         "shapes": [],
     }
     print(f"2048^2 GFLOP/s: {res['square_2048_gflop_per_s']}", flush=True)

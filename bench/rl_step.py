@@ -9,7 +9,9 @@ pays for one-time work). Variants:
   engine/trainer correction computed in the update's own pass;
 - `default, no prompt sharing`: `rl.share_prefix=false`;
 - `default, old log-probs recomputed`: `rl.old_logprobs=recompute`, a no-grad pass before the update;
-- `fp32, auto micro-batches`: `model.autocast=none` (the trainer and, through `rollout.dtype: auto`, the decode);
+- `fp32, auto micro-batches`: `model.autocast=none` (the trainer and, through `rollout.dtype: auto`, the decode;
+  on an AMD CPU the decode's Linears run on oneDNN-packed fp32 weights, `rollout.pack: auto`);
+- `fp32, auto micro-batches, unpacked decode`: the same with `rollout.pack=off` (PyTorch's own fp32 matmuls);
 - `fp32, whole mini-batch`: `model.autocast=none rl.micro_batch_tokens=0`, one forward/backward over the 64
   trajectories in fp32 (what the defaults were before the automatic budget and precision).
 The same seed gives every variant the same prompts; the fp32 variants sample other tokens than the bf16 ones.
@@ -52,6 +54,7 @@ VARIANTS: list[tuple[str, list[str]]] = [
     ("default, no prompt sharing", ["rl.share_prefix=false"]),
     ("default, old log-probs recomputed", ["rl.old_logprobs=recompute"]),
     ("fp32, auto micro-batches", ["model.autocast=none"]),
+    ("fp32, auto micro-batches, unpacked decode", ["model.autocast=none", "rollout.pack=off"]),
     ("fp32, whole mini-batch", ["model.autocast=none", "rl.micro_batch_tokens=0"]),
 ]
 KEYS = (

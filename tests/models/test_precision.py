@@ -48,3 +48,4 @@ def test_cpu_description_names_the_cpu_and_only_the_flags_that_decide_precision(
     assert (
         d["flags"] == ["avx2", "avx512_bf16"] and d["cores"] >= 1 and isinstance(d["cpu"], str) and d["cpu"]
     )
+    assert d["vendor"] == precision.cpu_vendor() and isinstance(d["vendor"], str)

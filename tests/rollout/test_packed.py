@@ -175,13 +175,19 @@ def test_fp32_packed_engine_keeps_greedy_ids_and_the_trainers_logprobs(model, to
         )
 
 
-def test_pack_auto_packs_fp32_from_512_wide_and_never_a_compiled_engine(model, tokenizer):
+def test_pack_auto_packs_fp32_from_512_wide_where_mkl_is_slow_and_never_a_compiled_engine(
+    model, tokenizer, monkeypatch
+):
     wide = build_model(
         tokenizer,
         TinyModelConfig(hidden_size=512, intermediate_size=64, num_layers=1, num_heads=8, num_kv_heads=8),
     )
-    expect = packing_available(torch.float32)
-    assert (_engine(wide, tokenizer).packed is not None) == expect  # auto, fp32, 512 wide
+    monkeypatch.setattr(packed_mod, "cpu_vendor", lambda: "GenuineIntel")
+    assert _engine(wide, tokenizer).packed is None  # MKL at the CPU's own width: unmeasured, left to MKL
+    assert (_engine(wide, tokenizer, pack="on").packed is not None) == packing_available(torch.float32)
+    monkeypatch.setattr(packed_mod, "cpu_vendor", lambda: "AuthenticAMD")
+    expect = packing_available(torch.float32) and torch.backends.mkl.is_available()
+    assert (_engine(wide, tokenizer).packed is not None) == expect  # auto, fp32, 512 wide, MKL on AMD
     assert _engine(model, tokenizer).packed is None  # auto, fp32, 64 wide: per-operation overhead, no gain
     assert _engine(wide, tokenizer, pack="off").packed is None
     assert _engine(wide, tokenizer, compile=True).packed is None

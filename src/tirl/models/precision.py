@@ -32,6 +32,16 @@ def cpu_flags() -> frozenset[str]:
     return frozenset()
 
 
+@cache
+def cpu_vendor() -> str:
+    """/proc/cpuinfo's vendor_id ("GenuineIntel", "AuthenticAMD", ...); "" where it cannot be read."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return ""
+    return next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("vendor_id")), "")
+
+
 def cpu_description() -> dict[str, object]:
     """The CPU's model name, its core count and the flags that decide precision here: what a benchmark or a
     multi-seed demo records beside its numbers, since float-level results move between CPUs."""
@@ -46,7 +56,12 @@ def cpu_description() -> dict[str, object]:
         import platform
 
         name = platform.processor() or platform.machine()
-    return {"cpu": name, "cores": os.cpu_count(), "flags": sorted(cpu_flags() & set(REPORTED_FLAGS))}
+    return {
+        "cpu": name,
+        "vendor": cpu_vendor(),
+        "cores": os.cpu_count(),
+        "flags": sorted(cpu_flags() & set(REPORTED_FLAGS)),
+    }
 
 
 def native_bf16(device: str) -> bool:
@@ -65,4 +80,12 @@ def bf16_pays(device: str, hidden_size: int) -> bool:
     return hidden_size >= MIN_CPU_HIDDEN and native_bf16(device)
 
 
-__all__ = ["BF16_CPU_FLAGS", "MIN_CPU_HIDDEN", "bf16_pays", "cpu_description", "cpu_flags", "native_bf16"]
+__all__ = [
+    "BF16_CPU_FLAGS",
+    "MIN_CPU_HIDDEN",
+    "bf16_pays",
+    "cpu_description",
+    "cpu_flags",
+    "cpu_vendor",
+    "native_bf16",
+]

@@ -27,8 +27,9 @@ class RolloutConfig:
     # a CPU (0.55-0.92x): off by default (docs/benchmarks.md#sampling-engines)
     compile: bool = False
     # torch, on a CPU: the Linears' no-grad forwards on weights packed once per weight version for oneDNN
-    # (tirl.rollout.packed). auto = bf16 decode always, fp32 from 512 wide (SmolLM2's decode 2x as fast on an AMD
-    # CPU, where PyTorch's MKL path stops at AVX2), never with rollout.compile; on; off = PyTorch's own matmuls
+    # (tirl.rollout.packed). auto = bf16 decode always, fp32 on an AMD CPU (PyTorch's MKL path stops at AVX2 there:
+    # SmolLM2's fp32 decode 1.6-1.8x as fast packed) from 512 wide, never with rollout.compile; on = at any width
+    # on any CPU; off = PyTorch's own matmuls
     pack: str = "auto"
     mode: str = "auto"  # lockstep | async | auto (lock-step for the torch engine, async for servers)
     concurrency: int = 64  # async: trajectories in flight at once

@@ -15,9 +15,9 @@ the hardware multiplies bf16 natively (AVX512-BF16/AMX, GPUs) decode is faster; 
 from the trainer's fp32 ones, so the engine then declares `same_numerics=False` and RL corrects for them.
 
 On a CPU the Linears run on weights packed for oneDNN once per weight version (`tirl.rollout.packed`, `pack`):
-always in bf16, and in fp32 for models at least 512 wide, where oneDNN's fp32 kernels ran SmolLM2's decode 2x as
-fast as PyTorch's MKL path on an AVX-512 EPYC. fp32 packed products are fp32 numbers in another summation order,
-within float rounding of the trainer's.
+always in bf16, and in fp32 on AMD CPUs for models at least 512 wide, where oneDNN's fp32 kernels ran SmolLM2's
+decode 1.6-1.8x as fast as PyTorch's MKL path (AVX2 there) on an AVX-512 EPYC. fp32 packed products are fp32
+numbers in another summation order, within float rounding of the trainer's.
 
 A multi-turn rollout sends each turn's whole context again. The engine keeps the keys and values of the rows a call
 finished (`KeptPrefixes`, up to `keep_prefix_mib`), and a prompt that extends one of them pre-fills only its new

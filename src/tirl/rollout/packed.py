@@ -8,13 +8,15 @@ Two precisions, one mechanism:
   cache; 64 rows: 244 against 97 us). Packed calls take at most `MAX_ROWS` rows; larger passes (a long pre-fill)
   take autocast's path, where the reorder is amortized.
 - fp32. PyTorch multiplies fp32 on a CPU with MKL, whose kernels on AMD CPUs stop at AVX2: on an AVX-512 EPYC
-  (Zen 5, 2 cores) a 2048^2 fp32 matmul ran at 206 GFLOP/s, the AVX2 peak, and SmolLM2's decode-step products at
-  16 rows streamed the weights at 9-10 GB/s of the 37 GB/s the cores read. oneDNN's own fp32 kernels over a packed
-  weight ran the same products 2.3-3.2x faster (`bench/linear_kernels.py`). The numbers are fp32 products with
-  another summation order: within float rounding of MKL's (greedy ids unchanged in the benchmarks), so the
-  engine's log-probs still count as the trainer's. Packing pays on wide models only: on the demo's 192-wide one a
-  step is mostly per-operation overhead and the packed engine ran 0.96-1.08x, so `rollout.pack: auto` packs fp32
-  weights from `MIN_CPU_HIDDEN` (512) wide.
+  (2 cores) a 2048^2 fp32 matmul ran at 208 GFLOP/s, the AVX2 peak, against 479 through oneDNN, and SmolLM2's
+  decode-step products at 16 rows read the weights at 8-12 GB/s where the cores read 46. oneDNN's fp32 kernels over
+  a packed weight ran those products 1.5-4.3x as fast (2.1-2.5x on the MLP and attention projections, 4.3x on the
+  LM head; `bench/linear_kernels.py`). The numbers are fp32 products in another summation order: within float
+  rounding of MKL's (greedy ids unchanged in the benchmarks), so the engine's log-probs still count as the
+  trainer's. `rollout.pack: auto` packs fp32 weights where this was measured to pay: MKL as PyTorch's BLAS on an
+  AMD CPU, and a model at least `MIN_CPU_HIDDEN` (512) wide (on the demo's 192-wide one a step is mostly
+  per-operation overhead and the packed engine ran 0.92-1.05x). On Intel CPUs MKL runs their full vector width and
+  the gain is unmeasured, so `auto` leaves fp32 there to MKL.
 
 `PackedLinears` casts and reorders each Linear's weight once (`torch.ops.mkldnn._reorder_linear_weight`, the
 packing PyTorch's Inductor uses for CPU inference) and, while `active()`, routes the Linears' no-grad forwards
@@ -39,7 +41,7 @@ from functools import cache
 
 import torch
 
-from tirl.models.precision import MIN_CPU_HIDDEN
+from tirl.models.precision import MIN_CPU_HIDDEN, cpu_vendor
 
 MAX_ROWS = (
     256  # bf16: rows per call up to which the packed path runs; beyond it autocast's reorder is amortized
@@ -67,10 +69,18 @@ def packing_available(dtype: torch.dtype = torch.bfloat16) -> bool:
         return False
 
 
+def mkl_fp32_below_width() -> bool:
+    """PyTorch multiplies fp32 through MKL on a CPU whose vector width MKL's kernels do not use (AMD's)."""
+    return torch.backends.mkl.is_available() and cpu_vendor() == "AuthenticAMD"
+
+
 def packing_pays(dtype: torch.dtype, hidden_size: int) -> bool:
-    """`rollout.pack: auto`: bf16 decode always (its reorder per call is the cost packing removes); fp32 on models
-    at least `MIN_CPU_HIDDEN` wide, where the products outweigh the per-operation overhead (module docstring)."""
-    return dtype == torch.bfloat16 or hidden_size >= MIN_CPU_HIDDEN
+    """`rollout.pack: auto`: bf16 decode always (its reorder per call is the cost packing removes); fp32 where
+    PyTorch's own fp32 path runs below the CPU's width and the model is at least `MIN_CPU_HIDDEN` wide, so that the
+    products outweigh the per-operation overhead (module docstring)."""
+    if dtype == torch.bfloat16:
+        return True
+    return hidden_size >= MIN_CPU_HIDDEN and mkl_fp32_below_width()
 
 
 def hidden_size(model: torch.nn.Module) -> int:
@@ -150,4 +160,12 @@ def _packed_forward(
     return torch.ops.mkldnn._linear_pointwise(x.to(dtype), weight, bias, "none", [], "")
 
 
-__all__ = ["MAX_ROWS", "PACK_MODES", "PackedLinears", "hidden_size", "packing_available", "packing_pays"]
+__all__ = [
+    "MAX_ROWS",
+    "PACK_MODES",
+    "PackedLinears",
+    "hidden_size",
+    "mkl_fp32_below_width",
+    "packing_available",
+    "packing_pays",
+]
