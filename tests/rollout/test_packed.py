@@ -136,7 +136,9 @@ def test_fp32_packs_give_linear_numbers_and_follow_updates():
 
 
 @fp32_packing
-def test_fp32_packed_engine_keeps_greedy_ids_and_the_trainers_logprobs(model, tokenizer, renderer):
+def test_fp32_packed_engine_keeps_greedy_ids_and_the_trainers_logprobs(
+    model, tokenizer, renderer, monkeypatch
+):
     """The packed fp32 engine's greedy responses are the unpacked engine's, token for token, and the log-probs it
     samples with equal the trainer's recomputation as tightly as the unpacked engine's do (its `same_numerics`)."""
     prompts = [
@@ -156,13 +158,10 @@ def test_fp32_packed_engine_keeps_greedy_ids_and_the_trainers_logprobs(model, to
     ]
     calls = []
     real = packed_mod._packed_forward
-    packed_mod._packed_forward = lambda *a: calls.append(1) or real(*a)
-    try:
-        gens = packed.generate(
-            prompts, SamplingParams(), max_new_tokens=16, generator=torch.Generator().manual_seed(0)
-        )
-    finally:
-        packed_mod._packed_forward = real
+    monkeypatch.setattr(packed_mod, "_packed_forward", lambda *a: calls.append(1) or real(*a))
+    gens = packed.generate(
+        prompts, SamplingParams(), max_new_tokens=16, generator=torch.Generator().manual_seed(0)
+    )
     assert calls
     ids = [p + g.token_ids for p, g in zip(prompts, gens)]
     masks = [[0] * len(p) + [1] * len(g.token_ids) for p, g in zip(prompts, gens)]

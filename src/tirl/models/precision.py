@@ -20,44 +20,38 @@ MIN_CPU_HIDDEN = 512
 
 
 @cache
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags (empty where /proc/cpuinfo cannot be read: not Linux)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        if line.startswith("flags"):
-            return frozenset(line.split(":", 1)[1].split())
-    return frozenset()
-
-
-@cache
-def cpu_vendor() -> str:
-    """/proc/cpuinfo's vendor_id ("GenuineIntel", "AuthenticAMD", ...); "" where it cannot be read."""
+def _cpuinfo(key: str) -> str:
+    """The value of /proc/cpuinfo's first `key` line; "" where there is none or the file cannot be read (not
+    Linux)."""
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return ""
-    return next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("vendor_id")), "")
+    for line in text.splitlines():
+        name, sep, value = line.partition(":")
+        if sep and name.strip() == key:
+            return value.strip()
+    return ""
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (empty where /proc/cpuinfo cannot be read: not Linux)."""
+    return frozenset(_cpuinfo("flags").split())
+
+
+def cpu_vendor() -> str:
+    """/proc/cpuinfo's vendor_id ("GenuineIntel", "AuthenticAMD", ...); "" where it cannot be read."""
+    return _cpuinfo("vendor_id")
 
 
 def cpu_description() -> dict[str, object]:
     """The CPU's model name, its core count and the flags that decide precision here: what a benchmark or a
     multi-seed demo records beside its numbers, since float-level results move between CPUs."""
     import os
+    import platform
 
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-        name = next(
-            line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name")
-        )
-    except (OSError, StopIteration):
-        import platform
-
-        name = platform.processor() or platform.machine()
     return {
-        "cpu": name,
+        "cpu": _cpuinfo("model name") or platform.processor() or platform.machine(),
         "vendor": cpu_vendor(),
         "cores": os.cpu_count(),
         "flags": sorted(cpu_flags() & set(REPORTED_FLAGS)),

@@ -111,23 +111,22 @@ class TorchEngine:
             raise ValueError(f"rollout.pack={pack!r}; valid: {', '.join(PACK_MODES)}")
         weights = next(self.model.parameters())
         dtype = self.compute_dtype or weights.dtype
-        if pack == "off" or (pack == "auto" and compile):
-            return None
+        usable = weights.device.type == "cpu" and packing_available(dtype)
         if pack == "on":
             if compile:
                 raise ValueError(
                     "rollout.pack=on with rollout.compile=true: Inductor cannot compile oneDNN's packed Linears; "
                     "choose one (rollout.pack=auto leaves a compiled engine unpacked)"
                 )
-            if weights.device.type != "cpu" or not packing_available(dtype):
+            if not usable:
                 raise ValueError(
                     f"rollout.pack=on: oneDNN packed {dtype} Linears need a CPU and a PyTorch with oneDNN; the "
                     f"model is on {weights.device.type} (use rollout.pack=auto)"
                 )
             return PackedLinears(self.model, dtype)
-        if weights.device.type != "cpu" or not packing_available(dtype):
+        if pack == "off" or compile or not usable or not packing_pays(dtype, hidden_size(self.model)):
             return None
-        return PackedLinears(self.model, dtype) if packing_pays(dtype, hidden_size(self.model)) else None
+        return PackedLinears(self.model, dtype)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
         """The policy changed. This engine holds the trainer's own module, so nothing is copied."""

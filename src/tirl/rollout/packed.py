@@ -43,9 +43,8 @@ import torch
 
 from tirl.models.precision import MIN_CPU_HIDDEN, cpu_vendor
 
-MAX_ROWS = (
-    256  # bf16: rows per call up to which the packed path runs; beyond it autocast's reorder is amortized
-)
+# bf16: rows per call up to which the packed path runs; beyond it autocast's reorder is amortized
+MAX_ROWS = 256
 PACK_MODES = ("auto", "on", "off")
 _PACKABLE = (torch.float32, torch.bfloat16)
 
