@@ -40,7 +40,7 @@ from tirl.models.loading import cache_keyword
 from tirl.padding import first_rows, least_padding_parts
 from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.kv_cache import InPlaceCache, KeptPrefixes, kept_length
-from tirl.rollout.packed import PACK_MODES, PackedLinears, hidden_size, packing_available, packing_pays
+from tirl.rollout.packed import PACK_MODES, PackedLinears, packing_available, packing_pays
 from tirl.rollout.sampling import SamplingParams, per_prompt_budgets, sample_next
 from tirl.rollout.types import Generation
 
@@ -124,7 +124,7 @@ class TorchEngine:
                     f"model is on {weights.device.type} (use rollout.pack=auto)"
                 )
             return PackedLinears(self.model, dtype)
-        if pack == "off" or compile or not usable or not packing_pays(dtype, hidden_size(self.model)):
+        if pack == "off" or compile or not usable or not packing_pays(dtype, self.model.config.hidden_size):
             return None
         return PackedLinears(self.model, dtype)
 

@@ -82,14 +82,6 @@ def packing_pays(dtype: torch.dtype, hidden_size: int) -> bool:
     return hidden_size >= MIN_CPU_HIDDEN and mkl_fp32_below_width()
 
 
-def hidden_size(model: torch.nn.Module) -> int:
-    """The model's width: its config's `hidden_size`, else its input embedding's."""
-    size = getattr(getattr(model, "config", None), "hidden_size", None)
-    if isinstance(size, int):
-        return size
-    return int(model.get_input_embeddings().embedding_dim)
-
-
 class PackedLinears:
     """The packed `dtype` weights of every plain `nn.Linear` of `model` (on a CPU), rebuilt where stale."""
 
@@ -163,7 +155,6 @@ __all__ = [
     "MAX_ROWS",
     "PACK_MODES",
     "PackedLinears",
-    "hidden_size",
     "mkl_fp32_below_width",
     "packing_available",
     "packing_pays",

@@ -87,8 +87,10 @@ def _grad_in_place(weight: torch.Tensor) -> bool:
         and not torch.is_grad_enabled()
         and not weight._backward_hooks
         and not getattr(weight, "_post_accumulate_grad_hooks", None)
-        and (grad is None or (type(grad) is torch.Tensor and grad.dtype == torch.float32))
-        and (grad is None or grad.is_contiguous())
+        and (
+            grad is None
+            or (type(grad) is torch.Tensor and grad.dtype == torch.float32 and grad.is_contiguous())
+        )
     )
 
 
