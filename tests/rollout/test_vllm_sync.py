@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 import pytest
 import torch
@@ -73,7 +74,9 @@ def test_receiver_count_and_missing_receiver():
     assert receiver_workers(fake_post([FakeWorker(), FakeWorker()]), "http://a") == 2
 
     def no_method(url, body, timeout_s):
-        raise RuntimeError("HTTP 500 AttributeError: 'CPUWorker' object has no attribute 'tirl_receiver_info'")
+        raise RuntimeError(
+            "HTTP 500 AttributeError: 'CPUWorker' object has no attribute 'tirl_receiver_info'"
+        )
 
     assert receiver_workers(no_method, "http://a") == 0
 
@@ -129,6 +132,84 @@ def test_a_connection_without_the_token_is_refused():
     finally:
         stream.close()
     assert res.error == "" and intruder_got == [b""]
+
+
+def _connect(port: int, sent: bytes = b"") -> socket.socket:
+    s = socket.create_connection(("127.0.0.1", port), timeout=5)
+    s.sendall(sent)
+    return s
+
+
+def _dropped(s: socket.socket, wait_s: float = 5.0) -> bool:
+    """Whether the trainer closed `s` (within `wait_s`)."""
+    s.settimeout(wait_s)
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_idle_strangers_do_not_use_up_the_accept_window():
+    """Security: 20 connections that send nothing (before the receivers), a slow-loris and two wrong tokens must not
+    delay the receivers; the window is 5 s, the old serial handshake gave each stranger 10 s."""
+    stream = WeightStream(accept_timeout_s=5)
+    strangers = [_connect(stream.port) for _ in range(20)]
+    strangers.append(_connect(stream.port, b"\x20\x00"))  # half a header, then silence
+    wrong = [
+        _connect(stream.port, sent) for sent in (b"\x20\x00\x00\x00" + b"0" * 32, b"\x05\x00\x00\x00hello")
+    ]
+    workers = [FakeWorker(), FakeWorker()]
+    try:
+        t0 = time.monotonic()
+        res = stream.push(tensors(), ["http://a"], workers=2, post=fake_post(workers), rpc_timeout_s=30)
+        took = time.monotonic() - t0
+    finally:
+        stream.close()
+    assert res.error == "" and res.loaded == [{"results": [5, 5]}]
+    assert took < 4.0  # the old serial handshake needed 10 s for the first stranger alone
+    try:
+        assert all(_dropped(s) for s in wrong + strangers)  # none of them is still held
+    finally:
+        for s in wrong + strangers:
+            s.close()
+
+
+def test_a_silent_or_slow_stranger_is_dropped_at_its_own_deadline():
+    stream = WeightStream(accept_timeout_s=10, handshake_timeout_s=0.3)
+    silent, slow = _connect(stream.port), _connect(stream.port, b"\x20")
+    seen: list[bool] = []
+
+    def post(url, body, timeout_s):  # the receiver connects only once both strangers are gone
+        seen.extend([_dropped(silent), _dropped(slow)])
+        return fake_post([FakeWorker()])(url, body, timeout_s)
+
+    try:
+        res = stream.push(tensors(), ["http://a"], workers=1, post=post, rpc_timeout_s=30)
+    finally:
+        stream.close()
+        silent.close()
+        slow.close()
+    assert seen == [True, True] and res.error == ""
+
+
+def test_unauthenticated_connections_are_bounded():
+    stream = WeightStream(accept_timeout_s=10, handshake_timeout_s=60, max_pending=4)
+    strangers = [_connect(stream.port) for _ in range(10)]
+    dropped: list[bool] = []
+
+    def post(url, body, timeout_s):  # a new connection drops the oldest stranger: 6 of 10 gone, 4 held
+        dropped.extend(_dropped(s, 5.0 if i < 6 else 0.3) for i, s in enumerate(strangers))
+        return fake_post([FakeWorker()])(url, body, timeout_s)
+
+    try:
+        res = stream.push(tensors(), ["http://a"], workers=1, post=post, rpc_timeout_s=30)
+    finally:
+        stream.close()
+        for s in strangers:
+            s.close()
+    assert dropped == [True] * 6 + [False] * 4 and res.error == ""
 
 
 def test_malformed_frames_raise():

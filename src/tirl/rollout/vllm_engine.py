@@ -25,7 +25,8 @@ and the weight version that every `Generation` records is bumped. Both paths wor
 between trainer and server (vLLM's weight-transfer engines) would be the GPU fast path and is not built.
 
 The process is stopped (its whole process group: vLLM forks an engine-core process) by `close()`, by garbage
-collection of the engine, at interpreter exit, and, on Linux, by the kernel when the starting process dies.
+collection of the engine, at interpreter exit, and, when the trainer dies (even by SIGKILL, even while the server is
+paused), by its watchdog (`tirl.rollout.vllm_idle.launch`).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ import httpx
 
 from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.openai_engine import EngineError, OpenAIEngine, OpenAIEngineConfig
-from tirl.rollout.vllm_idle import ServerPause
+from tirl.rollout.vllm_idle import ServerPause, end_watchdog, launch
 from tirl.rollout.vllm_sync import RECEIVER_DIR, SYNCS, ServerSync, policy_tensors, receiver_args
 from tirl.rollout.vllm_weights import ties_embeddings, untied_copy, write_weights
 
@@ -132,7 +133,7 @@ class VLLMEngineConfig:
     retries: int = 2
     sync: str = "auto"  # rollout.sync: memory | disk | auto (tirl.rollout.vllm_sync)
     sync_host: str = "127.0.0.1"  # rollout.sync_host: where the servers reach the trainer's weight stream
-    pause_idle: bool = True  # rollout.vllm_pause_idle: a CPU server stopped between rollouts (tirl.rollout.vllm_idle)
+    pause_idle: bool = True  # rollout.vllm_pause_idle: a CPU server stopped between rollouts (vllm_idle)
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -171,7 +172,8 @@ def server_env(gpu: bool) -> dict[str, str]:
 
 
 def _die_with_parent() -> None:
-    """In the child before exec: SIGTERM when the process that started the server dies (Linux prctl)."""
+    """In the child before exec: SIGTERM when the thread that started the server ends (Linux prctl); covers the
+    moment before the watchdog runs (`launch`), which covers the rest (a stopped server, the engine core)."""
     with contextlib.suppress(Exception):
         import ctypes
 
@@ -193,8 +195,9 @@ def _stop_group(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
         return
 
 
-def _cleanup(proc: subprocess.Popen, log: Any, tmp: str | None) -> None:
+def _cleanup(proc: subprocess.Popen, watchdog: subprocess.Popen, log: Any, tmp: str | None) -> None:
     _stop_group(proc)  # also when the leader already exited: its engine-core child may live on
+    end_watchdog(watchdog)
     log.close()
     if tmp:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -231,12 +234,12 @@ class VLLMEngine(ServerSync, OpenAIEngine):
         self.command = server_command(cfg, str(self.served_dir), python, self.port, gpu)
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed by _cleanup
         t0 = time.monotonic()
-        self._proc = subprocess.Popen(
+        self._proc, self._watchdog = launch(
             self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=server_env(gpu),
-            start_new_session=True, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
         )  # fmt: skip
         self.pause = ServerPause(self._proc.pid, enabled=cfg.pause_idle and not gpu)
-        self._finalizer = weakref.finalize(self, _cleanup, self._proc, log, self._tmp)
+        self._finalizer = weakref.finalize(self, _cleanup, self._proc, self._watchdog, log, self._tmp)
         super().__init__(
             OpenAIEngineConfig(
                 urls=[f"http://127.0.0.1:{self.port}"], model=SERVED_NAME, concurrency=cfg.concurrency,

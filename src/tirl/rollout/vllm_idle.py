@@ -8,15 +8,29 @@ sleep mode on CPU, so the server's process group is stopped (SIGSTOP) once the r
 Only a server this process started and one process talks to (`VLLMEngine` in a one-process run): under torchrun
 one rank's rollouts may end while another's are still running, so the shared pool never pauses. A GPU server keeps
 running (its polling costs a CPU core the trainer barely uses, and the GPU is the server's own).
+
+A stopped server outlives a trainer killed with SIGKILL: nothing continues it, so it would sit in state T for ever
+(the kernel's parent-death signal reaches only the group's leader, is held while it is stopped unless it is SIGKILL,
+and fires when the *thread* that started the server ends). So every managed server gets a watchdog (`launch`): a
+small process of its own, outside the server's group, that waits for the trainer to end (a pidfd on Linux) and then
+continues the group, terminates it and kills what is left after `STOP_GRACE_S`. `close()` ends the watchdog after
+stopping the server itself. Run as a script, this module is that watchdog (standard library only).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Iterator
+from typing import Any
+
+STOP_GRACE_S = 15.0  # SIGTERM to SIGKILL, as `close()` allows the server
 
 
 class ServerPause:
@@ -57,3 +71,61 @@ class ServerPause:
                     self._signal(signal.SIGSTOP)
                     self.stopped = True
                     self.pauses += 1
+
+
+def launch(cmd: list[str], **popen: Any) -> tuple[subprocess.Popen, subprocess.Popen]:
+    """Start `cmd` as the leader of a process group of its own and a watchdog that stops the group when this process
+    dies (module docstring). Returns (server, watchdog); stop the server, then the watchdog (`end_watchdog`)."""
+    proc = subprocess.Popen(cmd, start_new_session=True, **popen)
+    try:
+        dog = subprocess.Popen(
+            [sys.executable, "-I", __file__, str(os.getpid()), str(proc.pid), str(STOP_GRACE_S)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
+    except BaseException:
+        stop_group(proc.pid, 0.0)
+        proc.wait()
+        raise
+    return proc, dog
+
+
+def end_watchdog(dog: subprocess.Popen) -> None:
+    """The watchdog gone without touching the server (the trainer stopped it itself)."""
+    with contextlib.suppress(ProcessLookupError):
+        dog.kill()
+    dog.wait()
+
+
+def stop_group(pgid: int, grace_s: float) -> None:
+    """Continue group `pgid` (a stopped process holds SIGTERM), terminate it, and kill it if still there after
+    `grace_s`."""
+    for sig in (signal.SIGCONT, signal.SIGTERM):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signal.SIGKILL)
+
+
+def watch(trainer: int, pgid: int, grace_s: float) -> None:
+    """The watchdog: wait until `trainer` (this process's parent) is gone, then stop group `pgid`."""
+    try:
+        fd: int | None = os.pidfd_open(trainer)
+    except (AttributeError, OSError):  # not Linux >= 5.3, or the trainer is already gone
+        fd = None
+    while os.getppid() == trainer:  # the trainer's children are handed to another parent when it dies
+        if fd is None:
+            time.sleep(0.5)
+        elif select.select([fd], [], [], 1.0)[0]:
+            break
+    stop_group(pgid, grace_s)
+
+
+if __name__ == "__main__":
+    watch(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]))

@@ -11,6 +11,11 @@ loads them with its own in-place reload, the one the directory path uses, so bot
 without `--worker-extension-cls tirl_weight_receiver.WeightReceiver` still syncs. The stream needs the servers to
 reach the trainer (`rollout.sync_host`, 127.0.0.1 by default); the directory path needs a shared file system.
 
+Anyone who reaches the listener may connect, so a connection counts only once it has sent the sync's one-time token
+(compared in constant time). Handshakes run side by side, each with its own short deadline, and at most
+`MAX_PENDING` unauthenticated connections are held (a new one drops the oldest): idle or slow strangers cannot use
+up the servers' window to connect.
+
 On GPUs the tensors cross the host here too (device -> host -> socket -> device): a correct path, not the fastest.
 NCCL between trainer and servers (vLLM's weight-transfer engines) is the GPU's fast path and is not built.
 """
@@ -18,8 +23,10 @@ NCCL between trainer and servers (vLLM's weight-transfer engines) is the GPU's f
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import secrets
+import selectors
 import socket
 import threading
 import time
@@ -106,15 +113,25 @@ class StreamResult:
     loaded: list[Any] = field(default_factory=list)
 
 
-RECV_TIMEOUT_S = 300.0  # a receiver gives up when no byte arrives for this long (a trainer that died mid-stream)
+HANDSHAKE_TIMEOUT_S = 10.0  # a connection that has not sent the whole token by then is dropped
+MAX_PENDING = 64  # connections without the token held at once; a new one drops the oldest
+RECV_TIMEOUT_S = (
+    300.0  # a receiver gives up when no byte arrives for this long (a trainer that died mid-stream)
+)
 Post = Callable[[str, dict[str, Any], float], Any]  # (url, collective_rpc body, timeout_s) -> decoded JSON
 
 
 class WeightStream:
     """Rank 0's listener for `rollout.sync=memory` (module docstring); one per engine, reused for every sync."""
 
-    def __init__(self, host: str = "127.0.0.1", *, accept_timeout_s: float = 120.0) -> None:
+    def __init__(self, host: str = "127.0.0.1", *, accept_timeout_s: float = 120.0,
+                 handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S, max_pending: int = MAX_PENDING) -> None:  # fmt: skip
         self.host, self.accept_timeout_s = host, accept_timeout_s
+        self.handshake_timeout_s, self.max_pending = handshake_timeout_s, max_pending
+        if min(accept_timeout_s, handshake_timeout_s) <= 0 or max_pending < 1:
+            raise ValueError(
+                "WeightStream: accept_timeout_s > 0, handshake_timeout_s > 0 and max_pending >= 1"
+            )
         self._sock = socket.create_server((host, 0))
         self.port = self._sock.getsockname()[1]
 
@@ -161,28 +178,65 @@ class WeightStream:
         return res
 
     def _accept(self, workers: int, token: str, calls: list[_Call], res: StreamResult) -> list[socket.socket]:
-        """The receivers' connections (a connection without the run's token is closed and ignored)."""
+        """The receivers' connections. Every handshake runs side by side with the others (one selector over the
+        listener and each connection that has not sent the token yet), with its own `handshake_timeout_s`: a
+        stranger that sends nothing, too little or a wrong token is dropped and delays no one else."""
         conns: list[socket.socket] = []
+        pending: dict[socket.socket, tuple[float, bytearray]] = {}  # oldest first: (deadline, bytes so far)
+        dropped, secret = 0, token.encode()
         deadline = time.monotonic() + self.accept_timeout_s
-        self._sock.settimeout(0.5)
-        while len(conns) < workers and not res.error:
-            if failed := next((c.error for c in calls if c.error), ""):
-                res.error = failed
-            elif time.monotonic() > deadline:
-                res.error = (
-                    f"{len(conns)} of {workers} vLLM workers connected to the weight stream at "
-                    f"{self.host}:{self.port} within {self.accept_timeout_s:g} s (can the servers reach "
-                    "rollout.sync_host?)"
-                )
+        sel = selectors.DefaultSelector()
+        self._sock.setblocking(False)
+        sel.register(self._sock, selectors.EVENT_READ)
+
+        def settle(conn: socket.socket, ok: bool) -> None:
+            """`conn` admitted (it sent the token) or closed."""
+            nonlocal dropped
+            if conn in pending:
+                sel.unregister(conn)
+                del pending[conn]
+            if ok:
+                conn.setblocking(True)
+                conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+                conns.append(conn)
             else:
-                with contextlib.suppress(TimeoutError):
-                    conn, _ = self._sock.accept()
-                    conn.settimeout(None)
-                    if _token_ok(conn, token):
-                        conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
-                        conns.append(conn)
-                    else:
-                        conn.close()
+                conn.close()
+                dropped += 1
+
+        try:
+            while len(conns) < workers and not res.error:
+                now = time.monotonic()
+                if failed := next((c.error for c in calls if c.error), ""):
+                    res.error = failed
+                    break
+                if now > deadline:
+                    res.error = (
+                        f"{len(conns)} of {workers} vLLM workers connected to the weight stream at "
+                        f"{self.host}:{self.port} within {self.accept_timeout_s:g} s ({dropped} other "
+                        "connections sent no valid token; can the servers reach rollout.sync_host?)"
+                    )
+                    break
+                for conn in [c for c, (t, _) in pending.items() if t < now]:
+                    settle(conn, False)
+                for key, _ in sel.select(timeout=0.2):
+                    if key.fileobj is not self._sock:
+                        entry = pending.get(key.fileobj)  # None: dropped earlier in this round
+                        if entry and (ok := _handshake(key.fileobj, entry[1], secret)) is not None:
+                            settle(key.fileobj, ok)
+                        continue
+                    for conn in _accept_ready(self._sock, self.max_pending):
+                        got = bytearray()
+                        if (ok := _handshake(conn, got, secret)) is not None:  # a receiver sends it at once
+                            settle(conn, ok)
+                            continue
+                        if len(pending) >= self.max_pending:  # the oldest stranger makes room
+                            settle(next(iter(pending)), False)
+                        pending[conn] = (now + self.handshake_timeout_s, got)
+                        sel.register(conn, selectors.EVENT_READ)
+        finally:
+            for conn in list(pending):
+                settle(conn, False)
+            sel.close()
         if res.error:
             for c in conns:
                 c.close()
@@ -190,15 +244,38 @@ class WeightStream:
         return conns
 
 
-def _token_ok(conn: socket.socket, token: str) -> bool:
+def _accept_ready(sock: socket.socket, most: int) -> list[socket.socket]:
+    """The connections waiting on non-blocking listener `sock` (at most `most`), non-blocking themselves."""
+    out: list[socket.socket] = []
+    while len(out) < most:
+        try:
+            conn, _ = sock.accept()
+        except OSError:  # none left (BlockingIOError), or one reset before it was accepted
+            break
+        conn.setblocking(False)
+        out.append(conn)
+    return out
+
+
+def _handshake(conn: socket.socket, got: bytearray, token: bytes) -> bool | None:
+    """Read what `conn` has sent of its handshake (`u32 length | token`) into `got`: True once the whole token is
+    in and matches (compared in constant time), False for a wrong length or token or a closed connection, None
+    while incomplete. Never reads past the token."""
+    want = wire.HEADER.size + len(token)
     try:
-        conn.settimeout(10.0)
-        (size,) = wire.HEADER.unpack(wire.recv_exact(conn, wire.HEADER.size))
-        ok = size == len(token) and secrets.compare_digest(bytes(wire.recv_exact(conn, size)), token.encode())
-        conn.settimeout(None)
-        return ok
-    except (OSError, ValueError):
+        chunk = conn.recv(want - len(got))
+    except (BlockingIOError, InterruptedError):
+        return None
+    except OSError:
         return False
+    if not chunk:
+        return False
+    got += chunk
+    if len(got) >= wire.HEADER.size and wire.HEADER.unpack_from(got)[0] != len(token):
+        return False
+    if len(got) < want:
+        return None
+    return hmac.compare_digest(bytes(got[wire.HEADER.size :]), token)
 
 
 class _Call(threading.Thread):
@@ -251,11 +328,13 @@ class ServerSync:
 
         r = self._client.post(f"{url}/collective_rpc", json=body, timeout=timeout_s)
         if r.status_code >= 400:
-            raise EngineError(f"{url}/collective_rpc {body.get('method')}: HTTP {r.status_code} {r.text[:500]}")
+            raise EngineError(
+                f"{url}/collective_rpc {body.get('method')}: HTTP {r.status_code} {r.text[:500]}"
+            )
         return r.json() if r.content else {}
 
     def sync_mode(self, urls: list[str], setting: str = "") -> str:
-        """"memory" or "disk", decided at the first sync from `rollout.sync` (or `setting`) and what the servers
+        """ "memory" or "disk", decided at the first sync from `rollout.sync` (or `setting`) and what the servers
         carry."""
         from tirl.rollout.openai_engine import EngineError
 
