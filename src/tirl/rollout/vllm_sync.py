@@ -115,9 +115,8 @@ class StreamResult:
 
 HANDSHAKE_TIMEOUT_S = 10.0  # a connection that has not sent the whole token by then is dropped
 MAX_PENDING = 64  # connections without the token held at once; a new one drops the oldest
-RECV_TIMEOUT_S = (
-    300.0  # a receiver gives up when no byte arrives for this long (a trainer that died mid-stream)
-)
+# a receiver gives up when no byte arrives for this long (a trainer that died mid-stream)
+RECV_TIMEOUT_S = 300.0
 Post = Callable[[str, dict[str, Any], float], Any]  # (url, collective_rpc body, timeout_s) -> decoded JSON
 
 
@@ -178,70 +177,86 @@ class WeightStream:
         return res
 
     def _accept(self, workers: int, token: str, calls: list[_Call], res: StreamResult) -> list[socket.socket]:
-        """The receivers' connections. Every handshake runs side by side with the others (one selector over the
-        listener and each connection that has not sent the token yet), with its own `handshake_timeout_s`: a
-        stranger that sends nothing, too little or a wrong token is dropped and delays no one else."""
-        conns: list[socket.socket] = []
-        pending: dict[socket.socket, tuple[float, bytearray]] = {}  # oldest first: (deadline, bytes so far)
-        dropped, secret = 0, token.encode()
+        """The receivers' connections. Every handshake runs side by side with the others (`_Gate`), with its own
+        `handshake_timeout_s`: a stranger that sends nothing, too little or a wrong token is dropped and delays no
+        one else."""
+        gate = _Gate(self._sock, token.encode(), self.handshake_timeout_s, self.max_pending)
         deadline = time.monotonic() + self.accept_timeout_s
-        sel = selectors.DefaultSelector()
-        self._sock.setblocking(False)
-        sel.register(self._sock, selectors.EVENT_READ)
-
-        def settle(conn: socket.socket, ok: bool) -> None:
-            """`conn` admitted (it sent the token) or closed."""
-            nonlocal dropped
-            if conn in pending:
-                sel.unregister(conn)
-                del pending[conn]
-            if ok:
-                conn.setblocking(True)
-                conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
-                conns.append(conn)
-            else:
-                conn.close()
-                dropped += 1
-
         try:
-            while len(conns) < workers and not res.error:
-                now = time.monotonic()
+            while len(gate.admitted) < workers:
                 if failed := next((c.error for c in calls if c.error), ""):
                     res.error = failed
                     break
-                if now > deadline:
+                if time.monotonic() > deadline:
                     res.error = (
-                        f"{len(conns)} of {workers} vLLM workers connected to the weight stream at "
-                        f"{self.host}:{self.port} within {self.accept_timeout_s:g} s ({dropped} other "
+                        f"{len(gate.admitted)} of {workers} vLLM workers connected to the weight stream at "
+                        f"{self.host}:{self.port} within {self.accept_timeout_s:g} s ({gate.dropped} other "
                         "connections sent no valid token; can the servers reach rollout.sync_host?)"
                     )
                     break
-                for conn in [c for c, (t, _) in pending.items() if t < now]:
-                    settle(conn, False)
-                for key, _ in sel.select(timeout=0.2):
-                    if key.fileobj is not self._sock:
-                        entry = pending.get(key.fileobj)  # None: dropped earlier in this round
-                        if entry and (ok := _handshake(key.fileobj, entry[1], secret)) is not None:
-                            settle(key.fileobj, ok)
-                        continue
-                    for conn in _accept_ready(self._sock, self.max_pending):
-                        got = bytearray()
-                        if (ok := _handshake(conn, got, secret)) is not None:  # a receiver sends it at once
-                            settle(conn, ok)
-                            continue
-                        if len(pending) >= self.max_pending:  # the oldest stranger makes room
-                            settle(next(iter(pending)), False)
-                        pending[conn] = (now + self.handshake_timeout_s, got)
-                        sel.register(conn, selectors.EVENT_READ)
+                gate.poll(0.2)
         finally:
-            for conn in list(pending):
-                settle(conn, False)
-            sel.close()
+            gate.close()
         if res.error:
-            for c in conns:
+            for c in gate.admitted:
                 c.close()
             return []
-        return conns
+        return gate.admitted
+
+
+class _Gate:
+    """The listener and each connection that has not sent the token yet (oldest first, with its deadline and the
+    bytes so far), watched by one selector; `admitted` holds those that sent it, `dropped` counts the others."""
+
+    def __init__(self, listener: socket.socket, secret: bytes, timeout_s: float, most: int) -> None:
+        self.listener, self.secret, self.timeout_s, self.most = listener, secret, timeout_s, most
+        self.pending: dict[socket.socket, tuple[float, bytearray]] = {}
+        self.admitted: list[socket.socket] = []
+        self.dropped = 0
+        self.sel = selectors.DefaultSelector()
+        listener.setblocking(False)
+        self.sel.register(listener, selectors.EVENT_READ)
+
+    def settle(self, conn: socket.socket, ok: bool) -> None:
+        """`conn` admitted (it sent the token) or closed."""
+        if conn in self.pending:
+            self.sel.unregister(conn)
+            del self.pending[conn]
+        if ok:
+            conn.setblocking(True)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
+            self.admitted.append(conn)
+        else:
+            conn.close()
+            self.dropped += 1
+
+    def poll(self, wait_s: float) -> None:
+        """Drop the connections past their deadline, then take what arrived within `wait_s`."""
+        now = time.monotonic()
+        for conn in [c for c, (t, _) in self.pending.items() if t < now]:
+            self.settle(conn, False)
+        for key, _ in self.sel.select(timeout=wait_s):
+            if key.fileobj is self.listener:
+                self._take_new(now)
+            elif (entry := self.pending.get(key.fileobj)) is not None:  # None: dropped earlier in this round
+                if (ok := _handshake(key.fileobj, entry[1], self.secret)) is not None:
+                    self.settle(key.fileobj, ok)
+
+    def _take_new(self, now: float) -> None:
+        for conn in _accept_ready(self.listener, self.most):
+            got = bytearray()
+            if (ok := _handshake(conn, got, self.secret)) is not None:  # a receiver sends it at once
+                self.settle(conn, ok)
+                continue
+            if len(self.pending) >= self.most:  # the oldest stranger makes room
+                self.settle(next(iter(self.pending)), False)
+            self.pending[conn] = (now + self.timeout_s, got)
+            self.sel.register(conn, selectors.EVENT_READ)
+
+    def close(self) -> None:
+        for conn in list(self.pending):
+            self.settle(conn, False)
+        self.sel.close()
 
 
 def _accept_ready(sock: socket.socket, most: int) -> list[socket.socket]:
