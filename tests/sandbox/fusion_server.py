@@ -49,6 +49,11 @@ class FusionServer:
                 raise RuntimeError(f"sandbox server did not start: {self.logs()}")
             time.sleep(0.1)
 
+    @property
+    def server_pid(self) -> int:
+        """The pid of `tirl sandbox serve` itself: signal it, not its `timeout` wrapper (which signals the group)."""
+        return int(Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()[0])
+
     def post(self, body: dict) -> dict:
         r = self.http.post("/run_code", json=body)
         assert r.status_code == 200, r.text

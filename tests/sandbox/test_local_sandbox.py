@@ -429,12 +429,14 @@ def test_close_wakes_runs_waiting_for_a_worker() -> None:
 
 def test_snippet_sees_a_real_main_and_none_of_the_workers_modules(sandbox: LocalSandbox) -> None:
     """As under `python snippet.py`: `__builtins__` is the module, and the worker's own modules (wire, script,
-    loaded by path inside the sandbox) are neither imported nor importable under their bare names."""
+    runfiles, loaded by path inside the sandbox) are neither imported nor importable under their bare names."""
     code = (
         "import sys\nprint(type(__builtins__).__name__, getattr(__builtins__, '__imp' + 'ort__')('math').pi > 3)\n"
-        "print(sorted(m for m in ('wire', 'script', 'zygote') if m in sys.modules))\n"
-        "for m in ('wire', 'script'):\n    try:\n        __import__(m)\n        print('imported', m)\n"
+        "print(sorted(m for m in ('wire', 'script', 'runfiles', 'zygote') if m in sys.modules))\n"
+        "for m in ('wire', 'script', 'runfiles'):\n    try:\n        __import__(m)\n        print('imported', m)\n"
         "    except ModuleNotFoundError:\n        print('absent', m)\n"
     )
     r = sandbox.run(code)
-    assert r.status == "ok" and r.stdout == "module True\n[]\nabsent wire\nabsent script\n", r
+    assert (
+        r.status == "ok" and r.stdout == "module True\n[]\nabsent wire\nabsent script\nabsent runfiles\n"
+    ), r

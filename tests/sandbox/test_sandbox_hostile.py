@@ -123,7 +123,7 @@ class Server:
 def server() -> Iterator[Server]:
     srv = Server(
         "--workers", "2",
-        "sandbox.timeout_s=10", "sandbox.memory_mb=256", "sandbox.max_processes=32",
+        "sandbox.timeout_s=10", "sandbox.memory_mb=256", "sandbox.max_memory_mb=256", "sandbox.max_processes=32",
         "sandbox.max_output_bytes=10000",
         env={"TIRL_SECRET_TOKEN": SECRET, "AWS_SECRET_ACCESS_KEY": SECRET},
     )  # fmt: skip

@@ -50,7 +50,12 @@ def test_none_mode_warns_loudly_and_still_runs() -> None:
     )
 
 
+# as root with an interpreter under /root, unshare runs snippets as root and says so (test_sandbox_tenancy.py)
+AS_ROOT_WARNING = "ignore:tirl sandbox. isolation 'unshare' as root:RuntimeWarning"
+
+
 @pytest.mark.skipif(shutil.which("unshare") is None, reason="needs util-linux unshare")
+@pytest.mark.filterwarnings(AS_ROOT_WARNING)
 def test_unshare_mode_isolates_pids_network_and_tmp() -> None:
     with LocalSandbox(SandboxConfig(isolation="unshare", max_workers=1)) as sb:
         r = sb.run(
@@ -74,6 +79,7 @@ def test_unshare_mode_isolates_pids_network_and_tmp() -> None:
         ),
     ],
 )
+@pytest.mark.filterwarnings(AS_ROOT_WARNING)
 def test_interpreter_under_tmp_stays_visible(isolation: str, tmp_path) -> None:
     """A virtualenv (or checkout) under /tmp, as CI clones often are, is bound back over the private /tmp."""
     if not str(tmp_path).startswith("/tmp/"):

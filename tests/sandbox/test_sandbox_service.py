@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -49,8 +52,9 @@ def test_every_route_needs_the_bearer_token(path: str) -> None:
         r = call(app, path, headers)
         assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", (headers, r.text)
         assert "bearer token" in r.json()["detail"]
-    r = call(app, path, {"Authorization": f"Bearer {TOKEN}"})
-    assert r.status_code == 200, r.text
+    for scheme in ("Bearer", "bearer", "BEARER", "bEaReR"):  # RFC 7235: the scheme is case-insensitive
+        r = call(app, path, {"Authorization": f"{scheme} {TOKEN}"})
+        assert r.status_code == 200, (scheme, r.text)
 
 
 def test_without_a_token_the_server_stays_open_and_counts_nothing_unauthorized() -> None:
@@ -62,8 +66,7 @@ def test_without_a_token_the_server_stays_open_and_counts_nothing_unauthorized()
 def test_token_sources_and_their_errors(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(TOKEN_ENV, raising=False)
     assert load_token(None) is None
-    f = tmp_path / "token"
-    f.write_text(TOKEN + "\n")
+    f = private_file(tmp_path / "token", TOKEN + "\n")
     assert load_token(str(f)) == TOKEN
     monkeypatch.setenv(TOKEN_ENV, "env-token-abcdefghijkl")
     assert load_token(None) == "env-token-abcdefghijkl" and load_token(str(f)) == TOKEN  # the file wins
@@ -74,6 +77,39 @@ def test_token_sources_and_their_errors(tmp_path: Path, monkeypatch: pytest.Monk
         load_token(str(f))
     with pytest.raises(TokenError, match="cannot read the sandbox token file .*missing"):
         load_token(str(tmp_path / "missing"))
+
+
+def private_file(path: Path, text: str | bytes) -> Path:
+    """A token file as the docs say to make one: mode 0600."""
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_bytes(text.encode() if isinstance(text, str) else text)
+    return path
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660, 0o606], ids=oct)
+def test_a_token_file_open_to_other_users_is_refused_naming_the_file_and_the_fix(
+    tmp_path: Path, mode: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token others on the machine can read protects nothing: the server and the client both refuse it."""
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    f = private_file(tmp_path / "token", TOKEN)
+    f.chmod(mode)
+    expected = rf"sandbox token file {f} is open to other users \(mode 0{mode:o}\).*run `chmod 600 {f}`"
+    with pytest.raises(TokenError, match=expected):
+        load_token(str(f))
+    with pytest.raises(TokenError, match=expected):  # the remote client reads it the same way
+        SandboxClient(SandboxConfig(backend="remote", urls=("http://x",), auth_token_file=str(f)))
+    f.chmod(0o400)
+    assert load_token(str(f)) == TOKEN
+
+
+def test_a_token_file_that_is_not_utf8_is_refused_naming_the_file(tmp_path: Path) -> None:
+    f = private_file(tmp_path / "token", b"\xff\xfe" + TOKEN.encode("utf-16-le"))
+    with pytest.raises(
+        TokenError, match=rf"sandbox token file {f} is not UTF-8 text \(byte 0xff at offset 0\)"
+    ):
+        load_token(str(f))
 
 
 def test_client_sends_the_token_from_config_file_or_env(
@@ -95,8 +131,7 @@ def test_client_sends_the_token_from_config_file_or_env(
         SandboxConfig(backend="remote", urls=("http://x",)), transport=httpx.MockTransport(handler)
     ) as c:
         assert c.run("print(1)").stdout == "1\n"
-    f = tmp_path / "token"
-    f.write_text(TOKEN)
+    f = private_file(tmp_path / "token", TOKEN)
     cfg = SandboxConfig(backend="remote", urls=("http://x",), auth_token_file=str(f))
     with SandboxClient(cfg, transport=httpx.MockTransport(handler)) as c:
         c.run("print(1)")
@@ -151,6 +186,124 @@ def test_open_bind_without_token_warns_loudly_and_a_bad_token_file_stops_it(tmp_
     )
     r = serve("--host", "0.0.0.0", "--port", str(port), f"sandbox.auth_token_file={tmp_path / 'cfg-token'}")
     assert r.returncode == 2 and f"token file {tmp_path / 'cfg-token'}" in r.stderr  # read from the config
+
+
+# -- a real server: limits, read deadline, signals ---------------------------------------------------------------
+@pytest.fixture(scope="module")
+def small_server() -> Iterator[FusionServer]:
+    """Defaults 1 s / 64 MB, ceilings 4 s / 512 MB, and a 1 s deadline for a complete request."""
+    srv = FusionServer(
+        "--workers", "1", "--read-timeout", "1", "sandbox.isolation=none", "sandbox.preload_heavy=[]",
+        "sandbox.timeout_s=1", "sandbox.max_timeout_s=4", "sandbox.memory_mb=64", "sandbox.max_memory_mb=512",
+    )  # fmt: skip
+    try:
+        yield srv
+    finally:
+        srv.close()
+
+
+def test_a_request_above_the_default_and_within_the_ceiling_gets_what_it_asks(
+    small_server: FusionServer,
+) -> None:
+    """As on SandboxFusion, `run_timeout: 3` for a 1.5 s snippet runs it to the end, though the server's default
+    (for requests that do not ask) is 1 s; the same for memory. Above the ceiling the request is clamped."""
+    sleeper = {"code": "import time\ntime.sleep(1.5)\nprint('done')", "language": "python"}
+    r = small_server.post({**sleeper, "run_timeout": 3})
+    assert r["status"] == "Success" and r["run_result"]["stdout"] == "done\n", r
+    assert r["tirl"]["limits"] == {"run_timeout": 3, "memory_limit_MB": 64, "clamped": []}
+    r = small_server.post(sleeper)
+    assert r["run_result"]["status"] == "TimeLimitExceeded" and r["tirl"]["limits"]["run_timeout"] == 1
+    hog = {"code": "x = bytearray(200 * 2**20)\nprint('allocated')", "language": "python"}
+    r = small_server.post({**hog, "memory_limit_MB": 400})  # the workers' cgroups hold the ceiling, not 64 MB
+    assert r["status"] == "Success" and r["run_result"]["stdout"] == "allocated\n", r
+    r = small_server.post(hog)
+    assert r["status"] == "Failed" and "MemoryError" in r["run_result"]["stderr"]
+    r = small_server.post(
+        {"code": "print(1)", "language": "python", "run_timeout": 30, "memory_limit_MB": 10**6}
+    )
+    assert r["status"] == "Success"
+    assert r["tirl"]["limits"] == {
+        "run_timeout": 4,
+        "memory_limit_MB": 512,
+        "clamped": ["run_timeout", "memory_limit_MB"],
+    }
+
+
+def _closed_by_peer(s: socket.socket, deadline: float) -> bool:
+    s.settimeout(max(0.1, deadline - time.monotonic()))
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_connections_that_never_send_a_complete_request_are_closed(small_server: FusionServer) -> None:
+    """Idle, stalled-header and stalled-body connections are closed after --read-timeout (1 s here): uvicorn's
+    keep-alive timeout covers only the wait between requests. A run longer than that is not cut."""
+    head = b"POST /run_code HTTP/1.1\r\nHost: sandbox\r\n"
+    body = head + b'Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{"code": "pri'
+    socks: list[socket.socket] = []
+    try:
+        for data in (b"", head, body, head, body + b"nt(1)"):
+            s = socket.create_connection(("127.0.0.1", small_server.port), timeout=10)
+            s.sendall(data)
+            socks.append(s)
+        slow = {"code": "import time\ntime.sleep(2)\nprint('slow')", "language": "python", "run_timeout": 3}
+        assert small_server.post(slow)["run_result"]["stdout"] == "slow\n"  # 2 s on a connection: not cut
+        deadline = time.monotonic() + 8
+        assert [_closed_by_peer(s, deadline) for s in socks] == [True] * len(socks)
+    finally:
+        for s in socks:
+            s.close()
+    assert small_server.post({"code": "print(2)", "language": "python"})["run_result"]["stdout"] == "2\n"
+
+
+def _worker_cgroups(server_pid: int) -> list[Path]:
+    """The `tirl-sandbox-<pid>-*` cgroups beside this process's own (the server inherits our cgroups)."""
+    found = []
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        roots = [c.removeprefix("name=") for c in controllers.split(",")] if controllers else ["", "unified"]
+        for root in roots:
+            found += (Path("/sys/fs/cgroup") / root / path.lstrip("/")).glob(f"tirl-sandbox-{server_pid}-*")
+    return found
+
+
+@pytest.mark.slow
+def test_sigterm_shuts_down_like_sigint_and_removes_the_worker_cgroups() -> None:
+    srv = FusionServer("--workers", "2", "sandbox.isolation=none", "sandbox.preload_heavy=[]")
+    try:
+        pid = srv.server_pid
+        if not _worker_cgroups(pid):
+            pytest.skip("the server runs its workers without cgroups here (none writable)")
+        assert srv.post({"code": "print(1)", "language": "python"})["status"] == "Success"
+        os.kill(pid, signal.SIGTERM)
+        code = srv.proc.wait(timeout=60)
+    finally:
+        srv.close()
+    logs = srv.logs()
+    assert _worker_cgroups(pid) == [], logs
+    assert code == 0 and logs.strip().splitlines()[-1] == "tirl sandbox: stopped (SIGTERM); workers closed", (
+        logs
+    )
+
+
+@pytest.mark.slow
+def test_sigint_stops_the_server_with_one_line_and_no_traceback() -> None:
+    srv = FusionServer("--workers", "1", "sandbox.isolation=none", "sandbox.preload_heavy=[]")
+    try:
+        assert srv.post({"code": "print(1)", "language": "python"})["status"] == "Success"
+        os.kill(srv.server_pid, signal.SIGINT)
+        code = srv.proc.wait(timeout=60)
+    finally:
+        srv.close()
+    logs = srv.logs()
+    assert "Traceback" not in logs and "KeyboardInterrupt" not in logs, logs
+    assert code == 0 and logs.strip().splitlines()[-1] == "tirl sandbox: stopped (SIGINT); workers closed", (
+        logs
+    )
 
 
 def test_cgroups_off_from_the_command_line_and_yaml(tmp_path: Path) -> None:

@@ -1,9 +1,12 @@
 """Who may use `tirl sandbox serve`: an optional shared-secret bearer token, and the loopback test for the warning.
 
 The token is read from a file (`--auth-token-file`, `sandbox.auth_token_file`) or the TIRL_SANDBOX_TOKEN
-environment variable, never from the config itself (the resolved config is written next to every run). Requests
-without `Authorization: Bearer <token>` get 401 on every route; the comparison is constant-time. This is access
-control for a trusted network, not transport security: put a TLS reverse proxy in front for anything else.
+environment variable, never from the config itself (the resolved config is written next to every run). A token file
+must be private to its owner (no permission bits for group or others: `chmod 600 FILE`), else it is refused, on the
+server and in the client alike: a token anyone on the machine can read protects nothing. Requests without
+`Authorization: Bearer <token>` (the scheme in any case, as RFC 7235 says) get 401 on every route; the comparison
+is constant-time. This is access control for a trusted network, not transport security: put a TLS reverse proxy in
+front for anything else.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import os
-from pathlib import Path
+import stat
 from typing import Any
 
 from tirl.errors import TirlError
@@ -22,7 +25,7 @@ _HOW = 'generate one with: python -c "import secrets; print(secrets.token_urlsaf
 
 
 class TokenError(TirlError):
-    """The token file or variable is unusable (missing, empty, too short)."""
+    """The token file or variable is unusable (missing, open to other users, not UTF-8, empty, too short)."""
 
 
 def _checked(token: str, where: str) -> str:
@@ -38,14 +41,33 @@ def _checked(token: str, where: str) -> str:
 def load_token(path: str | None) -> str | None:
     """The token from `path` when given, else from $TIRL_SANDBOX_TOKEN when set, else None (no authentication)."""
     if path:
-        try:
-            return _checked(Path(path).read_text(encoding="utf-8"), f"file {path}")
-        except OSError as e:
-            raise TokenError(f"cannot read the sandbox token file {path}: {e.strerror or e}") from None
+        return _checked(_read_private(path), f"file {path}")
     env = os.environ.get(TOKEN_ENV)
     if env is not None:
         return _checked(env, f"${TOKEN_ENV}")
     return None
+
+
+def _read_private(path: str) -> str:
+    """The text of token file `path`; TokenError naming the file when it is unreadable, open to others or not UTF-8."""
+    try:
+        with open(path, "rb") as f:
+            mode = stat.S_IMODE(os.fstat(f.fileno()).st_mode)
+            data = f.read()
+    except OSError as e:
+        raise TokenError(f"cannot read the sandbox token file {path}: {e.strerror or e}") from None
+    if mode & 0o077:
+        raise TokenError(
+            f"sandbox token file {path} is open to other users (mode {mode:04o}); a token must be private to its "
+            f"owner: run `chmod 600 {path}`"
+        )
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TokenError(
+            f"sandbox token file {path} is not UTF-8 text (byte 0x{data[e.start]:02x} at offset {e.start}); "
+            f"{_HOW}"
+        ) from None
 
 
 def is_loopback(host: str) -> bool:
@@ -63,13 +85,14 @@ class BearerAuth:
 
     def __init__(self, app: Any, token: str, on_reject: Any = None) -> None:
         self.app, self.on_reject = app, on_reject
-        self.expected = f"Bearer {token}".encode()
+        self.expected = token.encode()
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        got = dict(scope.get("headers") or []).get(b"authorization", b"")
-        if hmac.compare_digest(got, self.expected):
+        scheme, _, credentials = dict(scope.get("headers") or []).get(b"authorization", b"").partition(b" ")
+        # the scheme is case-insensitive (RFC 7235: "bearer", "BEARER"); the token is compared in constant time
+        if hmac.compare_digest(credentials.lstrip(b" "), self.expected) and scheme.lower() == b"bearer":
             return await self.app(scope, receive, send)
         if self.on_reject is not None:
             self.on_reject()

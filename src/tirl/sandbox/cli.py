@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
+import signal
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from tirl.sandbox.auth import TOKEN_ENV
@@ -26,6 +28,13 @@ def add_sandbox_parser(sub: Any, load_config: Callable[[argparse.Namespace], Any
     )
     s.add_argument("--queue", type=int, default=64, help="requests waiting beyond the workers before 429")
     s.add_argument("--max-body-bytes", type=int, default=4 * 2**20, help="larger request bodies get 413")
+    s.add_argument(
+        "--read-timeout",
+        type=float,
+        default=30.0,
+        help="seconds a connection has to send a complete request (from its opening or the previous response) "
+        "before it is closed (default 30)",
+    )
     s.add_argument(
         "--auth-token-file",
         default=None,
@@ -50,6 +59,8 @@ def _serve(args: argparse.Namespace, load_config: Callable[[argparse.Namespace],
         raise ValueError(f"--port must be 0-65535, got {args.port}")
     if args.queue < 0 or args.max_body_bytes < 1024:
         raise ValueError("--queue must be >= 0 and --max-body-bytes >= 1024")
+    if not args.read_timeout > 0:
+        raise ValueError(f"--read-timeout must be > 0 seconds, got {args.read_timeout}")
     cfg = dataclasses.replace(cfg, backend="local", max_queue=args.queue)
     token = load_token(args.auth_token_file or cfg.auth_token_file or None)
     if token is None and not is_loopback(args.host):
@@ -57,17 +68,51 @@ def _serve(args: argparse.Namespace, load_config: Callable[[argparse.Namespace],
             _OPEN_WARNING.format(host=args.host, port=args.port, env=TOKEN_ENV), file=sys.stderr, flush=True
         )
     sock = bind(args.host, args.port)  # before the pool starts and before "serving": a taken port fails here
-    # LocalSandbox raises SandboxUnavailable (a ConfigError) if the isolation cannot be had
-    with sock, LocalSandbox(cfg) as sandbox:
-        print(
-            f"tirl sandbox: serving http://{args.host}:{sock.getsockname()[1]} ({sandbox.workers} workers, "
-            f"isolation {cfg.isolation}, limits {cfg.timeout_s:g} s / {cfg.memory_mb} MB, "
-            f"auth {'bearer token' if token else 'none'})",
-            file=sys.stderr,
-            flush=True,
-        )
-        serve(sandbox, sock, max_body_bytes=args.max_body_bytes, max_queue=args.queue, auth_token=token)
+    # The workers' memory cgroups must hold what a request may ask for, not just the default it gets without asking.
+    pool_cfg = dataclasses.replace(cfg, memory_mb=cfg.max_memory_mb)
+    try:
+        with _interrupt_on_sigterm():
+            # LocalSandbox raises SandboxUnavailable (a ConfigError) if the isolation cannot be had
+            with sock, LocalSandbox(pool_cfg) as sandbox:
+                print(
+                    f"tirl sandbox: serving http://{args.host}:{sock.getsockname()[1]} ({sandbox.workers} workers, "
+                    f"isolation {cfg.isolation}, limits {cfg.timeout_s:g} s / {cfg.memory_mb} MB by default, "
+                    f"at most {cfg.max_timeout_s:g} s / {cfg.max_memory_mb} MB, "
+                    f"auth {'bearer token' if token else 'none'})",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                stopped_by = serve(
+                    sandbox,
+                    sock,
+                    max_body_bytes=args.max_body_bytes,
+                    max_queue=args.queue,
+                    auth_token=token,
+                    limits=cfg,
+                    read_timeout_s=args.read_timeout,
+                )
+    except KeyboardInterrupt:  # a signal while the pool starts or closes: the `with` closed what it could
+        print("tirl sandbox: interrupted", file=sys.stderr, flush=True)
+        return 130
+    print(
+        f"tirl sandbox: stopped ({stopped_by or 'server exit'}); workers closed", file=sys.stderr, flush=True
+    )
     return 0
+
+
+@contextlib.contextmanager
+def _interrupt_on_sigterm() -> Iterator[None]:
+    """SIGTERM outside the serving loop (the pool starting or closing) raises KeyboardInterrupt as SIGINT does, so
+    the pool's workers and cgroups are removed either way (the default action would kill the process at once)."""
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 _OPEN_WARNING = """

@@ -74,6 +74,7 @@ def to_response(r: ExecResult) -> dict[str, Any]:
             "output_truncated": r.output_truncated,
             "memory_exceeded": r.memory_exceeded,
             "timed_out": r.timed_out,
+            "files_skipped": dict(r.files_skipped),  # fetch paths left out (the run's fetch limit), and why
         },
     }
 
@@ -111,7 +112,9 @@ def from_response(payload: dict[str, Any], *, wall_time: float) -> ExecResult:
     if wrong:  # a broken server must not crash the rollout with a TypeError deep in a caller
         return ExecResult("", "", None, False, False, wall_time, f"malformed sandbox response: bad {wrong}")
     files = payload.get("files") or {}
+    skipped = ext.get("files_skipped") if isinstance(ext.get("files_skipped"), dict) else {}
     return ExecResult(
+        files_skipped={k: v for k, v in skipped.items() if isinstance(v, str)},
         files={k: v for k, v in files.items() if isinstance(v, str)} if isinstance(files, dict) else {},
         stdout=stdout,
         stderr=stderr,

@@ -1,6 +1,7 @@
 """How a warm worker is wrapped: the command line per isolation mode, and per-worker cgroups.
 
-Cgroups: the v1 pids and memory hierarchies where they are writable, else the v2 unified hierarchy where this
+Cgroups: named `tirl-sandbox-<pid>-<slot>-<stamp>` after the pool's process, so that a new pool can remove those of a
+process killed with -9 (remove_stale_cgroups); the v1 pids and memory hierarchies where they are writable, else the v2 unified hierarchy where this
 process's cgroup delegates (or can enable) the memory and pids controllers to children, moving this process into
 a leaf when its cgroup holds it alone; `cgroup_support()` says which, or why neither.
 
@@ -10,7 +11,9 @@ Modes, strongest first (what each does and does not cover is listed in tirl/sand
             /proc, /dev, and a writable tmpfs /dev/shm.
   unshare : util-linux `unshare` namespaces (pid, net, ipc, uts, mount) with private tmpfs /tmp and /dev/shm
             (an interpreter under /tmp bound back read-only; its parent directories stay writable and are not
-            wiped between runs); the rest of the host filesystem stays as writable as it is for tirl's uid.
+            wiped between runs), and /var/tmp as root; the rest of the host filesystem stays as writable as it is
+            for tirl's uid. As root the snippet switches to an unprivileged uid where that uid can read the
+            interpreter (unprivileged_uid_can_run), else runs as root and local.py warns loudly.
   none    : a plain process (explicit opt-in only, with a loud warning).
 """
 
@@ -22,6 +25,7 @@ import os
 import shlex
 import shutil
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -80,6 +84,30 @@ def bwrap_prefix(python: str, zygote: str, tmp_bytes: int) -> list[str]:
     return cmd
 
 
+def unprivileged_uid_can_run(python: str, zygote: str, uid: int) -> str:
+    """'' when `uid` (no groups) can run `python` and read the interpreter's directories (what a snippet switched
+    to it needs, e.g. to import a module), else why not. Asked of the interpreter itself, started as `uid`."""
+    dirs = _interpreter_dirs(python, zygote)
+    probe = "import os, sys; print(*[d for d in sys.argv[1:] if not os.access(d, os.R_OK | os.X_OK)])"
+    try:
+        out = subprocess.run(
+            [python, "-I", "-S", "-c", probe, *dirs],
+            user=uid,
+            group=uid,
+            extra_groups=[],
+            env=ENV,
+            cwd="/",
+            capture_output=True,
+            timeout=60,
+        )
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"uid {uid} cannot start {python} ({e})"
+    bad = out.stdout.decode(errors="replace").split()
+    if out.returncode != 0 or bad:
+        return f"uid {uid} cannot read {', '.join(bad) or python} (an ancestor directory is not o+rx, e.g. /root)"
+    return ""
+
+
 def kept_tmp_entries(python: str, zygote: str) -> list[str]:
     """Names directly under /tmp that hold the interpreter or zygote.py (bound back in): the wipe skips them."""
     return sorted(
@@ -108,6 +136,8 @@ def unshare_prefix(python: str, zygote: str, tmp_bytes: int) -> list[str]:
     ]
     steps = stage if keep else []
     steps += [f"mount -t tmpfs -o size={tmp_bytes},mode=1777 tirl /tmp", *back]
+    if os.geteuid() == 0 and os.path.isdir("/var/tmp"):  # the host's out of reach; the worker wipes this one
+        steps += [f"mount -t tmpfs -o size={tmp_bytes},mode=1777 tirl /var/tmp"]
     steps += (["umount -l /dev/shm"] if keep else []) + [f"mount -t tmpfs -o size={tmp_bytes} tirl /dev/shm"]
     env = " ".join(f"{k}={v}" for k, v in ENV.items())
     return [*cmd, "/bin/sh", "-c", f'{" && ".join(steps)} && cd /tmp && exec env -i {env} "$@"', "sh"]
@@ -181,6 +211,45 @@ class WorkerCgroup:
         for d in self.dirs:
             kill_and_remove_cgroup(d, deadline)
         self.dirs = []
+
+
+WORKER_CGROUP_PREFIX = "tirl-sandbox-"  # + the owning process's pid + "-" + slot + "-" + a monotonic stamp
+
+
+def worker_cgroup_name(slot: int) -> str:
+    return f"{WORKER_CGROUP_PREFIX}{os.getpid()}-{slot}-{time.monotonic_ns()}"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        return True
+    return True
+
+
+def remove_stale_cgroups(version: str, wait_s: float = 5.0) -> list[Path]:
+    """Remove the worker cgroups of pools whose process is gone (killed with -9: nothing ran its cleanup), killing
+    what is left inside first; returns those removed. Cgroups of live processes, ours included, are left alone."""
+    if version == "v1":
+        parents = [_own_cgroup("pids"), _own_cgroup("memory")]
+    elif version == "v2":
+        parents = [_v2_parent()]
+    else:
+        return []
+    removed, deadline = [], time.monotonic() + wait_s
+    for parent in parents:
+        try:
+            stale = [d for d in parent.glob(f"{WORKER_CGROUP_PREFIX}*") if d.is_dir()]
+        except OSError:
+            continue
+        for d in stale:
+            owner = d.name[len(WORKER_CGROUP_PREFIX) :].split("-")[0]
+            if owner.isdigit() and not _pid_alive(int(owner)) and kill_and_remove_cgroup(d, deadline):
+                removed.append(d)
+    return removed
 
 
 def kill_and_remove_cgroup(d: Path, deadline: float) -> bool:

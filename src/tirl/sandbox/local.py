@@ -27,6 +27,13 @@ What a run gets with `isolation: bwrap` (each property has an adversarial test i
     unshare/setns/clone with namespace flags (new user namespaces above all), raw and packet sockets, io_uring,
     module loading and other calls no snippet needs fail with EPERM;
   - a scrubbed environment (PATH, locale, thread counts; HOME/TMPDIR set per run), nothing from the parent;
+  - nothing of an earlier request: the worker reads only request headers, each run's child reads its own code
+    and stdin, output passes through buffers zeroed after the reply, and `files`/`fetch_files` requests and
+    leftover files are handled by short-lived forks (worker/zygote.py), so no snippet (a fork of the worker)
+    finds another request's code, stdin, output or files in its memory; the reply comes before the wipe, and a
+    worker that has not finished wiping within _CLEAN_S when the next run wants it is replaced;
+  - `files` checked on the host (files.py: count, lengths, depth, file-versus-folder) and `fetch_files` bounded by
+    `max_fetch_bytes` per run, every listed path counted (what does not fit is named in `files_skipped`);
   - when tirl runs as root: the snippet switches to an unprivileged uid of its own, so it cannot signal the
     worker, read 0700 files or write root-owned ones, and RLIMIT_NPROC binds;
   - rlimits: CPU time (the run's timeout + 1 s unless `cpu_time_s` fixes it), address space (warm interpreter +
@@ -40,8 +47,10 @@ What a run gets with `isolation: bwrap` (each property has an adversarial test i
 What it does NOT cover:
   - kernel exploits through the syscalls the filter allows: namespaces share the host kernel (no VM); use a VM
     for that threat;
-  - `unshare` mode (pid, net, ipc, uts, mount namespaces, private /tmp and /dev/shm) keeps the rest of the host
-    filesystem writable by the worker's uid, hides no home, and does not switch the snippet's uid;
+  - `unshare` mode (pid, net, ipc, uts, mount namespaces, private /tmp and /dev/shm; /var/tmp too as root) keeps
+    the rest of the host filesystem as readable as it is for the snippet's uid, and writable without root; as
+    root, the snippet switches to its own uid only where that uid can read the interpreter, and otherwise runs
+    as root, with a loud warning at start (isolation.unprivileged_uid_can_run);
     `none` mode has no namespaces at all (only rlimits, setsid and process-group kills: setsid escapes survive,
     the network and filesystem are open); it needs the explicit opt-in and logs a loud warning;
   - without root, the snippet runs as the worker's uid: RLIMIT_NPROC counts all of that uid's processes, and
@@ -59,14 +68,11 @@ What it does NOT cover:
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
 import math
 import os
 import queue
-import select
-import subprocess
 import sys
 import threading
 import time
@@ -75,19 +81,24 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from tirl.sandbox.config import SandboxConfig
+from tirl.sandbox.files import file_request
 from tirl.sandbox.isolation import (
     ZYGOTE,
     SandboxUnavailable,
     WorkerCgroup,
     cgroup_support,
     kept_tmp_entries,
+    remove_stale_cgroups,
     snippet_uid,
+    unprivileged_uid_can_run,
+    worker_cgroup_name,
     worker_command,
 )
 from tirl.sandbox.routing import heavy_import_pattern, needs_heavy
 from tirl.sandbox.seccomp import compile_filter
 from tirl.sandbox.types import ExecResult, batch_stdins
 from tirl.sandbox.worker import wire as proto
+from tirl.sandbox.worker_proc import Tier, WorkerDied, WorkerProcess
 
 __all__ = ["LocalSandbox", "SandboxConfig", "SandboxOverloaded", "SandboxUnavailable"]
 
@@ -95,118 +106,11 @@ _READY_TIMEOUT_S = 120.0  # a worker's start: namespaces plus importing sympy on
 _MAX_TIMEOUT_S = 86400.0  # a day: per-run timeouts above this are surely a unit mistake
 _MAX_MEMORY_MB = 2**20  # 1 TiB; the wire header holds 32 bits
 _GRACE_S = 5.0  # beyond a run's timeout before the host gives up on a silent worker
-
-
-def file_request(files: dict[str, str | None], fetch_files: Sequence[str]) -> bytes:
-    """The zygote's extra frame for SandboxFusion's `files`/`fetch_files`; ValueError names a bad path or content.
-
-    Paths must stay inside the run's directory (relative, no `..`): SandboxFusion would write or read anywhere.
-    """
-    if not files and not fetch_files:
-        return b""
-    for path in [*files, *fetch_files]:
-        if proto.safe_relpath(path) is None:
-            raise ValueError(f"file path {path!r} must be relative and inside the run directory (no '..')")
-    for path, content in files.items():
-        if content is not None:
-            try:
-                base64.b64decode(content, validate=True)
-            except (ValueError, TypeError):
-                raise ValueError(f"files[{path!r}] is not valid base64") from None
-    return json.dumps({"files": files, "fetch": list(fetch_files)}).encode()
+_CLEAN_S = 2.0  # how long a run waits for a worker to finish wiping the previous run before replacing it
 
 
 class SandboxOverloaded(RuntimeError):
     """More runs are waiting than `max_queue` allows; the caller should back off (the server answers 429)."""
-
-
-class WorkerDied(RuntimeError):
-    pass
-
-
-class _Tier:
-    """Workers sharing one preload list, with their own idle queue; `slots` are pool-wide (one uid per slot)."""
-
-    def __init__(self, name: str, preload: tuple[str, ...], slots: range, started: bool) -> None:
-        self.name = name
-        self.preload = preload
-        self.slots = slots
-        self.started = started  # the heavy tier's workers are spawned on its first run
-        self.runs = 0  # runs routed here, for stats() and tests
-        self.recycles = 0  # workers replaced after a kill, a crash or max_runs_per_worker
-        self.alive = 0  # started workers (idle or busy)
-        self.idle: queue.Queue[_Worker | None] = queue.Queue()  # None: the pool closed, wake up and leave
-
-
-class _Worker:
-    """One zygote process and its pipes; used by one thread at a time."""
-
-    def __init__(self, tier: _Tier, slot: int, argv: list[str], cgroup: WorkerCgroup | None) -> None:
-        self.tier = tier
-        self.slot = slot
-        self.cgroup = cgroup
-        self.runs = 0
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, bufsize=0
-        )
-        self.fd_in = self.proc.stdin.fileno()
-        self.fd_out = self.proc.stdout.fileno()
-        self._poller = select.poll()
-        self._poller.register(self.fd_out, select.POLLIN)
-        try:
-            self._read(1, time.monotonic() + _READY_TIMEOUT_S)
-        except WorkerDied as e:
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()
-            self.proc.wait()
-            err = self.proc.stderr.read(4096).decode("utf-8", "replace").strip() if self.proc.stderr else ""
-            self.kill()
-            raise WorkerDied(f"worker failed to start: {err or e}") from None
-
-    def _read(self, n: int, deadline: float) -> bytes:
-        parts, left = [], n
-        while left:
-            wait = deadline - time.monotonic()
-            # poll, not select: select() fails on fd numbers >= 1024, common in a busy server or trainer
-            if wait <= 0 or not self._poller.poll(wait * 1000):
-                raise WorkerDied("worker did not answer in time")
-            b = os.read(self.fd_out, left)
-            if not b:
-                raise WorkerDied(f"worker exited (code {self.proc.poll()})")
-            parts.append(b)
-            left -= len(b)
-        return b"".join(parts)
-
-    def execute(
-        self, code: bytes, stdin: bytes | None, timeout: float, memory_mb: int, cpu_s: int, extra: bytes
-    ) -> tuple:
-        stdin_len = proto.NO_STDIN if stdin is None else len(stdin)
-        head = proto.REQ.pack(len(code), stdin_len, timeout, memory_mb, cpu_s, len(extra))
-        msg = head + code + (stdin or b"") + extra
-        try:
-            proto.write_all(self.fd_in, msg)
-        except (BrokenPipeError, OSError) as e:
-            raise WorkerDied(f"worker gone: {e}") from None
-        deadline = time.monotonic() + timeout + _GRACE_S + 1.0  # the worker drains for up to 0.5 s
-        exit_code, flags, wall, n_out, n_err, n_extra = proto.RESP.unpack(
-            self._read(proto.RESP.size, deadline)
-        )
-        n = n_out + n_err + n_extra
-        body = self._read(n, deadline) if n else b""
-        self.runs += 1
-        return exit_code, flags, wall, body[:n_out], body[n_out : n_out + n_err], body[n_out + n_err :]
-
-    def kill(self) -> None:
-        with contextlib.suppress(ProcessLookupError):
-            self.proc.kill()  # bwrap; its namespace's init (the zygote) gets SIGKILL as its parent dies
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=5)
-        if self.cgroup is not None:  # kills anything left inside, then removes it
-            self.cgroup.close()
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
 
 
 class LocalSandbox:
@@ -222,12 +126,25 @@ class LocalSandbox:
                 stacklevel=2,
             )
         self._python = cfg.python or sys.executable
+        self._switch_uid = cfg.isolation == "bwrap"  # as root, each slot's snippets get their own uid
+        if cfg.isolation == "unshare" and os.geteuid() == 0:
+            why = unprivileged_uid_can_run(self._python, str(ZYGOTE), snippet_uid(0))
+            self._switch_uid = not why
+            if why:
+                warnings.warn(
+                    f"tirl sandbox: isolation 'unshare' as root runs model-written code AS ROOT (uid 0): it can "
+                    f"read and write every file outside its private /tmp, /var/tmp and /dev/shm. An unprivileged "
+                    f"uid would be used, but {why}. Use isolation 'bwrap', or an interpreter every user can read "
+                    f"(e.g. a virtualenv outside /root, `chmod o+rx` on its directories).",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         per_tier = cfg.max_workers or max(2, os.cpu_count() or 1)
-        self._light = _Tier("light", tuple(cfg.preload), range(per_tier), started=True)
-        self._heavy: _Tier | None = None
+        self._light = Tier("light", tuple(cfg.preload), range(per_tier), started=True)
+        self._heavy: Tier | None = None
         if cfg.preload_heavy:
             preload = tuple(cfg.preload) + tuple(cfg.preload_heavy)
-            self._heavy = _Tier("heavy", preload, range(per_tier, 2 * per_tier), started=False)
+            self._heavy = Tier("heavy", preload, range(per_tier, 2 * per_tier), started=False)
         self._pattern = heavy_import_pattern(cfg.preload_heavy)
         self._seccomp_bpf = compile_filter() if cfg.seccomp else b""  # SandboxUnavailable without libseccomp
         self.workers = per_tier * (2 if self._heavy else 1)  # all tiers, started or not
@@ -237,10 +154,13 @@ class LocalSandbox:
         self._use_cgroups = bool(self.cgroup_version)
         if cfg.cgroups == "required" and not self._use_cgroups:
             raise SandboxUnavailable(f"sandbox.cgroups 'required' but no cgroups are usable: {why}")
+        if self._use_cgroups:  # those of pools killed with -9 (no cleanup ran), and their workers, go now
+            with contextlib.suppress(OSError):
+                remove_stale_cgroups(self.cgroup_version)
         self._lock = threading.Lock()
         self._waiting = 0
         self._closed = False
-        self._all: set[_Worker] = set()
+        self._all: set[WorkerProcess] = set()
         self._last_spawn_error = ""
         self._batch_pool: ThreadPoolExecutor | None = None
         # All spawns happen on this one long-lived thread: bwrap's --die-with-parent follows the spawning thread.
@@ -256,19 +176,23 @@ class LocalSandbox:
             self._spawner.submit(self._spawn, self._light, slot)
 
     # -- workers ------------------------------------------------------------------------------------------
-    def _spawn(self, tier: _Tier, slot: int, raise_errors: bool = False, attempt: int = 0) -> _Worker | None:
+    def _spawn(
+        self, tier: Tier, slot: int, raise_errors: bool = False, attempt: int = 0
+    ) -> WorkerProcess | None:
         cfg = self.config
+        root = os.geteuid() == 0
         zcfg = {
-            # unshare: no uid switch (root's 0700 home holding the interpreter stays unreadable otherwise);
-            # the worker is the namespace's init, which its snippets cannot signal either way
-            "uid": snippet_uid(slot) if cfg.isolation == "bwrap" else -1,
+            # unshare as root: only where an unprivileged uid can read the interpreter (see __init__)
+            "uid": snippet_uid(slot) if self._switch_uid else -1,
             "pidns": cfg.isolation != "none",
             "private_tmp": cfg.isolation != "none",  # /tmp and /dev/shm are the worker's own tmpfs
+            "wipe_dirs": ["/tmp", "/dev/shm"] + (["/var/tmp"] if cfg.isolation == "unshare" and root else []),
             "keep_tmp": [],  # set below (it can fail: a vanished interpreter)
             "preload": list(tier.preload),
             "seccomp_bpf": self._seccomp_bpf.hex(),
             "memory_mb": cfg.memory_mb,
             "max_file_bytes": cfg.max_file_bytes,
+            "max_fetch_bytes": cfg.max_fetch_bytes,
             "max_output_bytes": cfg.max_output_bytes,
             "max_processes": cfg.max_processes,
             "max_runs": cfg.max_runs_per_worker,
@@ -280,13 +204,15 @@ class LocalSandbox:
             argv = worker_command(cfg, self._python, json.dumps(zcfg))
             if self._use_cgroups:
                 cgroup = WorkerCgroup(
-                    f"tirl-sandbox-{os.getpid()}-{slot}-{time.monotonic_ns()}",
+                    worker_cgroup_name(slot),
                     pids_max=cfg.max_processes + 8,
                     memory_bytes=(cfg.memory_mb + 512) * 2**20,  # + the warm interpreter and the run's tmpfs
                     version=self.cgroup_version,
                 )
                 argv = cgroup.enter_command() + argv
-            worker = _Worker(tier, slot, argv, cgroup)
+            worker = WorkerProcess(
+                tier, slot, argv, cgroup, ready_s=_READY_TIMEOUT_S, clean_s=_CLEAN_S, grace_s=_GRACE_S
+            )
         except (WorkerDied, OSError, SandboxUnavailable) as e:
             if cgroup is not None:
                 cgroup.close()
@@ -308,7 +234,7 @@ class LocalSandbox:
                 tier.idle.put(worker)
         return worker
 
-    def _retire(self, worker: _Worker) -> None:
+    def _retire(self, worker: WorkerProcess) -> None:
         with self._lock:
             if worker in self._all:
                 worker.tier.alive -= 1
@@ -368,9 +294,11 @@ class LocalSandbox:
                 if worker is None:  # closed while waiting: pass the wake-up on to the next waiter
                     tier.idle.put(None)
                     raise RuntimeError("LocalSandbox is closed")
-                if worker.proc.poll() is None:
+                if worker.proc.poll() is None and worker.wait_ready():
                     break
-                self._retire(worker)  # died while idle (killed from outside): not this run's fault
+                # died while idle (killed from outside), or still wiping a run's mass of files: not this run's
+                # fault; the replacement starts with an empty /tmp and /dev/shm
+                self._retire(worker)
         finally:
             with self._lock:
                 self._waiting -= 1
@@ -378,7 +306,7 @@ class LocalSandbox:
 
     def _run_on(
         self,
-        worker: _Worker,
+        worker: WorkerProcess,
         code: str,
         stdin: str | None,
         timeout: float,
@@ -399,6 +327,7 @@ class LocalSandbox:
         except BaseException:  # never lose a worker from the pool (its protocol state is unknown: replace it)
             self._retire(worker)
             raise
+        fetched_files = json.loads(fetched) if fetched else {}
         killed = flags & (proto.F_TIMEOUT | proto.F_TRUNCATED | proto.F_KILLED) or exit_code < 0
         oom = bool(flags & proto.F_KILLED) and worker.cgroup is not None and worker.cgroup.oom_kills() > 0
         if killed or worker.runs >= self.config.max_runs_per_worker:
@@ -413,7 +342,8 @@ class LocalSandbox:
             output_truncated=bool(flags & proto.F_TRUNCATED),
             wall_time=wall,
             memory_exceeded=oom,
-            files=json.loads(fetched)["files"] if fetched else {},
+            files=fetched_files.get("files", {}),
+            files_skipped=fetched_files.get("skipped", {}),
         )
 
     def run_batch(

@@ -9,18 +9,28 @@ Overload never hangs a client: beyond `workers + queue` runs in flight the serve
 request body over the size limit gets 413 (unread when Content-Length says so, else as soon as it passes the
 limit). Every run that does not end `ok` is logged (logger `tirl.sandbox`, one line: status and reason).
 
-The server's `sandbox.timeout_s` and `sandbox.memory_mb` are ceilings: a request's `run_timeout` and
-`memory_limit_MB` can lower them, never raise them (a larger value is clamped, not refused, as SandboxFusion
-clients send fixed values); a request without them gets the server's. The limits a run got come back in the
-reply's `tirl.limits`. With a token (auth.py) every route needs `Authorization: Bearer <token>`.
+Limits are a default and a ceiling: a request without `run_timeout` / `memory_limit_MB` gets `sandbox.timeout_s` /
+`sandbox.memory_mb`; one that asks gets what it asks for, up to `sandbox.max_timeout_s` / `sandbox.max_memory_mb`
+(a larger value is clamped, not refused, as SandboxFusion clients send fixed values). The limits a run got, and
+which were clamped, come back in the reply's `tirl.limits`. With a token (auth.py) every route needs
+`Authorization: Bearer <token>`.
+
+A connection must deliver a complete request (headers and body) within `read_timeout_s` of its opening or of the
+previous response, else it is closed: idle and stalled connections cannot pile up. SIGTERM and SIGINT stop the
+server the same way: no new connections, running requests finish, then the caller closes the pool.
 """
 
 # No `from __future__ import annotations`: FastAPI must see the request model class defined in create_app.
 
+import asyncio
+import contextlib
 import errno
 import logging
+import signal
 import socket
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from tirl.errors import TirlError
@@ -153,14 +163,20 @@ class BodyLimit:
         await send({"type": "http.response.body", "body": body})
 
 
-def ceilings(timeout_s: float | None, memory_mb: int, config: SandboxConfig) -> tuple[float, int]:
-    """The limits one request runs under: what it asks for, at most the server's (none asked: the server's).
+def limits_for(timeout_s: float | None, memory_mb: int, config: SandboxConfig) -> dict[str, Any]:
+    """The limits one request runs under: what it asks for up to the ceilings (`max_*`), else the defaults.
 
-    SandboxFusion reads `memory_limit_MB` <= 0 as "no limit"; here that is the server's own limit.
+    SandboxFusion reads `memory_limit_MB` <= 0 as "no limit"; here that is the server's default. `clamped` names
+    the fields a request asked above the ceiling for.
     """
-    timeout = config.timeout_s if timeout_s is None else min(timeout_s, config.timeout_s)
-    memory = config.memory_mb if memory_mb <= 0 else min(memory_mb, config.memory_mb)
-    return timeout, memory
+    timeout = config.timeout_s if timeout_s is None else min(timeout_s, config.max_timeout_s)
+    memory = config.memory_mb if memory_mb <= 0 else min(memory_mb, config.max_memory_mb)
+    clamped = [
+        k
+        for k, asked, got in (("run_timeout", timeout_s, timeout), ("memory_limit_MB", memory_mb, memory))
+        if asked is not None and asked > 0 and asked != got
+    ]
+    return {"run_timeout": timeout, "memory_limit_MB": memory, "clamped": clamped}
 
 
 def _request_model() -> type:
@@ -172,8 +188,8 @@ def _request_model() -> type:
         code: str
         language: str = "python"
         compile_timeout: float = 10.0  # accepted and unused: Python has no compile step (as in SandboxFusion)
-        run_timeout: float | None = Field(default=None, gt=0)  # None: the server's sandbox.timeout_s
-        memory_limit_MB: int = -1  # <= 0: the server's sandbox.memory_mb (SandboxFusion: no limit)
+        run_timeout: float | None = Field(default=None, gt=0)  # None: sandbox.timeout_s; <= max_timeout_s
+        memory_limit_MB: int = -1  # <= 0: sandbox.memory_mb (SandboxFusion: no limit); <= max_memory_mb
         stdin: str | None = None
         files: dict[str, str | None] = Field(default_factory=dict)
         fetch_files: list[str] = Field(default_factory=list)
@@ -187,38 +203,37 @@ def create_app(
     max_body_bytes: int = 4 * 2**20,
     max_queue: int = 256,
     auth_token: str | None = None,
+    limits: SandboxConfig | None = None,
 ) -> Any:
     """The FastAPI app serving `sandbox`; at most workers + max_queue requests are admitted at once.
 
-    `auth_token`: when set, every request must carry it as a bearer token (else 401).
+    `auth_token`: when set, every request must carry it as a bearer token (else 401). `limits`: the config whose
+    defaults and ceilings requests get (default: the pool's own).
     """
-    from fastapi import FastAPI, HTTPException
+    from fastapi import FastAPI, Request
+    from fastapi.exception_handlers import request_validation_exception_handler
+    from fastapi.exceptions import RequestValidationError
     from fastapi.responses import PlainTextResponse
 
     RunCodeRequest = _request_model()
     metrics = Metrics()
     runner = _Runner(sandbox, metrics, max_queue)
     app = FastAPI(title="tirl sandbox", version="1")
+    limits = limits or sandbox.config
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Any:
+        metrics.rejected["bad_request"] += 1  # a 422: not JSON, a missing `code`, a run_timeout <= 0, ...
+        return await request_validation_exception_handler(request, exc)
 
     @app.post("/run_code")
     async def run_code(req: RunCodeRequest) -> dict:
-        if req.language.lower() not in ("python", "python3"):
-            metrics.rejected["bad_request"] += 1
-            raise HTTPException(
-                400, f"language {req.language!r} is not supported by tirl's sandbox: only 'python'"
-            )
-        files = {
-            k: v for k, v in req.files.items() if "IGNORE_THIS_FILE" not in k
-        }  # SandboxFusion skips these
-        try:
-            file_request(files, req.fetch_files)
-        except ValueError as e:
-            metrics.rejected["bad_request"] += 1
-            raise HTTPException(400, str(e)) from None
-        timeout, memory = ceilings(req.run_timeout, req.memory_limit_MB, sandbox.config)
+        files = _checked_request(req, metrics)
+        got = limits_for(req.run_timeout, req.memory_limit_MB, limits)
+        timeout, memory = got["run_timeout"], got["memory_limit_MB"]
         result = await runner.run(req.code, req.stdin, timeout, memory, files, req.fetch_files)
         reply = to_response(result)
-        reply["tirl"]["limits"] = {"run_timeout": timeout, "memory_limit_MB": memory}
+        reply["tirl"]["limits"] = got
         return reply
 
     @app.get("/health")
@@ -237,6 +252,25 @@ def create_app(
         metrics.rejected["unauthorized"] += 1
 
     return BearerAuth(guarded, auth_token, on_reject=unauthorized)
+
+
+def _checked_request(req: Any, metrics: Metrics) -> dict[str, str | None]:
+    """The request's `files` to write (SandboxFusion skips those named IGNORE_THIS_FILE), or HTTP 400 naming
+    what is wrong: a language other than Python, or a bad `files`/`fetch_files` path or content."""
+    from fastapi import HTTPException
+
+    if req.language.lower() not in ("python", "python3"):
+        metrics.rejected["bad_request"] += 1
+        raise HTTPException(
+            400, f"language {req.language!r} is not supported by tirl's sandbox: only 'python'"
+        )
+    files = {k: v for k, v in req.files.items() if "IGNORE_THIS_FILE" not in k}  # SandboxFusion skips these
+    try:
+        file_request(files, req.fetch_files)
+    except ValueError as e:
+        metrics.rejected["bad_request"] += 1
+        raise HTTPException(400, str(e)) from None
+    return files
 
 
 class _Runner:
@@ -307,6 +341,79 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def read_deadline_protocol(read_timeout_s: float) -> type:
+    """uvicorn's HTTP protocol, closing a connection that has not sent a complete request `read_timeout_s` after it
+    opened or after its previous response (uvicorn's keep-alive timeout starts only after a first response, and
+    nothing bounds a stalled header or body). The deadline is not reset by data: a trickle does not extend it."""
+    try:  # the class uvicorn's http="auto" picks
+        import httptools  # noqa: F401
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
+    except ImportError:
+        from uvicorn.protocols.http.h11_impl import H11Protocol as Base
+
+    class ReadDeadline(Base):  # type: ignore[misc, valid-type]
+        _deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._disarm()
+            if not self.transport.is_closing():
+                self._deadline = self.loop.call_later(read_timeout_s, self._expired)
+
+        def _disarm(self) -> None:
+            if self._deadline is not None:
+                self._deadline.cancel()
+                self._deadline = None
+
+        def _expired(self) -> None:
+            self._deadline = None
+            cycle = self.cycle
+            if cycle is not None and not cycle.response_complete and not cycle.more_body:
+                return  # a complete request being answered: the next deadline starts with its response
+            self.transport.close()
+
+    return ReadDeadline
+
+
+def _stoppable_server(config: Any) -> Any:
+    """A uvicorn.Server that stops on SIGTERM exactly as on SIGINT and then returns (uvicorn re-raises the signal
+    after its shutdown: SIGTERM then killed the process before the pool's cgroups were removed, and SIGINT printed
+    a KeyboardInterrupt traceback). Its `stopped_by` names the signal."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        stopped_by: str | None = None
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            self.stopped_by = self.stopped_by or signal.Signals(sig).name
+            super().handle_exit(sig, frame)
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            if threading.current_thread() is not threading.main_thread():
+                yield
+                return
+            old = {sig: signal.signal(sig, self.handle_exit) for sig in (signal.SIGINT, signal.SIGTERM)}
+            try:
+                yield
+            finally:
+                for sig, handler in old.items():
+                    signal.signal(sig, handler)
+
+    return Server(config)
+
+
 def serve(
     sandbox: LocalSandbox,
     sock: socket.socket,
@@ -314,8 +421,13 @@ def serve(
     max_body_bytes: int,
     max_queue: int,
     auth_token: str | None = None,
-) -> None:
-    """Run uvicorn on the bound `sock` in the foreground until interrupted; the pool is closed by the caller."""
+    limits: SandboxConfig | None = None,
+    read_timeout_s: float = 30.0,
+) -> str | None:
+    """Run uvicorn on the bound `sock` in the foreground until SIGINT or SIGTERM; the pool is closed by the caller.
+
+    Returns the name of the signal that stopped it (None: stopped otherwise).
+    """
     import uvicorn
 
     if not log.handlers:  # the failed-run lines go to stderr next to uvicorn's own warnings
@@ -323,6 +435,17 @@ def serve(
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         log.addHandler(handler)
         log.setLevel(logging.INFO)
-    app = create_app(sandbox, max_body_bytes=max_body_bytes, max_queue=max_queue, auth_token=auth_token)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_keep_alive=30)
-    uvicorn.Server(config).run(sockets=[sock])
+    app = create_app(
+        sandbox, max_body_bytes=max_body_bytes, max_queue=max_queue, auth_token=auth_token, limits=limits
+    )
+    config = uvicorn.Config(
+        app,
+        log_level="warning",
+        access_log=False,
+        timeout_keep_alive=30,
+        http=read_deadline_protocol(read_timeout_s),
+        lifespan="off",  # no startup/shutdown hooks; a second Ctrl-C then forces the exit without a traceback
+    )
+    server = _stoppable_server(config)
+    server.run(sockets=[sock])
+    return server.stopped_by

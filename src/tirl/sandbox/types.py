@@ -23,6 +23,7 @@ class ExecResult:
     sandbox_error: the sandbox itself failed (could not start the interpreter); not the snippet's fault.
     memory_exceeded: the run was killed for memory (the cgroup's OOM killer), not only a MemoryError.
     files: the files the caller asked to fetch that existed after the run (SandboxFusion's `fetch_files`).
+    files_skipped: fetch paths that existed but were left out, with why (the run's fetch limit was spent).
     """
 
     stdout: str
@@ -34,6 +35,7 @@ class ExecResult:
     sandbox_error: str | None = None
     memory_exceeded: bool = False
     files: dict[str, str] = dataclasses.field(default_factory=dict)  # fetched files, path -> base64
+    files_skipped: dict[str, str] = dataclasses.field(default_factory=dict)  # path -> why it was left out
 
     @property
     def status(self) -> Status:

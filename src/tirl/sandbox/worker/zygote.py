@@ -1,27 +1,40 @@
 """The warm worker: runs INSIDE the isolation boundary, imports common modules once, forks once per snippet.
 
-Started as a script (`python -I zygote.py CONFIG_JSON`) by tirl/sandbox/local.py; it and its two sibling modules
-(wire.py: the protocol; script.py: running the snippet as `python snippet.py` would) import only the standard
-library (plus the modules it preloads for snippets) and never tirl, so it starts fast and owns no host state.
+Started as a script (`python -I zygote.py CONFIG_JSON`) by tirl/sandbox/local.py; it and its three sibling modules
+(wire.py: the protocol; script.py: running the snippet as `python snippet.py` would; runfiles.py: the run's files
+written, fetched and wiped) import only the standard library (plus the modules it preloads for snippets) and never
+tirl, so it starts fast and owns no host state.
 
-Per run: a fresh directory under /tmp (its cwd, HOME and TMPDIR), pipes for stdout/stderr read here up to the
-cap, a memfd for stdin, rlimits (CPU, address space, file size, no core, process count) set in the child, and,
-when the zygote is root, the snippet switched to its own unprivileged uid (so it cannot signal the zygote, write
-root-owned files, or read 0700 ones). When the snippet's main process exits, times out or floods its output,
-every other process in the worker's pid namespace is SIGKILLed (kill(-1) spares only us and the namespace init),
-so daemons and setsid() escapes die with the run. The directory (and, without a uid switch, all of /tmp) is
-wiped before the next request. The child is a fresh fork of a zygote that never runs snippets: no Python state
-carries over from one run to the next. A seccomp filter (BPF compiled by libseccomp on the host, see
-seccomp.py) is loaded by the zygote once its modules are imported, so every snippet inherits it with the fork.
+No request's data stays where a later snippet could find it: every snippet is a fork of the zygote, and whatever
+the zygote once held in its heap (freed or not) the next tenant could read back from its own memory. So the zygote
+reads only a request's fixed header (lengths and limits), into a buffer it zeroes; the forked child reads its own
+code and stdin from fd 0 before it runs anything; the output is read into preallocated buffers, written out from
+them and zeroed; a request with `files` or `fetch_files` is read and run by a short-lived *runner* (a fork that
+exits with it), and the run's leftover files are listed and removed by another (a file name is data too), forked
+only when the run left any (its directory does not remove as empty, or a private tmpfs is not at its start-up
+size). The reply is written before that cleanup and the ready byte after it; the host sends the next request
+only after the ready byte, so a cleanup however long (a snippet's million files) never delays the run's own
+reply, and the host replaces a worker whose cleanup does not end in time.
+
+Per run: a fresh directory under /tmp (its cwd, HOME and TMPDIR), pipes for stdout/stderr read up to the cap, a
+memfd for stdin, rlimits (CPU, address space, file size, no core, process count) set in the child, and, when the
+zygote is root, the snippet switched to its own unprivileged uid (so it cannot signal the zygote or a runner,
+write root-owned files, or read 0700 ones). When the snippet's main process exits, times out or floods its
+output, every other process in the worker's pid namespace is SIGKILLed (kill(-1) spares only the caller and the
+namespace init, the zygote; a runner is a child subreaper, so orphans are its to reap), so daemons and setsid()
+escapes die with the run. The directory and the worker's private /tmp, /dev/shm (and /var/tmp under unshare as
+root) are wiped before the next request. The child is a fresh fork of a zygote that never runs snippets: no
+Python state carries over from one run to the next. A seccomp filter (BPF compiled by libseccomp on the host, see
+seccomp.py) is loaded by the zygote once its modules are imported, so every runner and snippet inherits it.
 """
 
 from __future__ import annotations
 
-import base64
 import ctypes
 import gc
 import io
 import json
+import mmap
 import os
 import random
 import resource
@@ -36,15 +49,18 @@ import traceback
 # names are dropped again, so that a snippet's own `import wire` or `import script` is its own business.
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import runfiles
     import script
     import wire
 
-    del sys.path[0], sys.modules["script"], sys.modules["wire"]
+    del sys.path[0], sys.modules["script"], sys.modules["wire"], sys.modules["runfiles"]
 else:  # imported on the host (tests, tools): the same modules through the package
-    from tirl.sandbox.worker import script, wire
+    from tirl.sandbox.worker import runfiles, script, wire
 
 _CHUNK = 65536
 _DRAIN_S = 0.5
+_RUNNER_EOF = 3  # the runner's exit status when fd 0 closed before a request: the zygote ends
+_PR_SET_CHILD_SUBREAPER = 36
 
 
 def _raw_fork() -> int:
@@ -102,6 +118,13 @@ class Zygote:
         self._bpf = ctypes.create_string_buffer(bpf, len(bpf))  # kept alive: the program points into it
         self.seccomp = _SockFprog(len(bpf) // 8, ctypes.addressof(self._bpf)) if bpf else None
         self._prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved once, not in every child
+        # stdout, stderr (each up to one byte past the cap), a scratch buffer to drain a flood, a request header:
+        # anonymous maps, zero until used and zeroed after each run (a later fork must find nothing in them)
+        sizes = (cfg["max_output_bytes"] + 1, cfg["max_output_bytes"] + 1, _CHUNK, wire.REQ.size)
+        self._bufs = [(ctypes.c_char * n).from_buffer(mmap.mmap(-1, n)) for n in sizes]
+        self._views = [memoryview(b).cast("B") for b in self._bufs]
+        # each private tmpfs and its size with nothing of a run in it
+        self._tmp_sizes: list[tuple[str, int]] = []
 
     def preload(self) -> None:
         for name in self.cfg["preload"]:
@@ -119,6 +142,8 @@ class Zygote:
         sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), write_through=True, **enc)
         sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), write_through=True, **enc)
         os.environ.pop("PWD", None)  # set by bwrap; meaningless for a snippet in its own directory
+        if self.cfg["private_tmp"]:
+            self._tmp_sizes = [(d, os.stat(d).st_size) for d in self.cfg["wipe_dirs"] if os.path.isdir(d)]
         self.oom_protected = _write_quietly("/proc/self/oom_score_adj", "-1000")  # the OOM killer spares us
         script.warm_child_path()
         gc.collect()
@@ -129,10 +154,23 @@ class Zygote:
             _install_seccomp(self._prctl, self.seccomp)
 
     def child(
-        self, prepared: tuple, stdin_fd: int, out_w: int, err_w: int, rundir: str, mem_mb: int, cpu_s: int
+        self, req: tuple, code: bytes | None, stdin: bytes | None, out_w: int, err_w: int, rundir: str
     ) -> None:
+        """The snippet's process. `code` None: the request's code and stdin are still on fd 0, ours to read."""
         status = 1
         try:
+            code_len, stdin_len, _timeout, mem_mb, cpu_s, _extra_len = req
+            if code is None:
+                code = wire.read_exact(0, code_len)
+                stdin = None if stdin_len == wire.NO_STDIN else wire.read_exact(0, stdin_len)
+            if stdin is None:
+                stdin_fd = os.open("/dev/null", os.O_RDONLY)
+            else:
+                stdin_fd = os.memfd_create("stdin")
+                wire.write_all(stdin_fd, stdin)
+                os.lseek(stdin_fd, 0, os.SEEK_SET)
+            prepared = script.prepare(code)
+            mem_mb = mem_mb or self.cfg["memory_mb"]
             os.dup2(stdin_fd, 0)
             os.dup2(out_w, 1)
             os.dup2(err_w, 2)
@@ -171,12 +209,13 @@ class Zygote:
         finally:
             os._exit(status)
 
-    def run(
-        self, code: bytes, stdin: bytes | None, timeout: float, mem_mb: int, cpu_s: int, extra: dict
-    ) -> bytes:
-        """One snippet, start to cleanup; returns the response frame."""
-        self.n += 1
-        rundir = f"/tmp/tirl-run-{os.getpid()}-{self.n}"  # pid: unique on a shared /tmp (isolation none)
+    def run(self, rundir: str, req: tuple, code: bytes | None, stdin: bytes | None, extra: dict) -> None:
+        """One snippet, from its files to its fetched files; writes the response on fd 1.
+
+        `code` None (the zygote's own path, no files to write or fetch): the child reads the code and stdin from
+        fd 0 itself. Output is read into the preallocated buffers, written out from them and zeroed, so none of
+        it stays in this process for a later fork to find.
+        """
         try:
             os.mkdir(rundir, 0o700)
         except FileExistsError:  # left by a killed worker that had our pid (isolation none)
@@ -185,25 +224,24 @@ class Zygote:
         if self.uid >= 0:
             os.chown(rundir, self.uid, self.uid)
         if extra.get("files"):
-            self._restore_files(rundir, extra["files"])
-        if stdin is None:
-            stdin_fd = os.open("/dev/null", os.O_RDONLY)
-        else:
-            stdin_fd = os.memfd_create("stdin")
-            wire.write_all(stdin_fd, stdin)
-            os.lseek(stdin_fd, 0, os.SEEK_SET)
+            try:
+                runfiles.restore(rundir, extra["files"], self.uid)
+            except (OSError, ValueError, RecursionError) as e:  # the request's (a full tmpfs...): its error
+                err = f"tirl sandbox: could not write the request's files: {e}\n".encode()
+                wire.write_all(1, wire.RESP.pack(1, 0, 0.0, 0, len(err), 0) + err)
+                return
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        prepared = script.prepare(code)
         self._fresh_state(rundir)
         t0 = time.monotonic()
         pid = _raw_fork()
         if pid == 0:
-            self.child(prepared, stdin_fd, out_w, err_w, rundir, mem_mb or self.cfg["memory_mb"], cpu_s)
-        for fd in (stdin_fd, out_w, err_w):
+            self.child(req, code, stdin, out_w, err_w, rundir)
+        for fd in (out_w, err_w):
             os.close(fd)
         pidfd = os.pidfd_open(pid)
-        out, err, flags = self._collect(pid, pidfd, out_r, err_r, t0 + timeout)
+        n_out, n_err, flags = self._collect(pid, pidfd, out_r, err_r, t0 + req[2])
+        used = (n_out + 1, n_err + 1, _CHUNK if flags & wire.F_TRUNCATED else 0)
         self._kill_all(0.0, pid)  # the loop may have ended on EOF with a background process still running
         _, wstatus = os.waitpid(pid, 0)
         wall = time.monotonic() - t0
@@ -212,53 +250,29 @@ class Zygote:
         self._reap()
         fetched = b""
         if extra.get("fetch"):  # every process of the run is dead: no symlink can change under us
-            fetched = json.dumps({"files": self._fetch_files(rundir, extra["fetch"])}).encode()
-        self._wipe(rundir)
+            files, skipped = runfiles.fetch(
+                rundir, extra["fetch"], self.cfg["max_fetch_bytes"], self.cfg["max_file_bytes"]
+            )
+            fetched = json.dumps({"files": files, "skipped": skipped}).encode()
         code_ = os.waitstatus_to_exitcode(wstatus)
         if code_ == -signal.SIGKILL and not flags & (wire.F_TIMEOUT | wire.F_TRUNCATED):
             flags |= wire.F_KILLED  # not by us: the host checks the memory cgroup's OOM counter
-        return wire.RESP.pack(code_, flags, wall, len(out), len(err), len(fetched)) + out + err + fetched
+        try:
+            wire.write_all(1, wire.RESP.pack(code_, flags, wall, n_out, n_err, len(fetched)))
+            wire.write_all(1, self._views[0][:n_out])
+            wire.write_all(1, self._views[1][:n_err])
+            wire.write_all(1, fetched)
+        finally:
+            for buf, n in zip(self._bufs, used, strict=False):  # the header buffer: zeroed on reading
+                ctypes.memset(buf, 0, min(n, len(buf)))
 
-    def _restore_files(self, rundir: str, files: dict) -> None:
-        """SandboxFusion's `files`: base64 contents written under the run directory, subfolders created."""
-        for path, content in files.items():
-            rel = wire.safe_relpath(path)
-            if rel is None or not isinstance(content, str):
-                continue  # the host refuses unsafe paths with a clear error; None contents are skipped
-            target = os.path.join(rundir, rel)
-            parent = os.path.dirname(target)
-            os.makedirs(parent, exist_ok=True)
-            with open(target, "wb") as f:
-                f.write(base64.b64decode(content))
-            if self.uid >= 0:
-                d = parent
-                while d.startswith(rundir + "/"):
-                    os.chown(d, self.uid, self.uid)
-                    d = os.path.dirname(d)
-                os.chown(target, self.uid, self.uid)
-
-    def _fetch_files(self, rundir: str, paths: list) -> dict:
-        """SandboxFusion's `fetch_files`: each regular file inside the run directory, base64; others are absent."""
-        out = {}
-        root = os.path.realpath(rundir) + "/"
-        for path in paths:
-            rel = wire.safe_relpath(path)
-            if rel is None:
-                continue
-            real = os.path.realpath(os.path.join(rundir, rel))
-            if not real.startswith(root) or not os.path.isfile(real):
-                continue  # a symlink out of the run directory is not followed
-            with open(real, "rb") as f:
-                out[path] = base64.b64encode(f.read(self.cfg["max_file_bytes"])).decode()
-        return out
-
-    def _collect(
-        self, pid: int, pidfd: int, out_r: int, err_r: int, deadline: float
-    ) -> tuple[bytes, bytes, int]:
-        """Read both pipes up to the cap until they close and the main process has exited (a snippet that
-        closes its stdout still runs until it exits or times out); kill everything on timeout or overflow."""
+    def _collect(self, pid: int, pidfd: int, out_r: int, err_r: int, deadline: float) -> tuple[int, int, int]:
+        """Read both pipes into the output buffers up to the cap until they close and the main process has exited
+        (a snippet that closes its stdout still runs until it exits or times out); kill everything on timeout or
+        overflow. Returns the two streams' lengths and the flags."""
         cap = self.cfg["max_output_bytes"]
-        bufs = {out_r: bytearray(), err_r: bytearray()}
+        views = {out_r: self._views[0], err_r: self._views[1]}
+        lens = {out_r: 0, err_r: 0}
         flags = 0
         drain_until = 0.0  # set once everything is killed: the pipes must close within _DRAIN_S
         poller = select.poll()
@@ -279,19 +293,20 @@ class Zygote:
                     if not drain_until:
                         drain_until = self._kill_all(time.monotonic(), pid)  # main exited: no stragglers
                     continue
-                chunk = os.read(fd, _CHUNK)
-                if not chunk:
+                pos = lens[fd]
+                # up to one byte past the cap (that byte says the stream overflowed), then into the scratch buffer
+                into = views[fd][pos : min(cap + 1, pos + _CHUNK)] if pos <= cap else self._views[2]
+                n = os.readv(fd, [into])
+                if not n:
                     poller.unregister(fd)
                     open_fds -= 1
                     continue
-                buf = bufs[fd]
-                room = cap - len(buf)
-                buf += chunk[:room]
-                if len(chunk) > room and not flags & wire.F_TRUNCATED:
+                lens[fd] = min(pos + n, cap + 1)
+                if lens[fd] > cap and not flags & wire.F_TRUNCATED:
                     flags |= wire.F_TRUNCATED
                     if not drain_until:
                         drain_until = self._kill_all(time.monotonic(), pid)
-        return bytes(bufs[out_r]), bytes(bufs[err_r]), flags
+        return min(lens[out_r], cap), min(lens[err_r], cap), flags
 
     def _fresh_state(self, rundir: str) -> None:
         """Set here, before the fork, what each child must not share with the previous one (cheaper than after)."""
@@ -327,43 +342,87 @@ class Zygote:
             self._kill_all(0.0, 0)
             time.sleep(0.001)
 
-    def _wipe(self, rundir: str) -> None:
-        try:
-            os.rmdir(rundir)  # the common case: the snippet wrote no file
-        except OSError:
-            shutil.rmtree(rundir, ignore_errors=True)
-        if self.cfg["private_tmp"]:
-            # the snippet can write to /dev/shm (01777); to /tmp only as our uid (bwrap's tmpfs is root's, 0755)
-            for d in ("/tmp", "/dev/shm") if self.uid < 0 else ("/dev/shm",):
-                try:
-                    entries = os.listdir(d)
-                except OSError:
-                    continue
-                for e in entries:
-                    if d == "/tmp" and e in self.cfg.get("keep_tmp", ()):
-                        continue  # the interpreter or checkout bound back in (read-only); not the snippet's
-                    p = os.path.join(d, e)
-                    if os.path.isdir(p) and not os.path.islink(p):
-                        shutil.rmtree(p, ignore_errors=True)
-                    else:
-                        try:
-                            os.unlink(p)
-                        except OSError:
-                            pass
-
     def serve(self) -> None:
+        """Per request: the header (numbers only) read here into a buffer zeroed after use; a request without
+        `files`/`fetch_files` runs from here, its child reading its code and stdin itself; one with them goes to a
+        runner, forked first, which reads the rest. Either way the reply comes first, then the wipe (a wiper
+        forked only when the snippet left files: it lists their names), then the ready byte."""
         max_runs = self.cfg["max_runs"]
-        wire.write_all(1, b"R")
+        head = self._views[3]
+        wire.write_all(1, wire.READY)
         while max_runs <= 0 or self.n < max_runs:
+            self.n += 1
             try:
-                head = wire.read_exact(0, wire.REQ.size)
+                _read_into(0, head)
             except EOFError:
                 return
-            code_len, stdin_len, timeout, mem_mb, cpu_s, extra_len = wire.REQ.unpack(head)
-            code = wire.read_exact(0, code_len)
-            stdin = None if stdin_len == wire.NO_STDIN else wire.read_exact(0, stdin_len)
-            extra = json.loads(wire.read_exact(0, extra_len)) if extra_len else {}
-            wire.write_all(1, self.run(code, stdin, timeout, mem_mb, cpu_s, extra))
+            req = wire.REQ.unpack_from(head)
+            ctypes.memset(self._bufs[3], 0, wire.REQ.size)
+            rundir = f"/tmp/tirl-run-{os.getpid()}-{self.n}"  # pid: unique on a shared /tmp (isolation none)
+            if req[5]:
+                self._in_runner(self.runner, req, rundir)
+            else:
+                self.run(rundir, req, None, None, {})
+                if _unread(0):
+                    sys.exit("zygote: a run left part of its request unread")  # the host replaces this worker
+                if not runfiles.is_clean(rundir, self._tmp_sizes):
+                    self._in_runner(runfiles.wipe, rundir, self.cfg)
+            if self.n != max_runs:  # the last run: we exit, the host replaces the worker
+                wire.write_all(1, wire.READY)
+
+    def _in_runner(self, fn: object, *args: object) -> None:
+        """fn(*args) in a forked runner, a child subreaper (the snippet's orphans are its to reap, and kill(-1)
+        there spares it and us), which exits with what it read; a runner that fails ends this worker."""
+        pid = _raw_fork()
+        if pid == 0:
+            status = 1
+            try:
+                if self._prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+                    raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER) failed")
+                fn(*args)
+                status = 0
+            except EOFError:  # the host went away mid-request
+                status = _RUNNER_EOF
+            except BaseException:
+                try:
+                    traceback.print_exc()
+                except BaseException:
+                    pass
+            finally:
+                os._exit(status)
+        _, wstatus = os.waitpid(pid, 0)
+        status = os.waitstatus_to_exitcode(wstatus)
+        if status != 0:
+            if self.cfg["pidns"]:
+                self._kill_all(0.0, 0)  # a runner that died mid-run leaves its snippet to us (pid 1)
+            self._reap()
+            sys.exit(0 if status == _RUNNER_EOF else f"zygote: the runner failed (status {status})")
+
+    def runner(self, req: tuple, rundir: str) -> None:
+        """In a runner: read the rest of a request with `files` or `fetch_files`, run it, reply, wipe."""
+        code_len, stdin_len, _timeout, _mem_mb, _cpu_s, extra_len = req
+        code = wire.read_exact(0, code_len)
+        stdin = None if stdin_len == wire.NO_STDIN else wire.read_exact(0, stdin_len)
+        extra = json.loads(wire.read_exact(0, extra_len))
+        self.run(rundir, req, code, stdin, extra)
+        runfiles.wipe(rundir, self.cfg)
+
+
+def _read_into(fd: int, view: memoryview) -> None:
+    """Fill `view` from `fd` (no bytes object: the request's header stays in a buffer we zero)."""
+    got = 0
+    while got < len(view):
+        n = os.readv(fd, [view[got:]])
+        if not n:
+            raise EOFError
+        got += n
+
+
+def _unread(fd: int) -> bool:
+    """Bytes waiting on `fd`: the host sends a request only after the ready byte, so these are the last run's."""
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    return any(ev & select.POLLIN for _, ev in p.poll(0))
 
 
 def main() -> None:
