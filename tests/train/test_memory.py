@@ -21,23 +21,23 @@ from tirl.train.sft import SFTConfig
 
 
 def test_cpu_budget_is_one_gib_unless_memory_is_short(monkeypatch):
-    monkeypatch.setattr(memory, "cpu_available_bytes", lambda: 20 * GIB)
+    monkeypatch.setattr(memory, "cpu_memory_bytes", lambda: 20 * GIB)
     assert budget_bytes("cpu")[0] == GIB
-    monkeypatch.setattr(memory, "cpu_available_bytes", lambda: 2 * GIB)
+    monkeypatch.setattr(memory, "cpu_memory_bytes", lambda: 2 * GIB)
     got, why = budget_bytes("cpu")
-    assert got == GIB // 2 and "quarter of the 2.0 GiB available" in why
-    monkeypatch.setattr(memory, "cpu_available_bytes", lambda: None)  # unreadable: the fixed cap
+    assert got == GIB // 2 and "quarter of the machine's 2.0 GiB" in why
+    monkeypatch.setattr(memory, "cpu_memory_bytes", lambda: None)  # unreadable: the fixed cap
     assert budget_bytes("cpu")[0] == GIB
     assert budget_bytes("cpu", activation_gib=3.0)[0] == 3 * GIB  # an explicit budget wins
     assert budget_bytes("cuda", device_gib=80.0)[0] == 20 * GIB
 
 
-def test_cgroup_limit_bounds_the_available_memory(monkeypatch):
-    monkeypatch.setattr(memory, "_meminfo_available", lambda: 20 * GIB)
-    monkeypatch.setattr(memory, "_cgroup_room", lambda: 3 * GIB)
-    assert memory.cpu_available_bytes() == 3 * GIB
-    monkeypatch.setattr(memory, "_cgroup_room", lambda: None)
-    assert memory.cpu_available_bytes() == 20 * GIB
+def test_cgroup_limit_bounds_the_machine_memory(monkeypatch):
+    monkeypatch.setattr(memory, "_meminfo_total", lambda: 20 * GIB)
+    monkeypatch.setattr(memory, "_cgroup_limit", lambda: 3 * GIB)
+    assert memory.cpu_memory_bytes() == 3 * GIB
+    monkeypatch.setattr(memory, "_cgroup_limit", lambda: None)
+    assert memory.cpu_memory_bytes() == 20 * GIB
 
 
 def test_tokens_follow_the_budget_and_the_model(tokenizer):
@@ -155,7 +155,7 @@ def test_plan_reports_the_budget_the_trainer_uses(tokenizer, tmp_path, monkeypat
     from tirl.plan import plan
     from tirl.run_config import TirlConfig
 
-    monkeypatch.setattr(memory, "cpu_available_bytes", lambda: 64 * GIB)
+    monkeypatch.setattr(memory, "cpu_memory_bytes", lambda: 64 * GIB)
     model = make_model(tokenizer)
     model.save_pretrained(tmp_path)
     mc = ModelConfig(path=str(tmp_path), autocast=autocast, activation_gib=0.05)

@@ -12,6 +12,10 @@ ops, subprocess pipes). The stop rules, budgets, token-in/token-out and loss mas
 functions (`apply_turn`, `apply_tool_results`, `execute_tool_calls`). A trajectory that runs past `timeout_s` (a hung
 request or tool) is returned with stop reason "error", cut back to its last model tokens; its worker is abandoned
 (a daemon thread: it cannot block exit) and replaced, so the run never hangs.
+
+Timing decides nothing else: trajectories come back in prompt order, and each request is seeded by its
+trajectory's seed (drawn in prompt order) and turn, so the order in which requests and tool calls finish changes no
+bit of the result (the torch engine keeps each worker's KV prefixes apart for the same reason, `KeptPrefixes`).
 """
 
 from __future__ import annotations

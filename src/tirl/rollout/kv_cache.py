@@ -138,25 +138,32 @@ class KeptPrefixes:
     keys and values of those positions (everything but the last sampled token, which was never fed), and the next
     call pre-fills only what follows. Entries live for one call: what the next call does not continue is dropped,
     as are all of them when the weights change. At most `max_bytes` are kept (rows beyond it are pre-filled anew).
+
+    Each calling thread has its own store: the async loop runs a trajectory's turns one after another on one
+    worker thread, so its next turn finds exactly what its last turn kept, whatever the other trajectories did
+    meanwhile. A shared store would let timing decide whether a turn continues a kept prefix or pre-fills anew,
+    and the two give logits equal only to float rounding. `max_bytes` bounds each thread's store.
     """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._lock = threading.Lock()  # the async loop may call the engine from several threads
-        self._entries: dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]] = {}
-        self._bytes = 0
+        self._stores: dict[int, dict[tuple[int, ...], list[tuple[torch.Tensor, torch.Tensor]]]] = {}
+        self._bytes: dict[int, int] = {}
         # positions taken from kept prefixes instead of a pre-fill, over the engine's life
         self.reused_tokens = 0
 
     def clear(self) -> None:
         with self._lock:
-            self._entries, self._bytes = {}, 0
+            self._stores, self._bytes = {}, {}
 
     def take(self, prompts: list[list[int]]) -> list[list[tuple[torch.Tensor, torch.Tensor]] | None]:
-        """For each prompt, the longest kept prefix it extends by at least one token (its per-layer keys and
-        values), or None; the store is emptied."""
+        """For each prompt, the longest prefix this thread's last call kept that it extends by at least one token
+        (its per-layer keys and values), or None; this thread's store is emptied."""
+        me = threading.get_ident()
         with self._lock:
-            entries, self._entries, self._bytes = self._entries, {}, 0
+            entries = self._stores.pop(me, {})
+            self._bytes.pop(me, None)
         lengths = sorted({len(k) for k in entries}, reverse=True)
         out: list[list[tuple[torch.Tensor, torch.Tensor]] | None] = []
         for p in prompts:
@@ -165,19 +172,21 @@ class KeptPrefixes:
                 if n < len(p) and (hit := entries.pop(tuple(p[:n]), None)) is not None:
                     break
             out.append(hit)
-            self.reused_tokens += kept_length(hit)
+        with self._lock:
+            self.reused_tokens += sum(kept_length(hit) for hit in out)
         return out
 
     def keep(self, cache: InPlaceCache, rows: list[int], tokens: list[list[int]], attn: torch.Tensor) -> None:
-        """Keep cache rows `rows` (their token ids `tokens`, their real positions where `attn` is 1) until the next
-        call, within the byte budget."""
+        """Keep cache rows `rows` (their token ids `tokens`, their real positions where `attn` is 1) until this
+        thread's next call, within the byte budget."""
+        me = threading.get_ident()
         for r, ids in zip(rows, tokens, strict=True):
-            if self._bytes >= self.max_bytes:
+            if self._bytes.get(me, 0) >= self.max_bytes:
                 return
             where = attn[r].nonzero().squeeze(-1)
             if where.numel() != len(ids):
                 raise RuntimeError(f"kept prefix: {where.numel()} cached positions for {len(ids)} tokens")
             kv = [(layer.keys[r][:, where], layer.values[r][:, where]) for layer in cache.layers]
             with self._lock:
-                self._bytes += sum(k.nbytes + v.nbytes for k, v in kv)
-                self._entries[tuple(ids)] = kv
+                self._bytes[me] = self._bytes.get(me, 0) + sum(k.nbytes + v.nbytes for k, v in kv)
+                self._stores.setdefault(me, {})[tuple(ids)] = kv

@@ -6,9 +6,11 @@ splits each mini-batch into micro-batches whose activations fit a budget; gradie
 the mini-batch's to float rounding (`tirl.train.update`).
 
 The budget (`model.activation_gib`, 0 = by the device):
-- CPU: 1 GiB, or a quarter of the memory available to this process (MemAvailable, and the cgroup's limit where
-  one is set) when that is less. On a CPU a larger pass buys little: SmolLM2's forward/backward ran at 125
-  tokens/s with 424 tokens per pass, 135 with 848, 144 from 1,696 on (fp32, 2 cores), at 2-7x the memory.
+- CPU: 1 GiB, or a quarter of the machine's memory (MemTotal, and the cgroup's limit where one is set) when that
+  is less. On a CPU a larger pass buys little: SmolLM2's forward/backward ran at 125 tokens/s with 424 tokens per
+  pass, 135 with 848, 144 from 1,696 on (fp32, 2 cores), at 2-7x the memory. Not the memory free at start-up: that
+  moves with the machine's load, and the split into micro-batches changes the update's float sums, so two runs of
+  one command (or a run and its resumption) would train differently.
 - CUDA: a quarter of the device's memory (the weights, gradients, optimizer state and a colocated engine share
   the rest; `tirl plan` shows the split).
 Tokens per micro-batch: the most whose peak fits the budget (`tokens_for_budget`): what autograd keeps per token
@@ -55,35 +57,33 @@ def activation_values_per_token(hf_config: Any, checkpointing: bool) -> int:
     return kept + h  # + the final hidden states the chunked head reads
 
 
-def _meminfo_available() -> int | None:
+def _meminfo_total() -> int | None:
     try:
         for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemAvailable:"):
+            if line.startswith("MemTotal:"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         return None
     return None
 
 
-def _cgroup_room() -> int | None:
-    """What the cgroup (v2, else v1) still lets this process allocate, or None without a limit."""
-    for limit, usage in (
-        ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
-        ("/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"),
-    ):
+def _cgroup_limit() -> int | None:
+    """The cgroup's (v2, else v1) memory limit, or None without one. Its limit, not its room: what the cgroup's
+    other processes use at this moment is load, and must not decide the micro-batches (module docstring)."""
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
         try:
             cap = Path(limit).read_text().strip()
-            used = int(Path(usage).read_text().strip())
-        except (OSError, ValueError):
+        except OSError:
             continue
-        if cap != "max" and int(cap) < 1 << 60:  # v1 reports "no limit" as a huge number
-            return max(int(cap) - used, 0)
+        if cap != "max" and cap.isdigit() and int(cap) < 1 << 60:  # v1 reports "no limit" as a huge number
+            return int(cap)
     return None
 
 
-def cpu_available_bytes() -> int | None:
-    """Memory this process can still take: MemAvailable, bounded by the cgroup's room; None if unreadable."""
-    known = [x for x in (_meminfo_available(), _cgroup_room()) if x is not None]
+def cpu_memory_bytes() -> int | None:
+    """The machine's memory as this process may use it: MemTotal, bounded by the cgroup's limit; None if
+    unreadable. Fixed for a machine, unlike the memory free at a given moment."""
+    known = [x for x in (_meminfo_total(), _cgroup_limit()) if x is not None]
     return min(known) if known else None
 
 
@@ -114,9 +114,9 @@ def budget_bytes(
             device_gib = torch.cuda.get_device_properties(torch.cuda.current_device()).total_memory / GIB
         return int(GPU_SHARE * device_gib * GIB), f"auto: a quarter of the GPU's {device_gib:.0f} GiB"
     cap = int(CPU_BUDGET_GIB * GIB)
-    avail = cpu_available_bytes()
-    if avail is not None and avail // 4 < cap:
-        return avail // 4, f"auto: a quarter of the {avail / GIB:.1f} GiB available"
+    total = cpu_memory_bytes()
+    if total is not None and total // 4 < cap:
+        return total // 4, f"auto: a quarter of the machine's {total / GIB:.1f} GiB"
     return cap, f"auto: {CPU_BUDGET_GIB:g} GiB of activations on a CPU"
 
 
@@ -207,7 +207,7 @@ __all__ = [
     "MicroBatchBudget",
     "activation_values_per_token",
     "budget_bytes",
-    "cpu_available_bytes",
+    "cpu_memory_bytes",
     "head_bytes",
     "resolve_micro_batch_tokens",
     "sized_micro_batches",
