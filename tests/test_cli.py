@@ -62,3 +62,22 @@ def test_eval_warns_when_chat_format_does_not_match_the_models_template(tokenize
     assert "chat.format=qwen3 but its chat template is not Qwen's" in capsys.readouterr().out
     assert main(["eval", *args, "chat.format=chatml", "--out", str(tmp_path / "e2")]) == 0
     assert "chat template" not in capsys.readouterr().out
+
+
+def test_a_model_dir_with_only_config_json_names_the_missing_tokenizer_and_weights(
+    tokenizer, tmp_path, capsys
+):
+    from conftest import make_model
+
+    model_dir = tmp_path / "config-only"
+    make_model(tokenizer).config.save_pretrained(model_dir)
+    assert [p.name for p in model_dir.iterdir()] == ["config.json"]
+    assert main(["eval", f"model.path={model_dir}", "--out", str(tmp_path / "eval")]) == 2
+    err = capsys.readouterr().err
+    assert f"model.path '{model_dir}' is an incomplete Hugging Face model directory" in err
+    assert "no tokenizer files (expected one of tokenizer.json, tokenizer_config.json" in err
+    assert "and no weights (expected one of *.safetensors" in err and "sentencepiece" not in err
+    tokenizer.save_pretrained(model_dir)  # a tokenizer but still no weights
+    assert main(["eval", f"model.path={model_dir}", "--out", str(tmp_path / "eval")]) == 2
+    err = capsys.readouterr().err
+    assert "it has no weights (expected one of *.safetensors" in err and "tokenizer files" not in err

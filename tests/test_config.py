@@ -245,3 +245,23 @@ def test_recipe_configs_cite_the_paper_and_its_repository_not_a_file_outside_the
         text = f.read_text()
         assert "../shared" not in text, f
         assert "arXiv 2510.11701" in text and "github.com/Gen-Verse/Open-AgentRL recipe/demystify" in text, f
+
+
+@pytest.mark.parametrize("override", ["rl.data=[a,b", "rl.data={a: [1", 'rl.steps="3'])
+def test_an_override_that_is_not_yaml_is_one_line_naming_it(override, capsys):
+    from tirl.cli import main
+
+    with pytest.raises(ConfigError, match=re.escape(f"override {override!r}: the value is not valid YAML")):
+        load_config(TirlConfig, None, [override])
+    assert main(["plan", override]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and override in err and "Traceback" not in err
+    assert (
+        load_config(TirlConfig, None, ['rl.data="[a,b"']).rl.data == "[a,b"
+    )  # the quoting the error suggests
+
+
+def test_negative_threads_are_refused_when_the_config_loads():
+    with pytest.raises(ConfigError, match=re.escape("threads must be >= 0 (0 = all cores), got -1")):
+        load_config(TirlConfig, None, ["threads=-1"])
+    assert load_config(TirlConfig, None, ["threads=2"]).threads == 2

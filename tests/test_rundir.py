@@ -137,3 +137,42 @@ def test_unmarked_demo_and_eval_directories_are_recognised_and_training_runs_get
         rundir.check_out(demo, "eval")
     with pytest.raises(rundir.RunDirError, match=r"""mark it with `echo '\{"command": "rl"\}' >"""):
         rundir.check_out(rl, "rl")
+
+
+OUT_COMMANDS = [
+    ["demo", "out_dir={out}"],
+    ["sft", "model.path=/nowhere", "--out", "{out}"],
+    ["rl", "model.path=/nowhere", "--out", "{out}"],
+    ["eval", "model.path=/nowhere", "--out", "{out}"],
+    ["analyze", "a", "b", "--out", "{out}"],
+    ["model", "import", "x.gguf", "--out", "{out}"],
+    ["export", "/nowhere", "--out", "{out}"],
+    ["data", "prepare", "aime24", "--out", "{out}"],
+]
+
+
+@pytest.mark.parametrize(
+    "argv", OUT_COMMANDS, ids=lambda a: "-".join(a[:2]) if a[0] in ("model", "data") else a[0]
+)
+@pytest.mark.parametrize("kind", ["dangling-link", "parent-is-a-file", "parent-is-a-dangling-link"])
+def test_every_command_names_an_out_it_cannot_write_through(tmp_path, capsys, argv, kind):
+    if kind == "dangling-link":
+        (tmp_path / "link.jsonl").symlink_to(tmp_path / "gone")
+        out, said = (
+            tmp_path / "link.jsonl",
+            f"is a symbolic link to {tmp_path / 'gone'}, which does not exist",
+        )
+    elif kind == "parent-is-a-file":
+        (tmp_path / "afile").write_text("a")
+        out, said = tmp_path / "afile" / "sub" / "o.jsonl", f"{tmp_path / 'afile'} is a file, not a directory"
+    else:
+        (tmp_path / "dir").symlink_to(tmp_path / "gone")
+        out, said = (
+            tmp_path / "dir" / "o.jsonl",
+            f"{tmp_path / 'dir'} is a symbolic link to {tmp_path / 'gone'}",
+        )
+    before = sorted(p.name for p in tmp_path.iterdir())
+    assert main([a.format(out=out) for a in argv]) == 2
+    err = capsys.readouterr().err
+    assert said in err and err.count("\n") == 1 and "Traceback" not in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written, no temporary left

@@ -7,7 +7,7 @@ tirl rl   --config FILE [model.path=DIR rl.data=FILE ...]  [--out DIR]
 tirl eval --config FILE [model.path=DIR eval.data=FILE ...] [--out DIR] [--label NAME]
 tirl export CHECKPOINT --out DIR [--base DIR] [--dtype float32|bfloat16]   (a plain HF model; LoRA merged)
 tirl analyze RUN_A RUN_B [...] [--labels base,rl] [--out DIR]   (eval dirs or verl validation dumps)
-tirl data prepare NAME --out FILE.parquet [--wording recipe|plain] [--source FILE]
+tirl data prepare NAME --out FILE.parquet [--wording recipe|plain] [--source FILE] [--force]
 tirl data inspect FILE [--model DIR] [--format qwen3]
 tirl check-tokens FILE [--model DIR] [--format F] [--config FILE] [--data FILE] [--strict]
 tirl model import FILE.gguf --out DIR [--dtype float32|bfloat16]   (or --smollm2 instead of FILE)
@@ -109,7 +109,9 @@ def _run_stage(args: argparse.Namespace, cfg, out: Path) -> int:
         run = run_sft if args.command == "sft" else run_rl
         dist.init_distributed(cfg.dist, cfg.model.device)  # under torchrun; nothing in one process
         try:
-            done = run(cfg, out, resume=args.resume, allow_changes=args.resume_allow_changes)
+            done = run(
+                cfg, out, resume=args.resume, allow_changes=args.resume_allow_changes, restart=args.restart
+            )
             console.print(f"checkpoint: {done}")
         except StopRequested as e:
             console.print(str(e))
@@ -228,6 +230,12 @@ def _add_stages(sub) -> None:
                 help="resume although the data or settings the checkpoint recorded (rl.n, prompts per step, ...) "
                 "changed: a deliberate change (the differences are printed)",
             )
+            p.add_argument(
+                "--restart",
+                action="store_true",
+                help="start over in an output directory that holds an earlier run: delete its checkpoints, "
+                "metrics and final model first (without --resume or --restart, such a directory is refused)",
+            )
 
 
 def _add_export(sub) -> None:
@@ -240,7 +248,8 @@ def _add_export(sub) -> None:
     export.add_argument(
         "--out",
         required=True,
-        help="the directory to write: new, empty, or an earlier export (replaced whole)",
+        help="the directory to write: new, empty, or an earlier export holding only the files it wrote (replaced "
+        "whole)",
     )
     export.add_argument(
         "--base", default=None, help="LoRA: the base model's directory, if it moved since training"

@@ -67,7 +67,11 @@ def run_compare(
                 f"[bold]RL[/] {label}: adv_estimator={rl_cfg.adv_estimator}, {rl_cfg.steps} steps, seed {cfg.seed}"
             )
             path = run_rl(
-                dataclasses.replace(cfg, rl=rl_cfg), out / sub, model_path=sft, rows=prep["rl_rows"]
+                dataclasses.replace(cfg, rl=rl_cfg),
+                out / sub,
+                model_path=sft,
+                rows=prep["rl_rows"],
+                restart=True,
             )
             times[f"rl_{label}"] = time.time() - t0
         models[label] = path

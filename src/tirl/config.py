@@ -222,8 +222,18 @@ def _accepts(tp: Any, kind: type) -> bool:
     return _is_union(tp) and kind in get_args(tp)
 
 
-def _parse_override(raw: str, tp: Any) -> Any:
-    value = yaml.safe_load(raw) if raw.strip() else ""
+def _parse_override(raw: str, tp: Any, item: str) -> Any:
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as e:  # one line naming the override, not PyYAML's multi-line report
+        mark = getattr(e, "problem_mark", None)
+        at = f" at column {mark.column + 1} of the value" if mark is not None else ""
+        problem = getattr(e, "problem", None) or type(e).__name__
+        shown = raw if '"' not in raw else "..."
+        raise ConfigError(
+            f"override {item!r}: the value is not valid YAML ({problem}{at}); to pass it as text, quote it: "
+            f"{item.split('=', 1)[0]}='\"{shown}\"'"
+        ) from None
     if isinstance(value, str) and _accepts(tp, float) and _FLOAT_RE.match(value.strip()):
         return float(value)
     if _accepts(tp, str) and value is not None and isinstance(value, int | float | bool):
@@ -253,7 +263,7 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str], cls: type
                 )
             tp = _hints(section)[part]
             if i == len(parts) - 1:
-                node[part] = _parse_override(raw, tp)
+                node[part] = _parse_override(raw, tp, item)
                 break
             sub = _dataclass_of(tp)
             if sub is None:

@@ -92,12 +92,13 @@ def train_sft_model(cfg: TirlConfig, out: Path, prep: dict[str, Any], times: dic
             "[bold]warm-up[/]: the freshly built model learns to copy numbers (see tirl.tasks.warmup)"
         )
         start = run_sft(
-            cfg, out / "warmup", model_path=start, rows=prep["warmup_rows"], stage=cfg.warmup, label="warm-up"
-        )
+            cfg, out / "warmup", model_path=start, rows=prep["warmup_rows"], stage=cfg.warmup, label="warm-up",
+            restart=True,
+        )  # fmt: skip
     times["warmup"] = time.time() - t0
     t0 = time.time()
     console.print("[bold]SFT[/] on the scripted trajectories (loss on assistant tokens only)")
-    sft_model = run_sft(cfg, out / "sft", model_path=start, rows=prep["sft_rows"])
+    sft_model = run_sft(cfg, out / "sft", model_path=start, rows=prep["sft_rows"], restart=True)
     times["sft"] = time.time() - t0
     return sft_model
 
@@ -121,7 +122,7 @@ def run_demo(cfg: TirlConfig) -> dict[str, Any]:
     console.print(
         f"[bold]RL[/] GRPO-TCR, {cfg.rl.steps} steps of {cfg.rl.prompts_per_step} prompts x {cfg.rl.n}"
     )
-    rl_model = run_rl(cfg, out / "rl", model_path=sft_model, rows=prep["rl_rows"])
+    rl_model = run_rl(cfg, out / "rl", model_path=sft_model, rows=prep["rl_rows"], restart=True)
     times["rl"] = time.time() - t0
 
     t0 = time.time()

@@ -72,7 +72,9 @@ def _train(cfg: TirlConfig, out: Path, rows: dict[str, Any], base: Path, compare
     sft = out / "sft" / "model"
     if not _reused(sft, "SFT"):
         console.print(f"[bold]SFT[/] on {len(rows['sft_rows'])} tool trajectories, every weight")
-        sft = _timed(times, "sft", run_sft, full, out / "sft", model_path=base, rows=rows["sft_rows"])
+        sft = _timed(
+            times, "sft", run_sft, full, out / "sft", model_path=base, rows=rows["sft_rows"], restart=True
+        )
     models["sft"] = sft
     runs = [("rl", "rl", full)]
     if compare == "lora":
@@ -89,7 +91,9 @@ def _train(cfg: TirlConfig, out: Path, rows: dict[str, Any], base: Path, compare
                 f"[bold]RL[/] {label}: GRPO-TCR with the {run_cfg.rollout.engine} engine, {run_cfg.rl.steps} steps of "
                 f"{run_cfg.rl.prompts_per_step} prompts x {run_cfg.rl.n}, lr {run_cfg.rl.optim.lr:g}"
             )
-            path = _timed(times, label, run_rl, run_cfg, out / sub, model_path=sft, rows=rows["rl_rows"])
+            path = _timed(
+                times, label, run_rl, run_cfg, out / sub, model_path=sft, rows=rows["rl_rows"], restart=True
+            )
         models[label] = path
     return models
 

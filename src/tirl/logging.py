@@ -1,12 +1,15 @@
 """One metrics interface for every trainer: flat `/`-namespaced float dicts to JSONL, the console and trackers.
 
-JSONL (`metrics.jsonl` in the run directory) is always written; TensorBoard and wandb are used when named in
-`backends` and installed (imported lazily, a missing one is a clear error at start-up, not a crash mid-run).
+JSONL (`metrics.jsonl` in the run directory) is always written, as strict JSON: a non-finite value (a NaN loss) is
+written as `null`, never as the bare `NaN` that strict parsers (jq, JavaScript, pandas' engines) refuse. TensorBoard
+and wandb are used when named in `backends` and installed (imported lazily, a missing one is a clear error at
+start-up, not a crash mid-run).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -71,7 +74,8 @@ class MetricsLogger:
 
     def log(self, metrics: dict[str, float], *, step: int) -> None:
         if self._jsonl:
-            self._jsonl.write(json.dumps({"step": step, "time": time.time(), **metrics}) + "\n")
+            row = {"step": step, "time": time.time(), **{k: _finite_or_none(v) for k, v in metrics.items()}}
+            self._jsonl.write(json.dumps(row, allow_nan=False) + "\n")
             self._jsonl.flush()
         if self._tb:
             for k, v in metrics.items():
@@ -104,6 +108,11 @@ class MetricsLogger:
             self._tb.close()
         if self._wandb:
             self._wandb.finish()
+
+
+def _finite_or_none(value: Any) -> Any:
+    """`value`, or None for a float NaN or infinity (JSON has no such numbers)."""
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def _truncate_jsonl(path: Path, step: int) -> None:

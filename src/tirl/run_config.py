@@ -91,6 +91,8 @@ class TirlConfig:
     dist: DistConfig = field(default_factory=DistConfig)  # torchrun runs; the world size comes from torchrun
 
     def __post_init__(self) -> None:
+        if self.threads < 0:  # torch.set_num_threads would refuse it only once the run has started
+            raise ValueError(f"threads must be >= 0 (0 = all cores), got {self.threads}")
         apply_fidelity(self, self.fidelity)
 
 

@@ -13,6 +13,11 @@ so a lock file left by a killed run is stale by construction and is taken over w
 a second run fail at once, naming its pid. Under torchrun, rank 0 alone checks and locks (the other ranks write
 where it does).
 
+A command that replaces its directory whole (`export`) records in the marker the files it wrote
+(`recorded_files`), so that a later run can tell them from files a user or another command added there since.
+`--out` is checked for what no command can write through (a dangling symbolic link, a path under a file) by
+`tirl.io.check_output_path` before anything else.
+
 Deliberately not here: locking single output files (`tirl data prepare`), and locks across hosts on file systems
 without working `flock` (some NFS set-ups): there the lock still names the holder but cannot stop the second run.
 """
@@ -30,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.errors import TirlError
-from tirl.io import atomic_write_json
+from tirl.io import atomic_write_json, check_output_path
 
 MARKER = ".tirl-run.json"
 LOCK = ".tirl-lock"
@@ -53,7 +58,7 @@ def owner(path: str | Path) -> str | None:
 
 def check_out(path: str | Path, command: str) -> None:
     """Refuse `path` as `command`'s output unless it is absent, empty, or `command`'s own earlier run."""
-    path = Path(path)
+    path = check_output_path(path)
     if path.exists() and not path.is_dir():
         raise RunDirError(f"--out {path} is a file, not a directory: choose a directory")
     if not path.is_dir():
@@ -82,10 +87,23 @@ def _unmarked_run_of(path: Path, command: str) -> bool:
     return command in _UNMARKED and (path / "config.yaml").is_file() and (path / _UNMARKED[command]).is_file()
 
 
-def mark(path: str | Path, command: str) -> None:
-    """Record `path` as `command`'s directory (kept as first written when it is already marked)."""
-    if owner(path) != command:
-        atomic_write_json(Path(path) / MARKER, {"command": command, "created": _now()})
+def mark(path: str | Path, command: str, *, files: list[str] | None = None) -> None:
+    """Record `path` as `command`'s directory (kept as first written when it is already marked), with the names of
+    the `files` it wrote there when given (a directory that is replaced whole)."""
+    if owner(path) != command or files is not None:
+        record: dict[str, Any] = {"command": command, "created": _now()}
+        if files is not None:
+            record["files"] = sorted(files)
+        atomic_write_json(Path(path) / MARKER, record)
+
+
+def recorded_files(path: str | Path) -> set[str] | None:
+    """The names the marker of `path` lists as written by its command, or None when it lists none."""
+    try:
+        files = json.loads((Path(path) / MARKER).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return {str(f) for f in files} if isinstance(files, list) else None
 
 
 def _main_rank() -> bool:

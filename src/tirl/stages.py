@@ -29,6 +29,7 @@ from tirl.rollout import factory
 from tirl.rollout.agent import AgentLoop
 from tirl.rollout.sampling import SamplingParams
 from tirl.run_config import TirlConfig
+from tirl.rundir import RunDirError
 from tirl.sandbox import build_sandbox
 from tirl.sandbox.health import check_sandbox
 from tirl.sandbox.types import Sandbox
@@ -128,21 +129,44 @@ def _policy(cfg: TirlConfig, path: str) -> torch.nn.Module:
 
 
 def _resume_point(
-    resume: str | None, out: Path, identity: RunIdentity
+    resume: str | None, out: Path, identity: RunIdentity, kind: str, restart: bool = False
 ) -> tuple[Path | None, dict[str, Any] | None]:
     """The checkpoint `resume` names (None: a fresh start) and its trainer state (`tirl.train.checkpoint`), once
-    it is checked to be `identity`'s stage with its settings."""
+    it is checked to be `identity`'s stage with its settings.
+
+    A run that does not continue `out`'s own checkpoints never mixes its steps with what an earlier run left there
+    (checkpoints a later `--resume auto` would take, metrics): refused, or with `restart` deleted first. What saves
+    killed midway left in `out` is removed either way (rank 0 does both)."""
+    if restart and resume == "auto":
+        raise ValueError("--restart starts over and --resume auto continues: choose one")
     ckpt = checkpoint.resolve_resume(resume, out)
     if resume == "auto" and ckpt is None:
         console.print(f"--resume auto: no complete checkpoint in {out}; starting from step 0")
+    continues = resume == "auto" or (ckpt is not None and ckpt.resolve().parent == out.resolve())
+    if dist.is_main() and not continues and (left := checkpoint.earlier_outputs(out)):
+        shown = ", ".join(left[:6]) + (f" and {len(left) - 6} more" if len(left) > 6 else "")
+        if not restart:
+            raise RunDirError(
+                f"--out {out} holds an earlier tirl {kind} run ({shown}): continue it with --resume auto, start "
+                f"over there with --restart (deletes them), or choose another --out"
+            )
+        checkpoint.remove_outputs(out, left)
+        console.print(f"starting over in {out}: deleted the earlier run's {shown}", soft_wrap=True)
+    if removed := checkpoint.clean_staging(out):
+        console.print(f"removed what a killed save left in {out}: {', '.join(removed)}", soft_wrap=True)
     return ckpt, checkpoint.load_state(ckpt, identity) if ckpt else None
 
 
-def _logger(cfg: TirlConfig, out: Path, state: dict[str, Any] | None, **kw: Any) -> MetricsLogger | None:
-    """Rank 0's metrics logger, continuing the resumed run's step count and wandb run; None on other ranks."""
+def _logger(
+    cfg: TirlConfig, out: Path, state: dict[str, Any] | None, resume: str | None, **kw: Any
+) -> MetricsLogger | None:
+    """Rank 0's metrics logger, continuing the resumed run's step count and wandb run; None on other ranks. A
+    `--resume auto` with no checkpoint to continue starts at step 0: what the earlier attempt logged is dropped."""
     if not dist.is_main():
         return None
     resumed = {"resume_step": state["step"], "run_id": state.get("wandb_id")} if state else {}
+    if state is None and resume == "auto":
+        resumed = {"resume_step": 0}
     return MetricsLogger(out, backends=cfg.logging.backends, **resumed, **kw)
 
 
@@ -170,16 +194,19 @@ def run_sft(
     label: str = "SFT",
     resume: str | None = None,
     allow_changes: bool = False,
+    restart: bool = False,
 ) -> Path:
     """SFT from `model_path` (or model.path) on sft.data (or `stage`'s data); returns the checkpoint directory.
 
     `resume`: a checkpoint directory, or "auto" (the newest complete one in `out_dir`; a fresh start if none); it
-    must be an SFT checkpoint with this run's data and settings, unless `allow_changes`."""
+    must be an SFT checkpoint with this run's data and settings, unless `allow_changes`. A run that does not
+    continue `out_dir`'s checkpoints is refused where an earlier run left its outputs, unless `restart` (they are
+    deleted first)."""
     out = Path(out_dir)
     stage = stage or cfg.sft
     rows = rows if rows is not None else read_rows(stage.data)
     identity = run_identity("sft", stage, cfg.seed, rows, allow_changes)
-    ckpt, state = _resume_point(resume, out, identity)
+    ckpt, state = _resume_point(resume, out, identity, "sft", restart)
     if dist.is_main():
         save_config(cfg, out / "config.yaml")
     path = _model_path(cfg, model_path)
@@ -187,7 +214,7 @@ def run_sft(
     model = fsdp.shard(_policy(cfg, path), reshard_after_forward=cfg.dist.reshard_after_forward)
     warn_chat_format(tokenizer, model, cfg)
     renderer = build_renderer(tokenizer, cfg)
-    logger = _logger(cfg, out, state)
+    logger = _logger(cfg, out, state, resume)
     with contextlib.closing(logger) if logger else contextlib.nullcontext():
         trainer = SFTTrainer(
             model, renderer, rows, stage, pad_id=renderer.pad_id, seed=cfg.seed, logger=logger, label=label,
@@ -211,13 +238,14 @@ def run_rl(
     rows: Sequence[dict[str, Any] | ProblemRow] | None = None,
     resume: str | None = None,
     allow_changes: bool = False,
+    restart: bool = False,
 ) -> Path:
     """GRPO-TCR from `model_path` on rl.data; returns the final checkpoint directory.
 
     `resume`: a checkpoint directory, or "auto" (the newest complete one in `out_dir`; a fresh start if none). The
     model is loaded from `model_path` first (it is the KL reference) and the checkpoint's weights replace the
     policy's, so a resumed run never takes its resumed policy as the reference. The checkpoint must be an RL
-    checkpoint with this run's data and settings, unless `allow_changes`."""
+    checkpoint with this run's data and settings, unless `allow_changes`. `restart`: as `run_sft`'s."""
     if why := factory.rl_refusal(factory.capabilities_for(cfg.rollout.engine), dist.world_size()):
         raise ValueError(why)
     factory.check_placement(cfg.rollout)
@@ -226,7 +254,7 @@ def run_rl(
     if cfg.rl.prompt_rewrite == "verl":
         rows = rewrite_prompts(rows, where=cfg.rl.data or "the task's RL rows")
     identity = run_identity("rl", cfg.rl, cfg.seed, rows, allow_changes)
-    ckpt, state = _resume_point(resume, out, identity)
+    ckpt, state = _resume_point(resume, out, identity, "rl", restart)
     if dist.is_main():
         save_config(cfg, out / "config.yaml")
     path = _model_path(cfg, model_path)
@@ -236,7 +264,7 @@ def run_rl(
         temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k
     )
     keys = ("reward/mean", "reward/accuracy", "rollout/tool_calls_per_response", "loss/clipfrac", "time/step")
-    logger = _logger(cfg, out, state, console_keys=keys, config=asdict(cfg))
+    logger = _logger(cfg, out, state, resume, console_keys=keys, config=asdict(cfg))
     closing = contextlib.closing(logger) if logger else contextlib.nullcontext()
     with build_sandbox(cfg.sandbox) as sandbox, closing, contextlib.ExitStack() as stack:
         agent = build_agent(model, tokenizer, cfg, sandbox, model_path=path, work_dir=out)

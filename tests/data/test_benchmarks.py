@@ -72,7 +72,8 @@ def test_gpqa_from_the_published_csv(tmp_path, capsys):
     assert rows[1]["ability"] == "Physics" and rows[0]["data_source"] == "gpqa_diamond"
     assert main(["data", "inspect", str(out)]) == 0
     (tmp_path / "bad.csv").write_text("Question,Answer\nq,a\n")
-    assert main(["data", "prepare", "gpqa", "--source", str(tmp_path / "bad.csv"), "--out", str(out)]) == 2
+    bad = tmp_path / "bad.csv"
+    assert main(["data", "prepare", "gpqa", "--source", str(bad), "--out", str(out), "--force"]) == 2
     assert "missing column(s)" in capsys.readouterr().err
 
 
@@ -93,7 +94,7 @@ def test_livecodebench_from_the_eval_parquet(tmp_path, capsys):
     assert json.loads(rows[0]["reward_model"]["ground_truth"]) == tests
     assert main(["data", "inspect", str(out)]) == 0
     pq.write_table(pa.Table.from_pylist([{**row, "reward_model": json.dumps({"ground_truth": "{}"})}]), src)
-    assert main(["data", "prepare", "livecodebench", "--source", str(src), "--out", str(out)]) == 2
+    assert main(["data", "prepare", "livecodebench", "--source", str(src), "--out", str(out), "--force"]) == 2
     assert "row 1, column 'reward_model.ground_truth'" in capsys.readouterr().err
 
 

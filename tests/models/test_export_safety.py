@@ -1,5 +1,11 @@
 """`tirl export --out` never deletes what it did not write: not the checkpoint it exports, not foreign files."""
 
+import os
+import shutil
+import stat
+
+import pytest
+
 from conftest import make_model
 from tirl import rundir
 from tirl.cli import main
@@ -29,9 +35,62 @@ def test_an_earlier_export_is_replaced_whole(tokenizer, tmp_path):
     out = tmp_path / "out"
     assert main(["export", str(tmp_path / "ckpt"), "--out", str(out)]) == 0
     assert rundir.owner(out) == "export" and (out / "model.safetensors").is_file()
-    (out / "stale.txt").write_text("")  # anything in an earlier export is the export's own
+    assert "model.safetensors" in rundir.recorded_files(out)  # the marker lists what the export wrote
+    (out / "model.safetensors").write_bytes(b"")  # its own files are replaced, whatever happened to them
     assert main(["export", str(tmp_path / "ckpt"), "--out", str(out)]) == 0
-    assert not (out / "stale.txt").exists() and (out / "config.json").is_file()
+    assert (out / "model.safetensors").stat().st_size > 0 and (out / "config.json").is_file()
     assert not [
         p for p in tmp_path.iterdir() if p.name.startswith(".")
     ]  # no staging directory left beside it
+
+
+def test_an_export_holding_notes_and_an_eval_is_not_replaced(tokenizer, tmp_path, capsys):
+    """export A, add NOTES.md and an eval inside, export B: refused, naming them; nothing is lost."""
+    save_checkpoint(make_model(tokenizer, seed=0), tokenizer, tmp_path / "a")
+    save_checkpoint(make_model(tokenizer, seed=1), tokenizer, tmp_path / "b")
+    out = tmp_path / "e1"
+    assert main(["export", str(tmp_path / "a"), "--out", str(out)]) == 0
+    weights_a = (out / "model.safetensors").read_bytes()
+    (out / "NOTES.md").write_text("model A: lr 1e-3")
+    (out / "eval-final").mkdir()
+    (out / "eval-final" / "records.jsonl").write_text("{}\n")
+    assert main(["export", str(tmp_path / "b"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"--out {out} is an earlier export that now also holds what the export did not write (NOTES.md, "
+        in err
+    )
+    assert "eval-final)" in err and "choose another --out, or move them out first" in err
+    assert (out / "NOTES.md").read_text() == "model A: lr 1e-3" and (
+        out / "eval-final" / "records.jsonl"
+    ).is_file()
+    assert (out / "model.safetensors").read_bytes() == weights_a
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    (out / "NOTES.md").unlink()
+    shutil.rmtree(out / "eval-final")
+    assert main(["export", str(tmp_path / "b"), "--out", str(out)]) == 0
+    assert (out / "model.safetensors").read_bytes() != weights_a
+
+
+def test_an_export_marked_before_markers_listed_files_keeps_a_users_files(tokenizer, tmp_path, capsys):
+    save_checkpoint(make_model(tokenizer), tokenizer, tmp_path / "ckpt")
+    out = tmp_path / "out"
+    assert main(["export", str(tmp_path / "ckpt"), "--out", str(out)]) == 0
+    (out / rundir.MARKER).write_text('{"command": "export"}')  # as an older tirl wrote it
+    assert main(["export", str(tmp_path / "ckpt"), "--out", str(out)]) == 0  # HF files are an export's own
+    (out / "NOTES.md").write_text("n")
+    assert main(["export", str(tmp_path / "ckpt"), "--out", str(out)]) == 2
+    assert "(NOTES.md)" in capsys.readouterr().err and (out / "NOTES.md").read_text() == "n"
+
+
+@pytest.mark.parametrize("mask, mode", [(0o022, 0o644), (0o002, 0o664)], ids=["umask022", "umask002"])
+def test_exported_weights_get_the_umasks_mode_like_the_other_files(tokenizer, tmp_path, mask, mode):
+    save_checkpoint(make_model(tokenizer), tokenizer, tmp_path / "ckpt")
+    old = os.umask(mask)
+    try:
+        assert main(["export", str(tmp_path / "ckpt"), "--out", str(tmp_path / "out")]) == 0
+    finally:
+        os.umask(old)
+    for name in ("model.safetensors", "config.json", rundir.MARKER):
+        assert stat.S_IMODE((tmp_path / "out" / name).stat().st_mode) == mode, name
+    assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o777 & ~mask

@@ -24,6 +24,7 @@ EXPECTED_ENV = {
     "LANG",
     "PYTHONIOENCODING",
     "PYTHONDONTWRITEBYTECODE",
+    "PYTHONHASHSEED",
     "OMP_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
     "MKL_NUM_THREADS",
@@ -217,6 +218,18 @@ def test_no_state_is_visible_to_the_next_run(single: LocalSandbox) -> None:
         "import math, builtins\nprint(hasattr(math, 'leak'), hasattr(builtins, 'leak'), 'x' in globals())"
     )
     assert r.stdout == "False False False\n"
+
+
+def test_a_set_prints_in_the_same_order_in_every_worker_and_pool() -> None:
+    """Same snippet, same output: the string hash is fixed for every worker (light and heavy tier, any pool), so
+    a tool output that prints a set cannot depend on which worker ran it."""
+    code = "print(hash('tirl'), list({f'w{i}' for i in range(32)}))"
+    heavy = "import numpy\n" + code
+    outs = []
+    for _ in range(2):
+        with LocalSandbox(SandboxConfig(max_workers=1)) as sb:
+            outs += [sb.run(code).stdout, sb.run(heavy).stdout]
+    assert outs[0] and len(set(outs)) == 1, outs
 
 
 def test_preloaded_modules_and_fresh_random_state(single: LocalSandbox) -> None:

@@ -13,10 +13,21 @@ from tirl.data.readers import ReadReport, iter_rows
 MAX_ERRORS_SHOWN = 20
 
 
-def prepare_command(name: str, out: str, *, wording: str = "recipe", source: str | None = None) -> int:
+def prepare_command(
+    name: str, out: str, *, wording: str = "recipe", source: str | None = None, force: bool = False
+) -> int:
+    """Write benchmark `name` to `out`; an existing `out` (a run's data/rl.jsonl, say) is replaced only if `force`."""
     from tirl.data import write_rows
+    from tirl.io import OutputPathError, check_output_path
     from tirl.logging import console
 
+    path = check_output_path(out)
+    if path.is_dir():
+        raise OutputPathError(f"--out {out} is a directory: name the file to write (.parquet or .jsonl)")
+    if path.exists() and not force:
+        raise OutputPathError(
+            f"--out {out} already exists: pass --force to replace it, or choose another --out"
+        )
     rows = prepare(name, wording=wording, source=source)
     path = write_rows(out, rows)
     console.print(f"{name}: {len(rows)} rows ({wording} wording) -> {path}")
@@ -96,7 +107,9 @@ def inspect_command(file: str, *, model: str | None = None, fmt: str = "qwen3", 
 
 def _cmd_data(args: argparse.Namespace) -> int:
     if args.data_command == "prepare":
-        return prepare_command(args.name, args.out, wording=args.wording, source=args.source)
+        return prepare_command(
+            args.name, args.out, wording=args.wording, source=args.source, force=args.force
+        )
     return inspect_command(args.file, model=args.model, fmt=args.format)
 
 
@@ -124,7 +137,10 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     )
     p = data.add_parser("prepare", help="write a benchmark as RL-schema rows (.parquet or .jsonl)")
     p.add_argument("name", choices=NAMES)
-    p.add_argument("--out", required=True, help="output file (.parquet or .jsonl)")
+    p.add_argument(
+        "--out", required=True, help="output file (.parquet or .jsonl); an existing one needs --force"
+    )
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
     p.add_argument(
         "--wording", choices=WORDINGS, default="recipe", help="prompt wording (default: the recipe's)"
     )

@@ -2,6 +2,10 @@
 
 Records are flat dicts (see `SampleRecord`), written as JSONL next to the full trajectories so that later analysis
 (pass@k curves, solvable sets, tool-use statistics) never needs to re-run the model.
+
+Every prompt must leave room for the response within the model's positions (`max_position_embeddings`): a row
+whose prompt plus `agent.max_response_tokens` would run past them is an error naming the row, raised before any
+sampling. It is not skipped: an evaluation over a silently smaller set would not be the one asked for.
 """
 
 from __future__ import annotations
@@ -97,6 +101,7 @@ def evaluate(
     Records and trajectories come temperature by temperature, problem by problem, sample by sample.
     """
     rows = problem_rows(rows)[: cfg.max_problems or None]
+    check_prompt_lengths(rows, agent, model_positions(agent))
     reward = (
         reward or RewardConfig()
     )  # its grading and code-test timeout; shaping stays off unless configured
@@ -110,6 +115,38 @@ def evaluate(
         records += recs
         trajs += out
     return records, trajs
+
+
+def model_positions(agent: AgentLoop) -> int:
+    """The positions the agent's in-process model holds (max_position_embeddings); 0 when the engine has no model
+    of its own to ask (a server, which checks its own context length)."""
+    config = getattr(getattr(agent.engine, "model", None), "config", None)
+    return int(getattr(config, "max_position_embeddings", 0) or 0)
+
+
+def check_prompt_lengths(
+    rows: Sequence[ProblemRow], agent: AgentLoop, max_positions: int, *, what: str = "eval"
+) -> None:
+    """Raise, naming the first of `what`'s rows and its length, if a rendered prompt plus the response budget
+    exceeds `max_positions` (0: no limit known). A prompt past them would otherwise run for minutes on gigabytes.
+    RL checks its rows with it too, after dropping those over agent.max_prompt_tokens."""
+    if not max_positions:
+        return
+    budget = agent.config.max_response_tokens
+    over = [
+        (i, r, n)
+        for i, r in enumerate(rows)
+        if (n := len(agent.renderer.prompt_ids(r.prompt))) + budget > max_positions
+    ]
+    if over:
+        i, row, n = over[0]
+        more = f"; {len(over) - 1} more rows are too long" if len(over) > 1 else ""
+        raise ValueError(
+            f"{what} row {i + 1} ({row.data_source} problem {row.problem_id}) has a {n}-token prompt: with "
+            f"agent.max_response_tokens={budget} it can reach {n + budget} tokens, past the model's "
+            f"{max_positions} positions (max_position_embeddings); shorten or drop the row, or lower "
+            f"agent.max_response_tokens{more}"
+        )
 
 
 def _evaluate_at(

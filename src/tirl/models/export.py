@@ -5,7 +5,10 @@ or not at all. A LoRA model is written merged (base + scale * B A per adapted la
 so the live model, and its frozen base that serves as the KL reference, are left exactly as they were.
 `export_checkpoint` does the same from a directory on disk (`tirl export CHECKPOINT --out DIR`): DIR is written
 beside itself and renamed into place, and it must be new, empty or an earlier export (`tirl.rundir`), never a
-directory holding the checkpoint or anything else, since a finished export replaces it whole.
+directory holding the checkpoint or anything else, since a finished export replaces it whole. An earlier export
+is replaced only while it holds nothing but the files that export wrote (listed in its marker): notes or an eval
+added there since are named and the export is refused, before the model loads and again just before the rename.
+A model whose weights hold a NaN or an infinity (a diverged run) is refused, naming the weight.
 
 The model is whole (one process's): a model sharded over processes (FSDP) is gathered and written by the trainer's
 side, `tirl.train.fsdp.save_model`, so this package never depends on the training one. Deliberately not here:
@@ -14,6 +17,7 @@ quantization, format conversion.
 
 from __future__ import annotations
 
+import fnmatch
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +40,51 @@ def export_hf(model: torch.nn.Module, tokenizer: Any, out_dir: str | Path, *, co
         if tokenizer is not None:
             tokenizer.save_pretrained(stage)
         if command:
-            rundir.mark(stage, command)
+            rundir.mark(stage, command, files=[p.name for p in stage.iterdir() if p.name != rundir.MARKER])
+            refuse_foreign(out_dir)  # again: something may have been added while the model was written
     return Path(out_dir)
+
+
+# what an export writes, for an export whose marker predates the list of its files
+_HF_NAMES = (
+    "config.json",
+    "generation_config.json",
+    "*.safetensors",
+    "model.safetensors.index.json",
+    "tokenizer*",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "chat_template.jinja",
+    "vocab.*",
+    "merges.txt",
+)
+
+
+def foreign_files(out_dir: str | Path) -> list[str]:
+    """Names in an earlier export at `out_dir` that the export did not write (a user's notes, an eval's output)."""
+    out = Path(out_dir)
+    if not out.is_dir():
+        return []
+    recorded = rundir.recorded_files(out)
+
+    def own(name: str) -> bool:
+        if name in (rundir.MARKER, rundir.LOCK):
+            return True
+        return name in recorded if recorded is not None else any(fnmatch.fnmatch(name, p) for p in _HF_NAMES)
+
+    return sorted(p.name for p in out.iterdir() if not own(p.name))
+
+
+def refuse_foreign(out_dir: str | Path) -> None:
+    """Raise unless everything in `out_dir` is an earlier export's own: replacing it would delete the rest."""
+    foreign = foreign_files(out_dir)
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
+        raise rundir.RunDirError(
+            f"--out {out_dir} is an earlier export that now also holds what the export did not write ({shown}); "
+            "an export replaces its directory whole and would delete them: choose another --out, or move them "
+            "out first"
+        )
 
 
 def load_exportable(path: str | Path, *, base: str | Path | None = None, dtype: str = "float32") -> Any:
@@ -73,5 +120,18 @@ def export_checkpoint(
             "--out whole: choose a directory outside it"
         )
     rundir.check_out(out_dir, "export")
+    refuse_foreign(out_dir)
     model, tokenizer = load_exportable(path, base=base, dtype=dtype)
+    refuse_non_finite(model, path)
     return export_hf(model, tokenizer, out_dir, command="export")
+
+
+def refuse_non_finite(model: torch.nn.Module, path: str | Path) -> None:
+    """Raise naming the first weight of `model` (loaded from `path`) that holds a NaN or an infinity: a model that
+    went non-finite in training is not handed on as if it were one."""
+    for name, t in model.state_dict().items():
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise ValueError(
+                f"{path}: weight {name} holds NaN or infinite values, so it is not exported (the run diverged): "
+                "export an earlier checkpoint"
+            )

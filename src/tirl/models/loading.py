@@ -87,6 +87,8 @@ class ModelConfig:
 
 def load_tokenizer(path: str | Path) -> Any:
     _check_path(path, _TOKENIZER_FILES)
+    if not _has_any(path, TOKENIZER_PATTERNS):
+        raise FileNotFoundError(_incomplete(path))
     return AutoTokenizer.from_pretrained(str(path))
 
 
@@ -99,6 +101,8 @@ def load_model(cfg: ModelConfig, path: str | Path | None = None) -> torch.nn.Mod
             f"{p} is a LoRA adapter, not a full model: `tirl export {p} --out DIR` writes it merged into its "
             "base, then use DIR"
         )
+    if not _has_any(p, WEIGHT_PATTERNS):
+        raise FileNotFoundError(_incomplete(p))
     # the absolute path, so that an adapter trained on this model records where its base lives
     model = AutoModelForCausalLM.from_pretrained(
         str(Path(p).resolve()), dtype=_DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation
@@ -153,6 +157,28 @@ def save_checkpoint(
 
 _MODEL_FILES = ("config.json", "adapter_config.json")  # a model, or a LoRA adapter on its recorded base
 _TOKENIZER_FILES = (*_MODEL_FILES, "tokenizer_config.json", "tokenizer.json")
+
+
+# what save_pretrained writes for a tokenizer (fast, or a slow one's vocabulary) and for the weights
+TOKENIZER_PATTERNS = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "vocab.txt")
+WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "model.safetensors.index.json")
+
+
+def _has_any(path: str | Path, patterns: tuple[str, ...]) -> bool:
+    return any(next(Path(path).glob(p), None) is not None for p in patterns)
+
+
+def _incomplete(path: str | Path) -> str:
+    """What a model directory lacks (its tokenizer, its weights), said before a backend guesses at the cause."""
+    missing = [
+        f"no {what} (expected one of {', '.join(patterns)})"
+        for what, patterns in (("tokenizer files", TOKENIZER_PATTERNS), ("weights", WEIGHT_PATTERNS))
+        if not _has_any(path, patterns)
+    ]
+    return (
+        f"model.path {str(path)!r} is an incomplete Hugging Face model directory: it has {' and '.join(missing)}; "
+        "point model.path at a directory that save_pretrained wrote whole (config.json, weights and tokenizer)"
+    )
 
 
 def _check_path(path: str | Path | None, needs: tuple[str, ...] = _MODEL_FILES) -> None:

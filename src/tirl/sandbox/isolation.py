@@ -38,6 +38,9 @@ ENV = {
     "LANG": "C.UTF-8",
     "PYTHONIOENCODING": "utf-8",
     "PYTHONDONTWRITEBYTECODE": "1",
+    # one string hash for every worker, so a snippet printing a set prints it in the same order on every run and
+    # machine (with a random seed per worker, a tool output, and so an RL run, would depend on which worker ran it)
+    "PYTHONHASHSEED": "0",
     "OMP_NUM_THREADS": "1",
     "OPENBLAS_NUM_THREADS": "1",
     "MKL_NUM_THREADS": "1",
@@ -157,7 +160,9 @@ def worker_command(config: SandboxConfig, python: str, zygote_cfg: str) -> list[
         "unshare": lambda: unshare_prefix(python, zygote, tmp_bytes),
         "none": none_prefix,
     }[config.isolation]()
-    flags = ["-I", "-B", "-X", "utf8"] + ([] if config.import_site else ["-S"])
+    # -s -P rather than -I: every prefix above already clears the environment down to ENV, and -I (-E) would
+    # also drop ENV's PYTHONHASHSEED
+    flags = ["-s", "-P", "-B", "-X", "utf8"] + ([] if config.import_site else ["-S"])
     return [*prefix, python, *flags, zygote, zygote_cfg]
 
 

@@ -56,7 +56,8 @@ What it does NOT cover:
   - without root, the snippet runs as the worker's uid: RLIMIT_NPROC counts all of that uid's processes, and
     (ptrace is filtered; signals cannot reach the worker, the namespace's init); a worker that dies anyway is
     replaced and that run reports a sandbox_error;
-  - the preloaded modules are shared, read-only state: a snippet sees the same hash seed as the previous one;
+  - the preloaded modules are shared, read-only state; the string hash is fixed (PYTHONHASHSEED=0 in every
+    worker, so a printed set has one order on every run), while `random` and numpy are reseeded per run;
   - CPU share between concurrent runs is not limited (no cpu cgroup): a busy snippet slows its neighbours;
   - there is no per-run disk quota beyond the file-size rlimit and the worker's /tmp and /dev/shm tmpfs sizes;
   - cgroup v2 is used only where this process's cgroup can give children the memory and pids controllers: the

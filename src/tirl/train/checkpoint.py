@@ -8,7 +8,10 @@ settings (`tirl.train.manifest`). The directory is staged and renamed in one ste
 crash or a full disk leaves either the whole checkpoint or none; the manifest catches files damaged later
 (truncated, deleted, overwritten) and a resume with other settings, and loading names the bad file or setting.
 
-Rotation (`keep_last`) deletes the oldest complete checkpoints, never the newest complete one.
+Rotation (`keep_last`) deletes the oldest complete checkpoints, never the newest complete one. A process killed
+while saving (SIGKILL, a lost node) leaves its staging directory behind; the next run into the directory removes
+such leftovers of its own saves, and only those (`clean_staging`). A run that does not continue the directory's
+checkpoints refuses to mix its steps with an earlier run's (`earlier_outputs`), unless told to start over there.
 
 Both trainers are checkpointed through one contract, `Resumable`: `save_trainer` writes what a trainer exposes
 (weights, optimizer, its `state_dict()`, every global generator) and `restore_trainer` puts all of it back, so a
@@ -46,6 +49,17 @@ DCP_DIR = "dcp"  # sharded weights and optimizer of a multi-process run
 PER_RANK = ("rng", "generator")  # each rank's own entries, unless a trainer names them (`rank_state`)
 RANK_KEYS = "rank_keys"  # a sharded checkpoint's record of which entries those were
 _NAME = re.compile(r"^checkpoint-(\d+)$")
+# what a save killed midway leaves (`tirl.io.atomic_dir`, `atomic_write_*`: tempfile's 8 random characters): the
+# staging directory of a checkpoint or the final model, the previous copy set aside while it was renamed in, and
+# the temporary file of a metrics or config rewrite. Nothing else in a run directory is ever deleted by a run.
+_STAGED = re.compile(
+    r"^\.(checkpoint-\d+|model|metrics\.jsonl|samples\.jsonl|config\.yaml)\.[a-z0-9_]{8}\.tmp$"
+)
+_SET_ASIDE = re.compile(r"^\.(checkpoint-\d+|model)\.old$")
+# what a trainer's run writes in its directory besides config.yaml (checkpoints: `_NAME`); `eval/step-<k>`: RL
+# validation
+_OUTPUTS = ("model", "metrics.jsonl", "samples.jsonl", "tensorboard")
+_VALIDATION = re.compile(r"^step-\d+$")
 
 
 class Resumable(Protocol):
@@ -332,9 +346,9 @@ def load_weights(model: torch.nn.Module, path: str | Path) -> None:
             raise CheckpointError(str(e)) from None
         return
 
-    files = sorted(Path(path).glob("*.safetensors"))
+    files = _listed(Path(path), ".safetensors")
     if not files:
-        raise CheckpointError(f"checkpoint {path}: no *.safetensors weights")
+        raise CheckpointError(f"checkpoint {path}: its manifest lists no *.safetensors weights")
     state: dict[str, torch.Tensor] = {}
     for f in files:
         try:
@@ -348,6 +362,13 @@ def load_weights(model: torch.nn.Module, path: str | Path) -> None:
             f"checkpoint {path}: weights do not fit the model (missing {sorted(set(missing) - tied)[:5]}, "
             f"unexpected {sorted(unexpected)[:5]})"
         )
+
+
+def _listed(path: Path, suffix: str) -> list[Path]:
+    """The top-level files of the checkpoint at `path` ending in `suffix` that its manifest lists: a file added
+    later (`zz.safetensors`) is never read, whatever its name (`tirl.train.manifest.verify` refuses it too)."""
+    names = manifest.read(path)["files"]
+    return [path / n for n in sorted(names) if n.endswith(suffix) and "/" not in n]
 
 
 def complete_checkpoints(out_dir: str | Path) -> list[Path]:
@@ -387,3 +408,51 @@ def rotate(out_dir: str | Path, keep_last: int) -> list[Path]:
     for p in doomed:
         shutil.rmtree(p)
     return doomed
+
+
+def clean_staging(out_dir: str | Path) -> list[str]:
+    """Remove what saves killed midway left in `out_dir` (names matching tirl's own staging patterns only) and
+    return the names. A set-aside previous copy whose replacement never arrived is put back, not deleted."""
+    out = Path(out_dir)
+    if not dist.is_main() or not out.is_dir():
+        return []
+    removed = []
+    for p in sorted(out.iterdir()):
+        if _STAGED.match(p.name):
+            _remove(p)
+            removed.append(p.name)
+        elif (m := _SET_ASIDE.match(p.name)) and p.is_dir() and not p.is_symlink():
+            target = out / m.group(1)
+            if target.exists():
+                shutil.rmtree(p)
+                removed.append(p.name)
+            else:  # killed between the two renames of atomic_dir: this is the only copy
+                p.rename(target)
+    return removed
+
+
+def earlier_outputs(out_dir: str | Path) -> list[str]:
+    """What an earlier training run left in `out_dir`: its checkpoints, final model, metrics and validation
+    records (names relative to `out_dir`, checkpoints first)."""
+    out = Path(out_dir)
+    if not out.is_dir():
+        return []
+    found = [p.name for p in complete_checkpoints(out)]
+    found += sorted(p.name for p in out.glob("checkpoint-*") if _NAME.match(p.name) and p.name not in found)
+    found += [name for name in _OUTPUTS if (out / name).exists()]
+    if (out / "eval").is_dir():
+        found += [f"eval/{p.name}" for p in sorted((out / "eval").iterdir()) if _VALIDATION.match(p.name)]
+    return found
+
+
+def remove_outputs(out_dir: str | Path, names: list[str]) -> None:
+    """Delete `names` (from `earlier_outputs`) under `out_dir`: a run told to start over there."""
+    for name in names:
+        _remove(Path(out_dir) / name)
+
+
+def _remove(p: Path) -> None:
+    if p.is_dir() and not p.is_symlink():
+        shutil.rmtree(p)
+    else:
+        p.unlink(missing_ok=True)

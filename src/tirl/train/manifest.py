@@ -3,9 +3,15 @@
 `manifest.json`, written last into the staged checkpoint, lists every file with its size and SHA-256 and records
 the run's identity (`RunIdentity`): its stage (`sft` or `rl`) and the settings that must not change on resume
 (the data's fingerprint, `rl.n`, prompts per step, the seed, ...). Checks, each naming what is wrong:
-- before saving, every weight and optimizer tensor is finite (a NaN saved is a NaN resumed);
+- before saving, every weight and optimizer tensor is finite (a NaN saved is a NaN resumed); while training, the
+  trained weights after every step (`check_weights`: one read of each, one device sync) and at
+  the end the last update (`check_last_update`), so that neither a checkpoint nor the final model holds weights
+  that went non-finite;
 - a save that fails in the OS (a full disk, a lost mount) says so in one line; the checkpoint being written is
   discarded whole and the earlier ones stay as they were (`tirl.io.atomic_dir`);
+- on resume, files the manifest does not list (a `zz.safetensors` dropped in later) are refused: a checkpoint
+  holds what was saved with it and nothing else, except Markdown notes (`*.md`, which no loader reads); loading
+  reads only listed files;
 - on resume, sizes then hashes, streamed in 4 MiB chunks, files in parallel threads (SHA-256 runs at about
   1.2 GB/s per core with the CPU's SHA instructions: a 7B model's 28 GB of fp32 weights and 56 GB of AdamW state
   take about a minute on 1 core, seconds on 8 when the disk reads that fast; a restart takes minutes anyway), then
@@ -34,10 +40,12 @@ import torch
 
 from tirl.errors import TirlError
 from tirl.train import dist
+from tirl.train.optim import NonFiniteError
 
 MANIFEST = "manifest.json"
 HASH = "sha256"
 CHUNK = 4 << 20  # bytes read per hash update
+NOTES = ".md"  # the one kind of file a checkpoint may hold unlisted: notes, read by no loader
 STAGES = ("sft", "rl")
 
 
@@ -117,6 +125,14 @@ def verify(path: str | Path, *, hashes: bool = True) -> dict[str, Any]:
     path = Path(path)
     data = read(path)
     entries = {name: e if isinstance(e, dict) else {"size": e} for name, e in data["files"].items()}
+    extra = unlisted(path, entries)
+    if extra:
+        shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+        raise CheckpointError(
+            f"checkpoint {path}: {shown} {'is' if len(extra) == 1 else 'are'} not in its {MANIFEST} (added after "
+            "the checkpoint was saved; a checkpoint holds only what was saved with it): move "
+            f"{'it' if len(extra) == 1 else 'them'} out of the checkpoint, then resume"
+        )
     for name, e in entries.items():  # sizes first: a truncated file is found without reading the others
         f = path / name
         if not f.is_file():
@@ -133,6 +149,12 @@ def verify(path: str | Path, *, hashes: bool = True) -> dict[str, Any]:
                 "after it was saved): resume from an earlier checkpoint"
             )
     return data
+
+
+def unlisted(path: Path, listed: Mapping[str, Any]) -> list[str]:
+    """Files (and links) under the checkpoint at `path` that its manifest does not list, Markdown notes aside."""
+    found = (str(p.relative_to(path)) for p in sorted(path.rglob("*")) if p.is_file() or p.is_symlink())
+    return [n for n in found if n != MANIFEST and n not in listed and not n.endswith(NOTES)]
 
 
 def check_identity(
@@ -190,6 +212,41 @@ def check_finite(path: Path, model: torch.nn.Module, optimizer: torch.optim.Opti
         raise CheckpointError(
             f"checkpoint {path} not saved: {bad or 'a tensor on another rank'} holds NaN or infinite values; "
             "the earlier checkpoints are kept. Lower the learning rate or resume from an earlier checkpoint"
+        )
+
+
+def all_finite(tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether every floating-point tensor (this rank's shard) is free of NaN and infinities: each tensor's minimum
+    and maximum (`aminmax`: one read, NaN-propagating, vectorized; 49 ms for 108 M fp32 weights on one CPU core,
+    where `isfinite(t).all()` took 626 ms and an infinity-norm 1 s), then one check and one device sync."""
+    local = [_local(t.detach()) for t in tensors if t.is_floating_point() and t.numel()]
+    if not local:
+        return True
+    ends = [torch.stack(torch.aminmax(t)).float() for t in local]
+    return bool(torch.stack(ends).isfinite().all())
+
+
+def check_weights(model: torch.nn.Module, where: str) -> None:
+    """Stop the run when an update left a trained weight NaN or infinite (collective when distributed): nothing
+    after it can be trusted, and no checkpoint or final model is written from it."""
+    trained = [p for p in model.parameters() if p.requires_grad]
+    if dist.any_rank(not all_finite(trained)):
+        bad = first_non_finite(model, None)
+        raise NonFiniteError(
+            f"{where}: {bad or 'a weight on another rank'} holds NaN or infinite values after the update; stopping "
+            "without saving (the earlier checkpoints are kept). Lower the learning rate, or resume from an "
+            "earlier checkpoint"
+        )
+
+
+def check_last_update(skipped_in_row: int, where: str) -> None:
+    """Refuse to end a run whose last `skipped_in_row` updates were skipped as non-finite (`tirl.train.optim`):
+    the weights gave a NaN loss or gradient, and a final model written from them would carry the problem on."""
+    if dist.any_rank(skipped_in_row > 0):
+        raise NonFiniteError(
+            f"{where}: the loss or gradient norm went non-finite and the run's last {skipped_in_row} update(s) "
+            "were skipped; the final model was not written (the checkpoints are kept). Lower the learning rate, "
+            "check the data, or resume from an earlier checkpoint"
         )
 
 

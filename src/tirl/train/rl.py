@@ -19,7 +19,8 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
 8. `seq-mean-token-sum-norm` divides by a fixed length (`rl.loss_norm_len`, default the response budget), never
    by the padded length of the batch, which would bring back the length bias it exists to remove.
 9. An update whose loss or gradient norm is not finite is skipped (parameters, AdamW moments and the schedule
-   untouched) and counted in `loss/skipped_updates`; `optim.max_skipped_in_row` in a row stop the run.
+   untouched) and counted in `loss/skipped_updates`; `optim.max_skipped_in_row` in a row stop the run, and so
+   does a run whose last update was skipped (no final model) or whose weights went non-finite (checked every step).
 10. Groups of one (`n = 1`) are refused: every group-relative estimator gives them zero advantage (verl's GRPO
    instead passes the raw reward through, an unbaselined REINFORCE), so such a run would silently learn nothing.
 11. Under torchrun, each rank takes its share of the step's prompts (`dist.rank_share`) and samples all `n`
@@ -43,6 +44,7 @@ import torch
 
 from tirl.algorithms import get_advantage_estimator, get_policy_loss
 from tirl.data.records import ProblemRow, problem_rows
+from tirl.eval.evaluate import check_prompt_lengths, model_positions
 from tirl.logging import MetricsLogger
 from tirl.progress import progress
 from tirl.rewards.rollouts import rollout_and_score
@@ -52,7 +54,7 @@ from tirl.rollout.capabilities import capabilities_of
 from tirl.rollout.factory import awake, rl_refusal
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
-from tirl.train import checkpoint, dist, fsdp
+from tirl.train import checkpoint, dist, fsdp, manifest
 from tirl.train.batch import TokenBatch, slice_rows
 from tirl.train.checkpoint import CheckpointError
 from tirl.train.correction import RolloutCorrection
@@ -106,6 +108,7 @@ class RLTrainer:
         if not rows:
             raise ValueError("RL needs at least one prompt row")
         rows = fitting_prompts(problem_rows(rows), agent.renderer, agent.config.max_prompt_tokens)
+        check_prompt_lengths(rows, agent, model_positions(agent), what="rl.data")
         cfg, self.micro_budget = sized_micro_batches(cfg, policy, autocast, activation_gib)
         self.policy, self.tokenizer, self.agent, self.rows, self.cfg = policy, tokenizer, agent, rows, cfg
         self.sampling, self.reward, self.out_dir, self.logger = sampling, reward, Path(out_dir), logger
@@ -125,9 +128,7 @@ class RLTrainer:
         updates = cfg.steps * cfg.ppo_epochs * -(-cfg.prompts_per_step * cfg.n // cfg.mini_batch_size)
         self.opt, self.sched = build_optimizer(policy, cfg.optim, updates)
         self.rng = random.Random(seed)
-        self.gen = torch.Generator().manual_seed(
-            dist.rank_seed(seed)
-        )  # sampling and mini-batch order: per rank
+        self.gen = torch.Generator().manual_seed(dist.rank_seed(seed))  # sampling, mini-batch order
         self._order: list[int] = []
         self.norm_len = cfg.loss_norm_len or agent.config.max_response_tokens
         self.skips = SkipGuard(cfg.optim.max_skipped_in_row)
@@ -351,6 +352,7 @@ class RLTrainer:
                     self.logger.log_text(
                         "samples", render_samples(self.last_trajectories, self.tokenizer), step=step
                     )
+                manifest.check_weights(self.policy, f"RL step {step}")
                 self.step_done = step + 1
                 if self.validate is not None and cfg.eval_every and self.step_done % cfg.eval_every == 0:
                     with fsdp.gathered(self.policy):
@@ -366,6 +368,9 @@ class RLTrainer:
                     )
                     if stopping:
                         raise StopRequested(str(path), self.step_done)
+        per_step = max(1, self.updates_done // max(1, self.step_done))  # every step takes as many updates
+        first = (self.updates_done - self.skips.in_row) // per_step
+        manifest.check_last_update(self.skips.in_row, f"RL step {first}")
         fsdp.save_model(self.policy, self.tokenizer, self.out_dir / "model", extra={"step": cfg.steps})
         return history
 

@@ -26,7 +26,7 @@ import torch
 from tirl.chat.template import ChatRenderer
 from tirl.logging import MetricsLogger
 from tirl.progress import progress
-from tirl.train import checkpoint, dist
+from tirl.train import checkpoint, dist, manifest
 from tirl.train.batch import TokenBatch, check_micro_batch, collate
 from tirl.train.dist import all_reduce_sum
 from tirl.train.fsdp import MicroBatchPasses
@@ -272,6 +272,7 @@ class SFTTrainer:
                 last = self.step(step)
                 if self.logger:
                     self.logger.log(last, step=step)
+                manifest.check_weights(self.model, f"{self.label} step {step}")
                 bar.advance(1, info=f"loss {last['sft/loss']:.3f}")
                 self.step_done = step + 1
                 stopping = dist.any_rank(stop.requested)
@@ -283,6 +284,8 @@ class SFTTrainer:
                     )
                     if stopping:
                         raise StopRequested(str(path), self.step_done)
+        first = len(self.plan) - self.skips.in_row  # one update per step
+        manifest.check_last_update(self.skips.in_row, f"{self.label} step {first}")
         self.model.eval()
         return last
 

@@ -1,0 +1,26 @@
+"""`tirl data prepare --out` never replaces an existing file unless told to with --force."""
+
+from tirl.cli import main
+from tirl.data import read_rows
+
+
+def test_an_existing_out_is_refused_without_force(tmp_path, capsys):
+    out = tmp_path / "mydata.jsonl"
+    out.write_text("my own rows\n")
+    assert main(["data", "prepare", "aime24", "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert f"--out {out} already exists: pass --force to replace it, or choose another --out" in err
+    assert out.read_text() == "my own rows\n"
+    assert main(["data", "prepare", "aime24", "--out", str(out), "--force"]) == 0
+    assert len(read_rows(out)) == 30
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mydata.jsonl"]
+
+
+def test_a_runs_data_file_is_kept_and_a_directory_is_refused(tmp_path, capsys):
+    run = tmp_path / "demo"
+    (run / "data").mkdir(parents=True)
+    (run / "data" / "rl.jsonl").write_text("{}\n")
+    assert main(["data", "prepare", "amc23", "--out", str(run / "data" / "rl.jsonl")]) == 2
+    assert (run / "data" / "rl.jsonl").read_text() == "{}\n"
+    assert main(["data", "prepare", "amc23", "--out", str(run / "data"), "--force"]) == 2
+    assert f"--out {run / 'data'} is a directory: name the file to write" in capsys.readouterr().err
