@@ -42,6 +42,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "tirl.plan",
             "tirl.tokcheck",
             "tirl.data.commands",
+            "tirl.data.sample",
             "tirl.models.commands",
             "tirl.sandbox.cli",
         ),

@@ -7,8 +7,10 @@ tirl rl   --config FILE [model.path=DIR rl.data=FILE ...]  [--out DIR]
 tirl eval --config FILE [model.path=DIR eval.data=FILE ...] [--out DIR] [--label NAME]
 tirl export CHECKPOINT --out DIR [--base DIR] [--dtype float32|bfloat16]   (a plain HF model; LoRA merged)
 tirl analyze RUN_A RUN_B [...] [--labels base,rl] [--out DIR]   (eval dirs or verl validation dumps)
-tirl data prepare NAME --out FILE.parquet [--wording recipe|plain] [--source FILE] [--force]
+tirl data prepare NAME --out FILE.parquet [--wording recipe|plain] [--source FILE] [--split train] [--force]
 tirl data inspect FILE [--model DIR] [--format qwen3]
+tirl data sample --config FILE [overrides] [--data FILE] --out FILE.jsonl [--n 8] [--keep 1] [--force]
+tirl data stitch gsm8k --out FILE.jsonl [--max-steps N] [--limit N] [--split train] [--force]
 tirl check-tokens FILE [--model DIR] [--format F] [--config FILE] [--data FILE] [--strict]
 tirl model import FILE.gguf --out DIR [--dtype float32|bfloat16]   (or --smollm2 instead of FILE)
 tirl sandbox serve [--host H] [--port P] [--workers N] [--config FILE] [sandbox.key=value ...]

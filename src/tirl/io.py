@@ -52,6 +52,19 @@ def check_output_path(path: str | Path, option: str = "--out") -> Path:
     return path
 
 
+def check_output_file(path: str | Path, *, force: bool, option: str = "--out") -> Path:
+    """Refuse `path` as a file to write if it is a directory, or exists and `force` is not given (a command's
+    output file is never replaced by accident)."""
+    path = check_output_path(path, option)
+    if path.is_dir():
+        raise OutputPathError(f"{option} {path} is a directory: name the file to write (.parquet or .jsonl)")
+    if path.exists() and not force:
+        raise OutputPathError(
+            f"{option} {path} already exists: pass --force to replace it, or choose another {option}"
+        )
+    return path
+
+
 def _fsync_dir(path: Path) -> None:
     with contextlib.suppress(OSError):
         fd = os.open(path, os.O_RDONLY)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -69,7 +69,7 @@ def build_renderer(tokenizer: Any, cfg: TirlConfig, task: Task | None = None) ->
     )
 
 
-def _task_rows(cfg: TirlConfig, path: str, split: str) -> list[dict[str, Any]]:
+def task_rows(cfg: TirlConfig, path: str, split: str) -> list[dict[str, Any]]:
     """The stage's data file when set, else the task's own rows (dicts: the verl prompt rewrite and the resume
     fingerprint read them as rows)."""
     return read_rows(path) if path else current_task(cfg).load_rows(split, cfg)
@@ -250,7 +250,7 @@ def run_rl(
         raise ValueError(why)
     factory.check_placement(cfg.rollout)
     out = Path(out_dir)
-    rows = rows if rows is not None else _task_rows(cfg, cfg.rl.data, "train")
+    rows = rows if rows is not None else task_rows(cfg, cfg.rl.data, "train")
     if cfg.rl.prompt_rewrite == "verl":
         rows = rewrite_prompts(rows, where=cfg.rl.data or "the task's RL rows")
     identity = run_identity("rl", cfg.rl, cfg.seed, rows, allow_changes)
@@ -352,6 +352,21 @@ def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str, *, 
     return validate
 
 
+@contextlib.contextmanager
+def inference_agent(cfg: TirlConfig, model_path: str | Path | None, work_dir: Path) -> Iterator[AgentLoop]:
+    """The agent `tirl eval` and `tirl data sample` sample with: the model loaded for inference (a LoRA adapter
+    merged onto its base), the run's engine and a live sandbox, both closed when the block ends."""
+    path = _model_path(cfg, model_path)
+    check_sandbox(cfg.sandbox)  # before the model loads: a broken sandbox would score it 0
+    tokenizer = load_tokenizer(path)
+    model = load_for_inference(cfg.model, path)
+    warn_chat_format(tokenizer, model, cfg)
+    with build_sandbox(cfg.sandbox) as sandbox:
+        agent = build_agent(model, tokenizer, cfg, sandbox, model_path=path, work_dir=work_dir)
+        with contextlib.closing(agent.engine):
+            yield agent
+
+
 def run_eval(
     cfg: TirlConfig,
     out_dir: str | Path,
@@ -367,17 +382,11 @@ def run_eval(
     save_config(
         dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(path))), out / "config.yaml"
     )
-    rows = rows if rows is not None else _task_rows(cfg, cfg.eval.data, "test")
-    check_sandbox(cfg.sandbox)  # before the model loads: a broken sandbox would score it 0
-    tokenizer = load_tokenizer(path)
-    model = load_for_inference(cfg.model, path)  # a LoRA adapter directory is merged onto its recorded base
-    warn_chat_format(tokenizer, model, cfg)
-    with build_sandbox(cfg.sandbox) as sandbox:
-        agent = build_agent(model, tokenizer, cfg, sandbox, model_path=path, work_dir=out)
-        with contextlib.closing(agent.engine):
-            records, trajs = evaluate(
-                agent, rows, cfg.eval, model_label=label, seed=cfg.seed, reward=eval_reward(cfg)
-            )
+    rows = rows if rows is not None else task_rows(cfg, cfg.eval.data, "test")
+    with inference_agent(cfg, path, out) as agent:
+        records, trajs = evaluate(
+            agent, rows, cfg.eval, model_label=label, seed=cfg.seed, reward=eval_reward(cfg)
+        )
     summary = summarize_records(records, cfg.eval.ks)
     write_eval(out, records, trajs, summary)
     return summary

@@ -133,7 +133,7 @@ def test_packaged_files_are_the_recorded_bytes():
     from tirl.data.benchmarks import FILES
 
     sums = re.findall(r"^([0-9a-f]{64})  (\S+)$", (FILES / "SOURCE.md").read_text(), re.MULTILINE)
-    assert len(sums) == 7
+    assert len(sums) == 8
     for digest, name in sums:
         assert hashlib.sha256((FILES / name).read_bytes()).hexdigest() == digest, name
 

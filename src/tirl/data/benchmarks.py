@@ -20,6 +20,7 @@ from typing import Any
 
 FILES = Path(__file__).parent / "files"
 WORDINGS = ("recipe", "plain")
+GSM8K_SPLITS = ("test", "train")  # every other packaged benchmark is one evaluation split
 
 MATH_PROMPT_1 = "Analyze and solve the following math problem step by step. \n\n"
 MATH_PROMPT_2 = (
@@ -134,16 +135,28 @@ def prepare_math500(wording: str) -> list[dict[str, Any]]:
     ]
 
 
-def prepare_gsm8k(wording: str) -> list[dict[str, Any]]:
+def gsm8k_records(split: str = "test") -> list[dict[str, Any]]:
+    """GSM8K's raw rows (question, answer with its calculator annotations) of `split`, in file order."""
+    if split not in GSM8K_SPLITS:
+        raise ValueError(f"unknown gsm8k split {split!r}; valid: {', '.join(GSM8K_SPLITS)}")
+    return list(_jsonl(FILES / f"gsm8k/{split}.jsonl"))
+
+
+def gsm8k_id(split: str, i: int) -> str:
+    """Row i's id: the test split keeps its earlier ids (gsm8k-{i}), the train split's are gsm8k-train-{i}."""
+    return f"gsm8k-{i}" if split == "test" else f"gsm8k-{split}-{i}"
+
+
+def prepare_gsm8k(wording: str, split: str = "test") -> list[dict[str, Any]]:
     return [
         _row(
             "gsm8k",
             math_prompt(r["question"], wording),
             "math",
             gsm8k_answer(r["answer"]),
-            {"id": f"gsm8k-{i}"},
+            {"id": gsm8k_id(split, i)},
         )
-        for i, r in enumerate(_jsonl(FILES / "gsm8k/test.jsonl"))
+        for i, r in enumerate(gsm8k_records(split))
     ]
 
 
@@ -247,10 +260,19 @@ USER_SUPPLIED: dict[str, Callable[..., list[dict[str, Any]]]] = {
 NAMES = (*PACKAGED, *USER_SUPPLIED)
 
 
-def prepare(name: str, *, wording: str = "recipe", source: str | Path | None = None) -> list[dict[str, Any]]:
-    """Rows of benchmark `name`; gpqa and livecodebench need `source`, the user's copy of the published file."""
+def prepare(
+    name: str, *, wording: str = "recipe", source: str | Path | None = None, split: str = "test"
+) -> list[dict[str, Any]]:
+    """Rows of benchmark `name`; gpqa and livecodebench need `source`, the user's copy of the published file.
+    `split` is "test" for all but gsm8k, whose train split is packaged too."""
     if wording not in WORDINGS:
         raise ValueError(f"unknown wording {wording!r}; valid: {', '.join(WORDINGS)}")
+    if name == "gsm8k":
+        if source is not None:
+            raise ValueError(f"{name} is packaged with tirl; --source is only for {', '.join(USER_SUPPLIED)}")
+        return prepare_gsm8k(wording, split)
+    if split != "test":
+        raise ValueError(f"{name} has only a test split here (a train split is packaged for gsm8k only)")
     if name in PACKAGED:
         if source is not None:
             raise ValueError(f"{name} is packaged with tirl; --source is only for {', '.join(USER_SUPPLIED)}")

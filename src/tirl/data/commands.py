@@ -1,4 +1,4 @@
-"""`tirl data prepare` and `tirl data inspect`: the command implementations (argument parsing lives in cli.py)."""
+"""`tirl data prepare`, `stitch` and `inspect`: the command implementations (argument parsing lives in cli.py)."""
 
 from __future__ import annotations
 
@@ -14,24 +14,64 @@ MAX_ERRORS_SHOWN = 20
 
 
 def prepare_command(
-    name: str, out: str, *, wording: str = "recipe", source: str | None = None, force: bool = False
+    name: str,
+    out: str,
+    *,
+    wording: str = "recipe",
+    source: str | None = None,
+    force: bool = False,
+    split: str = "test",
 ) -> int:
     """Write benchmark `name` to `out`; an existing `out` (a run's data/rl.jsonl, say) is replaced only if `force`."""
     from tirl.data import write_rows
-    from tirl.io import OutputPathError, check_output_path
+    from tirl.io import check_output_file
     from tirl.logging import console
 
-    path = check_output_path(out)
-    if path.is_dir():
-        raise OutputPathError(f"--out {out} is a directory: name the file to write (.parquet or .jsonl)")
-    if path.exists() and not force:
-        raise OutputPathError(
-            f"--out {out} already exists: pass --force to replace it, or choose another --out"
-        )
-    rows = prepare(name, wording=wording, source=source)
+    check_output_file(out, force=force)
+    rows = prepare(name, wording=wording, source=source, split=split)
     path = write_rows(out, rows)
-    console.print(f"{name}: {len(rows)} rows ({wording} wording) -> {path}")
+    console.print(f"{name} {split}: {len(rows)} rows ({wording} wording) -> {path}")
     return 0
+
+
+def stitch_command(
+    out: str,
+    *,
+    split: str = "train",
+    max_steps: int = 0,
+    limit: int = 0,
+    wording: str = "recipe",
+    force: bool = False,
+) -> int:
+    """Stitched SFT trajectories from GSM8K's annotated solutions (tasks/stitch.py); 1 if no row survives."""
+    import time
+
+    from tirl.data import write_rows
+    from tirl.data.benchmarks import gsm8k_id, gsm8k_records
+    from tirl.io import check_output_file
+    from tirl.logging import console
+    from tirl.sandbox import SandboxConfig, build_sandbox
+    from tirl.tasks.stitch import StitchConfig, stitch_rows
+
+    check_output_file(out, force=force)
+    config = StitchConfig(max_steps=max_steps, wording=wording)
+    if limit < 0:
+        raise ValueError(f"--limit must be >= 0 (0: every row), got {limit}")
+    records = gsm8k_records(split)[: limit or None]
+    start = time.perf_counter()
+    with build_sandbox(SandboxConfig()) as sandbox:
+        rows, report = stitch_rows(
+            records, [gsm8k_id(split, i) for i in range(len(records))], sandbox, config
+        )
+    path = write_rows(out, rows)
+    console.print(
+        f"gsm8k {split}: {report.kept} of {report.total} solutions kept -> {path} "
+        f"({time.perf_counter() - start:.1f} s)"
+    )
+    for reason, n in sorted(report.dropped.items()):
+        console.print(f"  dropped, {reason}: {n}")
+    console.print("  steps of kept rows: " + ", ".join(f"{k}: {n}" for k, n in sorted(report.steps.items())))
+    return 0 if rows else 1
 
 
 def _schema_text(path: Path, rows: list[dict[str, Any]]) -> str:
@@ -108,7 +148,16 @@ def inspect_command(file: str, *, model: str | None = None, fmt: str = "qwen3", 
 def _cmd_data(args: argparse.Namespace) -> int:
     if args.data_command == "prepare":
         return prepare_command(
-            args.name, args.out, wording=args.wording, source=args.source, force=args.force
+            args.name, args.out, wording=args.wording, source=args.source, force=args.force, split=args.split
+        )
+    if args.data_command == "stitch":
+        return stitch_command(
+            args.out,
+            split=args.split,
+            max_steps=args.max_steps,
+            limit=args.limit,
+            wording=args.wording,
+            force=args.force,
         )
     return inspect_command(args.file, model=args.model, fmt=args.format)
 
@@ -130,11 +179,14 @@ def _cmd_check_tokens(args: argparse.Namespace) -> int:
 def add_parsers(sub: argparse._SubParsersAction) -> None:
     """The `data` and `check-tokens` subcommands, added to tirl's parser by cli.py."""
     from tirl.chat.template import FORMATS
-    from tirl.data.benchmarks import NAMES, WORDINGS
+    from tirl.data.benchmarks import GSM8K_SPLITS, NAMES, WORDINGS
 
     data = sub.add_parser("data", help="prepare benchmark files; inspect a dataset").add_subparsers(
         dest="data_command", required=True
     )
+    from tirl.data.sample import add_sample_parser
+
+    add_sample_parser(data)  # tirl data sample (data/sample.py)
     p = data.add_parser("prepare", help="write a benchmark as RL-schema rows (.parquet or .jsonl)")
     p.add_argument("name", choices=NAMES)
     p.add_argument(
@@ -145,6 +197,20 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
         "--wording", choices=WORDINGS, default="recipe", help="prompt wording (default: the recipe's)"
     )
     p.add_argument("--source", default=None, help="gpqa: GPQA's CSV; livecodebench: the Open-AgentRL parquet")
+    p.add_argument("--split", choices=GSM8K_SPLITS, default="test", help="train: gsm8k only (default: test)")
+    p.set_defaults(fn=_cmd_data)
+    p = data.add_parser(
+        "stitch", help="SFT tool trajectories from GSM8K's annotated solutions (real sandbox)"
+    )
+    p.add_argument("name", choices=["gsm8k"])
+    p.add_argument(
+        "--out", required=True, help="output file (.jsonl or .parquet); an existing one needs --force"
+    )
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.add_argument("--split", choices=GSM8K_SPLITS, default="train", help="(default: train)")
+    p.add_argument("--max-steps", type=int, default=0, help="keep solutions of at most N calculator steps")
+    p.add_argument("--limit", type=int, default=0, help="only the split's first N solutions (default: all)")
+    p.add_argument("--wording", choices=WORDINGS, default="recipe", help="user-turn wording, as data prepare")
     p.set_defaults(fn=_cmd_data)
     p = data.add_parser("inspect", help="schema, rows per data_source, a rendered example, invalid rows")
     p.add_argument("file")

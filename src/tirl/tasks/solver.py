@@ -35,7 +35,8 @@ class SolverConfig:
             raise ValueError(f"solver shares must be >= 0 and sum to at most 1, got {shares}")
 
 
-def _call(code: str) -> dict[str, Any]:
+def code_call(code: str) -> dict[str, Any]:
+    """An assistant message's code_interpreter call, as the SFT schema stores it."""
     return {"type": "function", "function": {"name": TOOL_NAME, "arguments": {"code": code}}}
 
 
@@ -63,9 +64,12 @@ def _typo(rng: random.Random, expression: str) -> str:
     return f"print({expression}"  # SyntaxError
 
 
-def _run_with_progress(sandbox: Sandbox, codes: list[str], chunk: int = 256) -> list[Any]:
+def run_with_progress(
+    sandbox: Sandbox, codes: list[str], chunk: int = 256, *, label: str = "solver tool calls"
+) -> list[Any]:
+    """Every snippet through the sandbox in batches, with a progress bar."""
     results: list[Any] = []
-    with progress("solver tool calls", len(codes)) as bar:
+    with progress(label, len(codes)) as bar:
         for s in range(0, len(codes), chunk):
             results += sandbox.run_batch(codes[s : s + chunk])
             bar.advance(len(codes[s : s + chunk]))
@@ -98,7 +102,7 @@ def scripted_trajectories(
         for p, s in zip(problems, styles, strict=True)
     ]
     fixes = [k for k, s in enumerate(styles) if s == "fix"]
-    results = _run_with_progress(sandbox, first + [f"print({problems[k].expression})" for k in fixes])
+    results = run_with_progress(sandbox, first + [f"print({problems[k].expression})" for k in fixes])
     first_res, fix_res = results[: len(problems)], dict(zip(fixes, results[len(problems) :], strict=True))
 
     def shown(r: Any) -> str:
@@ -118,7 +122,7 @@ def scripted_trajectories(
             )
         else:
             # no preamble: the code follows the question closely, which a tiny model learns to copy much sooner
-            msgs.append({"role": "assistant", "content": "", "tool_calls": [_call(first[k])]})
+            msgs.append({"role": "assistant", "content": "", "tool_calls": [code_call(first[k])]})
             msgs.append({"role": "tool", "content": shown(first_res[k])})
             out = first_res[k]
             if style == "fix":
@@ -126,7 +130,7 @@ def scripted_trajectories(
                     {
                         "role": "assistant",
                         "content": "The code failed. Let me fix it.",
-                        "tool_calls": [_call(f"print({p.expression})")],
+                        "tool_calls": [code_call(f"print({p.expression})")],
                     }
                 )
                 out = fix_res[k]

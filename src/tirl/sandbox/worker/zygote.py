@@ -98,6 +98,14 @@ def _install_seccomp(prctl: object, prog: _SockFprog) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
 
 
+def _print_exc_quietly() -> None:
+    """The traceback on stderr, if stderr still takes it (a forked child about to _exit)."""
+    try:
+        traceback.print_exc()
+    except BaseException:
+        pass
+
+
 def _write_quietly(path: str, text: str) -> bool:
     try:
         with open(path, "w") as f:
@@ -202,10 +210,7 @@ class Zygote:
                 except BaseException:
                     pass
         except BaseException:
-            try:
-                traceback.print_exc()
-            except BaseException:
-                pass
+            _print_exc_quietly()
         finally:
             os._exit(status)
 
@@ -384,10 +389,7 @@ class Zygote:
             except EOFError:  # the host went away mid-request
                 status = _RUNNER_EOF
             except BaseException:
-                try:
-                    traceback.print_exc()
-                except BaseException:
-                    pass
+                _print_exc_quietly()
             finally:
                 os._exit(status)
         _, wstatus = os.waitpid(pid, 0)

@@ -1,0 +1,284 @@
+"""`tirl data sample`: real end-to-end tool trajectories by rejection sampling, written as SFT rows.
+
+A model, through the run's engine (`rollout.*`) and the real sandbox, samples n trajectories per problem exactly
+as `tirl eval` does (the same agent, the same `rollout_and_score`). Kept: samples the verifier grades correct (its
+verdict, never a shaped reward), with at least one executed tool call (unless `require_tool` is off), not a
+duplicate of a kept sample's assistant text, at most `keep` per problem in sample order. Each kept sample becomes
+an SFT row (`messages` with its tool calls and tool outputs as sampled, `tools`) that must re-render to the
+sampled ids, its loss mask on exactly the assistant tokens: a row that does not is dropped and counted, since SFT
+would train on other tokens than the model sampled. Rejection-sampling fine-tuning and expert iteration loop
+this command with `tirl sft`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tirl.chat.hermes import TOOL_CALL_START, parse_tool_calls
+from tirl.chat.template import IM_END, ChatRenderer, assistant_body
+from tirl.data.records import ProblemRow, problem_rows
+from tirl.rollout.types import Trajectory
+from tirl.tokcheck import Divergence, first_divergence
+
+SHOWN_FAILURES = 5
+
+
+@dataclass
+class SampleConfig:
+    n: int = 8  # samples per problem
+    keep: int = 1  # kept per problem at most (the first correct, distinct ones in sample order)
+    require_tool: bool = True  # keep only samples with at least one executed tool call
+
+    def __post_init__(self) -> None:
+        if self.n < 1 or self.keep < 1:
+            raise ValueError(f"--n and --keep must be >= 1, got {self.n}, {self.keep}")
+
+
+@dataclass
+class SampleStats:
+    """What happened to the samples; written as the summary JSON next to the rows."""
+
+    problems: int = 0
+    samples: int = 0
+    correct: int = 0
+    kept: int = 0
+    no_tool: int = 0  # correct, but no executed tool call (require_tool)
+    duplicates: int = 0  # correct, but the same assistant text as a sample already kept
+    token_check_failed: int = 0  # the SFT row does not re-render to the sampled ids and mask
+    over_keep: int = 0  # correct and distinct, past the `keep` cap
+    kept_per_problem: dict[str, int] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)  # the first token-check divergences, described
+
+    def summary(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["problems_with_kept"] = sum(1 for k in self.kept_per_problem.values() if k)
+        return out
+
+
+def assistant_message(text: str) -> dict[str, Any]:
+    """A sampled turn as an assistant message: its tool calls in the OpenAI form when they render back to the
+    very text sampled, else the text as it was (a malformed call, an odd layout) so it renders unchanged."""
+    text = text.removesuffix(IM_END)
+    if TOOL_CALL_START in text:
+        head = text[: text.index(TOOL_CALL_START)]
+        calls = parse_tool_calls(text)
+        if calls and all(c.error is None and c.name for c in calls):
+            msg = {
+                "role": "assistant",
+                "content": head.removesuffix("\n"),
+                "tool_calls": [
+                    {"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                    for c in calls
+                ],
+            }
+            if assistant_body(msg) == text:
+                return msg
+    return {"role": "assistant", "content": text}
+
+
+def trajectory_messages(t: Trajectory, renderer: ChatRenderer) -> list[dict[str, Any]]:
+    """The conversation a trajectory sampled: its prompt (with the system turn it was prompted with), each turn
+    and the tool results the model saw after it (a last turn's results were never appended)."""
+    if t.problem is None:
+        raise ValueError("a trajectory without its problem has no prompt to write")
+    responses: dict[int, list[str]] = {}
+    for c in t.tool_calls:  # `turn` counts from 1: the calls of turn k (0-based) carry k + 1
+        responses.setdefault(c.turn, []).append(c.response)
+    msgs = renderer.with_system(t.problem.prompt)
+    for k, text in enumerate(t.turn_texts):
+        msgs.append(assistant_message(text))
+        if k + 1 < len(t.turn_texts):
+            msgs += [{"role": "tool", "content": r} for r in responses.get(k + 1, [])]
+    return msgs
+
+
+def sft_row_divergence(
+    renderer: ChatRenderer, row: dict[str, Any], t: Trajectory, num: int
+) -> Divergence | None:
+    """Where the SFT row's rendering departs from the sampled trajectory, or None.
+
+    Expected: the sampled ids plus the template's newline after the last `<|im_end|>`; mask 1 on every sampled
+    token and on the `<|im_end|>` the agent loop closed a tool-calling turn with (not sampled, but the assistant's
+    own token in the template), 0 elsewhere."""
+    nl = renderer.encode("\n")
+    ids = t.prompt_ids + t.response_ids + nl
+    mask = [0] * len(t.prompt_ids) + list(t.loss_mask) + [0] * len(nl)
+    for i in range(len(t.prompt_ids) + 1, len(ids)):
+        if ids[i] == renderer.eos_id and mask[i] == 0 and mask[i - 1] == 1:
+            mask[i] = 1
+    got_ids, got_mask = renderer.render(row["messages"], tools=row["tools"])
+    decode = lambda x: renderer.tokenizer.decode(x, skip_special_tokens=False)  # noqa: E731
+    return first_divergence(num, got_ids, got_mask, ids, mask, decode)
+
+
+def select(
+    trajs: Sequence[Trajectory], cfg: SampleConfig, renderer: ChatRenderer, stats: SampleStats
+) -> list[dict[str, Any]]:
+    """The SFT rows kept from one problem's samples (in sample order), with `stats` updated."""
+    rows: list[dict[str, Any]] = []
+    seen: set[tuple[str, ...]] = set()
+    pid = trajs[0].problem.problem_id if trajs[0].problem else ""
+    for t in trajs:
+        stats.samples += 1
+        if t.outcome is None or not t.outcome.correct:
+            continue
+        stats.correct += 1
+        if cfg.require_tool and t.num_executed_calls == 0:
+            stats.no_tool += 1
+            continue
+        key = tuple(t.turn_texts)  # same ids decode to the same text: one key catches both
+        if key in seen:
+            stats.duplicates += 1
+            continue
+        seen.add(key)
+        if len(rows) >= cfg.keep:
+            stats.over_keep += 1
+            continue
+        row = _row(t, renderer)
+        if d := sft_row_divergence(renderer, row, t, stats.kept + stats.token_check_failed + 1):
+            stats.token_check_failed += 1
+            if len(stats.failures) < SHOWN_FAILURES:
+                stats.failures.append(f"problem {pid} sample {t.sample}: {d.describe()}")
+            continue
+        rows.append(row)
+    stats.problems += 1
+    stats.kept += len(rows)
+    stats.kept_per_problem[pid] = len(rows)
+    return rows
+
+
+def _row(t: Trajectory, renderer: ChatRenderer) -> dict[str, Any]:
+    assert t.problem is not None and t.outcome is not None  # rollout_and_score sets both
+    return {
+        "messages": trajectory_messages(t, renderer),
+        "tools": renderer.tools,
+        "problem_id": t.problem.problem_id,
+        "data_source": t.problem.data_source,
+        "sample": t.sample,
+        "pred": t.outcome.pred,
+    }
+
+
+def sample_rows(
+    agent: Any,
+    rows: Sequence[dict[str, Any] | ProblemRow],
+    cfg: SampleConfig,
+    *,
+    params: Any,
+    reward: Any,
+    seed: int,
+    batch_problems: int = 32,
+) -> tuple[list[dict[str, Any]], SampleStats]:
+    """n samples per problem through `agent`, `batch_problems` problems at a time; (kept rows, stats)."""
+    from tirl.eval.evaluate import check_prompt_lengths, model_positions
+    from tirl.progress import progress
+    from tirl.rewards.rollouts import rollout_and_score
+
+    problems = problem_rows(rows)
+    check_prompt_lengths(problems, agent, model_positions(agent), what="sample")
+    gen = torch.Generator().manual_seed(seed)
+    stats, out = SampleStats(), []
+    with progress(f"sample n={cfg.n}", len(problems)) as bar:
+        for s in range(0, len(problems), batch_problems):
+            chunk = problems[s : s + batch_problems]
+            where = f"sample, problems {s + 1}-{s + len(chunk)}"
+            trajs, _ = rollout_and_score(
+                agent, chunk, params, n=cfg.n, reward=reward, generator=gen, where=where
+            )
+            for g in range(len(chunk)):
+                out += select(trajs[g * cfg.n : (g + 1) * cfg.n], cfg, agent.renderer, stats)
+            bar.advance(len(chunk), info=f"kept {stats.kept}")
+    return out, stats
+
+
+def summary_path(out: str | Path) -> Path:
+    """Where the summary JSON of rows written to `out` goes: `rows.jsonl` -> `rows.summary.json`."""
+    return Path(out).with_suffix(".summary.json")
+
+
+def sample_command(args: argparse.Namespace) -> int:
+    """`tirl data sample`: load the config, sample, write the rows and the summary (token-check drops in red)."""
+    from tirl.config import load_config
+    from tirl.data import read_rows, write_rows
+    from tirl.io import atomic_write_json, check_output_file
+    from tirl.logging import console
+    from tirl.rollout.sampling import SamplingParams
+    from tirl.run_config import TirlConfig
+    from tirl.stages import eval_reward, inference_agent, setup_torch, task_rows
+
+    out = check_output_file(args.out, force=args.force)
+    cfg = load_config(TirlConfig, args.config, args.overrides)
+    scfg = SampleConfig(n=args.n, keep=args.keep, require_tool=args.require_tool)
+    setup_torch(cfg)
+    rows = read_rows(args.data) if args.data else task_rows(cfg, "", "train")
+    rows = rows[: cfg.eval.max_problems or None]
+    params = SamplingParams(temperature=cfg.eval.temperature, top_p=cfg.eval.top_p)
+    start = time.perf_counter()
+    with inference_agent(cfg, None, out.parent) as agent:
+        kept, stats = sample_rows(
+            agent, rows, scfg, params=params, reward=eval_reward(cfg), seed=cfg.seed,
+            batch_problems=cfg.eval.batch_problems,
+        )  # fmt: skip
+    write_rows(out, kept)
+    summary = {
+        **stats.summary(),
+        "wall_s": round(time.perf_counter() - start, 1),
+        "settings": {
+            **dataclasses.asdict(scfg), "model": cfg.model.path, "data": args.data or f"task {cfg.task.name}",
+            "temperature": params.temperature, "top_p": params.top_p, "seed": cfg.seed, "format": cfg.chat.format,
+        },
+    }  # fmt: skip
+    atomic_write_json(summary_path(out), summary)
+    console.print(
+        f"{stats.problems} problems, {stats.samples} samples, {stats.correct} correct, {stats.kept} kept "
+        f"({summary['problems_with_kept']} problems with a kept sample); dropped: {stats.no_tool} without a tool "
+        f"call, {stats.duplicates} duplicates, {stats.over_keep} past --keep -> {out} ({summary['wall_s']} s)",
+        soft_wrap=True,
+    )
+    if stats.token_check_failed:
+        console.print(
+            f"[bold red]token check: {stats.token_check_failed} rows dropped[/] (their SFT rendering differs from "
+            f"the sampled ids or mask; first ones below, all counted in {summary_path(out)})",
+            soft_wrap=True,
+        )
+        for f in stats.failures:
+            console.print(f, markup=False, highlight=False, soft_wrap=True)
+    return 0
+
+
+def add_sample_parser(data: argparse._SubParsersAction) -> None:
+    """`tirl data sample`, added to the `data` subcommands by data/commands.py."""
+    p = data.add_parser(
+        "sample",
+        help="sample n tool trajectories per problem with the real sandbox; keep verified-correct ones as SFT rows",
+    )
+    p.add_argument(
+        "--config", default=None, help="run config (model.path, rollout.*, chat.*, sandbox.*, eval.*)"
+    )
+    p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. model.path=DIR eval.temperature=0.8")
+    p.add_argument(
+        "--data", default=None, help="problems (RL-schema .jsonl/.parquet; default: the task's train rows)"
+    )
+    p.add_argument(
+        "--out", required=True, help="SFT rows to write (.jsonl or .parquet); an existing one needs --force"
+    )
+    p.add_argument("--force", action="store_true", help="replace --out (and its summary) if it exists")
+    p.add_argument("--n", type=int, default=8, help="samples per problem (default 8)")
+    p.add_argument(
+        "--keep", type=int, default=1, help="correct distinct samples kept per problem at most (default 1)"
+    )
+    p.add_argument(
+        "--require-tool",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="keep only samples with at least one executed tool call (default on)",
+    )
+    p.set_defaults(fn=sample_command)

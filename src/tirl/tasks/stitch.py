@@ -1,0 +1,277 @@
+"""Stitched tool trajectories from GSM8K's human solutions: each calculator annotation (`<<48/2=24>>`) becomes a
+line of Python in one `code_interpreter` call, run in the real sandbox, then the gold answer in `\\boxed{}`.
+
+"She sold 48/2 = <<48/2=24>>24 clips in May. She sold 48+24 = <<48+24=72>>72 clips altogether." becomes
+
+    clips_in_may = 48 / 2
+    clips_altogether = 48 + clips_in_may
+    print(clips_in_may, clips_altogether)
+
+Shape: ONE call holding every step, no text before it, then "The answer is \\boxed{72}." -- the fewest turns and
+tokens, which is what a 135M model learns to copy soonest (the arithmetic demo found the same); one call per step
+would multiply the turns (and the chat scaffolding) by GSM8K's 2-9 steps.
+
+Names come from the solution's words, deterministically: the words after the annotation's printed result up to
+the clause's end ("24 clips in May." -> clips_in_may), else the last words of the clause before the written
+expression ("... because 2 x 16 =" -> largest_pizzas), else step_N; stop words are trimmed from both ends,
+Python keywords and builtins get a `_value` suffix, repeats `_2`, `_3`. A literal equal to an earlier step's
+result becomes that step's name unless the number is also in the question (then it may be the question's own).
+
+Nothing is copied from the annotation into the tool output: the sandbox runs the code, and a row whose printed
+values disagree with the annotations' results (relative tolerance, so 24 and 24.0 agree) is dropped and counted,
+as are solutions without annotations, malformed ones, and those whose gold answer is none of the printed values.
+Not here: natural-language reasoning between calls (the solution's prose is dropped, names carry its meaning).
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import keyword
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tirl.chat.hermes import CODE_INTERPRETER_SCHEMA, format_tool_output, truncate_middle
+from tirl.data.benchmarks import WORDINGS, gsm8k_answer, math_prompt
+from tirl.sandbox.types import Sandbox
+from tirl.tasks.solver import code_call, run_with_progress
+
+_ANNOTATION = re.compile(r"<<([^<>]*)>>")
+_NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?|\.\d+")
+_PRINTED = re.compile(
+    r"[ \t]*\$?[ \t]*-?(?:\d[\d,]*(?:\.\d+)?|\.\d+)?[ \t]*%?"
+)  # the result as the prose prints it after `>>`
+_ALLOWED = re.compile(r"[\d.+\-*/()\s]+")
+_STOP = frozenset(
+    "a an the and or but so then that this these those he she it they we i you his her its their our my your "
+    "him them is are was were be been will would can could has have had do does did of to in on at for by with "
+    "from as because since which who there here if thus therefore means now also all still".split()
+)
+NAME_WORDS = 3  # the most words a name keeps
+DROP_REASONS = (
+    "no annotations",
+    "more steps than max_steps",
+    "malformed annotation",
+    "sandbox error",
+    "disagrees with annotation",
+    "answer not among the values",
+)
+
+
+class StitchError(ValueError):
+    """A solution that cannot become a trajectory; `reason` is one of DROP_REASONS."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class Step:
+    """One calculator step: `name = expression` in Python; `result` is the annotation's claimed value."""
+
+    name: str
+    expression: str
+    result: float
+
+
+@dataclass
+class StitchConfig:
+    max_steps: int = 0  # keep solutions with at most this many annotations (0: any number)
+    wording: str = "recipe"  # the user turn as `tirl data prepare gsm8k --wording` writes it
+    max_tool_response_chars: int = 256  # as the solver's
+    rel_tol: float = 1e-6  # printed value vs the annotation's result
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 0:
+            raise ValueError(f"max_steps must be >= 0 (0: no limit), got {self.max_steps}")
+        if self.wording not in WORDINGS:
+            raise ValueError(f"unknown wording {self.wording!r}; valid: {', '.join(WORDINGS)}")
+
+
+@dataclass
+class StitchReport:
+    kept: int = 0
+    dropped: Counter = field(default_factory=Counter)  # reason -> rows
+    steps: Counter = field(default_factory=Counter)  # steps -> kept rows
+
+    @property
+    def total(self) -> int:
+        return self.kept + sum(self.dropped.values())
+
+
+def _number(text: str) -> float:
+    return float(text.replace(",", "").replace("$", "").strip())
+
+
+def to_python(expr: str) -> ast.expr:
+    """An annotation's left side as a Python expression: 1,200 -> 1200, 20% -> (20/100), x and × -> *."""
+    e = re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", expr.strip())
+    e = re.sub(r"(\d*\.?\d+)\s*%", r"(\1/100)", e)
+    e = e.replace("×", "*").replace("÷", "/").replace("−", "-").replace("^", "**")
+    e = re.sub(r"(?<=[\d)\s])x(?=[\s\d(])", "*", e)
+    if not e or not _ALLOWED.fullmatch(e):
+        raise StitchError("malformed annotation", f"not arithmetic: {expr!r}")
+    try:
+        return ast.parse(e, mode="eval").body
+    except SyntaxError:
+        raise StitchError("malformed annotation", f"does not parse: {expr!r}") from None
+
+
+def _trim(words: list[str]) -> list[str]:
+    while words and words[0] in _STOP:
+        words = words[1:]
+    while words and words[-1] in _STOP:
+        words = words[:-1]
+    return words
+
+
+def _words(clause: str) -> list[str]:
+    return re.findall(r"[a-z]+", clause.lower().replace("'s", "").replace("’s", ""))
+
+
+def _words_after(text: str) -> list[str]:
+    rest = text[_PRINTED.match(text).end() :]
+    clause = re.split(r"[.,;:!?\n()=<]|\d", rest, maxsplit=1)[0]
+    return _trim(_words(clause)[:NAME_WORDS])
+
+
+def _words_before(text: str) -> list[str]:
+    tokens = text.split()
+    while tokens and re.fullmatch(r"[\d.,$%+\-*/x×÷=()]+", tokens[-1]):  # the written expression
+        tokens.pop()
+    clause = re.split(r"[;:!?\n()=]|[.,](?!\d)", " ".join(tokens))[-1]  # 1,200 and 0.5 do not end it
+    return _trim(_words(clause)[-NAME_WORDS:])
+
+
+def step_name(before: str, after: str, index: int, taken: set[str]) -> str:
+    """A valid, unused identifier for step `index` (1-based) from the prose around its annotation."""
+    words = _words_after(after) or _words_before(before)
+    name = "_".join(words) or f"step_{index}"
+    if keyword.iskeyword(name) or hasattr(builtins, name):
+        name += "_value"
+    base, k = name, 2
+    while name in taken:
+        name, k = f"{base}_{k}", k + 1
+    taken.add(name)
+    return name
+
+
+class _Substitute(ast.NodeTransformer):
+    """Literals equal to an earlier step's result become its name (the latest such step)."""
+
+    def __init__(self, names: dict[float, str]) -> None:
+        self.names = names
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        name = self.names.get(node.value) if isinstance(node.value, (int, float)) else None
+        return ast.Name(id=name, ctx=ast.Load()) if name else node
+
+
+def parse_solution(solution: str, question: str = "") -> list[Step]:
+    """The annotated steps of a GSM8K solution, named and with earlier results referenced by name."""
+    in_question = {_number(n) for n in _NUMBER.findall(question)}
+    steps: list[Step] = []
+    taken: set[str] = set()
+    names: dict[float, str] = {}
+    matches = list(_ANNOTATION.finditer(solution))
+    for k, m in enumerate(matches):
+        lhs, eq, rhs = m.group(1).rpartition("=")
+        if not eq:
+            raise StitchError("malformed annotation", f"no '=' in <<{m.group(1)}>>")
+        try:
+            result = _number(rhs)
+        except ValueError:
+            raise StitchError("malformed annotation", f"result is not a number: <<{m.group(1)}>>") from None
+        line_start = solution.rfind("\n", 0, m.start()) + 1
+        start = max(line_start, matches[k - 1].end() if k else 0)
+        name = step_name(solution[start : m.start()], solution[m.end() :], k + 1, taken)
+        tree = _Substitute(names).visit(to_python(lhs))
+        steps.append(Step(name, ast.unparse(tree), result))
+        if result not in in_question:
+            names[result] = name
+    return steps
+
+
+def step_code(steps: Sequence[Step]) -> str:
+    """One assignment per step, then one print of every value in order."""
+    return "\n".join(
+        [*(f"{s.name} = {s.expression}" for s in steps), f"print({', '.join(s.name for s in steps)})"]
+    )
+
+
+def _printed_values(stdout: str, n: int) -> list[float] | None:
+    parts = stdout.split()
+    try:
+        values = [float(p) for p in parts]
+    except ValueError:
+        return None
+    return values if len(values) == n else None
+
+
+def check_output(steps: Sequence[Step], result: Any, gold: str, rel_tol: float) -> None:
+    """Raise StitchError unless the sandbox printed every step's claimed result and the gold is one of them."""
+    if result.status != "ok":
+        raise StitchError("sandbox error", result.status)
+    values = _printed_values(result.stdout, len(steps))
+    if values is None:
+        raise StitchError("sandbox error", f"unexpected output {result.stdout[:80]!r}")
+    close = lambda a, b: math.isclose(a, b, rel_tol=rel_tol, abs_tol=1e-9)  # noqa: E731
+    for s, v in zip(steps, values, strict=True):
+        if not close(v, s.result):
+            raise StitchError(
+                "disagrees with annotation", f"{s.name} = {s.expression} printed {v}, not {s.result}"
+            )
+    if not any(close(v, _number(gold)) for v in values):
+        raise StitchError("answer not among the values", gold)
+
+
+def _plan(record: dict[str, Any], config: StitchConfig) -> tuple[list[Step], str]:
+    steps = parse_solution(record["answer"], record["question"])
+    if not steps:
+        raise StitchError("no annotations")
+    if config.max_steps and len(steps) > config.max_steps:
+        raise StitchError("more steps than max_steps", str(len(steps)))
+    return steps, gsm8k_answer(record["answer"])
+
+
+def _row(record: dict[str, Any], pid: str, code: str, output: str, gold: str, config: StitchConfig) -> dict:
+    msgs = [
+        {"role": "user", "content": math_prompt(record["question"], config.wording)},
+        {"role": "assistant", "content": "", "tool_calls": [code_call(code)]},
+        {"role": "tool", "content": truncate_middle(output, config.max_tool_response_chars)},
+        {"role": "assistant", "content": f"The answer is \\boxed{{{gold}}}."},
+    ]
+    return {"messages": msgs, "tools": [CODE_INTERPRETER_SCHEMA], "style": "stitched", "problem_id": pid}
+
+
+def stitch_rows(
+    records: Sequence[dict[str, Any]], ids: Sequence[str], sandbox: Sandbox, config: StitchConfig
+) -> tuple[list[dict[str, Any]], StitchReport]:
+    """SFT rows (the solver's schema plus `steps`) for the records that survive, and the counts of those that
+    did not. Every kept row's tool output is the sandbox's own."""
+    report = StitchReport()
+    planned: list[tuple[int, list[Step], str]] = []
+    for i, rec in enumerate(records):
+        try:
+            planned.append((i, *_plan(rec, config)))
+        except StitchError as e:
+            report.dropped[e.reason] += 1
+    codes = [step_code(steps) for _, steps, _ in planned]
+    results = run_with_progress(sandbox, codes, label="stitched rows")
+    rows = []
+    for (i, steps, gold), code, res in zip(planned, codes, results, strict=True):
+        try:
+            check_output(steps, res, gold, config.rel_tol)
+        except StitchError as e:
+            report.dropped[e.reason] += 1
+            continue
+        output = format_tool_output(res.stdout, res.stderr, timed_out=res.timed_out)
+        rows.append({**_row(records[i], ids[i], code, output, gold, config), "steps": len(steps)})
+        report.kept += 1
+        report.steps[len(steps)] += 1
+    return rows, report
