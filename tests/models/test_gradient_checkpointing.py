@@ -1,10 +1,15 @@
-"""model.gradient_checkpointing trades memory for recompute; the gradients must not change."""
+"""model.gradient_checkpointing trades memory for recompute; the gradients must not change.
+
+The flag is read through `tirl.train.logprobs.checkpointing`, as the trainer reads it: transformers 5.x renamed
+`is_gradient_checkpointing` to `is_activation_checkpointing` in some releases and not in others (5.17 has only the
+old name), and the test must hold on each."""
 
 import pytest
 import torch
 
 from conftest import make_model
 from tirl.models.loading import ModelConfig, enable_gradient_checkpointing, load_model
+from tirl.train.logprobs import checkpointing
 
 
 def _grads(model, ids):
@@ -20,7 +25,7 @@ def test_checkpointing_gives_the_same_gradients(tokenizer):
     plain = _grads(make_model(tokenizer, seed=3), ids)
     model = make_model(tokenizer, seed=3)
     enable_gradient_checkpointing(model)
-    assert model.is_activation_checkpointing
+    assert checkpointing(model)
     checked = _grads(model, ids)
     assert plain.keys() == checked.keys()
     for name in plain:
@@ -34,7 +39,5 @@ def test_unknown_dtype_is_refused():
 
 def test_load_model_applies_the_option(tokenizer, tmp_path):
     make_model(tokenizer, seed=1).save_pretrained(tmp_path)
-    assert load_model(
-        ModelConfig(path=str(tmp_path), gradient_checkpointing=True)
-    ).is_activation_checkpointing
-    assert not load_model(ModelConfig(path=str(tmp_path))).is_activation_checkpointing
+    assert checkpointing(load_model(ModelConfig(path=str(tmp_path), gradient_checkpointing=True)))
+    assert not checkpointing(load_model(ModelConfig(path=str(tmp_path))))
