@@ -64,8 +64,15 @@ def renderer(tokenizer) -> ChatRenderer:
     return ChatRenderer(tokenizer)
 
 
-def make_model(tokenizer, seed: int = 0):
-    cfg = TinyModelConfig(hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4, num_kv_heads=2)
+def make_model(tokenizer, seed: int = 0, max_positions: int = 1024):
+    cfg = TinyModelConfig(
+        hidden_size=64,
+        intermediate_size=128,
+        num_layers=2,
+        num_heads=4,
+        num_kv_heads=2,
+        max_positions=max_positions,
+    )
     return build_model(tokenizer, cfg, seed=seed).eval()
 
 
