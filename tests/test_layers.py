@@ -4,7 +4,7 @@ A lower layer that reaches up (directly, through a package `__init__`, or throug
 turns the layers into a tangle: the next engine, trainer or command then touches code it should not know about.
 Imports are read with `ast`, so lazy imports count; imports under `if TYPE_CHECKING:` are annotations only and do
 not. `LAYERS` is also the diagram of docs/architecture.md (a test keeps the two the same). The algorithm math has
-a stricter rule on top (STYLE.md): it imports only torch and the standard library.
+a stricter rule on top (docs/STYLE.md): it imports only torch and the standard library.
 """
 
 from __future__ import annotations
@@ -239,7 +239,7 @@ def test_allowed_upward_imports_still_exist() -> None:
 
 
 def test_external_imports_per_layer() -> None:
-    """The algorithm math imports only torch and the standard library (STYLE.md)."""
+    """The algorithm math imports only torch and the standard library (docs/STYLE.md)."""
     _, external = import_graph(SRC)
     checked = 0
     for module, names in sorted(external.items()):

@@ -1,4 +1,5 @@
-"""Small modules (STYLE.md): no source file over 500 lines, no function over 60, so a reader never gets lost."""
+"""Small modules (docs/STYLE.md): no source file over 500 lines, no function over 60, so a reader never gets
+lost."""
 
 import ast
 from pathlib import Path
