@@ -144,6 +144,21 @@ def test_import_replaces_an_existing_directory_only_when_complete(tiny_gguf, tmp
     assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
 
 
+def test_a_second_import_keeps_the_files_a_user_added(tiny_gguf, tmp_path, capsys):
+    path, _ = tiny_gguf
+    out = tmp_path / "model"
+    assert main(["model", "import", str(path), "--out", str(out)]) == 0
+    (out / "NOTES.md").write_text("my notes")
+    assert main(["model", "import", str(path), "--out", str(out)]) == 2
+    assert "NOTES.md" in capsys.readouterr().err
+    assert (out / "NOTES.md").read_text() == "my notes"
+    (out / "NOTES.md").unlink()
+    assert (
+        main(["model", "import", str(path), "--out", str(out), "--dtype", "bfloat16"]) == 0
+    )  # its own: replaced
+    assert json.loads((out / "config.json").read_text())["dtype"] == "bfloat16"
+
+
 def _corrupt(path: Path) -> Path:
     path.write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 16)  # the magic, then a truncated header
     return path

@@ -33,10 +33,12 @@ def add_model_parser(sub: argparse._SubParsersAction) -> None:
 
 def _cmd_import(args: argparse.Namespace) -> int:
     from tirl.logging import console
+    from tirl.models.export import refuse_foreign
     from tirl.models.gguf import find_smollm2_gguf, import_gguf
     from tirl.rundir import check_out
 
     check_out(args.out, "model import")  # replaced whole once complete: only an earlier import may be there
+    refuse_foreign(args.out, "model import")  # and only what that import wrote
     path = find_smollm2_gguf() if args.smollm2 else args.file
     console.print(f"importing {path} (dequantizing to {args.dtype})")
     out = import_gguf(path, args.out, dtype=args.dtype)

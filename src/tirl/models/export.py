@@ -57,11 +57,13 @@ _HF_NAMES = (
     "chat_template.jinja",
     "vocab.*",
     "merges.txt",
+    "SOURCE.txt",  # a model import's note of where it came from
 )
 
 
 def foreign_files(out_dir: str | Path) -> list[str]:
-    """Names in an earlier export at `out_dir` that the export did not write (a user's notes, an eval's output)."""
+    """Names in an earlier export (or model import) at `out_dir` that it did not write (a user's notes, an eval's
+    output)."""
     out = Path(out_dir)
     if not out.is_dir():
         return []
@@ -75,15 +77,16 @@ def foreign_files(out_dir: str | Path) -> list[str]:
     return sorted(p.name for p in out.iterdir() if not own(p.name))
 
 
-def refuse_foreign(out_dir: str | Path) -> None:
-    """Raise unless everything in `out_dir` is an earlier export's own: replacing it would delete the rest."""
+def refuse_foreign(out_dir: str | Path, command: str = "export") -> None:
+    """Raise unless everything in `out_dir` is an earlier `command`'s own (`export`, `model import`: both replace
+    their directory whole, and would delete the rest)."""
     foreign = foreign_files(out_dir)
     if foreign:
         shown = ", ".join(foreign[:5]) + (f" and {len(foreign) - 5} more" if len(foreign) > 5 else "")
         raise rundir.RunDirError(
-            f"--out {out_dir} is an earlier export that now also holds what the export did not write ({shown}); "
-            "an export replaces its directory whole and would delete them: choose another --out, or move them "
-            "out first"
+            f"--out {out_dir} is an earlier {command} that now also holds what the {command} did not write "
+            f"({shown}); `tirl {command}` replaces its directory whole and would delete them: choose another "
+            "--out, or move them out first"
         )
 
 

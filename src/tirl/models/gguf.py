@@ -100,7 +100,7 @@ def save_imported(model: Any, tokenizer: Any, out: str | Path, *, source: str = 
         model.save_pretrained(stage)
         tokenizer.save_pretrained(stage)
         (stage / "SOURCE.txt").write_text(f"imported by `tirl model import` from {source}\n")
-        rundir.mark(stage, "model import")
+        rundir.mark(stage, "model import", files=[p.name for p in stage.iterdir() if p.name != rundir.MARKER])
     return Path(out)
 
 
