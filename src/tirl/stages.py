@@ -140,6 +140,8 @@ def _resume_point(
     if restart and resume == "auto":
         raise ValueError("--restart starts over and --resume auto continues: choose one")
     ckpt = checkpoint.resolve_resume(resume, out)
+    if ckpt is not None and resume != "auto":
+        _refuse_later_checkpoints(resume, ckpt, out)
     if resume == "auto" and ckpt is None:
         console.print(f"--resume auto: no complete checkpoint in {out}; starting from step 0")
     continues = resume == "auto" or (ckpt is not None and ckpt.resolve().parent == out.resolve())
@@ -155,6 +157,18 @@ def _resume_point(
     if removed := checkpoint.clean_staging(out):
         console.print(f"removed what a killed save left in {out}: {', '.join(removed)}", soft_wrap=True)
     return ckpt, checkpoint.load_state(ckpt, identity) if ckpt else None
+
+
+def _refuse_later_checkpoints(resume: str, ckpt: Path, out: Path) -> None:
+    """Resuming `out`'s checkpoint-k while `out` holds later ones would mix two runs: a crash before the new run
+    overwrites them, and a later `--resume auto` takes the abandoned run's newest."""
+    found = [c.resolve() for c in checkpoint.complete_checkpoints(out)]
+    if ckpt.resolve() in found and (later := found[found.index(ckpt.resolve()) + 1 :]):
+        raise RunDirError(
+            f"--resume {resume}: {out} also holds later checkpoints of the run ({', '.join(c.name for c in later)}), "
+            "which a later --resume auto would take: move them out of it first, or continue the newest with "
+            "--resume auto"
+        )
 
 
 def _logger(

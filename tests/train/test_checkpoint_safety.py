@@ -294,3 +294,15 @@ def test_export_refuses_non_finite_weights(tokenizer, tmp_path):
     ):
         export_checkpoint(tmp_path / "model", tmp_path / "export")
     assert not (tmp_path / "export").exists()
+
+
+def test_resuming_an_earlier_checkpoint_beside_later_ones_is_refused(setup, tmp_path, capsys):
+    """20 (the branch case): `--resume OUT/checkpoint-2` while OUT holds checkpoint-4 would leave the abandoned
+    run's checkpoint-4 for a later `--resume auto`."""
+    out = tmp_path / "run"
+    assert _sft(setup, out) == 0
+    capsys.readouterr()
+    assert _sft(setup, out, "--resume", str(out / "checkpoint-2")) == 2
+    err = capsys.readouterr().err
+    assert "also holds later checkpoints of the run (checkpoint-4)" in err
+    assert (out / "checkpoint-4").is_dir()
