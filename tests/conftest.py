@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 import pytest
 import torch
 
@@ -74,6 +76,17 @@ def make_model(tokenizer, seed: int = 0, max_positions: int = 1024):
         max_positions=max_positions,
     )
     return build_model(tokenizer, cfg, seed=seed).eval()
+
+
+def closed_by_peer(s: socket.socket, wait_s: float) -> bool:
+    """Whether the other end closed `s` (EOF or a reset) within `wait_s`: a server dropping a connection."""
+    s.settimeout(wait_s)
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
 
 
 def make_agent(model, renderer, sandbox, max_tokens: int):

@@ -10,6 +10,7 @@ import time
 import pytest
 import torch
 
+from conftest import closed_by_peer
 from tirl.rollout.vllm_ext.tirl_weight_receiver import WeightReceiver, open_stream, read_frames
 from tirl.rollout.vllm_sync import WeightStream, end_frame, frame, policy_tensors, receiver_workers
 
@@ -140,17 +141,6 @@ def _connect(port: int, sent: bytes = b"") -> socket.socket:
     return s
 
 
-def _dropped(s: socket.socket, wait_s: float = 5.0) -> bool:
-    """Whether the trainer closed `s` (within `wait_s`)."""
-    s.settimeout(wait_s)
-    try:
-        return s.recv(1) == b""
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
-
-
 def test_idle_strangers_do_not_use_up_the_accept_window():
     """Security: 20 connections that send nothing (before the receivers), a slow-loris and two wrong tokens must not
     delay the receivers; the window is 5 s, the old serial handshake gave each stranger 10 s."""
@@ -170,7 +160,7 @@ def test_idle_strangers_do_not_use_up_the_accept_window():
     assert res.error == "" and res.loaded == [{"results": [5, 5]}]
     assert took < 4.0  # the old serial handshake needed 10 s for the first stranger alone
     try:
-        assert all(_dropped(s) for s in wrong + strangers)  # none of them is still held
+        assert all(closed_by_peer(s, 5.0) for s in wrong + strangers)  # none of them is still held
     finally:
         for s in wrong + strangers:
             s.close()
@@ -182,7 +172,7 @@ def test_a_silent_or_slow_stranger_is_dropped_at_its_own_deadline():
     seen: list[bool] = []
 
     def post(url, body, timeout_s):  # the receiver connects only once both strangers are gone
-        seen.extend([_dropped(silent), _dropped(slow)])
+        seen.extend([closed_by_peer(silent, 5.0), closed_by_peer(slow, 5.0)])
         return fake_post([FakeWorker()])(url, body, timeout_s)
 
     try:
@@ -200,7 +190,7 @@ def test_unauthenticated_connections_are_bounded():
     dropped: list[bool] = []
 
     def post(url, body, timeout_s):  # a new connection drops the oldest stranger: 6 of 10 gone, 4 held
-        dropped.extend(_dropped(s, 5.0 if i < 6 else 0.3) for i, s in enumerate(strangers))
+        dropped.extend(closed_by_peer(s, 5.0 if i < 6 else 0.3) for i, s in enumerate(strangers))
         return fake_post([FakeWorker()])(url, body, timeout_s)
 
     try:

@@ -17,6 +17,7 @@ import pytest
 from fusion_server import REPO, FusionServer
 from test_sandbox_server import EchoPool
 
+from conftest import closed_by_peer
 from tirl.config import load_config
 from tirl.run_config import TirlConfig
 from tirl.sandbox.auth import TOKEN_ENV, TokenError, is_loopback, load_token
@@ -229,16 +230,6 @@ def test_a_request_above_the_default_and_within_the_ceiling_gets_what_it_asks(
     }
 
 
-def _closed_by_peer(s: socket.socket, deadline: float) -> bool:
-    s.settimeout(max(0.1, deadline - time.monotonic()))
-    try:
-        return s.recv(1) == b""
-    except ConnectionResetError:
-        return True
-    except TimeoutError:
-        return False
-
-
 def test_connections_that_never_send_a_complete_request_are_closed(small_server: FusionServer) -> None:
     """Idle, stalled-header and stalled-body connections are closed after --read-timeout (1 s here): uvicorn's
     keep-alive timeout covers only the wait between requests. A run longer than that is not cut."""
@@ -253,7 +244,9 @@ def test_connections_that_never_send_a_complete_request_are_closed(small_server:
         slow = {"code": "import time\ntime.sleep(2)\nprint('slow')", "language": "python", "run_timeout": 3}
         assert small_server.post(slow)["run_result"]["stdout"] == "slow\n"  # 2 s on a connection: not cut
         deadline = time.monotonic() + 8
-        assert [_closed_by_peer(s, deadline) for s in socks] == [True] * len(socks)
+        assert [closed_by_peer(s, max(0.1, deadline - time.monotonic())) for s in socks] == [True] * len(
+            socks
+        )
     finally:
         for s in socks:
             s.close()
