@@ -47,7 +47,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "tirl.sandbox.cli",
         ),
     ),
-    ("demo", ("tirl.demo", "tirl.demo_smollm2", "tirl.demo_seeds", "tirl.compare")),
+    ("demo", ("tirl.demo", "tirl.demo_smollm2", "tirl.demo_compare_data", "tirl.demo_seeds", "tirl.compare")),
     ("cli", ("tirl.cli", "tirl.__main__")),
 )
 

@@ -33,12 +33,15 @@ from tirl.rundir import claim
 
 DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.yaml"
 DEMO_MODELS = {"tiny": DEMO_CONFIG, "smollm2": Path(__file__).parent / "configs" / "demo-smollm2.yaml"}
+DEMO_TASKS = {"gsm8k": Path(__file__).parent / "configs" / "demo-smollm2-gsm8k.yaml"}  # with --model smollm2
 
 
 def _config(args: argparse.Namespace):
     from tirl.run_config import TirlConfig
 
-    path = args.config or (DEMO_MODELS[args.model] if args.command == "demo" else None)
+    path = args.config
+    if args.command == "demo" and not path:
+        path = DEMO_TASKS[args.task] if args.task != "arith" else DEMO_MODELS[args.model]
     # `task=NAME` is short for `task.name=NAME` (a registered task or package.module:attribute)
     overrides = [f"task.name={o[5:]}" if o.startswith("task=") else o for o in args.overrides]
     cfg = load_config(TirlConfig, path, overrides)
@@ -56,6 +59,12 @@ def _config(args: argparse.Namespace):
 def _cmd_demo(args: argparse.Namespace) -> int:
     if args.seeds != 1 and (args.model != "tiny" or args.compare):
         print("tirl demo: --seeds runs the tiny demo only (without --compare)", file=sys.stderr)
+        return 2
+    if args.task != "arith" and args.model != "smollm2":
+        print(
+            f"tirl demo: --task {args.task} runs with --model smollm2 (the tiny model is built for arith)",
+            file=sys.stderr,
+        )
         return 2
     if args.model == "smollm2":
         from tirl.demo_smollm2 import run_smollm2_demo
@@ -201,6 +210,14 @@ def _add_demo(sub) -> None:
         default="tiny",
         help="tiny: a ~1M-parameter model built from scratch (configs/demo.yaml); smollm2: SmolLM2-135M-Instruct "
         "learns the code tool, SFT then GRPO-TCR with vLLM (configs/demo-smollm2.yaml; --compare lora adds LoRA RL)",
+    )
+    demo.add_argument(
+        "--task",
+        choices=["arith", *sorted(DEMO_TASKS)],
+        default="arith",
+        help="arith: the generated arithmetic; gsm8k (with --model smollm2): GSM8K, SFT on stitched trajectories "
+        "from the human solutions, GRPO-TCR, 200 held-out test problems x 16 samples "
+        "(configs/demo-smollm2-gsm8k.yaml; --compare data adds SFT on the model's own sampled trajectories)",
     )
 
 

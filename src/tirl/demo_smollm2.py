@@ -14,13 +14,19 @@ with its own ChatML format and Hermes tool calls (`configs/demo-smollm2.yaml`):
 `--compare lora` also trains RL with a LoRA adapter (rank 16, `LORA_LR`) from the same SFT checkpoint, seed and
 steps, and adds it to the evaluations and the analysis. Stage times go to `report.json`.
 
-Checkpoints already in OUT_DIR (`sft/model`, `rl/model`, `rl-lora/model`) are reused, so `--compare lora` after a
-run trains only the adapter; delete a directory to retrain it.
+`--task gsm8k` runs the same stages on GSM8K (`configs/demo-smollm2-gsm8k.yaml`, docs/gsm8k.md): stitched SFT
+trajectories from the human solutions, the base evaluated with `BASE_EVAL_N` samples; `--compare data` adds SFT
+on as many real trajectories sampled by the stitched-SFT model (`tirl.demo_compare_data`).
+
+Checkpoints already in OUT_DIR (`sft/model`, `rl/model`, `rl-lora/model`, ...) are reused, and so is an
+evaluation written after its model, so `--compare lora` after a run trains only the adapter; delete a directory to
+retrain it. `report.json` is rewritten after every stage.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -36,6 +42,7 @@ from tirl.run_config import TirlConfig
 from tirl.stages import run_eval, run_rl, run_sft, setup_torch
 
 LORA_RANK = 16
+BASE_EVAL_N = 4  # GSM8K: the base model has never seen the tool format and its answers run to the token limit
 LORA_LR = 1e-4  # docs/configuration.md, "Memory options and LoRA": about 10x the full-parameter rate
 
 
@@ -49,7 +56,7 @@ def ensure_smollm2(path: Path) -> Path:
     return import_gguf(find_smollm2_gguf(), path)
 
 
-def _timed(times: dict[str, float], name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
+def timed(times: dict[str, float], name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
     t0 = time.time()
     out = fn(*args, **kwargs)
     times[name] = round(time.time() - t0, 1)
@@ -57,7 +64,7 @@ def _timed(times: dict[str, float], name: str, fn: Any, *args: Any, **kwargs: An
     return out
 
 
-def _reused(path: Path, what: str) -> bool:
+def reused(path: Path, what: str) -> bool:
     if (path / "config.json").exists() or (path / "adapter_config.json").exists():
         console.print(f"[bold]{what}[/]: reusing {path} (delete it to retrain)")
         return True
@@ -70,9 +77,9 @@ def _train(cfg: TirlConfig, out: Path, rows: dict[str, Any], base: Path, compare
     models = {"base": base}
     full = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, lora=LoraConfig()))
     sft = out / "sft" / "model"
-    if not _reused(sft, "SFT"):
+    if not reused(sft, "SFT"):
         console.print(f"[bold]SFT[/] on {len(rows['sft_rows'])} tool trajectories, every weight")
-        sft = _timed(
+        sft = timed(
             times, "sft", run_sft, full, out / "sft", model_path=base, rows=rows["sft_rows"], restart=True
         )
     models["sft"] = sft
@@ -86,50 +93,86 @@ def _train(cfg: TirlConfig, out: Path, rows: dict[str, Any], base: Path, compare
         runs.append(("rl-lora", "rl-lora", lora))
     for label, sub, run_cfg in runs:
         path = out / sub / "model"
-        if not _reused(path, f"RL ({label})"):
+        if not reused(path, f"RL ({label})"):
             console.print(
                 f"[bold]RL[/] {label}: GRPO-TCR with the {run_cfg.rollout.engine} engine, {run_cfg.rl.steps} steps of "
                 f"{run_cfg.rl.prompts_per_step} prompts x {run_cfg.rl.n}, lr {run_cfg.rl.optim.lr:g}"
             )
-            path = _timed(
+            path = timed(
                 times, label, run_rl, run_cfg, out / sub, model_path=sft, rows=rows["rl_rows"], restart=True
             )
         models[label] = path
     return models
 
 
+def _earlier_times(report: Path) -> dict[str, float]:
+    """Stage seconds of the report an earlier run left in OUT_DIR (none when there is none or it is unreadable)."""
+    try:
+        seconds = json.loads(report.read_text(encoding="utf-8"))["seconds"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return {}
+    return (
+        {k: v for k, v in seconds.items() if isinstance(v, int | float)} if isinstance(seconds, dict) else {}
+    )
+
+
+def _evaluate(cfg: TirlConfig, out: Path, label: str, model: Path, rows: list[dict[str, Any]],
+              times: dict[str, float]) -> dict[str, Any]:  # fmt: skip
+    """`label`'s evaluation, reused when its summary was written after the model's files."""
+    summary = out / f"eval-{label}" / "summary.json"
+    newest = max((f.stat().st_mtime for f in Path(model).iterdir() if f.is_file()), default=0.0)
+    if summary.is_file() and summary.stat().st_mtime > newest:
+        console.print(f"[bold]eval[/] {label}: reusing {summary.parent} (delete it to re-evaluate)")
+        return json.loads(summary.read_text(encoding="utf-8"))
+    if label == "base" and cfg.task.name == "gsm8k":
+        cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, n=min(cfg.eval.n, BASE_EVAL_N)))
+    temps = cfg.eval.all_temperatures
+    console.print(f"[bold]eval[/] {label}: {len(rows)} problems x {cfg.eval.n} at T={temps}")
+    return timed(
+        times, f"eval_{label}", run_eval, cfg, out / f"eval-{label}", model_path=model, label=label, rows=rows
+    )
+
+
 def run_smollm2_demo(cfg: TirlConfig, compare: str | None = None) -> dict[str, Any]:
     """The whole run (module docstring); returns the report written to OUT_DIR/report.json."""
     from tirl.demo import demo_rows
 
-    if compare not in (None, "lora"):
-        raise ValueError(f"tirl demo --model smollm2 --compare takes 'lora', got {compare!r}")
+    if compare not in (None, "lora", "data"):
+        raise ValueError(f"tirl demo --model smollm2 --compare takes 'lora' or 'data', got {compare!r}")
     setup_torch(cfg)
     out = Path(cfg.out_dir)
     save_config(cfg, out / "config.yaml")
-    times: dict[str, float] = {}
-    base = _timed(times, "import", ensure_smollm2, Path(cfg.model.path))
-    rows = _timed(times, "data", demo_rows, cfg, out)
-    models = _train(cfg, out, rows, base, compare, times)
-    summaries = {}
-    temps = cfg.eval.all_temperatures
+    times = _earlier_times(out / "report.json")  # a reused stage keeps the time it took
+    report: dict[str, Any] = {"task": cfg.task.name, "models": {}, "summary": {}, "seconds": times}
+
+    def save() -> None:
+        atomic_write_json(out / "report.json", report)
+
+    base = timed(times, "import", ensure_smollm2, Path(cfg.model.path))
+    rows = timed(times, "data", demo_rows, cfg, out)
+    models = _train(cfg, out, rows, base, "lora" if compare == "lora" else None, times)
+    report["models"] = {k: str(v) for k, v in models.items()}
     for label, path in models.items():
-        console.print(f"[bold]eval[/] {label}: {len(rows['test_rows'])} problems x {cfg.eval.n} at T={temps}")
-        summaries[label] = _timed(
-            times, f"eval_{label}", run_eval, cfg, out / f"eval-{label}", model_path=path, label=label,
-            rows=rows["test_rows"],
-        )  # fmt: skip
-    report = {"models": {k: str(v) for k, v in models.items()}, "summary": summaries, "seconds": times}
-    atomic_write_json(out / "report.json", report)  # before the analysis: its failure must not lose this
-    print_table(summaries)
-    analysis = _timed(
-        times, "analyze", run_analyze, [out / f"eval-{m}" for m in models], out / "analysis", labels=list(models)
+        report["summary"][label] = _evaluate(cfg, out, label, path, rows["test_rows"], times)
+        save()
+    if compare == "data":
+        from tirl.demo_compare_data import Run, compare_data
+
+        compare_data(Run(cfg, out, rows, models, report, times, _evaluate, save))
+    print_table(report["summary"])
+    analysis = timed(
+        times,
+        "analyze",
+        run_analyze,
+        [out / f"eval-{m}" for m in models],
+        out / "analysis",
+        labels=list(models),
     )
     trained = [m for m in models if m != "base"]  # the pass@k question: RL against SFT, SFT the baseline
     versus_sft = run_analyze([out / f"eval-{m}" for m in trained], out / "analysis-vs-sft", labels=trained)
     report["analysis"] = str(out / "analysis" / "report.json")
     report["analysis_vs_sft"] = str(out / "analysis-vs-sft" / "report.json")
-    atomic_write_json(out / "report.json", report)
+    save()
     print_summary(analysis, out / "analysis")
     print_summary(versus_sft, out / "analysis-vs-sft")
     console.print(f"stage seconds: {times}")

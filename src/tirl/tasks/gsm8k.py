@@ -1,0 +1,109 @@
+"""`gsm8k`: GSM8K's grade-school word problems with the code tool, the real benchmark `tirl demo --task gsm8k`
+trains on (docs/gsm8k.md).
+
+Splits, all fixed by `seed` and disjoint:
+- SFT: stitched trajectories (tasks/stitch.py) of train problems, from the front of the seed-shuffled train split;
+- RL: `num_rl` train problems from the back of that order (never an SFT problem);
+- sample pool (`sample_pool`): the train problems before the RL ones, SFT problems first, for sampling real
+  end-to-end trajectories (`tirl demo --compare data`);
+- test: `num_test` problems of GSM8K's test split, seed-shuffled.
+
+`task.levels` is the difficulty knob: the numbers of calculator steps (annotations in the human solution) a
+problem may have, in every split; `[]` takes every problem. Prompts use the plain wording (a 135M model has never
+seen the recipe's tool instructions; the system prompt says how to call the tool).
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from typing import TYPE_CHECKING, Any
+
+from tirl.data.benchmarks import gsm8k_answer, gsm8k_id, gsm8k_records, math_prompt
+from tirl.tasks.stitch import StitchConfig, stitch_rows
+from tirl.tasks.task import DemoData, Task, register_task
+
+if TYPE_CHECKING:
+    from tirl.run_config import TirlConfig
+    from tirl.sandbox.types import Sandbox
+
+WORDING = "plain"
+_ANNOTATION = re.compile(r"<<[^<>]*>>")
+
+
+def calculator_steps(record: dict[str, Any]) -> int:
+    """GSM8K's own difficulty measure: the calculator annotations in the human solution."""
+    return len(_ANNOTATION.findall(record["answer"]))
+
+
+def _row(record: dict[str, Any], split: str, i: int) -> dict[str, Any]:
+    return {
+        "data_source": "gsm8k",
+        "prompt": [{"role": "user", "content": math_prompt(record["question"], WORDING)}],
+        "ability": "math",
+        "reward_model": {"ground_truth": gsm8k_answer(record["answer"]), "style": "rule"},
+        "extra_info": {"id": gsm8k_id(split, i), "steps": calculator_steps(record)},
+    }
+
+
+def _order(split: str, cfg: TirlConfig) -> list[int]:
+    """The split's indices whose step count is in `task.levels`, shuffled by seed."""
+    levels = set(cfg.task.levels)
+    records = gsm8k_records(split)
+    keep = [i for i, r in enumerate(records) if not levels or calculator_steps(r) in levels]
+    random.Random(f"gsm8k-{split}-{cfg.seed}").shuffle(keep)
+    return keep
+
+
+def _train_parts(cfg: TirlConfig) -> tuple[list[int], list[int]]:
+    """(front: SFT problems then the sample pool, back: the RL problems)."""
+    order = _order("train", cfg)
+    t = cfg.task
+    if t.num_rl + t.num_sft > len(order):
+        raise ValueError(
+            f"gsm8k: task.num_sft + task.num_rl = {t.num_sft + t.num_rl} but only {len(order)} train problems have "
+            f"{sorted(t.levels)} calculator steps (task.levels)"
+        )
+    return order[: len(order) - t.num_rl], order[len(order) - t.num_rl :]
+
+
+def gsm8k_rows(split: str, cfg: TirlConfig) -> list[dict[str, Any]]:
+    """RL problems for "train", the held-out problems for "test"."""
+    if split == "train":
+        records = gsm8k_records("train")
+        return [_row(records[i], "train", i) for i in _train_parts(cfg)[1]]
+    records = gsm8k_records("test")
+    order = _order("test", cfg)
+    if cfg.task.num_test > len(order):
+        raise ValueError(
+            f"gsm8k: task.num_test = {cfg.task.num_test} but the test split has {len(order)} problems"
+        )
+    return [_row(records[i], "test", i) for i in order[: cfg.task.num_test]]
+
+
+def sample_pool(cfg: TirlConfig) -> list[dict[str, Any]]:
+    """Train problems that are neither RL nor test problems, the SFT problems first (in order)."""
+    records = gsm8k_records("train")
+    return [_row(records[i], "train", i) for i in _train_parts(cfg)[0]]
+
+
+def gsm8k_demo_data(cfg: TirlConfig, sandbox: Sandbox) -> DemoData:
+    """The first `num_sft` stitchable problems of the front part as stitched SFT rows; RL and test rows."""
+    front, _ = _train_parts(cfg)
+    records = gsm8k_records("train")
+    config = StitchConfig(wording=WORDING, max_tool_response_chars=cfg.agent.max_tool_response_chars)
+    want = cfg.task.num_sft
+    take = front[: min(len(front), want + want // 4 + 16)]  # stitching keeps ~94%: a margin, then the rest
+    rows, _ = stitch_rows([records[i] for i in take], [gsm8k_id("train", i) for i in take], sandbox, config)
+    if len(rows) < want:
+        rest = front[len(take) :]
+        more, _ = stitch_rows(
+            [records[i] for i in rest], [gsm8k_id("train", i) for i in rest], sandbox, config
+        )
+        rows += more
+    if len(rows) < want:
+        raise ValueError(f"gsm8k: only {len(rows)} stitchable train problems, task.num_sft = {want}")
+    return DemoData(rows[:want], gsm8k_rows("train", cfg), gsm8k_rows("test", cfg))
+
+
+register_task(Task("gsm8k", rows=gsm8k_rows, demo_data=gsm8k_demo_data))
