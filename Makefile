@@ -60,7 +60,7 @@ $(VLLM_STAMP):
 
 # Hugging Face TRL for bench/trl_peer.py, the GRPOTrainer peer bench/rl_step.py times beside `tirl rl`: in its own
 # environment (a benchmark peer, never a tirl dependency), the CPU torch first so that TRL's resolver keeps it, then
-# TRL with the transformers tirl runs on. The `*` .gitignore keeps the environment out of git status. Never run by
+# TRL with the transformers tirl runs on. The `*` .gitignore keeps the environment out of git status. Never made by
 # `make bench`: bench/rl_step.py skips the peer, saying how to make it, when it is missing.
 TRL_VENV ?= .venv-trl
 TRL_STAMP := $(TRL_VENV)/.tirl-installed
@@ -109,8 +109,11 @@ lint: install
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
 
+# `make bench`: every benchmark of bench/registry.py that needs no argument (`python -m bench --list`: about two
+# hours on 2 cores); `make bench BENCH=NAME` one of them. Each writes bench/results/NAME.json, the machine inside.
+BENCH ?=
 bench: install vllm $(SMOLLM2)
-	$(PY) bench/run_all.py
+	$(PY) -m bench $(BENCH)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -1,6 +1,6 @@
 """`tirl analyze` at the demo's size: 2 models x 200 problems x 8 samples, and at a larger 500 x 64.
 
-Writes bench/results/analyze.json. Baseline in the same run: pass@k for every k and its bootstrap computed the
+Writes bench/results/analyze.json (or `--out`). Baseline in the same run: pass@k for every k and its bootstrap computed the
 straightforward way (pass_at_k per problem and k; each replicate re-indexes the problems), against the
 vectorised table and the multinomial-weights matrix product the analysis uses. Both give the same pass@k (asserted);
 the intervals differ only by resampling noise (the two draw different replicates).
@@ -8,6 +8,7 @@ the intervals differ only by resampling noise (the two draw different replicates
 
 from __future__ import annotations
 
+import argparse
 import json
 import tempfile
 import time
@@ -15,13 +16,14 @@ from pathlib import Path
 
 import numpy as np
 
+from bench.common import result_path, write_result
+from tirl.data.records import ProblemRow
 from tirl.eval.analysis import AnalysisConfig, analyze_runs
 from tirl.eval.analyze import run_analyze
 from tirl.eval.bootstrap import bootstrap_curve, resample_weights
 from tirl.eval.evaluate import SampleRecord, write_eval
 from tirl.eval.metrics import pass_at_k, pass_at_k_table
 from tirl.eval.samples import Run, Sample
-from tirl.io import atomic_write_json
 from tirl.rollout.types import ToolCallRecord, Trajectory
 
 
@@ -40,9 +42,10 @@ def synthetic_run(
                     label, f"q{i}", "bench", k, 1.0, 1.0, ok, 1.0 if ok else -1.0, ans, 1, 0, 2, 60, "answer"
                 )
             )
+            problem = ProblemRow(f"q{i}", "bench", [{"role": "user", "content": f"q{i}"}], "42")
             text = f"<tool_call>print(6 * 7)</tool_call>6 * 7 = 42 so \\boxed{{{ans}}}"
             trajs.append(Trajectory([1], [5] * 60, [1] * 40 + [0] * 10 + [1] * 10, [0.0] * 60, [text],
-                                    [ToolCallRecord(1, "print(6 * 7)", "42\n", "ok")], "answer", {"id": f"q{i}"}))  # fmt: skip
+                                    [ToolCallRecord(1, "print(6 * 7)", "42\n", "ok")], "answer", problem))  # fmt: skip
     return recs, trajs
 
 
@@ -93,7 +96,14 @@ def main() -> dict:
     return out
 
 
-if __name__ == "__main__":
+def cli(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.analyze", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(result_path("analyze")))
+    args = ap.parse_args(argv)
     res = main()
-    atomic_write_json(Path(__file__).parent / "results" / "analyze.json", res)
+    write_result(args.out, res)
     print(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    cli()

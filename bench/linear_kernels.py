@@ -2,7 +2,7 @@
 
 Kernels: PyTorch's own `F.linear` in fp32 (MKL's sgemm on a CPU build with MKL: what the trainer and the unpacked
 engine run), oneDNN's fp32 linear over a weight packed once (`torch.ops.mkldnn._reorder_linear_weight` and
-`_linear_pointwise`: the engine's fp32 path under `rollout.pack`), the same in bf16, and bf16 `F.linear` under
+`_linear_pointwise`: the engine's fp32 path under `rollout.torch.pack`), the same in bf16, and bf16 `F.linear` under
 autocast (oneDNN reordering the weight at every call). Shapes: SmolLM2-135M's projections and LM head and the demo
 model's, at the rows of a decode step (16, 64) and of a pre-fill. Each timed call reads a different copy of the
 weight (enough copies to pass 256 MB), so the weights come from memory as in a decode step, not from cache.
@@ -19,16 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
-from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-from tirl.io import atomic_write_json  # noqa: E402
-from tirl.models.precision import cpu_description  # noqa: E402
+from bench.common import result_path, write_result
 
 # (name, in_features, out_features, rows)
 SHAPES = [
@@ -122,7 +117,6 @@ def main() -> dict:
     torch.set_num_threads(threads)
     config = torch.__config__.show()
     res: dict = {
-        "machine": cpu_description() | {"gpu": None},
         "load_average_at_start": os.getloadavg()[0],
         "torch_threads": threads,
         "torch": torch.__version__,
@@ -146,10 +140,14 @@ def main() -> dict:
     return res
 
 
-if __name__ == "__main__":
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "linear_kernels.json"))
-    out = Path(ap.parse_args().out)
+def cli(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.linear_kernels", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(result_path("linear_kernels")))
+    out = ap.parse_args(argv).out
     result = main()
-    atomic_write_json(out, result)
+    write_result(out, result)
     print(json.dumps(result["square_2048_gflop_per_s"]))
+
+
+if __name__ == "__main__":
+    cli()

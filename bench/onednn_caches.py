@@ -5,7 +5,7 @@ its caches (tirl/train/allocator.py). This runs `tirl rl` (bench/rl_step.py's sh
 8 prompts x 8 rollouts x 64 tokens, the torch engine, 2 threads) for STEPS steps twice, one fresh process each:
 with tirl's bound, and with both caches set to 1,024 in the environment (a user's setting wins over tirl's), and
 writes every step's rollout and update time and the process's peak RSS so far. The same seed gives both runs the
-same prompts. Writes bench/results/onednn_caches.json.
+same prompts. Writes bench/results/onednn_caches.json, or `--out`.
 """
 
 from __future__ import annotations
@@ -19,9 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from rl_step import CONFIG, LIBRARY_DEFAULTS, ROOT, SHAPES, machine, tirl_shape
-
-from tirl.io import atomic_write_json
+from bench.common import SMOLLM2_DIR, machine, result_path, smollm2, write_result
+from bench.rl_step import CONFIG, LIBRARY_DEFAULTS, SHAPES, tirl_shape
 from tirl.train.allocator import ONEDNN_CACHE_VARS
 
 STEPS = 4
@@ -47,16 +46,12 @@ def run(model: str, name: str, env: dict[str, str], work: Path) -> dict:
     }  # fmt: skip
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=str(ROOT / "runs/smollm2-135m"))
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results" / "onednn_caches.json"))
-    args = ap.parse_args()
-    if not Path(args.model, "config.json").is_file():
-        sys.path.insert(0, str(ROOT / "src"))
-        from tirl.demo_smollm2 import ensure_smollm2
-
-        ensure_smollm2(Path(args.model))
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.onednn_caches", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=str(SMOLLM2_DIR))
+    ap.add_argument("--out", default=str(result_path("onednn_caches")))
+    args = ap.parse_args(argv)
+    smollm2(Path(args.model))
     for var in ONEDNN_CACHE_VARS:  # tirl's bound applies unless the environment sets the caches
         os.environ.pop(var, None)
     info = machine()
@@ -75,7 +70,7 @@ def main() -> None:
         "mean_steps_2_on": mean,
         "peak_rss_mb_last_step": {r["caches"]: r["steps"][-1]["perf/peak_rss_mb"] for r in rows},
     }
-    out = atomic_write_json(args.out, result)
+    out = write_result(args.out, result)
     print(f"wrote {out}")
 
 

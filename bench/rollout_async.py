@@ -10,31 +10,27 @@ Turns are scripted texts so that every loop runs the same trajectories; generati
 - `torch`: the tiny torch model really decodes 32 tokens per turn (TorchEngine, no EOS), then the scripted text is
   returned in their place: lock-step decodes all live trajectories in one batched forward per step, async one
   request per call from `concurrency` threads.
-Writes bench/results/rollout_async.json.
+Writes bench/results/rollout_async.json, or `--out`.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
 import threading
 import time
-from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from conftest import build_test_tokenizer  # noqa: E402
-from tirl.chat.hermes import tool_call_json  # noqa: E402
-from tirl.chat.template import ChatRenderer  # noqa: E402
-from tirl.io import atomic_write_json  # noqa: E402
-from tirl.models.tiny import TinyModelConfig, build_model  # noqa: E402
-from tirl.rollout.agent import AgentConfig, AgentLoop  # noqa: E402
-from tirl.rollout.async_agent import AsyncAgentLoop  # noqa: E402
-from tirl.rollout.capabilities import EngineCapabilities  # noqa: E402
-from tirl.rollout.engine import TorchEngine  # noqa: E402
-from tirl.rollout.sampling import SamplingParams  # noqa: E402
-from tirl.rollout.types import Generation  # noqa: E402
-from tirl.sandbox.types import ExecResult  # noqa: E402
+from bench.common import result_path, tiny_model, tiny_tokenizer, write_result
+from tirl.chat.hermes import tool_call_json
+from tirl.chat.template import ChatRenderer
+from tirl.rollout.agent import AgentConfig, AgentLoop
+from tirl.rollout.async_agent import AsyncAgentLoop
+from tirl.rollout.capabilities import EngineCapabilities
+from tirl.rollout.engine import TorchEngine
+from tirl.rollout.sampling import SamplingParams
+from tirl.rollout.types import Generation
+from tirl.sandbox.types import ExecResult
 
 N, TAIL, SLOW_S, FAST_S = 32, 4, 1.0, 0.05
 
@@ -100,12 +96,9 @@ def timed(loop, prompts):
 
 def main() -> dict:
     torch.set_num_threads(2)
-    tok = build_test_tokenizer()
+    tok = tiny_tokenizer()
     renderer = ChatRenderer(tok)
-    model = build_model(
-        tok,
-        TinyModelConfig(hidden_size=192, intermediate_size=576, num_layers=2, num_heads=6, num_kv_heads=6),
-    ).eval()
+    model = tiny_model(tok).eval()
     # which (trajectory, call) pairs are slow: none; the same TAIL trajectories on both calls; or TAIL calls per
     # turn spread over different trajectories (each slow at most once)
     workloads = {
@@ -115,7 +108,6 @@ def main() -> dict:
     }
     cfg = AgentConfig()
     results: dict = {
-        "machine": "2-core CPU, no GPU (shared)",
         "trajectories": N,
         "tail": TAIL,
         "tool_s": {"slow": SLOW_S, "fast": FAST_S},
@@ -141,6 +133,12 @@ def main() -> dict:
     return results
 
 
+def cli(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.rollout_async", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(result_path("rollout_async")))
+    args = ap.parse_args(argv)
+    write_result(args.out, main())
+
+
 if __name__ == "__main__":
-    out = main()
-    atomic_write_json(Path(__file__).parent / "results" / "rollout_async.json", out)
+    cli()

@@ -8,18 +8,19 @@
   (b_heavy) as (b) on the sympy snippet: the service (a_heavy) replaces;
   (c) a fresh `python -c` per run without isolation (how SandboxFusion's runner executes a snippet).
 
-Writes bench/results/sandbox.json. Latency is what the caller sees, from the call to the result.
+Writes bench/results/sandbox.json (or `--out`). Latency is what the caller sees, from the call to the result.
 
 `--compare REV[,REV...]` instead measures this checkout against git revisions (e.g. the commit before a change):
 one process per side running that side's code, one warm worker per tier, blocks of sequential runs asked of each
 side in turn (so all sides share the machine's load), reporting per run the wall time, the worker's CPU time and
 its page faults (from /proc: the zygote plus the children it reaped). On a shared machine wall time swings with
-the load and CPU time less; page faults do not. Writes bench/results/sandbox_compare.json. Usage:
-  python bench/sandbox.py [--quick] [--compare REV[,REV...] [--rounds N]]
+the load and CPU time less; page faults do not. Writes bench/results/sandbox_compare.json (or `--out`). Usage:
+  python -m bench.sandbox [--quick] [--compare REV[,REV...] [--rounds N]] [--out FILE]
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics
@@ -31,7 +32,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tirl.io import atomic_write_json
+from bench.common import ROOT, result_path, write_result
 from tirl.sandbox import LocalSandbox, SandboxConfig
 from tirl.sandbox.isolation import ENV, worker_command
 from tirl.sandbox.routing import heavy_import_pattern, needs_heavy
@@ -79,7 +80,6 @@ def main(quick: bool = False) -> dict:
     n_pool, n_fresh = int(3000 * scale), int(200 * scale)
     out: dict = {
         "snippet": CODE,
-        "machine_cpus": os.cpu_count(),
         "load_avg_before": os.getloadavg(),
         "results": {},
     }
@@ -187,7 +187,7 @@ def probe_server() -> None:
 def compare(revs: list[str], rounds: int, quick: bool) -> dict:
     """This checkout against git revisions `revs`: one probe process per side, all started at once, asked for
     blocks in turn (light, then heavy; the side that goes first rotates), so every side sees the same load."""
-    repo = Path(__file__).resolve().parents[1]
+    repo = ROOT
     runs = {"light": 40 if quick else 50, "heavy": 10 if quick else 12}
     with tempfile.TemporaryDirectory(prefix="tirl-bench-") as tmp:
         sides = {}
@@ -201,8 +201,9 @@ def compare(revs: list[str], rounds: int, quick: bool) -> dict:
         sides["this checkout"] = repo / "src"
         procs = {
             name: subprocess.Popen(
-                [sys.executable, __file__, "--probe-server"],
-                env={**os.environ, "PYTHONPATH": str(src)},
+                [sys.executable, "-m", "bench.sandbox", "--probe-server"],
+                env={**os.environ, "PYTHONPATH": str(src)},  # that side's tirl; bench/ from the cwd
+                cwd=ROOT,
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 text=True,
@@ -227,7 +228,7 @@ def compare(revs: list[str], rounds: int, quick: bool) -> dict:
             for proc in procs.values():
                 proc.stdin.close()
                 proc.wait(timeout=60)
-    out: dict = {"revisions": revs, "rounds": rounds, "runs_per_block": runs, "machine_cpus": os.cpu_count()}
+    out: dict = {"revisions": revs, "rounds": rounds, "runs_per_block": runs}
     out["load_1min_min_max"] = [min(loads), max(loads)]
     summary = out["per_run"] = {}
     for name, tiers in blocks.items():
@@ -255,16 +256,29 @@ def compare(revs: list[str], rounds: int, quick: bool) -> dict:
     return out
 
 
-if __name__ == "__main__":
-    if "--probe-server" in sys.argv:
+def cli(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(
+        prog="python -m bench.sandbox",
+        description=__doc__.splitlines()[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument("--quick", action="store_true", help="a fifth of the runs: a check, not a benchmark")
+    ap.add_argument("--compare", metavar="REV[,REV...]", help="this checkout against git revisions")
+    ap.add_argument("--rounds", type=int, default=20, help="--compare: rounds of blocks asked of each side")
+    ap.add_argument("--out", help="default bench/results/sandbox.json, with --compare sandbox_compare.json")
+    ap.add_argument("--probe-server", action="store_true", help=argparse.SUPPRESS)  # one side of --compare
+    args = ap.parse_args(argv)
+    if args.probe_server:
         probe_server()
-    elif "--compare" in sys.argv:
-        i = sys.argv.index("--compare")
-        n_rounds = int(sys.argv[sys.argv.index("--rounds") + 1]) if "--rounds" in sys.argv else 20
-        res = compare(sys.argv[i + 1].split(","), n_rounds, quick="--quick" in sys.argv)
-        atomic_write_json(Path(__file__).parent / "results" / "sandbox_compare.json", res)
+    elif args.compare:
+        res = compare(args.compare.split(","), args.rounds, quick=args.quick)
+        write_result(args.out or result_path("sandbox_compare"), res)
         print(json.dumps({k: v for k, v in res.items() if k != "blocks"}, indent=2))
     else:
-        res = main(quick="--quick" in sys.argv)
-        atomic_write_json(Path(__file__).parent / "results" / "sandbox.json", res)
+        res = main(quick=args.quick)
+        write_result(args.out or result_path("sandbox"), res)
         print(json.dumps(res, indent=2))
+
+
+if __name__ == "__main__":
+    cli()

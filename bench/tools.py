@@ -3,20 +3,19 @@
 A rollout step's code calls go to the sandbox as one batch in both cases: (a) `ToolSet.execute` with the task's
 tools (name dispatch, argument checks, output formatting and truncation, the sandbox batch); (b) the pre-tool-API
 path: `prepare_code` and one `sandbox.run_batch`, formatting and truncating each output. Same pool, same snippets
-(64 per step, alternated a/b/a/b over `--steps` steps). Writes bench/results/tools.json. Usage:
-  python bench/tools.py [--steps N]
+(64 per step, alternated a/b/a/b over `--steps` steps). Writes bench/results/tools.json, or `--out`. Usage:
+  python -m bench.tools [--steps N]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
-import sys
 import time
-from pathlib import Path
 
+from bench.common import result_path, write_result
 from tirl.chat.hermes import call_json, format_tool_output, parse_tool_calls, prepare_code, truncate_middle
-from tirl.io import atomic_write_json
 from tirl.sandbox import LocalSandbox, SandboxConfig
 from tirl.tools import CodeInterpreter, ToolSet
 
@@ -45,17 +44,24 @@ def main(steps: int) -> dict:
             times["direct"].append(time.perf_counter() - t0)
             assert a == b, "the two paths must give the model the same text"
     out = {
-        "machine": f"{os.cpu_count()} CPU cores",
         "load_average_at_start": os.getloadavg()[0],
         "calls_per_step": CALLS,
         "steps": steps,
         **{f"{k}_median_s": statistics.median(v) for k, v in times.items()},
     }
     out["tool_api_over_direct"] = out["tool_api_median_s"] / out["direct_median_s"]
-    atomic_write_json(Path(__file__).parent / "results" / "tools.json", out)
     return out
 
 
+def cli(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.tools", description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=20, help="steps of 64 calls, each path timed once per step")
+    ap.add_argument("--out", default=str(result_path("tools")))
+    args = ap.parse_args(argv)
+    out = main(args.steps)
+    write_result(args.out, out)
+    print(out)
+
+
 if __name__ == "__main__":
-    steps = int(sys.argv[sys.argv.index("--steps") + 1]) if "--steps" in sys.argv else 20
-    print(main(steps))
+    cli()

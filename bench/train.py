@@ -7,7 +7,8 @@ processes (`torchrun`, FSDP2 over gloo, each process taking half the batch). Eve
 subprocess so that its peak resident memory is its own; on 2 processes the peak is the larger rank's.
 
 Models: the demo's tiny Qwen2 (built here) and a local Hugging Face model: `--model DIR`, `TIRL_BENCH_MODEL`, or
-by default the SmolLM2-135M that bench/engines.py imports into runs/smollm2-135m (`make bench` runs it first). Writes bench/results/train.json.
+by default the SmolLM2-135M that bench/engines.py imports into runs/smollm2-135m (`make bench` runs it first). Writes
+bench/results/train.json.
 On a CPU, bf16 autocast is not a speed option (without AVX-512 BF16 or AMX, bf16 matmuls are emulated); the numbers
 say what it costs, and a variant slower than `--variant-timeout` is recorded as such rather than holding the run.
 """
@@ -25,8 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
+from bench.common import ROOT, SMOLLM2_DIR, result_path, save_tiny, write_result
 
 FP32 = "model.autocast=none"  # the default (auto) would pick bf16 where it pays
 VARIANTS: list[tuple[str, int, list[str]]] = [
@@ -49,9 +49,9 @@ def worker(args: argparse.Namespace) -> None:
     import torch
 
     from tirl.algorithms import get_policy_loss
-    from tirl.config import load_config
+    from tirl.commands.run_config import TirlConfig
+    from tirl.core.config import load_config
     from tirl.models.loading import load_policy
-    from tirl.run_config import TirlConfig
     from tirl.train import dist, fsdp
     from tirl.train.batch import TokenBatch
     from tirl.train.optim import OptimConfig, build_optimizer, clip_and_step
@@ -130,13 +130,13 @@ def run_variant(model: str, procs: int, overrides: list[str], a: argparse.Namesp
         args = ["--worker", "--model", model, "--out", str(out), "--batch", str(a.batch), "--seq", str(a.seq)]
         args += ["--steps", str(a.steps), "--micro", str(a.micro), "--threads", str(a.threads), *overrides]
         if procs == 1:
-            cmd = [sys.executable, __file__, *args]
+            cmd = [sys.executable, "-m", "bench.train", *args]
         else:
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={procs}"]
-            cmd += [__file__, *args]
+            cmd += ["-m", "bench.train", *args]
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="", TIRL_QUIET="1", PYTHONPATH=str(ROOT / "src"))
         proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                                start_new_session=True)  # fmt: skip
+                                cwd=ROOT, start_new_session=True)  # fmt: skip
         try:
             stdout, stderr = proc.communicate(timeout=a.variant_timeout)
         except subprocess.TimeoutExpired:
@@ -149,24 +149,13 @@ def run_variant(model: str, procs: int, overrides: list[str], a: argparse.Namesp
 
 
 def tiny_model(directory: Path) -> str:
-    sys.path.insert(0, str(ROOT / "tests"))
-    from conftest import build_test_tokenizer
-    from tirl.models.tiny import TinyModelConfig, build_model
-
-    tok = build_test_tokenizer()
-    model = build_model(
-        tok,
-        TinyModelConfig(hidden_size=192, intermediate_size=576, num_layers=2, num_heads=6, num_kv_heads=6),
-    )
-    model.save_pretrained(directory)
-    tok.save_pretrained(directory)
+    save_tiny(directory)
     return str(directory)
 
 
 def _imported_smollm2() -> str:
     """SmolLM2-135M as bench/engines.py imports it (`make bench` runs that first), when it is there."""
-    d = ROOT / "runs" / "smollm2-135m"
-    return str(d) if (d / "config.json").is_file() else ""
+    return str(SMOLLM2_DIR) if (SMOLLM2_DIR / "config.json").is_file() else ""
 
 
 def bench_model(name: str, model: str, a: argparse.Namespace) -> dict:
@@ -182,8 +171,8 @@ def bench_model(name: str, model: str, a: argparse.Namespace) -> dict:
     return {"model": model, "batch": a.batch, "seq": a.seq, "micro_batch_size": a.micro, "variants": rows}
 
 
-def main() -> dict:
-    p = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> dict:
+    p = argparse.ArgumentParser(prog="python -m bench.train", description=__doc__.splitlines()[0])
     p.add_argument("--worker", action="store_true")
     p.add_argument("--model", default=os.environ.get("TIRL_BENCH_MODEL", "") or _imported_smollm2())
     p.add_argument("--out", default="")
@@ -199,12 +188,11 @@ def main() -> dict:
         help="seconds per variant before it is recorded as too slow",
     )
     p.add_argument("overrides", nargs="*")
-    a = p.parse_args()
+    a = p.parse_args(argv)
     if a.worker:
         worker(a)
         return {}
     results: dict = {
-        "machine": f"{os.cpu_count()} CPU cores",
         "load_average": os.getloadavg()[0],
         "models": {},
     }
@@ -225,9 +213,6 @@ def main() -> dict:
 
 if __name__ == "__main__":
     res = main()
-    if res:
-        sys.path.insert(0, str(ROOT / "src"))
-        from tirl.io import atomic_write_json
-
-        atomic_write_json(HERE / "results" / "train.json", res)
+    if res:  # the parent, not a --worker
+        write_result(result_path("train"), res)
         print(json.dumps(res, indent=2))

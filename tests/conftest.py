@@ -9,11 +9,11 @@ import torch
 
 from tirl.chat.hermes import CODE_INTERPRETER_SCHEMA
 from tirl.chat.template import ChatRenderer, conversation_text
-from tirl.models.tiny import TinyModelConfig, build_model, train_tokenizer
+from tirl.demo.arith import generate_problems
+from tirl.demo.tiny_model import TinyModelConfig, build_model, train_tokenizer
 from tirl.rollout.agent import AgentConfig, AgentLoop
 from tirl.rollout.engine import TorchEngine
 from tirl.sandbox import LocalSandbox, SandboxConfig
-from tirl.tasks.arith import generate_problems
 
 TOOL = {"type": "function", "function": {"name": "code_interpreter", "arguments": {"code": "print(12 * 34)"}}}
 

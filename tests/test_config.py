@@ -9,8 +9,8 @@ from typing import Literal
 
 import pytest
 
-from tirl.config import ConfigError, apply_overrides, from_dict, load_config, save_config, to_dict
-from tirl.run_config import TirlConfig
+from tirl.commands.run_config import TirlConfig
+from tirl.core.config import ConfigError, apply_overrides, from_dict, load_config, save_config, to_dict
 
 
 @dataclass

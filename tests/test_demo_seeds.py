@@ -9,9 +9,9 @@ import yaml
 
 from test_demo_smoke import TOY
 from tirl.cli import main
-from tirl.config import to_dict
-from tirl.demo_seeds import crossover_k, finished, lift_interval, run_seeds, seed_config, summarize
-from tirl.run_config import TirlConfig
+from tirl.commands.run_config import TirlConfig
+from tirl.core.config import to_dict
+from tirl.demo.seeds import crossover_k, finished, lift_interval, run_seeds, seed_config, summarize
 
 
 def _entry(pass_k, maj2=0.5, tools=1.0):

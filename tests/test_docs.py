@@ -154,13 +154,17 @@ def config_keys(obj: Any, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def test_configuration_page_lists_every_key_with_its_default() -> None:
-    from tirl.run_config import TirlConfig
+def _documented(page: str) -> dict[str, dict[str, str]]:
+    """key -> default of each task's sections ("### `task...` (NAME)") and of the rest (""), from the page's rows."""
+    out: dict[str, dict[str, str]] = {}
+    for section in re.split(r"^### ", page, flags=re.M):
+        task = re.match(r"`task[\w.]*` \((\w+)\)", section)
+        rows = re.findall(r"^\| `([\w.]+)` \| `([^`]*)` \|", section, flags=re.M)
+        out.setdefault(task.group(1) if task else "", {}).update(rows)
+    return out
 
-    page = (ROOT / "docs" / "configuration.md").read_text()
-    rows = dict(re.findall(r"^\| `([\w.]+)` \| `([^`]*)` \|", page, flags=re.M))
-    keys = config_keys(TirlConfig())
-    assert len(keys) > 150
+
+def _check_rows(rows: dict[str, str], keys: dict[str, Any], where: str) -> None:
     missing = [f"| `{k}` | `{format_default(v)}` | ... |" for k, v in keys.items() if k not in rows]
     wrong = [
         f"{k}: page says {rows[k]}, default is {format_default(v)}"
@@ -168,9 +172,25 @@ def test_configuration_page_lists_every_key_with_its_default() -> None:
         if k in rows and rows[k] != format_default(v)
     ]
     stale = [k for k in rows if k not in keys]
-    assert not missing, "docs/configuration.md lacks rows for:\n" + "\n".join(missing)
-    assert not wrong, "docs/configuration.md has wrong defaults:\n" + "\n".join(wrong)
-    assert not stale, f"docs/configuration.md documents keys that do not exist: {stale}"
+    assert not missing, f"docs/configuration.md ({where}) lacks rows for:\n" + "\n".join(missing)
+    assert not wrong, f"docs/configuration.md ({where}) has wrong defaults:\n" + "\n".join(wrong)
+    assert not stale, f"docs/configuration.md ({where}) documents keys that do not exist: {stale}"
+
+
+def test_configuration_page_lists_every_key_with_its_default() -> None:
+    """Every key of every section, and each shipped task's `task.*` options in that task's own sections."""
+    from tirl.commands.run_config import TirlConfig
+    from tirl.tasks import load_task, task_names
+
+    documented = _documented((ROOT / "docs" / "configuration.md").read_text())
+    keys = {k: v for k, v in config_keys(TirlConfig()).items() if not k.startswith("task.") or k == "task.name"}
+    assert len(keys) > 120
+    _check_rows(documented.pop(""), keys | {"task.name": "arith"}, "every key")
+    for name in task_names():
+        options = load_task(name).options(name=name)
+        own = {k: v for k, v in config_keys(options, "task.").items() if k != "task.name"}
+        _check_rows(documented.pop(name, {}), own, f"task {name}")
+    assert not documented, f"sections for tasks that are not registered: {sorted(documented)}"
 
 
 def test_readme_keeps_the_quick_start() -> None:
@@ -207,7 +227,7 @@ FOREIGN_KEYS = {"trainer.validation_data_dir"}  # verl's, named where tirl reads
 
 def test_documented_overrides_are_config_keys() -> None:
     """Every dotted `key=value` in a documented command or an inline code span names a real config key."""
-    from tirl.run_config import TirlConfig
+    from tirl.commands.run_config import TirlConfig
 
     keys = config_keys(TirlConfig())
     commands = [c for page in PAGES for c in documented_commands(page.read_text())]

@@ -4,9 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from tirl.config import ConfigError, load_config, save_config
-from tirl.fidelity import ROWS, departures, get_value
-from tirl.run_config import TirlConfig
+from tirl.commands.run_config import TirlConfig
+from tirl.core.config import ConfigError, load_config, save_config
+from tirl.core.fidelity import ROWS, departures, get_value
 
 CONFIGS = Path(__file__).parents[1] / "src" / "tirl" / "configs"
 RECIPES = sorted(CONFIGS.glob("recipe-*.yaml"))
@@ -108,3 +108,14 @@ def test_docs_table_lists_every_key():
     text = DOC.read_text(encoding="utf-8")
     for row in ROWS:
         assert f"`{row.key}`" in text, row.key
+
+
+def test_recipe_changes_only_what_the_user_did_not_set(tmp_path):
+    """A key set to tirl's default on purpose (file or override) keeps it; keys left out take the recipe's."""
+    path = tmp_path / "run.yaml"
+    path.write_text("fidelity: recipe\nsandbox:\n  timeout_s: 5.0\n")
+    cfg = load_config(TirlConfig, path, ["reward.grading=verify"])
+    assert (cfg.sandbox.timeout_s, cfg.reward.grading) == (5.0, "verify")  # tirl's defaults, chosen
+    assert (cfg.sandbox.memory_mb, cfg.rl.prompt_rewrite) == (2048, "verl")  # left out: the recipe's
+    again = load_config(TirlConfig, save_config(cfg, tmp_path / "saved.yaml"))
+    assert again == cfg  # the saved config reloads to the same run

@@ -5,7 +5,7 @@ import stat
 
 import pytest
 
-from tirl.io import atomic_dir, atomic_write_text
+from tirl.core.io import atomic_dir, atomic_write_text
 
 
 @pytest.fixture
@@ -57,7 +57,7 @@ def test_a_staged_directory_that_cannot_be_renamed_into_place_is_removed(tmp_pat
 
 
 def test_check_output_path_names_what_is_in_the_way(tmp_path):
-    from tirl.io import OutputPathError, check_output_path
+    from tirl.core.io import OutputPathError, check_output_path
 
     (tmp_path / "f").write_text("")
     (tmp_path / "l").symlink_to(tmp_path / "gone")

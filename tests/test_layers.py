@@ -1,4 +1,5 @@
-"""The import layers of `src/tirl`: no module imports a module of a higher layer, not even lazily.
+"""The import layers of `src/tirl`: no module imports a module of a higher layer, not even lazily, nor one that
+stands beside it in its own layer (train and eval, rollout and tasks: neither of a pair knows the other).
 
 A lower layer that reaches up (directly, through a package `__init__`, or through an import inside a function)
 turns the layers into a tangle: the next engine, trainer or command then touches code it should not know about.
@@ -19,37 +20,36 @@ import tirl
 SRC = Path(tirl.__file__).parent
 ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 
-# Bottom to top. A module may import its own layer and the layers below it. Entries are packages or modules;
+# Bottom to top. A module may import its own entry and the layers below it. Entries are packages or modules;
 # the longest matching entry places a module, so the `tirl <command>` front ends of data/, models/ and sandbox/
-# sit with the commands rather than with their package.
+# sit with the commands rather than with their package. The entries of one layer stand side by side and do not
+# import one another (rewards scores text against a problem row and knows no trajectory; the episode driver,
+# rollout/episodes.py, scores through it; the RL trainer and the evaluator share only what lies below them, and
+# in-training validation is wired by the RL stage above both), except in the layers of MIXED_LAYERS.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    (
-        "foundation",
-        ("tirl", "tirl.algorithms", "tirl.io", "tirl.errors", "tirl.config", "tirl.logging", "tirl.progress"),
-    ),
+    ("package root", ("tirl",)),
+    ("foundation", ("tirl.core", "tirl.algorithms")),
     ("chat, sandbox, data", ("tirl.chat", "tirl.sandbox", "tirl.data")),
-    ("tools, models", ("tirl.tools", "tirl.models")),
-    ("rollout", ("tirl.rollout",)),
-    ("rewards", ("tirl.rewards",)),
-    ("tasks", ("tirl.tasks",)),
-    ("eval", ("tirl.eval",)),
-    ("train", ("tirl.train",)),
-    ("run config", ("tirl.run_config",)),
+    ("tools, models, rewards", ("tirl.tools", "tirl.models", "tirl.rewards")),
+    ("rollout, tasks", ("tirl.rollout", "tirl.tasks")),
+    ("eval, train", ("tirl.eval", "tirl.train")),
+    ("run config", ("tirl.commands.run_config",)),
     (
         "stages and commands",
         (
-            "tirl.stages",
-            "tirl.plan",
-            "tirl.tokcheck",
+            "tirl.commands",
             "tirl.data.commands",
             "tirl.data.sample",
             "tirl.models.commands",
             "tirl.sandbox.cli",
         ),
     ),
-    ("demo", ("tirl.demo", "tirl.demo_smollm2", "tirl.demo_compare_data", "tirl.demo_seeds", "tirl.compare")),
+    ("demo", ("tirl.demo",)),
     ("cli", ("tirl.cli", "tirl.__main__")),
 )
+
+# Layers whose entries may import one another: the command front ends call into each other, `__main__` runs the cli.
+MIXED_LAYERS = {"stages and commands", "cli"}
 
 # Known upward imports, each named with the change that removes it: (importing module, imported module).
 # Upward imports allowed by name (none: gather-for-export lives in train/fsdp.py, so models/ never imports train/).
@@ -135,8 +135,16 @@ def layer_of(module: str) -> int:
     return next(i for i, (_, names) in enumerate(LAYERS) if entry in names)
 
 
+def forbidden(importer: str, imported: str) -> bool:
+    """Whether `importer` may not import `imported`: a higher layer, or another entry of a side-by-side layer."""
+    a, b = layer_of(importer), layer_of(imported)
+    beside = a == b and LAYERS[a][0] not in MIXED_LAYERS and layer_entry(importer) != layer_entry(imported)
+    return b > a or beside
+
+
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    """Each module's import chains (breadth first, so the shortest) that end in a module of a higher layer."""
+    """Each module's import chains (breadth first, so the shortest) that end in a module of a higher layer or in
+    one beside it."""
     found = []
     for start in sorted(graph):
         level, parent, queue = layer_of(start), {start: ""}, deque([start])
@@ -146,13 +154,14 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
                 if target in parent:
                     continue
                 parent[target] = module
-                if layer_of(target) > level:
+                if forbidden(start, target):
                     chain = [target]
                     while chain[-1] != start:
                         chain.append(parent[chain[-1]])
+                    where = LAYERS[layer_of(target)][0]
+                    where = f"{layer_entry(target)}, beside it" if layer_of(target) == level else where
                     found.append(
-                        f"{start} ({LAYERS[level][0]}) imports {target} ({LAYERS[layer_of(target)][0]})"
-                        f" via {' -> '.join(reversed(chain))}"
+                        f"{start} ({LAYERS[level][0]}) imports {target} ({where}) via {' -> '.join(reversed(chain))}"
                     )
                 else:
                     queue.append(target)
@@ -160,12 +169,13 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
 
 
 def render_diagram() -> str:
-    """LAYERS as the text diagram of docs/architecture.md: top layer first, each importing only what is below."""
+    """LAYERS as the text diagram of docs/architecture.md: top layer first, each importing only what is below;
+    the entries of a row stand apart (`|`) or, in MIXED_LAYERS, may import one another (`,`)."""
     width = max(len(label) for label, _ in LAYERS)
     lines = []
     for label, names in reversed(LAYERS):
-        shown = ", ".join(n.removeprefix("tirl.") if n != "tirl" else "tirl/__init__" for n in names)
-        lines.append(f"{label.ljust(width)} | {shown}")
+        shown = [n.removeprefix("tirl.") if n != "tirl" else "tirl/__init__" for n in names]
+        lines.append(f"{label.ljust(width)} : {(', ' if label in MIXED_LAYERS else ' | ').join(shown)}")
     return "\n".join(lines)
 
 
@@ -182,15 +192,18 @@ def test_checker_follows_lazy_and_package_imports_and_skips_type_checking(tmp_pa
         {
             "tirl/__init__.py": "",
             "tirl/chat/__init__.py": "from tirl.chat.template import render\n",
-            "tirl/chat/template.py": "def render():\n    from ..tokcheck import check\n",
+            "tirl/chat/template.py": "def render():\n    from ..commands.tokcheck import check\n",
             "tirl/rollout/__init__.py": "",
             "tirl/rollout/agent.py": "from tirl.chat.hermes import parse\n",
             "tirl/chat/hermes.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tirl.cli import main\n",
-            "tirl/tokcheck.py": "import yaml\n",
+            "tirl/commands/tokcheck.py": "import yaml\n",
+            "tirl/train/rl.py": "def validate():\n    from tirl.eval.evaluate import evaluate\n",
+            "tirl/eval/evaluate.py": "from tirl.rewards.scoring import score\n",
+            "tirl/rewards/scoring.py": "",
         },
     )
     graph, external = import_graph(src)
-    assert graph["tirl.chat.template"] == {"tirl", "tirl.tokcheck"}  # lazy and relative
+    assert graph["tirl.chat.template"] == {"tirl", "tirl.commands.tokcheck"}  # lazy and relative
     # importing tirl.chat.hermes runs tirl/chat/__init__.py too
     assert graph["tirl.rollout.agent"] == {
         "tirl",
@@ -198,16 +211,22 @@ def test_checker_follows_lazy_and_package_imports_and_skips_type_checking(tmp_pa
         "tirl.chat.hermes",
     }
     assert graph["tirl.chat.hermes"] == set()  # TYPE_CHECKING only
-    assert external["tirl.tokcheck"] == {"yaml"}
+    assert external["tirl.commands.tokcheck"] == {"yaml"}
     found = upward_imports(graph)
     assert (
-        "tirl.chat.template (chat, sandbox, data) imports tirl.tokcheck (stages and commands) via "
-        "tirl.chat.template -> tirl.tokcheck" in found
+        "tirl.chat.template (chat, sandbox, data) imports tirl.commands.tokcheck (stages and commands) via "
+        "tirl.chat.template -> tirl.commands.tokcheck" in found
     )
     assert (
-        "tirl.rollout.agent (rollout) imports tirl.tokcheck (stages and commands) via tirl.rollout.agent -> "
-        "tirl.chat -> tirl.chat.template -> tirl.tokcheck" in found
+        "tirl.rollout.agent (rollout, tasks) imports tirl.commands.tokcheck (stages and commands) via "
+        "tirl.rollout.agent -> tirl.chat -> tirl.chat.template -> tirl.commands.tokcheck" in found
     )
+    # train and eval stand side by side: a train -> eval import fails like an upward one
+    assert (
+        "tirl.train.rl (eval, train) imports tirl.eval.evaluate (tirl.eval, beside it) via tirl.train.rl -> "
+        "tirl.eval.evaluate" in found
+    )
+    assert not [f for f in found if f.startswith("tirl.eval.evaluate ")]  # eval -> rewards is downward
 
 
 def test_every_module_has_a_layer() -> None:
@@ -221,7 +240,8 @@ def test_no_module_imports_a_higher_layer() -> None:
     graph, _ = import_graph(SRC)
     found = upward_imports(graph)
     assert not found, (
-        "a lower layer imports a higher one (see LAYERS in tests/test_layers.py):\n" + "\n".join(found)
+        "a module imports a higher layer or a package beside it (see LAYERS in tests/test_layers.py):\n"
+        + "\n".join(found)
     )
 
 
@@ -235,7 +255,7 @@ def test_allowed_upward_imports_still_exist() -> None:
             for n in imported_names(node, importer, False)
         }
         assert imported in names, f"{importer} no longer imports {imported}: remove it from ALLOWED_UPWARD"
-        assert layer_of(imported) > layer_of(importer), f"{importer} -> {imported} is not upward: remove it"
+        assert forbidden(importer, imported), f"{importer} -> {imported} is allowed anyway: remove it"
 
 
 def test_external_imports_per_layer() -> None:

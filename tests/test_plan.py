@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tirl.config import load_config
-from tirl.plan import GIB, PlanError, activation_values_per_token, plan
-from tirl.run_config import TirlConfig
+from tirl.commands.plan import GIB, PlanError, activation_values_per_token, plan
+from tirl.commands.run_config import TirlConfig
+from tirl.core.config import load_config
 
 CONFIGS = Path(__file__).resolve().parents[1] / "src" / "tirl" / "configs"
 QWEN3_4B = "qwen3-4b-instruct-2507"
@@ -234,20 +234,20 @@ def test_vllm_memory_separate_and_colocated():
     seq = 2560 + 20480
     sep = plan(
         recipe("qwen3-4b-grpo-tcr", "rollout.engine=vllm", "rollout.urls=[http://a:1,http://b:1]",
-               "rollout.vllm_kv_cache_gib=20", "rl.prompts_per_step=48", "rl.mini_batch_size=192"),
+               "rollout.vllm.kv_cache_gib=20", "rl.prompts_per_step=48", "rl.mini_batch_size=192"),
         processes=6, arch=QWEN3_4B,
     )  # fmt: skip
     assert sep.rollout_gib == pytest.approx(weights + 20)
     want = min(48 * 16 // 2, 64 * 3) * seq * kv_token / GIB  # 3 ranks share each of the 2 servers
     assert "2 vLLM server(s) on GPUs of their own beside the 6 training GPUs (8 in all)" in sep.rollout_vllm
     assert f"want {want:.2f}" in sep.rollout_vllm and sep.fits
-    col = plan(recipe("qwen3-4b-grpo-tcr", "rollout.engine=vllm", "rollout.placement=colocated"), processes=8,
+    col = plan(recipe("qwen3-4b-grpo-tcr", "rollout.engine=vllm", "rollout.vllm.placement=colocated"), processes=8,
                arch=QWEN3_4B)  # fmt: skip
     assert col.rollout_gib == pytest.approx(0.75 * 80)  # the recipe's --gpu-memory-utilization=0.75
     resident = col.weights_gib + col.gathered_gib + col.grads_gib + col.optimizer_gib + col.reserve_gib
     assert f"resident {resident:.2f} GiB: {resident + 60:.2f} GiB of 80" in col.rollout_vllm and col.fits
     tight = plan(
-        recipe("qwen3-4b-grpo-tcr", "rollout.engine=vllm", "rollout.placement=colocated", "rollout.vllm_kv_cache_gib=50"),
+        recipe("qwen3-4b-grpo-tcr", "rollout.engine=vllm", "rollout.vllm.placement=colocated", "rollout.vllm.kv_cache_gib=50"),
         processes=8, arch=QWEN3_4B, gpu_gib=64,
     )  # fmt: skip
     assert tight.total_gib < 64 and not tight.fits  # the update fits, the awake engine on top of it does not

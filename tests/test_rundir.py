@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tirl import rundir
 from tirl.cli import main
+from tirl.core import rundir
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -55,7 +55,7 @@ def test_a_run_directory_in_use_is_refused_naming_the_holder(tmp_path):
 
 
 def _holder(path: Path) -> subprocess.Popen:
-    code = "import sys; from tirl.rundir import claim\nwith claim(sys.argv[1], 'rl'):\n print('held', flush=True); sys.stdin.read()"
+    code = "import sys; from tirl.core.rundir import claim\nwith claim(sys.argv[1], 'rl'):\n print('held', flush=True); sys.stdin.read()"
     proc = subprocess.Popen(
         [sys.executable, "-c", code, str(path)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(SRC)},

@@ -151,7 +151,7 @@ def test_sft_files_pass_and_stored_ids_drift_is_caught(tmp_path, capsys):
 
 def test_stored_mask_of_the_wrong_length_is_a_divergence(renderer):
     """A loss_mask shorter or longer than its ids is a mask error, never a pass or an IndexError."""
-    from tirl.tokcheck import check_rows
+    from tirl.commands.tokcheck import check_rows
 
     ids, mask = renderer.render(sample_conversation())
     for bad in (mask[:-1], [*mask, 1]):
@@ -162,7 +162,7 @@ def test_stored_mask_of_the_wrong_length_is_a_divergence(renderer):
 
 
 def test_rollout_mask_longer_than_response_is_a_divergence(rollouts, renderer):
-    from tirl.tokcheck import check_rows
+    from tirl.commands.tokcheck import check_rows
 
     rows = [json.loads(line) for line in rollouts.read_text().splitlines()]
     rows[0]["loss_mask"] = [*rows[0]["loss_mask"], 1]

@@ -27,9 +27,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from tirl import __version__
-from tirl.config import ConfigError, load_config
-from tirl.errors import TirlError
-from tirl.rundir import claim
+from tirl.core.config import ConfigError, load_config
+from tirl.core.errors import TirlError
+from tirl.core.rundir import claim
 
 DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.yaml"
 DEMO_MODELS = {"tiny": DEMO_CONFIG, "smollm2": Path(__file__).parent / "configs" / "demo-smollm2.yaml"}
@@ -37,7 +37,7 @@ DEMO_TASKS = {"gsm8k": Path(__file__).parent / "configs" / "demo-smollm2-gsm8k.y
 
 
 def _config(args: argparse.Namespace):
-    from tirl.run_config import TirlConfig
+    from tirl.commands.run_config import TirlConfig
 
     path = args.config
     if args.command == "demo" and not path:
@@ -67,21 +67,21 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         )
         return 2
     if args.model == "smollm2":
-        from tirl.demo_smollm2 import run_smollm2_demo
+        from tirl.demo.smollm2 import run_smollm2_demo
 
         cfg = _config(args)
         with claim(cfg.out_dir, "demo"):
             run_smollm2_demo(cfg, args.compare)
         return 0
     if args.compare:
-        from tirl.compare import run_compare
+        from tirl.demo.compare import run_compare
 
         temps = [float(t) for t in args.temperatures.split(",") if t.strip()]
         cfg = _config(args)
         with claim(cfg.out_dir, "demo"):
             run_compare(cfg, args.compare, temperatures=temps)
         return 0
-    from tirl.demo import run_demo
+    from tirl.demo.tiny import run_demo
     from tirl.train.signals import StopRequested
 
     cfg = _config(args)
@@ -90,7 +90,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             if args.seeds == 1:
                 run_demo(cfg)
             else:
-                from tirl.demo_seeds import run_seeds
+                from tirl.demo.seeds import run_seeds
 
                 run_seeds(cfg, args.seeds, run_demo)
     except StopRequested as e:
@@ -100,7 +100,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_stage(args: argparse.Namespace) -> int:
-    from tirl.stages import setup_torch
+    from tirl.commands.stages import setup_torch
 
     cfg = _config(args)
     setup_torch(cfg)
@@ -110,8 +110,8 @@ def _cmd_stage(args: argparse.Namespace) -> int:
 
 
 def _run_stage(args: argparse.Namespace, cfg, out: Path) -> int:
-    from tirl.logging import console
-    from tirl.stages import run_eval, run_rl, run_sft
+    from tirl.commands.stages import run_eval, run_rl, run_sft
+    from tirl.core.logging import console
     from tirl.train.signals import EXIT_RESUMABLE, StopRequested
 
     if args.command in ("sft", "rl"):
@@ -149,7 +149,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 def _cmd_plan(args: argparse.Namespace) -> int:
     import json
 
-    from tirl.plan import plan, render
+    from tirl.commands.plan import plan, render
 
     p = plan(_config(args), stage=args.stage, processes=args.nproc, gpu_gib=args.gpu_gib, arch=args.arch)
     print(json.dumps(p.to_dict(), indent=2) if args.json else render(p))

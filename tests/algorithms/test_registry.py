@@ -112,7 +112,7 @@ def test_estimators_check_their_own_hyperparameters():
 
 
 def test_rl_config_asks_the_estimator_not_its_name():
-    from tirl.compare import objectives
+    from tirl.demo.compare import objectives
     from tirl.train.rl import RLConfig
 
     with pytest.raises(

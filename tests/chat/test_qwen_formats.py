@@ -157,9 +157,9 @@ def test_turn_by_turn_equals_whole_with_qwen_vocab(fmt, thinking, qwen3, qwen25)
 
 
 def test_chat_format_comes_from_the_config(qwen3):
-    from tirl.config import ConfigError, load_config
-    from tirl.run_config import TirlConfig
-    from tirl.stages import build_renderer
+    from tirl.commands.run_config import TirlConfig
+    from tirl.commands.stages import build_renderer
+    from tirl.core.config import ConfigError, load_config
 
     cfg = load_config(TirlConfig, None, ["chat.format=qwen3", "chat.enable_thinking=false"])
     r = build_renderer(qwen3, cfg)

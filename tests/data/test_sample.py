@@ -11,16 +11,16 @@ import torch
 from conftest import make_model
 from tirl.chat.hermes import tool_call_json
 from tirl.cli import main
+from tirl.commands.tokcheck import check_tokens_command
 from tirl.data import read_rows
 from tirl.data.records import ProblemRow
 from tirl.data.sample import SampleConfig, sample_rows, summary_path
+from tirl.demo.arith import generate_problems
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentConfig, AgentLoop
 from tirl.rollout.engine import Generation
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Origin
-from tirl.tasks.arith import generate_problems
-from tirl.tokcheck import check_tokens_command
 from tirl.train.sft import render_rows
 
 

@@ -7,14 +7,13 @@ import pytest
 
 from tirl.chat.hermes import call_json, parse_tool_calls
 from tirl.chat.template import conversation_text
-from tirl.config import load_config
+from tirl.commands.run_config import TirlConfig
+from tirl.commands.stages import build_renderer, run_rl
+from tirl.core.config import load_config
 from tirl.data.records import ProblemRow
-from tirl.models.tiny import TinyModelConfig, build_tiny
-from tirl.rewards.scoring import grade_trajectories
+from tirl.demo.tiny_model import TinyModelConfig, build_tiny
+from tirl.rewards.scoring import Response, grade_responses
 from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.types import Trajectory
-from tirl.run_config import TirlConfig
-from tirl.stages import build_renderer, run_rl
 from tirl.tasks import load_task
 
 GSM8K = "examples.gsm8k_calculator.task:task"
@@ -64,10 +63,8 @@ def test_element_task_has_two_tools_and_its_own_verifier(sandbox):
     )
     assert [o.text for o in out] == ["12.011", "36.033\n"]
     problem = ProblemRow("p", "examples/elements", [], "36.03")
-    trajs = [
-        Trajectory([1], [2], [1], [0.0], [f"\\boxed{{{a}}}"], problem=problem) for a in ("36.033", "36.1")
-    ]
-    assert [g.correct for g in grade_trajectories(trajs, RewardConfig())] == [True, False]
+    answers = [Response(f"\\boxed{{{a}}}", problem) for a in ("36.033", "36.1")]
+    assert [g.correct for g in grade_responses(answers, RewardConfig())] == [True, False]
 
 
 ADDITION = "examples.smollm2_addition.task:task"
@@ -82,8 +79,7 @@ def test_addition_task_grades_the_last_integer_and_keeps_test_problems_out_of_tr
     assert not {r["extra_info"]["id"] for r in train} & {r["extra_info"]["id"] for r in test}
     problem = ProblemRow("p", "examples/addition", [], "29")
     answers = ("14 + 15 = 29", "It is 2,9 or 29.", "14 + 15 = 28", "twenty-nine", "29 + 1 = 30")
-    trajs = [Trajectory([1], [2], [1], [0.0], [a], problem=problem) for a in answers]
-    graded = grade_trajectories(trajs, RewardConfig())
+    graded = grade_responses([Response(a, problem) for a in answers], RewardConfig())
     assert [g.correct for g in graded] == [True, True, False, False, False]
 
 
@@ -136,4 +132,4 @@ def test_a_bad_task_fails_at_start_naming_it(capsys):
     assert main(["rl", "task=nosuch"]) == 2
     err = capsys.readouterr().err
     assert "task 'examples.nope:task': cannot import 'task' from 'examples.nope'" in err
-    assert "unknown task 'nosuch'; valid: arith or package.module:attribute" in err
+    assert "unknown task 'nosuch'; valid: arith, gsm8k or package.module:attribute" in err

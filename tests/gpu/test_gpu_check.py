@@ -3,9 +3,9 @@
 Each test is a short `tirl rl` run of the vLLM tests' tiny tool-calling Qwen2 at a large learning rate (an update
 moves the log-probs by more than 0.1), so `rollout/logprob_diff_max` below the line after every step means the
 engine sampled from the updated weights:
-1. one process, model on `cuda`, a vLLM server on the same GPU, weights streamed in memory (`rollout.sync=memory`);
+1. one process, model on `cuda`, a vLLM server on the same GPU, weights streamed in memory (`rollout.vllm.sync=memory`);
 2. torchrun on two GPUs (NCCL, FSDP2) sharing one vLLM server that rank 0 starts;
-3. `rollout.placement=colocated`: vLLM inside the training process, asleep during the update (needs vLLM in the
+3. `rollout.vllm.placement=colocated`: vLLM inside the training process, asleep during the update (needs vLLM in the
    trainer's own environment: `pip install vllm` into `.venv`).
 GPU float math is not bit-equal to vLLM's (TF32 off, fp32 both sides, different kernels): LOGPROB_ATOL is 1e-2,
 ten times below the update's move.
@@ -47,7 +47,7 @@ def tiny_dir(tokenizer, renderer, tmp_path_factory) -> Path:
 def rl(model: Path, out: Path, *extra: str, nproc: int = 0) -> list[dict]:
     args = [
         "-m", "tirl", "rl", f"model.path={model}", "model.device=cuda", "rollout.engine=vllm", "rollout.dtype=float32",
-        "rollout.vllm_args=[--max-model-len=1024,--gpu-memory-utilization=0.25]", "rollout.vllm_kv_cache_gib=0",
+        "rollout.vllm.args=[--max-model-len=1024,--gpu-memory-utilization=0.25]", "rollout.vllm.kv_cache_gib=0",
         "rl.steps=3", "rl.prompts_per_step=2", "rl.n=4", "rl.mini_batch_size=8", "rl.optim.lr=5e-2",
         "task.num_rl=4", "agent.max_response_tokens=64", "agent.max_tokens_per_turn=32",
         "logging.backends=[jsonl]", *extra, "--out", str(out),
@@ -68,13 +68,13 @@ def rl(model: Path, out: Path, *extra: str, nproc: int = 0) -> list[dict]:
 
 @pytest.mark.skipif(SKIP is not None, reason=f"vLLM is not installed: {SKIP} (make vllm)")
 def test_one_process_with_a_vllm_server_synced_in_memory(tiny_dir, tmp_path):
-    rl(tiny_dir, tmp_path / "rl", "rollout.sync=memory")
+    rl(tiny_dir, tmp_path / "rl", "rollout.vllm.sync=memory")
 
 
 @pytest.mark.skipif(GPUS < 2, reason="two GPUs needed for NCCL between training processes")
 @pytest.mark.skipif(SKIP is not None, reason=f"vLLM is not installed: {SKIP} (make vllm)")
 def test_two_processes_nccl_share_one_server(tiny_dir, tmp_path):
-    rl(tiny_dir, tmp_path / "rl", "rollout.sync=memory", "dist.backend=nccl", nproc=2)
+    rl(tiny_dir, tmp_path / "rl", "rollout.vllm.sync=memory", "dist.backend=nccl", nproc=2)
 
 
 @pytest.mark.skipif(
@@ -82,4 +82,4 @@ def test_two_processes_nccl_share_one_server(tiny_dir, tmp_path):
     reason="colocated runs vLLM in the trainer's environment: pip install vllm into it",
 )
 def test_colocated_engine_sleeps_during_the_update(tiny_dir, tmp_path):
-    rl(tiny_dir, tmp_path / "rl", "rollout.placement=colocated", nproc=1)
+    rl(tiny_dir, tmp_path / "rl", "rollout.vllm.placement=colocated", nproc=1)

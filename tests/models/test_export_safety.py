@@ -7,8 +7,8 @@ import stat
 import pytest
 
 from conftest import make_model
-from tirl import rundir
 from tirl.cli import main
+from tirl.core import rundir
 from tirl.models.loading import save_checkpoint
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tirl.cli import main
-from tirl.errors import TirlError
+from tirl.core.errors import TirlError
 from tirl.models.gguf import check_gguf, find_smollm2_gguf, import_gguf, load_gguf, save_imported
 
 gguf = pytest.importorskip("gguf")

@@ -9,11 +9,11 @@ from safetensors.torch import load_file
 
 from conftest import make_model
 from tirl.cli import main
-from tirl.config import ConfigError, load_config
+from tirl.commands.run_config import TirlConfig
+from tirl.core.config import ConfigError, load_config
 from tirl.models import lora
 from tirl.models.export import export_checkpoint, export_hf
 from tirl.models.loading import ModelConfig, load_for_inference, load_model, load_policy, save_checkpoint
-from tirl.run_config import TirlConfig
 from tirl.train.logprobs import token_logprobs
 from tirl.train.reference import Reference
 

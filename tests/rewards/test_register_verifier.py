@@ -11,7 +11,7 @@ from tirl.data.records import ProblemRow
 from tirl.eval.evaluate import SampleRecord, summarize_records, write_eval
 from tirl.rewards.math import GradeResult, last_boxed
 from tirl.rewards.registry import register_verifier, route, verifier_for, verifier_name
-from tirl.rewards.scoring import grade_trajectories
+from tirl.rewards.scoring import Response, grade_responses
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.types import Trajectory
 
@@ -49,14 +49,23 @@ register_verifier(
 )
 
 
-def traj(text: str, source: str = "test/lengths") -> Trajectory:
+def answer(text: str, source: str = "test/lengths") -> Response:
+    return Response(text, ProblemRow("q0", source, [], "3 km"))
+
+
+def traj(text: str, source: str) -> Trajectory:
     return Trajectory([1], [2], [1], [0.0], [text], problem=ProblemRow("q0", source, [], "3 km"))
 
 
 def test_registered_verifier_routes_and_grades():
     assert verifier_name("TEST/lengths") == "test_length"
-    got = grade_trajectories(
-        [traj("\\boxed{3000 m}"), traj("\\boxed{2 km}"), traj("no box"), traj("slowly \\boxed{3 km}")],
+    got = grade_responses(
+        [
+            answer("\\boxed{3000 m}"),
+            answer("\\boxed{2 km}"),
+            answer("no box"),
+            answer("slowly \\boxed{3 km}"),
+        ],
         RewardConfig(),
     )
     assert [(g.correct, g.pred) for g in got[:3]] == [(True, "3000 m"), (False, "2 km"), (False, None)]

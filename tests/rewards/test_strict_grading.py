@@ -5,10 +5,9 @@ import pytest
 
 from tirl.data.records import ProblemRow
 from tirl.rewards.registry import get_verifier, graded_by
-from tirl.rewards.scoring import grade_trajectories
+from tirl.rewards.scoring import Response, grade_responses
 from tirl.rewards.shaping import RewardConfig
 from tirl.rewards.strict import grade_math_dapo, strict_answer
-from tirl.rollout.types import Trajectory
 
 CASES = [  # (response, ground truth, math-verify says, math_dapo says)
     ("so \\boxed{25}", "25", True, True),
@@ -61,14 +60,14 @@ def test_math_dapo_routes_everything_but_code_to_strict():
     assert graded_by("code", "math_dapo") == "code"
 
 
-def _traj(text: str, source: str, truth: str) -> Trajectory:
-    return Trajectory([1], [2], [1], [0.0], turn_texts=[text], problem=ProblemRow("p", source, [], truth))
+def _response(text: str, source: str, truth: str) -> Response:
+    return Response(text, ProblemRow("p", source, [], truth))
 
 
 def test_scoring_follows_reward_grading():
-    trajs = [_traj("\\boxed{025}", "aime24", "25"), _traj("\\boxed{(B)}", "gpqa_diamond", "B")]
-    lenient = grade_trajectories(trajs, RewardConfig(workers=1))
-    strict = grade_trajectories(trajs, RewardConfig(workers=1, grading="math_dapo"))
+    answers = [_response("\\boxed{025}", "aime24", "25"), _response("\\boxed{(B)}", "gpqa_diamond", "B")]
+    lenient = grade_responses(answers, RewardConfig(workers=1))
+    strict = grade_responses(answers, RewardConfig(workers=1, grading="math_dapo"))
     assert [g.correct for g in lenient] == [True, True]
     assert [g.correct for g in strict] == [False, False]
     assert [g.pred for g in strict] == ["025", "(B)"]  # the raw strings verl's maj@k votes on

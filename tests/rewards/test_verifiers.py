@@ -10,9 +10,8 @@ from tirl.rewards.batch import grade_many
 from tirl.rewards.choice import grade_choice
 from tirl.rewards.code import extract_code, grade_code, grade_code_batch
 from tirl.rewards.registry import register, verifier_name
-from tirl.rewards.scoring import score_trajectories
+from tirl.rewards.scoring import Response, score_responses
 from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.types import Trajectory
 
 
 def _humaneval_answer(row, body=None):
@@ -152,23 +151,22 @@ def test_a_pathological_expression_is_reported_as_a_timeout():
     assert fine.correct
 
 
-def _traj(text, *, data_source, ground_truth, ability=""):
-    problem = ProblemRow("p", data_source, [], ground_truth, ability)
-    return Trajectory([1], [2, 3], [1, 1], [0.0, 0.0], turn_texts=[text], problem=problem)
+def _answer(text, *, data_source, ground_truth, ability=""):
+    return Response(text, ProblemRow("p", data_source, [], ground_truth, ability), tool_calls=0, length=2)
 
 
-def test_score_trajectories_routes_each_row_and_shapes(humaneval, sandbox):
+def test_score_responses_routes_each_row_and_shapes(humaneval, sandbox):
     he = humaneval[2]
-    trajs = [
-        _traj("\\boxed{025}", data_source="aime24", ground_truth="25"),
-        _traj("\\boxed{B}", data_source="gpqa_diamond", ability="Physics", ground_truth="A"),
-        _traj(
+    answers = [
+        _answer("\\boxed{025}", data_source="aime24", ground_truth="25"),
+        _answer("\\boxed{B}", data_source="gpqa_diamond", ability="Physics", ground_truth="A"),
+        _answer(
             _humaneval_answer(he), data_source="humaneval", ground_truth=he["reward_model"]["ground_truth"]
         ),
-        _traj("no answer", data_source="humaneval", ground_truth=he["reward_model"]["ground_truth"]),
+        _answer("no answer", data_source="humaneval", ground_truth=he["reward_model"]["ground_truth"]),
     ]
     cfg = RewardConfig(tool_call_bonus=True)
-    scores = score_trajectories(trajs, cfg, max_len=100, sandbox=sandbox)
+    scores = score_responses(answers, cfg, max_len=100, sandbox=sandbox)
     assert [s.verdict for s in scores] == ["correct", "wrong", "correct", "no_answer"]
     assert [s.reward for s in scores] == [1.0, -1.0, 1.0, -1.0]  # no tool calls: the tool term adds nothing
 

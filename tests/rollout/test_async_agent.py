@@ -7,6 +7,7 @@ import time
 import torch
 
 from tirl.chat.hermes import tool_call_json
+from tirl.commands.tokcheck import check_rollout
 from tirl.data import write_rows
 from tirl.data.records import ProblemRow
 from tirl.rollout.agent import AgentConfig, AgentLoop
@@ -16,7 +17,6 @@ from tirl.rollout.engine import Generation, TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Origin
 from tirl.sandbox.types import ExecResult
-from tirl.tokcheck import check_rollout
 
 
 class ToolThenAnswer:
@@ -163,8 +163,8 @@ def test_check_tokens_cli_passes_on_async_trajectories(renderer, tokenizer, tmp_
 def test_rollout_mode_picks_the_loop(tokenizer, model, sandbox):
     import pytest
 
-    from tirl.run_config import RolloutConfig, TirlConfig
-    from tirl.stages import build_agent
+    from tirl.commands.run_config import RolloutConfig, TirlConfig
+    from tirl.commands.stages import build_agent
 
     cfg = TirlConfig()
     assert type(build_agent(model, tokenizer, cfg, sandbox)) is AgentLoop  # auto + torch engine: lock-step

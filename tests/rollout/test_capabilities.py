@@ -5,6 +5,7 @@ import dataclasses
 import pytest
 import torch
 
+from tirl.rollout import factory
 from tirl.rollout.agent import AgentLoop
 from tirl.rollout.async_agent import AsyncAgentLoop
 from tirl.rollout.capabilities import EngineCapabilities, capabilities_of
@@ -119,6 +120,7 @@ def test_real_engines_declare_what_they_do():
     )
     assert openai_caps.weight_sync == "none" and openai_caps.per_request_seeds
     assert [capabilities_for(n).name for n in ENGINES] == list(ENGINES)
+    assert set(factory._ENGINES) == set(ENGINES)  # a builder for every name the config accepts, and no other
     with pytest.raises(ValueError, match="unknown rollout.engine 'sglang'; valid: torch, vllm, openai"):
         capabilities_for("sglang")
 

@@ -4,9 +4,9 @@ import pytest
 from test_agent import call, make_loop
 
 from tirl.chat.hermes import parse_tool_calls
+from tirl.commands.tokcheck import check_rollout
 from tirl.rollout.agent import AgentConfig, turn_calls
 from tirl.rollout.sampling import SamplingParams
-from tirl.tokcheck import check_rollout
 
 BROKEN = "<tool_call>\n{not json}\n</tool_call>"
 

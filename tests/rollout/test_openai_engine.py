@@ -8,9 +8,9 @@ import json
 import httpx
 import pytest
 
+from tirl.commands.run_config import RolloutConfig, TirlConfig
 from tirl.rollout.openai_engine import EngineError, OpenAIEngine, OpenAIEngineConfig
 from tirl.rollout.sampling import SamplingParams
-from tirl.run_config import RolloutConfig, TirlConfig
 
 EOS, STOP = 2, 9
 
@@ -121,7 +121,7 @@ def test_config_errors_and_rl_refusal(tmp_path):
         RolloutConfig(engine="openai")
     with pytest.raises(EngineError, match="cannot send new weights"):
         _engine(lambda r: httpx.Response(200)).sync_weights(None)
-    from tirl.stages import run_rl
+    from tirl.commands.stages import run_rl
 
     cfg = TirlConfig(rollout=RolloutConfig(engine="openai", urls=["http://x"], model_name="m"))
     with pytest.raises(ValueError, match="cannot receive the policy's new weights"):

@@ -1,15 +1,15 @@
 """Decode over packed weights (`tirl.rollout.packed`): bf16 packs give autocast's numbers to bf16 rounding and fp32
 packs plain `F.linear`'s to float rounding, packs follow in-place weight updates, the module's own forward runs
-wherever the packed path does not apply, and `rollout.pack` decides where the engine packs."""
+wherever the packed path does not apply, and `rollout.torch.pack` decides where the engine packs."""
 
 import threading
 
 import pytest
 import torch
 
-from tirl.models.tiny import TinyModelConfig, build_model
+from tirl.demo.tiny_model import TinyModelConfig, build_model
 from tirl.rollout import packed as packed_mod
-from tirl.rollout.config import RolloutConfig
+from tirl.rollout.config import TorchEngineConfig
 from tirl.rollout.engine import TorchEngine
 from tirl.rollout.packed import MAX_ROWS, PackedLinears, packing_available
 from tirl.rollout.sampling import SamplingParams
@@ -193,7 +193,7 @@ def test_pack_auto_packs_fp32_from_512_wide_where_mkl_is_slow_and_never_a_compil
     assert _engine(model, tokenizer, compute_dtype=torch.bfloat16, compile=True).packed is None
     with pytest.raises(ValueError, match="Inductor cannot compile"):
         _engine(model, tokenizer, pack="on", compile=True)
-    with pytest.raises(ValueError, match="rollout.pack='yes'"):
+    with pytest.raises(ValueError, match="rollout.torch.pack='yes'"):
         _engine(model, tokenizer, pack="yes")
-    with pytest.raises(ValueError, match="rollout.pack must be one of"):
-        RolloutConfig(pack="always")
+    with pytest.raises(ValueError, match="rollout.torch.pack must be one of"):
+        TorchEngineConfig(pack="always")

@@ -6,10 +6,10 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from tirl.commands.run_config import RolloutConfig
 from tirl.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.timeouts import Throughput
-from tirl.run_config import RolloutConfig
 
 EOS = 2
 

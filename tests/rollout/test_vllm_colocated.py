@@ -1,4 +1,4 @@
-"""`rollout.placement: colocated`: the sleep/wake control flow with a fake vLLM backend, and the refusal on CPU.
+"""`rollout.vllm.placement: colocated`: the sleep/wake control flow with a fake vLLM backend, and the refusal on CPU.
 
 The fake backend samples with the torch engine from its own copy of the policy and records every call, so one RL
 step through the real trainer shows the order: wake, sample, sleep, update, wake the weights, load, reset the
@@ -99,15 +99,19 @@ def test_generate_outside_a_rollout_wakes_the_engine(tokenizer, renderer):
 
 
 def test_colocated_is_refused_without_a_gpu_before_loading_anything(monkeypatch, tmp_path):
-    from tirl.config import load_config
-    from tirl.run_config import TirlConfig
-    from tirl.stages import run_rl
+    from tirl.commands.run_config import TirlConfig
+    from tirl.commands.stages import run_rl
+    from tirl.core.config import load_config
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     check_placement("separate")
-    with pytest.raises(ValueError, match="rollout.placement=colocated .* this machine has no CUDA GPU"):
+    with pytest.raises(ValueError, match="rollout.vllm.placement=colocated .* this machine has no CUDA GPU"):
         check_placement("colocated")
-    overrides = ["rollout.engine=vllm", "rollout.placement=colocated", f"model.path={tmp_path / 'absent'}"]
-    with pytest.raises(ValueError, match="no CUDA GPU; use rollout.placement=separate"):
+    overrides = [
+        "rollout.engine=vllm",
+        "rollout.vllm.placement=colocated",
+        f"model.path={tmp_path / 'absent'}",
+    ]
+    with pytest.raises(ValueError, match="no CUDA GPU; use rollout.vllm.placement=separate"):
         run_rl(load_config(TirlConfig, None, overrides), tmp_path / "out")
     assert not (tmp_path / "out").exists()

@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tirl.commands.tokcheck import check_rollout
 from tirl.rollout.agent import AgentConfig, AgentLoop, stop_token_ids
 from tirl.rollout.async_agent import AsyncAgentLoop
 from tirl.rollout.engine import TorchEngine
@@ -36,7 +37,6 @@ from tirl.rollout.vllm_engine import (
     resolve_vllm_python,
     vllm_missing_reason,
 )
-from tirl.tokcheck import check_rollout
 from tirl.train.logprobs import token_logprobs
 
 LOGPROB_ATOL = 1e-4
@@ -71,7 +71,7 @@ def tool_conversation(a: int, b: int) -> list[dict]:
 
 def build_tool_model(tokenizer, renderer):
     """Tiny Qwen2 (hidden 128, 2 heads: head_dim 64) that answers QUESTION with one tool call (25 SFT steps)."""
-    from tirl.models.tiny import TinyModelConfig, build_model
+    from tirl.demo.tiny_model import TinyModelConfig, build_model
     from tirl.train.optim import OptimConfig
     from tirl.train.sft import SFTConfig, train_sft
 
@@ -243,7 +243,7 @@ def test_rl_update_then_sync_serves_the_new_policy(server, tiny, tokenizer, rend
 @needs_vllm
 @pytest.mark.slow
 def test_memory_and_disk_sync_serve_the_same_weights(server, tiny, renderer):
-    """rollout.sync=memory (streamed into the workers) and disk (a directory reload) load the same weights: the
+    """rollout.vllm.sync=memory (streamed into the workers) and disk (a directory reload) load the same weights: the
     served log-probs are equal to the bit, and both follow the policy (a perturbed copy, so a skipped sync fails)."""
     old, _ = tiny
     policy = copy.deepcopy(old)
@@ -271,7 +271,7 @@ def test_memory_and_disk_sync_serve_the_same_weights(server, tiny, renderer):
 @needs_vllm
 @pytest.mark.slow
 def test_an_idle_server_is_stopped_between_rollouts_and_answers_after(server, tiny, renderer):
-    """rollout.vllm_pause_idle: after the rollouts (`awake`) the server's processes are stopped (state T) and use no
+    """rollout.vllm.pause_idle: after the rollouts (`awake`) the server's processes are stopped (state T) and use no
     CPU; the next request continues them and gets the same answer as before."""
     from test_vllm_idle import wait_state
 
@@ -351,7 +351,7 @@ def test_cli_rl_with_the_vllm_engine(tiny, tmp_path):
     _, path = tiny
     out = tmp_path / "rl"
     args = [
-        "rl", f"model.path={path}", f"out_dir={out}", "rollout.engine=vllm", "rollout.vllm_args=[--max-model-len=1024]",
+        "rl", f"model.path={path}", f"out_dir={out}", "rollout.engine=vllm", "rollout.vllm.args=[--max-model-len=1024]",
         "rl.steps=2", "rl.prompts_per_step=2", "rl.n=4", "rl.mini_batch_size=8", "rl.optim.lr=5e-2",
         "task.num_rl=4", "agent.max_response_tokens=64", "agent.max_tokens_per_turn=32", "logging.backends=[jsonl]",
     ]  # fmt: skip
@@ -408,17 +408,18 @@ def test_vllm_python_resolution(tmp_path, monkeypatch):
     monkeypatch.setenv("TIRL_VLLM_PYTHON", str(tmp_path / "nope"))
     with pytest.raises(EngineError, match=r"\$TIRL_VLLM_PYTHON=.*nope.*not an executable"):
         resolve_vllm_python()
-    assert resolve_vllm_python(sys.executable) == sys.executable  # rollout.vllm_python wins over the variable
+    assert resolve_vllm_python(sys.executable) == sys.executable  # rollout.vllm.python wins over the variable
     monkeypatch.setenv("TIRL_VLLM_PYTHON", sys.executable)
     assert resolve_vllm_python() == sys.executable
     assert vllm_missing_reason(fake_python(tmp_path, "exit 3")) is not None
 
 
 def test_rollout_config_takes_vllm():
-    from tirl.run_config import RolloutConfig
+    from tirl.commands.run_config import RolloutConfig
+    from tirl.rollout.config import VllmConfig
 
-    assert RolloutConfig(engine="vllm", vllm_args=["--max-model-len", "2048"]).engine == "vllm"
+    assert RolloutConfig(engine="vllm", vllm=VllmConfig(args=["--max-model-len", "2048"])).engine == "vllm"
     with pytest.raises(ValueError, match="torch, vllm, openai"):
         RolloutConfig(engine="sglang")
-    with pytest.raises(ValueError, match="rollout.vllm_kv_cache_gib"):
-        RolloutConfig(engine="vllm", vllm_kv_cache_gib=-1)
+    with pytest.raises(ValueError, match="rollout.vllm.kv_cache_gib"):
+        VllmConfig(kv_cache_gib=-1)

@@ -22,11 +22,11 @@ import pytest
 import torch
 from test_vllm_engine import AGENT, LOGPROB_ATOL, build_tool_model, needs_vllm
 
+from tirl.core.rundir import MARKER
 from tirl.rollout.agent import stop_token_ids
 from tirl.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
 from tirl.rollout.vllm_pool import BUCKET_BYTES, url_share, write_streamed
 from tirl.rollout.vllm_weights import write_weights
-from tirl.rundir import MARKER
 from tirl.train import checkpoint
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -35,7 +35,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 def _args(model: Path, out: Path, steps: int, *extra: str) -> list[str]:
     return [
         "-m", "tirl", "rl", f"model.path={model}", "rollout.engine=vllm",
-        "rollout.vllm_args=[--max-model-len=1024]", "rollout.vllm_kv_cache_gib=0.25", f"rl.steps={steps}",
+        "rollout.vllm.args=[--max-model-len=1024]", "rollout.vllm.kv_cache_gib=0.25", f"rl.steps={steps}",
         "rl.prompts_per_step=2", "rl.n=4", "rl.mini_batch_size=8", "rl.optim.lr=5e-2", "rl.save_every=1",
         "task.num_rl=4", "agent.max_response_tokens=64", "agent.max_tokens_per_turn=32", "threads=1",
         "logging.backends=[jsonl]", *extra, "--out", str(out),
@@ -77,7 +77,7 @@ def tiny_dir(tokenizer, renderer, tmp_path_factory) -> Path:
 def owned_run(tiny_dir, tmp_path_factory) -> Path:
     """Three steps on two ranks with the server rank 0 starts and owns, weights streamed in memory."""
     out = tmp_path_factory.mktemp("pool-owned") / "rl"
-    rc, err = _finish(_torchrun(*_args(tiny_dir, out, 3, "rollout.sync=memory")))
+    rc, err = _finish(_torchrun(*_args(tiny_dir, out, 3, "rollout.vllm.sync=memory")))
     assert rc == 0, err[-4000:]
     return out
 
@@ -111,13 +111,13 @@ def test_two_ranks_sample_the_updated_weights_after_every_update(owned_run):
 def test_resume_after_a_kill_re_sends_the_checkpoint_weights(owned_run, tiny_dir, server, tmp_path):
     """The run as if killed after step 2 (its last checkpoint kept), resumed on two ranks against a server that
     never saw the trained weights: step 3 samples from checkpoint 2's weights, so the log-probs agree again. The
-    weights go through the directory reload here (rollout.sync=disk), so both sync paths run under torchrun."""
+    weights go through the directory reload here (rollout.vllm.sync=disk), so both sync paths run under torchrun."""
     out = tmp_path / "rl"
     out.mkdir()
     shutil.copytree(owned_run / "checkpoint-2", out / "checkpoint-2")
     shutil.copy(owned_run / MARKER, out / MARKER)  # the killed run's own directory, which --out accepts
     url = f"rollout.urls=[http://127.0.0.1:{server.port}]"
-    rc, err = _finish(_torchrun(*_args(tiny_dir, out, 3, url, "rollout.sync=disk"), "--resume", "auto"))
+    rc, err = _finish(_torchrun(*_args(tiny_dir, out, 3, url, "rollout.vllm.sync=disk"), "--resume", "auto"))
     assert rc == 0, err[-4000:]
     steps = _steps(out)
     assert len(steps) == 1 and steps[0]["rollout/logprob_diff_max"] < LOGPROB_ATOL, steps
@@ -131,7 +131,9 @@ def test_two_ranks_train_lora_and_serve_the_merged_weights(tiny_dir, server, tmp
     update the served log-probs are the LoRA policy's; the update moved them (step 0's old policy is gone)."""
     out = tmp_path / "rl"
     url = f"rollout.urls=[http://127.0.0.1:{server.port}]"
-    rc, err = _finish(_torchrun(*_args(tiny_dir, out, 3, url, "model.lora.rank=8", "rollout.sync=memory")))
+    rc, err = _finish(
+        _torchrun(*_args(tiny_dir, out, 3, url, "model.lora.rank=8", "rollout.vllm.sync=memory"))
+    )
     assert rc == 0, err[-4000:]
     steps = _steps(out)
     assert len(steps) == 3

@@ -1,4 +1,4 @@
-"""rollout.sync=memory's wire, both ends, without vLLM: the trainer's `WeightStream` and the server-side receiver
+"""rollout.vllm.sync=memory's wire, both ends, without vLLM: the trainer's `WeightStream` and the server-side receiver
 (`vllm_ext/tirl_weight_receiver.py`) on a fake worker whose `reload_weights` keeps what arrives."""
 
 from __future__ import annotations

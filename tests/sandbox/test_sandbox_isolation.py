@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tirl.config import ConfigError, from_dict
+from tirl.core.config import ConfigError, from_dict
 from tirl.sandbox import LocalSandbox, SandboxConfig, SandboxUnavailable
 from tirl.sandbox.isolation import _v2_delegates, _v2_parent, worker_command
 

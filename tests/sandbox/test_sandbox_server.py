@@ -112,8 +112,8 @@ def test_run_timeout_defaults_to_the_servers_and_is_granted_up_to_the_ceiling() 
 def test_the_servers_limits_are_validated_when_the_config_is_read() -> None:
     """A default above the ceiling, or a memory limit the worker protocol cannot carry (2**20 MB), is a config error
     naming the key: before, `sandbox.memory_mb=10000000000` started and answered 500 to every request."""
-    from tirl.config import ConfigError, load_config
-    from tirl.run_config import TirlConfig
+    from tirl.commands.run_config import TirlConfig
+    from tirl.core.config import ConfigError, load_config
 
     for override, message in (
         (

@@ -18,8 +18,8 @@ from fusion_server import REPO, FusionServer
 from test_sandbox_server import EchoPool
 
 from conftest import closed_by_peer
-from tirl.config import load_config
-from tirl.run_config import TirlConfig
+from tirl.commands.run_config import TirlConfig
+from tirl.core.config import load_config
 from tirl.sandbox.auth import TOKEN_ENV, TokenError, is_loopback, load_token
 from tirl.sandbox.client import SandboxClient
 from tirl.sandbox.config import SandboxConfig

@@ -6,15 +6,15 @@ import dataclasses
 
 import pytest
 
+from tirl.commands.run_config import TirlConfig
 from tirl.data.benchmarks import gsm8k_records
-from tirl.run_config import TaskConfig, TirlConfig
 from tirl.tasks import load_task
-from tirl.tasks.gsm8k import calculator_steps, gsm8k_demo_data, gsm8k_rows, sample_pool
+from tirl.tasks.gsm8k import GSM8KOptions, calculator_steps, gsm8k_demo_data, gsm8k_rows, sample_pool
 
 
 def _cfg(seed: int = 0, **task) -> TirlConfig:
     base = {"name": "gsm8k", "num_sft": 40, "num_rl": 30, "num_test": 25, "levels": [1, 2, 3]}
-    return dataclasses.replace(TirlConfig(), seed=seed, task=TaskConfig(**{**base, **task}))
+    return dataclasses.replace(TirlConfig(), seed=seed, task=GSM8KOptions(**{**base, **task}))
 
 
 def _ids(rows) -> set[str]:

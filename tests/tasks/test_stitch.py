@@ -5,10 +5,10 @@ import json
 import pytest
 
 from tirl.cli import main
+from tirl.commands.tokcheck import check_rows
 from tirl.data import read_rows
 from tirl.sandbox.types import ExecResult
 from tirl.tasks.stitch import StitchConfig, StitchError, parse_solution, step_code, stitch_rows, to_python
-from tirl.tokcheck import check_rows
 
 NATALIA = (
     "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"

@@ -5,11 +5,11 @@ import threading
 import time
 
 from tirl.chat.hermes import call_json, parse_tool_calls
+from tirl.commands.tokcheck import check_rows
 from tirl.rewards.shaping import tool_call_term
 from tirl.rollout.agent import AgentConfig, AgentLoop, stop_token_ids
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation
-from tirl.tokcheck import check_rows
 from tirl.tools import CodeInterpreter, ToolSet, tool
 
 

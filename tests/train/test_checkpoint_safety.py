@@ -21,8 +21,8 @@ from safetensors.torch import load_file, save_file
 
 from conftest import make_model
 from tirl.cli import main
-from tirl.logging import MetricsLogger
-from tirl.tasks.arith import generate_problems
+from tirl.core.logging import MetricsLogger
+from tirl.demo.arith import generate_problems
 from tirl.train import checkpoint, manifest
 from tirl.train.manifest import CheckpointError
 from tirl.train.optim import NonFiniteError

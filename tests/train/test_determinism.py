@@ -20,12 +20,12 @@ import pytest
 import torch
 
 from conftest import make_model
+from tirl.demo.arith import generate_problems
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentConfig, AgentLoop
 from tirl.rollout.async_agent import AsyncAgentLoop
 from tirl.rollout.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
-from tirl.tasks.arith import generate_problems
 from tirl.train import checkpoint, memory
 from tirl.train.optim import OptimConfig
 from tirl.train.rl import RLConfig, RLTrainer

@@ -22,11 +22,11 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import make_model
-from tirl.config import load_config
+from tirl.commands.run_config import TirlConfig
+from tirl.commands.stages import run_rl
+from tirl.core.config import load_config
+from tirl.demo.arith import generate_problems
 from tirl.models.loading import ModelConfig, load_model
-from tirl.run_config import TirlConfig
-from tirl.stages import run_rl
-from tirl.tasks.arith import generate_problems
 from tirl.train import checkpoint
 from tirl.train.dist import DistConfig, resolve_backend
 from tirl.train.optim import build_optimizer

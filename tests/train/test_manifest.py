@@ -143,7 +143,7 @@ def test_data_fingerprint_sees_content_and_order():
 def test_the_commands_refuse_the_other_stages_checkpoint_and_changed_data(model, tokenizer, tmp_path, capsys):
     from conftest import sample_conversation
     from tirl.cli import main
-    from tirl.tasks.arith import generate_problems
+    from tirl.demo.arith import generate_problems
 
     rl_data, sft_data = tmp_path / "rl.jsonl", tmp_path / "sft.jsonl"
     rows = [p.to_row() for p in generate_problems(8, seed=3)]

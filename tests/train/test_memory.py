@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from conftest import make_model
-from tirl.padding import least_padding_split
+from tirl.core.padding import least_padding_split
 from tirl.train import memory
 from tirl.train.batch import micro_batches, micro_batches_by_length
 from tirl.train.logprobs import token_logprobs
@@ -151,9 +151,9 @@ def test_demo_sft_batches_lose_little_to_padding():
 
 @pytest.mark.parametrize("autocast", ["none", "bfloat16"])
 def test_plan_reports_the_budget_the_trainer_uses(tokenizer, tmp_path, monkeypatch, autocast):
+    from tirl.commands.plan import plan
+    from tirl.commands.run_config import TirlConfig
     from tirl.models.loading import ModelConfig
-    from tirl.plan import plan
-    from tirl.run_config import TirlConfig
 
     monkeypatch.setattr(memory, "cpu_memory_bytes", lambda: 64 * GIB)
     model = make_model(tokenizer)

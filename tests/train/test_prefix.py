@@ -8,7 +8,7 @@ import torch
 
 from conftest import make_model
 from tirl.algorithms import get_policy_loss
-from tirl.padding import shared_prefix_parts
+from tirl.core.padding import shared_prefix_parts
 from tirl.train.batch import collate
 from tirl.train.logprobs import shares_prefixes, token_logprobs
 from tirl.train.prefix import _expand, _rows, plan_shared_prefixes

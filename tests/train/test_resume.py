@@ -18,7 +18,7 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import make_model
-from tirl.tasks.arith import generate_problems
+from tirl.demo.arith import generate_problems
 from tirl.train import checkpoint
 
 SRC = Path(__file__).resolve().parents[2] / "src"

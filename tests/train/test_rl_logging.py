@@ -6,7 +6,7 @@ import pytest
 
 from conftest import make_model
 from tirl.cli import main
-from tirl.tasks.arith import generate_problems
+from tirl.demo.arith import generate_problems
 
 
 @pytest.mark.slow
@@ -102,7 +102,7 @@ def wandb_history(path):
 
 def test_a_resumed_logger_continues_the_same_wandb_run_and_drops_later_lines(tmp_path, monkeypatch):
     pytest.importorskip("wandb")
-    from tirl.logging import MetricsLogger
+    from tirl.core.logging import MetricsLogger
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")

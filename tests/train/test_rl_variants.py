@@ -3,7 +3,7 @@
 import torch
 
 from conftest import make_agent, make_model
-from tirl.rewards.scoring import TrajectoryScore
+from tirl.rewards.scoring import Score
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Origin
@@ -50,7 +50,7 @@ def _scripted_rollout(trainer, rewards_by_round, stop_reason="answer"):
         trajs = trainer.agent.run(prompts, SamplingParams(), origins=origins, generator=trainer.gen)
         for t in trajs:
             t.stop_reason = stop_reason
-        return trajs, [TrajectoryScore(r, r > 0, None) for r in rewards]
+        return trajs, [Score(r, r > 0, None) for r in rewards]
 
     trainer._rollout = rollout
 

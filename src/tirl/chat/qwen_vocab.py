@@ -93,7 +93,7 @@ def qwen_tokenizer(version: str = "qwen3") -> Any:
     if cache.is_file():
         backend = Tokenizer.from_file(str(cache))
     else:
-        from tirl.io import atomic_write_text
+        from tirl.core.io import atomic_write_text
 
         backend = _build_backend(vocab_file(), specials)
         atomic_write_text(cache, backend.to_str())

@@ -11,9 +11,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from tirl.core.io import atomic_write_bytes, atomic_write_jsonl
 from tirl.data.readers import SUFFIXES, ReadReport, iter_rows, read_dataset
 from tirl.data.schema import RowError, SchemaError, validate_rl_row, validate_sft_row
-from tirl.io import atomic_write_bytes, atomic_write_jsonl
 
 
 def read_rows(path: str | Path, *, kind: str = "auto") -> list[dict[str, Any]]:

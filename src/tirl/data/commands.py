@@ -23,9 +23,9 @@ def prepare_command(
     split: str = "test",
 ) -> int:
     """Write benchmark `name` to `out`; an existing `out` (a run's data/rl.jsonl, say) is replaced only if `force`."""
+    from tirl.core.io import check_output_file
+    from tirl.core.logging import console
     from tirl.data import write_rows
-    from tirl.io import check_output_file
-    from tirl.logging import console
 
     check_output_file(out, force=force)
     rows = prepare(name, wording=wording, source=source, split=split)
@@ -46,10 +46,10 @@ def stitch_command(
     """Stitched SFT trajectories from GSM8K's annotated solutions (tasks/stitch.py); 1 if no row survives."""
     import time
 
+    from tirl.core.io import check_output_file
+    from tirl.core.logging import console
     from tirl.data import write_rows
     from tirl.data.benchmarks import gsm8k_id, gsm8k_records
-    from tirl.io import check_output_file
-    from tirl.logging import console
     from tirl.sandbox import SandboxConfig, build_sandbox
     from tirl.tasks.stitch import StitchConfig, stitch_rows
 
@@ -106,7 +106,7 @@ def build_inspect_renderer(model: str | None, fmt: str) -> Any:
 
 def inspect_command(file: str, *, model: str | None = None, fmt: str = "qwen3", example: int = 0) -> int:
     """Schema, rows per data_source, one rendered example with its token count, invalid rows. 1 if any invalid."""
-    from tirl.logging import console
+    from tirl.core.logging import console
 
     def say(*args: Any, **kw: Any) -> None:
         console.print(*args, soft_wrap=True, **kw)
@@ -163,7 +163,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_tokens(args: argparse.Namespace) -> int:
-    from tirl.tokcheck import check_tokens_command
+    from tirl.commands.tokcheck import check_tokens_command
 
     return check_tokens_command(
         args.file,

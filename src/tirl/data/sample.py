@@ -24,9 +24,9 @@ import torch
 
 from tirl.chat.hermes import TOOL_CALL_START, parse_tool_calls
 from tirl.chat.template import IM_END, ChatRenderer, assistant_body
+from tirl.commands.tokcheck import Divergence, first_divergence
 from tirl.data.records import ProblemRow, problem_rows
 from tirl.rollout.types import Trajectory
-from tirl.tokcheck import Divergence, first_divergence
 
 SHOWN_FAILURES = 5
 
@@ -178,9 +178,8 @@ def sample_rows(
     batch_problems: int = 32,
 ) -> tuple[list[dict[str, Any]], SampleStats]:
     """n samples per problem through `agent`, `batch_problems` problems at a time; (kept rows, stats)."""
-    from tirl.eval.evaluate import check_prompt_lengths, model_positions
-    from tirl.progress import progress
-    from tirl.rewards.rollouts import rollout_and_score
+    from tirl.core.progress import progress
+    from tirl.rollout.episodes import check_prompt_lengths, model_positions, rollout_and_score
 
     problems = problem_rows(rows)
     check_prompt_lengths(problems, agent, model_positions(agent), what="sample")
@@ -206,13 +205,13 @@ def summary_path(out: str | Path) -> Path:
 
 def sample_command(args: argparse.Namespace) -> int:
     """`tirl data sample`: load the config, sample, write the rows and the summary (token-check drops in red)."""
-    from tirl.config import load_config
+    from tirl.commands.run_config import TirlConfig
+    from tirl.commands.stages import eval_reward, inference_agent, setup_torch, task_rows
+    from tirl.core.config import load_config
+    from tirl.core.io import atomic_write_json, check_output_file
+    from tirl.core.logging import console
     from tirl.data import read_rows, write_rows
-    from tirl.io import atomic_write_json, check_output_file
-    from tirl.logging import console
     from tirl.rollout.sampling import SamplingParams
-    from tirl.run_config import TirlConfig
-    from tirl.stages import eval_reward, inference_agent, setup_torch, task_rows
 
     out = check_output_file(args.out, force=args.force)
     cfg = load_config(TirlConfig, args.config, args.overrides)

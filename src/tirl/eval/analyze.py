@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tirl.io import atomic_write_json, atomic_write_text
+from tirl.core.io import atomic_write_json, atomic_write_text
 
 if (
     TYPE_CHECKING
@@ -105,7 +105,7 @@ def main_analyze(args) -> int:
 
 def print_summary(report: dict, out: Path) -> None:
     """The findings and where the report is, on the console."""
-    from tirl.logging import console
+    from tirl.core.logging import console
 
     for line in report["findings"]:
         console.print(line, markup=False)

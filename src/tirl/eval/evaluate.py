@@ -18,15 +18,15 @@ from typing import Any
 
 import torch
 
+from tirl.core.io import atomic_write_json, atomic_write_jsonl
+from tirl.core.progress import progress
 from tirl.data.records import ProblemRow, problem_rows
 from tirl.eval.answers import canonical_answers
 from tirl.eval.metrics import default_ks, summarize
 from tirl.eval.verl_metrics import bootstrap_summary
-from tirl.io import atomic_write_json, atomic_write_jsonl
-from tirl.progress import progress
-from tirl.rewards.rollouts import rollout_and_score
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentLoop
+from tirl.rollout.episodes import check_prompt_lengths, model_positions, rollout_and_score
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.toolstats import tool_stats
 from tirl.rollout.types import Trajectory
@@ -115,38 +115,6 @@ def evaluate(
         records += recs
         trajs += out
     return records, trajs
-
-
-def model_positions(agent: AgentLoop) -> int:
-    """The positions the agent's in-process model holds (max_position_embeddings); 0 when the engine has no model
-    of its own to ask (a server, which checks its own context length)."""
-    config = getattr(getattr(agent.engine, "model", None), "config", None)
-    return int(getattr(config, "max_position_embeddings", 0) or 0)
-
-
-def check_prompt_lengths(
-    rows: Sequence[ProblemRow], agent: AgentLoop, max_positions: int, *, what: str = "eval"
-) -> None:
-    """Raise, naming the first of `what`'s rows and its length, if a rendered prompt plus the response budget
-    exceeds `max_positions` (0: no limit known). A prompt past them would otherwise run for minutes on gigabytes.
-    RL checks its rows with it too, after dropping those over agent.max_prompt_tokens."""
-    if not max_positions:
-        return
-    budget = agent.config.max_response_tokens
-    over = [
-        (i, r, n)
-        for i, r in enumerate(rows)
-        if (n := len(agent.renderer.prompt_ids(r.prompt))) + budget > max_positions
-    ]
-    if over:
-        i, row, n = over[0]
-        more = f"; {len(over) - 1} more rows are too long" if len(over) > 1 else ""
-        raise ValueError(
-            f"{what} row {i + 1} ({row.data_source} problem {row.problem_id}) has a {n}-token prompt: with "
-            f"agent.max_response_tokens={budget} it can reach {n + budget} tokens, past the model's "
-            f"{max_positions} positions (max_position_embeddings); shorten or drop the row, or lower "
-            f"agent.max_response_tokens{more}"
-        )
 
 
 def _evaluate_at(

@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from tirl.io import atomic_write_bytes
+from tirl.core.io import atomic_write_bytes
 
 
 def _slug(text: str) -> str:

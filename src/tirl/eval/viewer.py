@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from tirl.core.io import atomic_write_text
 from tirl.eval.samples import Run, Sample
-from tirl.io import atomic_write_text
 
 _TOOL_RESPONSE = re.compile(r"(<tool_response>.*?(?:</tool_response>|$))", re.S)
 DATA_DIR = "trajectories-data"

@@ -32,10 +32,10 @@ def add_model_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
-    from tirl.logging import console
+    from tirl.core.logging import console
+    from tirl.core.rundir import check_out
     from tirl.models.export import refuse_foreign
     from tirl.models.gguf import find_smollm2_gguf, import_gguf
-    from tirl.rundir import check_out
 
     check_out(args.out, "model import")  # replaced whole once complete: only an earlier import may be there
     refuse_foreign(args.out, "model import")  # and only what that import wrote

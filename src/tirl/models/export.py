@@ -4,7 +4,7 @@
 or not at all. A LoRA model is written merged (base + scale * B A per adapted layer), computed into new tensors
 so the live model, and its frozen base that serves as the KL reference, are left exactly as they were.
 `export_checkpoint` does the same from a directory on disk (`tirl export CHECKPOINT --out DIR`): DIR is written
-beside itself and renamed into place, and it must be new, empty or an earlier export (`tirl.rundir`), never a
+beside itself and renamed into place, and it must be new, empty or an earlier export (`tirl.core.rundir`), never a
 directory holding the checkpoint or anything else, since a finished export replaces it whole. An earlier export
 is replaced only while it holds nothing but the files that export wrote (listed in its marker): notes or an eval
 added there since are named and the export is refused, before the model loads and again just before the rename.
@@ -23,14 +23,14 @@ from typing import Any
 
 import torch
 
-from tirl import rundir
-from tirl.io import atomic_dir
+from tirl.core import rundir
+from tirl.core.io import atomic_dir
 from tirl.models import lora
 
 
 def export_hf(model: torch.nn.Module, tokenizer: Any, out_dir: str | Path, *, command: str = "") -> Path:
     """Write the whole `model` (merged if it carries a LoRA adapter) and `tokenizer` as a plain HF directory at
-    `out_dir`, marked as `command`'s output when given (`tirl.rundir`)."""
+    `out_dir`, marked as `command`'s output when given (`tirl.core.rundir`)."""
     with atomic_dir(out_dir) as stage:
         if lora.is_lora(model):
             base = model.get_base_model()

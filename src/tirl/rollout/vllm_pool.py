@@ -7,7 +7,7 @@ world-th server from its own index; with fewer, server `rank % servers`. Each ra
 Servers reached by URL are made to reload the run's starting weights first: one may come from another run.
 
 Weight sync is one call on every rank, `sync_weights(policy)` (collective). Rank 0 decides the path once
-(`rollout.sync`, `tirl.rollout.vllm_sync`) and every rank follows it:
+(`rollout.vllm.sync`, `tirl.rollout.vllm_sync`) and every rank follows it:
 - memory (every managed server, and servers started with the receiver): the weights are gathered tensor by tensor
   (an FSDP2 shard is a DTensor: `full_tensor()` all-gathers it, every rank in the same order) and rank 0 writes
   each one, as it comes, to a socket every vLLM worker reads into its in-place reload. The memory bound is one full
@@ -36,7 +36,7 @@ from typing import Any
 import torch
 import torch.distributed as tdist
 
-from tirl.io import atomic_dir, atomic_write_json
+from tirl.core.io import atomic_dir, atomic_write_json
 from tirl.rollout.openai_engine import EngineError, OpenAIEngine, OpenAIEngineConfig
 from tirl.rollout.vllm_engine import SERVED_NAME, VLLMEngine, VLLMEngineConfig
 from tirl.rollout.vllm_sync import ServerSync, policy_tensors
@@ -170,7 +170,7 @@ class VLLMPool(ServerSync, OpenAIEngine):
         return value
 
     def _stream_all(self, model: Any) -> None:
-        """`rollout.sync=memory`: every rank runs the gathers; rank 0 streams each tensor to every server as it
+        """`rollout.vllm.sync=memory`: every rank runs the gathers; rank 0 streams each tensor to every server as it
         comes, then tells every rank how it went."""
         tensors = policy_tensors(model, untie=self.untied)
         outcome = ("ok", "")

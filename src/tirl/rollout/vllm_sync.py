@@ -1,4 +1,4 @@
-"""Weights into vLLM servers in memory (`rollout.sync=memory`): streamed over a socket, never through a file.
+"""Weights into vLLM servers in memory (`rollout.vllm.sync=memory`): streamed over a socket, never through a file.
 
 The trainer's rank 0 opens a listener, asks every server (`POST /collective_rpc`, in a thread per server) to
 connect back and load what arrives (`vllm_ext/tirl_weight_receiver.py`, the worker extension every managed server
@@ -6,10 +6,10 @@ is started with), and writes the policy to every connection one tensor at a time
 loads them with its own in-place reload, the one the directory path uses, so both paths serve the same weights
 (a test compares the served log-probs). Memory: one full tensor at a time on rank 0, and none on disk.
 
-`rollout.sync=auto` (the default) takes this path when every server has the receiver and the directory reload
+`rollout.vllm.sync=auto` (the default) takes this path when every server has the receiver and the directory reload
 (`tirl.rollout.vllm_pool.write_streamed`, `tirl.rollout.vllm_weights`) otherwise: a server someone else started
 without `--worker-extension-cls tirl_weight_receiver.WeightReceiver` still syncs. The stream needs the servers to
-reach the trainer (`rollout.sync_host`, 127.0.0.1 by default); the directory path needs a shared file system.
+reach the trainer (`rollout.vllm.sync_host`, 127.0.0.1 by default); the directory path needs a shared file system.
 
 Anyone who reaches the listener may connect, so a connection counts only once it has sent the sync's one-time token
 (compared in constant time). Handshakes run side by side, each with its own short deadline, and at most
@@ -121,7 +121,7 @@ Post = Callable[[str, dict[str, Any], float], Any]  # (url, collective_rpc body,
 
 
 class WeightStream:
-    """Rank 0's listener for `rollout.sync=memory` (module docstring); one per engine, reused for every sync."""
+    """Rank 0's listener for `rollout.vllm.sync=memory` (module docstring); one per engine, reused for every sync."""
 
     def __init__(self, host: str = "127.0.0.1", *, accept_timeout_s: float = 120.0,
                  handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S, max_pending: int = MAX_PENDING) -> None:  # fmt: skip
@@ -191,7 +191,7 @@ class WeightStream:
                     res.error = (
                         f"{len(gate.admitted)} of {workers} vLLM workers connected to the weight stream at "
                         f"{self.host}:{self.port} within {self.accept_timeout_s:g} s ({gate.dropped} other "
-                        "connections sent no valid token; can the servers reach rollout.sync_host?)"
+                        "connections sent no valid token; can the servers reach rollout.vllm.sync_host?)"
                     )
                     break
                 gate.poll(0.2)
@@ -349,7 +349,7 @@ class ServerSync:
         return r.json() if r.content else {}
 
     def sync_mode(self, urls: list[str], setting: str = "") -> str:
-        """ "memory" or "disk", decided at the first sync from `rollout.sync` (or `setting`) and what the servers
+        """ "memory" or "disk", decided at the first sync from `rollout.vllm.sync` (or `setting`) and what the servers
         carry."""
         from tirl.rollout.openai_engine import EngineError
 
@@ -361,9 +361,9 @@ class ServerSync:
             missing = [u for u, n in counts.items() if n == 0]
             if missing and mode == "memory":
                 raise EngineError(
-                    f"rollout.sync=memory, but the vLLM server(s) {', '.join(missing)} have no tirl weight "
+                    f"rollout.vllm.sync=memory, but the vLLM server(s) {', '.join(missing)} have no tirl weight "
                     f"receiver: start them with PYTHONPATH={RECEIVER_DIR} and {' '.join(receiver_args())}, or set "
-                    "rollout.sync=disk (or auto)"
+                    "rollout.vllm.sync=disk (or auto)"
                 )
             mode, workers = ("disk", 0) if missing else ("memory", sum(counts.values()))
         if mode == "memory" and self._stream is None:

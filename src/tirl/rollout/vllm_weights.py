@@ -20,7 +20,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tirl.io import atomic_dir, atomic_write_json
+from tirl.core.io import atomic_dir, atomic_write_json
 from tirl.models.export import export_hf
 
 EMBED_SUFFIX = "embed_tokens.weight"  # Llama, Qwen2/3, Mistral, Gemma, SmolLM2: model.embed_tokens.weight

@@ -17,7 +17,7 @@ import os
 import stat
 from typing import Any
 
-from tirl.errors import TirlError
+from tirl.core.errors import TirlError
 
 TOKEN_ENV = "TIRL_SANDBOX_TOKEN"
 MIN_TOKEN_CHARS = 16

@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from tirl.errors import TirlError
+from tirl.core.errors import TirlError
 from tirl.sandbox import build_sandbox
 from tirl.sandbox.config import SandboxConfig
 

@@ -29,7 +29,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tirl.config import ConfigError
+from tirl.core.config import ConfigError
 from tirl.sandbox.config import SandboxConfig
 from tirl.sandbox.mounts import bind_dirs, interpreter_dirs, system_mounts
 

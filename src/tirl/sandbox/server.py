@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from tirl.errors import TirlError
+from tirl.core.errors import TirlError
 from tirl.sandbox.auth import BearerAuth
 from tirl.sandbox.config import SandboxConfig
 from tirl.sandbox.fusion import to_response

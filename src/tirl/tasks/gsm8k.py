@@ -17,18 +17,34 @@ from __future__ import annotations
 
 import random
 import re
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tirl.data.benchmarks import gsm8k_answer, gsm8k_id, gsm8k_records, math_prompt
 from tirl.tasks.stitch import StitchConfig, stitch_rows
-from tirl.tasks.task import DemoData, Task, register_task
+from tirl.tasks.task import DemoData, Task, TaskOptions, register_task
 
 if TYPE_CHECKING:
-    from tirl.run_config import TirlConfig
+    from tirl.commands.run_config import TirlConfig
     from tirl.sandbox.types import Sandbox
 
 WORDING = "plain"
 _ANNOTATION = re.compile(r"<<[^<>]*>>")
+
+
+@dataclass
+class GSM8KOptions(TaskOptions):
+    """`task.*` of the gsm8k task: split sizes, and the difficulty knob."""
+
+    num_sft: int = 384  # stitched SFT trajectories, one per problem
+    num_rl: int = 400
+    num_test: int = 200  # held-out problems of the test split
+    levels: list[int] = field(default_factory=list)  # calculator steps a problem may have; [] = any
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if min(self.num_sft, self.num_rl, self.num_test) < 1 or any(n < 1 for n in self.levels):
+            raise ValueError("task.num_sft, num_rl, num_test and every task.levels entry must be >= 1")
 
 
 def calculator_steps(record: dict[str, Any]) -> int:
@@ -106,4 +122,4 @@ def gsm8k_demo_data(cfg: TirlConfig, sandbox: Sandbox) -> DemoData:
     return DemoData(rows[:want], gsm8k_rows("train", cfg), gsm8k_rows("test", cfg))
 
 
-register_task(Task("gsm8k", rows=gsm8k_rows, demo_data=gsm8k_demo_data))
+register_task(Task("gsm8k", rows=gsm8k_rows, demo_data=gsm8k_demo_data, options=GSM8KOptions))

@@ -38,7 +38,7 @@ from typing import Any
 from tirl.chat.hermes import CODE_INTERPRETER_SCHEMA, format_tool_output, truncate_middle
 from tirl.data.benchmarks import WORDINGS, gsm8k_answer, math_prompt
 from tirl.sandbox.types import Sandbox
-from tirl.tasks.solver import code_call, run_with_progress
+from tirl.tasks.toolcalls import code_call, run_with_progress
 
 _ANNOTATION = re.compile(r"<<([^<>]*)>>")
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?|\.\d+")

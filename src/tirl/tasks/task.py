@@ -14,16 +14,40 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from tirl.rewards.registry import route
 from tirl.tools.base import CodeInterpreter, Tool, ToolSet
 
 if TYPE_CHECKING:
-    from tirl.run_config import TirlConfig
+    from tirl.commands.run_config import TirlConfig
     from tirl.sandbox.types import Sandbox
 
 SPLITS = ("train", "test")
+
+
+@dataclass
+class TaskOptions:
+    """`task.*` of the config: the task's name and, in a subclass a task declares (`Task.options`), its own
+    settings. The config loader builds the subclass `task.name` names, so `task.*` holds only what that task reads."""
+
+    VARIANT_KEY: ClassVar[str] = "name"
+
+    name: str = "arith"  # a registered task, or package.module:attribute
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise ValueError("task.name must name a task (e.g. arith, or my_pkg.tasks:my_task)")
+
+    @classmethod
+    def config_variant(cls, value: Any) -> type[TaskOptions]:
+        """The options dataclass of the task named `value` (the loader's hook, tirl.core.config)."""
+        return load_task(str(value)).options
+
+
+def default_task_options() -> TaskOptions:
+    """The default task's options at their defaults."""
+    return TaskOptions.config_variant(TaskOptions.name)()
 
 
 @dataclass(frozen=True)
@@ -40,7 +64,8 @@ class DemoData:
 class Task:
     """One task. `tools` are listed in the system turn and dispatched by name; `verifier` (a registered name) grades
     rows of `data_sources`; `system_prompt` is used when `chat.system_prompt` is empty; `rows(split, cfg)` gives
-    verl-schema rows; `demo_data(cfg, sandbox)` what `tirl demo` needs (SFT trajectories included)."""
+    verl-schema rows; `demo_data(cfg, sandbox)` what `tirl demo` needs (SFT trajectories included); `options` the
+    dataclass of its `task.*` settings (read as `cfg.task`)."""
 
     name: str
     tools: Sequence[Tool] = field(default_factory=lambda: (CodeInterpreter(),))
@@ -49,9 +74,14 @@ class Task:
     system_prompt: str | None = None
     rows: Callable[[str, TirlConfig], list[dict[str, Any]]] | None = None
     demo_data: Callable[[TirlConfig, Sandbox], DemoData] | None = None
+    options: type[TaskOptions] = TaskOptions  # the task's `task.*` settings: a TaskOptions subclass
 
     def __post_init__(self) -> None:
         ToolSet(self.tools)  # two tools with one name, or a non-tool, fail here
+        if not (isinstance(self.options, type) and issubclass(self.options, TaskOptions)):
+            raise ValueError(
+                f"task {self.name!r}: options must be a TaskOptions subclass, got {self.options!r}"
+            )
         if self.verifier is not None and not self.data_sources:
             raise ValueError(
                 f"task {self.name!r} names verifier {self.verifier!r} but no data_sources to route to it"
@@ -75,14 +105,15 @@ class Task:
         return self.rows(split, cfg)
 
 
-_TASKS: dict[str, Task | Callable[[], Task]] = {}
+_TASKS: dict[str, Task | Callable[[], Task] | str] = {}
 
 
-def register_task(task: Task | Callable[[], Task], name: str | None = None) -> None:
-    """Make a task available as `task=NAME` (a factory is called when the task is first loaded)."""
+def register_task(task: Task | Callable[[], Task] | str, name: str | None = None) -> None:
+    """Make a task available as `task=NAME`: a Task, a factory called when the task is first loaded, or a plugin's
+    `package.module:attribute`, imported then (so a plugin above this layer is named, never imported, here)."""
     key = name or getattr(task, "name", None)
     if not key:
-        raise ValueError("register_task needs a name for a task factory")
+        raise ValueError("register_task needs a name for a task factory or a module:attribute")
     _TASKS[key] = task
 
 
@@ -104,6 +135,8 @@ def load_task(spec: str) -> Task:
             raise ValueError(f"task {spec!r}: cannot import {attr!r} from {module!r} ({e})") from None
     elif spec in _TASKS:
         obj = _TASKS[spec]
+        if isinstance(obj, str):
+            return load_task(obj)
     else:
         raise ValueError(
             f"unknown task {spec!r}; valid: {', '.join(task_names())} or package.module:attribute"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tirl.padding import first_rows, least_padding_parts, shared_prefix_parts
+from tirl.core.padding import first_rows, least_padding_parts, shared_prefix_parts
 
 
 @dataclass

@@ -4,7 +4,7 @@ A checkpoint `checkpoint-<step>/` is a Hugging Face model directory (weights, co
 adapter and `base_model.json`, see `tirl.models.lora`) plus
 `trainer_state.pt` (optimizer, scheduler, counters, data order, every random generator, what the trainer needs
 next) and `manifest.json`, written last, listing every file with its size and hash, and the run's stage and
-settings (`tirl.train.manifest`). The directory is staged and renamed in one step (`tirl.io.atomic_dir`), so a
+settings (`tirl.train.manifest`). The directory is staged and renamed in one step (`tirl.core.io.atomic_dir`), so a
 crash or a full disk leaves either the whole checkpoint or none; the manifest catches files damaged later
 (truncated, deleted, overwritten) and a resume with other settings, and loading names the bad file or setting.
 
@@ -37,7 +37,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
-from tirl.io import atomic_dir
+from tirl.core.io import atomic_dir
 from tirl.models import lora
 from tirl.models.loading import tied_aliases
 from tirl.train import dist, manifest
@@ -49,7 +49,7 @@ DCP_DIR = "dcp"  # sharded weights and optimizer of a multi-process run
 PER_RANK = ("rng", "generator")  # each rank's own entries, unless a trainer names them (`rank_state`)
 RANK_KEYS = "rank_keys"  # a sharded checkpoint's record of which entries those were
 _NAME = re.compile(r"^checkpoint-(\d+)$")
-# what a save killed midway leaves (`tirl.io.atomic_dir`, `atomic_write_*`: tempfile's 8 random characters): the
+# what a save killed midway leaves (`tirl.core.io.atomic_dir`, `atomic_write_*`: tempfile's 8 random characters): the
 # staging directory of a checkpoint or the final model, the previous copy set aside while it was renamed in, and
 # the temporary file of a metrics or config rewrite. Nothing else in a run directory is ever deleted by a run.
 _STAGED = re.compile(

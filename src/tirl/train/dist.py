@@ -71,7 +71,7 @@ def init_distributed(cfg: DistConfig, device: str) -> bool:
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
     dist.init_process_group(backend=backend)
     if rank() != 0:
-        from tirl.logging import console
+        from tirl.core.logging import console
 
         os.environ["TIRL_QUIET"] = "1"
         console.quiet = True

@@ -207,7 +207,7 @@ def save_full_model(model: torch.nn.Module, tokenizer: Any, path: Any, *, extra:
     """A plain Hugging Face directory from a sharded model: full weights gathered to rank 0, written there
     atomically; every rank returns once it exists. Collective. A LoRA model is written as one process writes it:
     the adapter alone (gathered) and the record of its base (`tirl.models.lora.save_model`)."""
-    from tirl.io import atomic_dir
+    from tirl.core.io import atomic_dir
     from tirl.models import lora
 
     adapter = lora.is_lora(model)

@@ -8,7 +8,7 @@ the run's identity (`RunIdentity`): its stage (`sft` or `rl`) and the settings t
   the end the last update (`check_last_update`), so that neither a checkpoint nor the final model holds weights
   that went non-finite;
 - a save that fails in the OS (a full disk, a lost mount) says so in one line; the checkpoint being written is
-  discarded whole and the earlier ones stay as they were (`tirl.io.atomic_dir`);
+  discarded whole and the earlier ones stay as they were (`tirl.core.io.atomic_dir`);
 - on resume, files the manifest does not list (a `zz.safetensors` dropped in later) are refused: a checkpoint
   holds what was saved with it and nothing else, except Markdown notes (`*.md`, which no loader reads); loading
   reads only listed files;
@@ -38,7 +38,7 @@ from typing import Any
 
 import torch
 
-from tirl.errors import TirlError
+from tirl.core.errors import TirlError
 from tirl.train import dist
 from tirl.train.optim import NonFiniteError
 

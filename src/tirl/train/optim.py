@@ -14,8 +14,8 @@ from typing import Literal
 
 import torch
 
-from tirl.config import check_range
-from tirl.errors import TirlError
+from tirl.core.config import check_range
+from tirl.core.errors import TirlError
 
 
 @dataclass

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import torch
 
+from tirl.core.padding import first_rows
 from tirl.models.loading import cache_keyword
-from tirl.padding import first_rows
 
 
 @dataclass(frozen=True)

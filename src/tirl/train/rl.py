@@ -36,22 +36,21 @@ import dataclasses
 import random
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from tirl.algorithms import get_advantage_estimator, get_policy_loss
+from tirl.core.logging import MetricsLogger
+from tirl.core.progress import progress
 from tirl.data.records import ProblemRow, problem_rows
-from tirl.eval.evaluate import check_prompt_lengths, model_positions
-from tirl.logging import MetricsLogger
-from tirl.progress import progress
-from tirl.rewards.rollouts import rollout_and_score
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentLoop
 from tirl.rollout.capabilities import capabilities_of
-from tirl.rollout.factory import awake, rl_refusal
+from tirl.rollout.episodes import check_prompt_lengths, model_positions, rollout_and_score
+from tirl.rollout.factory import awake
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
 from tirl.train import checkpoint, dist, fsdp, manifest
@@ -102,9 +101,12 @@ class RLTrainer:
         ref_dtype: torch.dtype | None = None,
         ref_model: torch.nn.Module | None = None,
         activation_gib: float = 0.0,
+        identity: checkpoint.RunIdentity | None = None,
+        validate: Callable[[int], dict[str, float]] | None = None,
     ) -> None:
         """`ref_model`: the KL reference's copy when `policy` cannot be copied (FSDP-sharded; else a frozen copy of
-        `policy`, none for LoRA). `activation_gib`: what `micro_batch_tokens: auto` sizes for (tirl.train.memory)."""
+        `policy`, none for LoRA). `activation_gib`: what `micro_batch_tokens: auto` sizes for (tirl.train.memory).
+        `identity`: what checkpoints record; `validate`: step -> metrics. The stage builder checks the engine."""
         if not rows:
             raise ValueError("RL needs at least one prompt row")
         rows = fitting_prompts(problem_rows(rows), agent.renderer, agent.config.max_prompt_tokens)
@@ -116,8 +118,6 @@ class RLTrainer:
         self.engine_caps = capabilities_of(agent.engine).with_precision(None, autocast)  # bf16: not exact
         self.world = dist.world_size()
         check_world(cfg, self.world)
-        if why := rl_refusal(self.engine_caps, self.world):
-            raise ValueError(why)
         self.engine_caps.check_rl_sampling(sampling)
         self.corr = RolloutCorrection.of(self.engine_caps.rollout_correction(cfg.rollout_correction), cfg)
         self.adv_fn = get_advantage_estimator(cfg.adv_estimator, k=cfg.passk_k)
@@ -137,8 +137,7 @@ class RLTrainer:
         self.updates_done = self.step_done = 0
         self.timers = Timers()
         self.last_trajectories: list[Trajectory] = []
-        self.validate: Any = None  # step -> metrics; set by the caller when rl.eval_every is on
-        self.identity: checkpoint.RunIdentity | None = None  # what its checkpoints record; set by the caller
+        self.validate, self.identity = validate, identity
         self.ref_source = ref_source  # where the KL reference (the initial policy) was loaded from
         self.loss_spec = LossSpec.for_rl(
             cfg, self.loss_fn, self.norm_len, sampling.logprob_temperature, autocast

@@ -132,7 +132,7 @@ def fitting_prompts(rows: Sequence[ProblemRow], renderer: Any, max_tokens: int) 
     if not kept:
         raise ValueError(f"every RL prompt is longer than agent.max_prompt_tokens={max_tokens}")
     if len(kept) < len(rows):
-        from tirl.logging import console
+        from tirl.core.logging import console
 
         console.print(
             f"dropped {len(rows) - len(kept)} of {len(rows)} RL prompts over agent.max_prompt_tokens={max_tokens}"

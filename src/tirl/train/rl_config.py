@@ -9,7 +9,7 @@ from typing import Literal
 
 from tirl.algorithms import check_advantage, get_advantage_estimator, get_policy_loss
 from tirl.algorithms.rollout_correction import CORRECTIONS
-from tirl.config import check_range
+from tirl.core.config import check_range
 from tirl.train.batch import check_micro_batch
 from tirl.train.optim import OptimConfig
 from tirl.train.overlap import check_off_policy

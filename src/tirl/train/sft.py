@@ -24,8 +24,8 @@ from typing import Any, Literal
 import torch
 
 from tirl.chat.template import ChatRenderer
-from tirl.logging import MetricsLogger
-from tirl.progress import progress
+from tirl.core.logging import MetricsLogger
+from tirl.core.progress import progress
 from tirl.train import checkpoint, dist, manifest
 from tirl.train.batch import TokenBatch, check_micro_batch, collate
 from tirl.train.dist import all_reduce_sum
@@ -202,13 +202,15 @@ class SFTTrainer:
         out_dir: str | Path | None = None,
         autocast: torch.dtype | None = None,
         activation_gib: float = 0.0,
+        identity: checkpoint.RunIdentity | None = None,
     ) -> None:
+        """`identity`: the stage and settings its checkpoints record (what a resume must keep)."""
         cfg, self.micro_budget = sized_micro_batches(cfg, model, autocast, activation_gib)
         self.model, self.renderer, self.cfg, self.pad_id = model, renderer, cfg, pad_id
         self.logger, self.label, self.autocast = logger, label, autocast
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.examples = render_rows(rows, renderer, max_length=cfg.max_length, source=cfg.data)
-        self.identity: checkpoint.RunIdentity | None = None  # what its checkpoints record; set by the caller
+        self.identity = identity
         rng = random.Random(seed)
         lengths = [len(e[0]) for e in self.examples]
         window = 50 if cfg.group_by_length else 1

@@ -1,4 +1,4 @@
-"""Inside a vLLM server: receive the trainer's weights over a socket and load them in place (`rollout.sync=memory`).
+"""Inside a vLLM server: receive the trainer's weights over a socket and load them in place (`rollout.vllm.sync=memory`).
 
 Started with `--worker-extension-cls tirl_weight_receiver.WeightReceiver` and this directory on PYTHONPATH, every
 vLLM worker gains two methods the trainer calls through `POST /collective_rpc` (`VLLM_SERVER_DEV_MODE=1`):

@@ -1,0 +1,83 @@
+"""The one configuration tree of a tirl run: every command reads the sections it needs.
+
+Load with `tirl.core.config.load_config(TirlConfig, path, overrides)`. The dataclass defaults are the reference recipe's
+values where it has one (learning rates, clip range, turn limit); `configs/demo.yaml` holds the tiny demo's setting.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from tirl.core.fidelity import check_fidelity, recipe_data
+from tirl.eval.evaluate import EvalConfig
+from tirl.models.loading import ModelConfig
+from tirl.rewards.shaping import RewardConfig
+from tirl.rollout.agent import AgentConfig
+from tirl.rollout.config import RolloutConfig
+from tirl.sandbox.local import SandboxConfig
+from tirl.tasks.task import TaskOptions, default_task_options
+from tirl.train.dist import DistConfig
+from tirl.train.optim import OptimConfig
+from tirl.train.rl import RLConfig
+from tirl.train.sft import SFTConfig
+
+
+@dataclass
+class ChatConfig:
+    system_prompt: str = (
+        ""  # prepended as a system message when a conversation has none; "" = no system message
+    )
+    format: str = "chatml"  # chatml (tiny models) | qwen2.5 | qwen3: see tirl.chat.template
+    enable_thinking: bool = True  # qwen3 only: False puts an empty <think> block in every assistant header
+
+    def __post_init__(self) -> None:
+        from tirl.chat.template import FORMATS
+
+        if self.format not in FORMATS:
+            raise ValueError(f"unknown chat.format {self.format!r}; valid: {', '.join(FORMATS)}")
+
+
+@dataclass
+class LoggingConfig:
+    backends: list[str] = field(default_factory=lambda: ["console", "jsonl"])
+
+
+@dataclass
+class TirlConfig:
+    MOVED_KEYS: ClassVar[dict[str, str]] = {
+        "warmup": "task.warmup",
+        "tiny": "task.tiny",
+    }  # the demo's, in its task
+
+    # tirl | recipe: "recipe" puts every setting of tirl.core.fidelity.ROWS the config does not set at the
+    # reference recipe's value (when the config is loaded)
+    fidelity: str = "tirl"
+    seed: int = 0
+    out_dir: str = "runs/demo"
+    threads: int = 0  # torch intra-op threads; 0 = all cores
+    model: ModelConfig = field(default_factory=ModelConfig)
+    task: TaskOptions = field(default_factory=default_task_options)  # the task's own dataclass (task.name)
+    chat: ChatConfig = field(default_factory=ChatConfig)
+    sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    rl: RLConfig = field(default_factory=RLConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    dist: DistConfig = field(default_factory=DistConfig)  # torchrun runs; the world size comes from torchrun
+
+    def __post_init__(self) -> None:
+        if self.threads < 0:  # torch.set_num_threads would refuse it only once the run has started
+            raise ValueError(f"threads must be >= 0 (0 = all cores), got {self.threads}")
+        check_fidelity(self.fidelity)
+
+    @classmethod
+    def resolve_data(cls, data: dict[str, Any]) -> dict[str, Any]:
+        """`fidelity: recipe` fills in the rows the loaded config leaves out (tirl.core.fidelity)."""
+        return recipe_data(data)
+
+
+__all__ = ["OptimConfig", "RolloutConfig", "TirlConfig"]

@@ -1,0 +1,409 @@
+"""The stages a user runs from the CLI (SFT, RL, evaluation), each from a config and a model directory.
+
+Each stage writes into its own output directory: the resolved config, metrics, and its result (checkpoint or
+evaluation records). The demo chains them; `tirl sft|rl|eval` run one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tirl.chat.template import ChatRenderer, format_mismatch
+from tirl.commands.run_config import TirlConfig
+from tirl.core.config import save_config
+from tirl.core.logging import MetricsLogger, console
+from tirl.core.rundir import RunDirError
+from tirl.data import read_rows
+from tirl.data.recipe_prompts import rewrite_prompts
+from tirl.data.records import ProblemRow, read_problems
+from tirl.eval.evaluate import evaluate, render_generations, summarize_records, write_eval
+from tirl.models.loading import load_for_inference, load_policy, load_tokenizer
+from tirl.models.lora import is_lora, parameter_counts
+from tirl.rollout import factory
+from tirl.rollout.agent import AgentLoop
+from tirl.rollout.sampling import SamplingParams
+from tirl.sandbox import build_sandbox
+from tirl.sandbox.health import check_sandbox
+from tirl.sandbox.types import Sandbox
+from tirl.tasks import Task, load_task
+from tirl.tools import CodeInterpreter
+from tirl.train import checkpoint, dist, fsdp, reference
+from tirl.train.allocator import bound_onednn_caches, keep_freed_memory
+from tirl.train.manifest import RunIdentity, data_fingerprint
+from tirl.train.rl import RLTrainer
+from tirl.train.sft import SFTConfig, SFTTrainer
+
+
+def setup_torch(cfg: TirlConfig) -> None:
+    """Seeds, threads, the allocator and oneDNN's caches (`tirl.train.allocator`); under torchrun the cores are
+    shared among the machine's processes (threads=0)."""
+    keep_freed_memory()
+    bound_onednn_caches()
+    torch.manual_seed(cfg.seed)
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    torch.set_num_threads(cfg.threads or max(1, (os.cpu_count() or 1) // local))
+
+
+def current_task(cfg: TirlConfig) -> Task:
+    """The run's task (`task.name`: a registered name or package.module:attribute)."""
+    return load_task(cfg.task.name)
+
+
+def build_renderer(tokenizer: Any, cfg: TirlConfig, task: Task | None = None) -> ChatRenderer:
+    """The chat renderer, listing the task's tools in the system turn (Qwen formats)."""
+    task = task or current_task(cfg)
+    return ChatRenderer(
+        tokenizer,
+        system_prompt=cfg.chat.system_prompt or task.system_prompt or None,
+        fmt=cfg.chat.format,
+        tools=task.toolset().schemas,
+        enable_thinking=cfg.chat.enable_thinking,
+    )
+
+
+def task_rows(cfg: TirlConfig, path: str, split: str) -> list[dict[str, Any]]:
+    """The stage's data file when set, else the task's own rows (dicts: the verl prompt rewrite and the resume
+    fingerprint read them as rows)."""
+    return read_rows(path) if path else current_task(cfg).load_rows(split, cfg)
+
+
+def build_agent(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    cfg: TirlConfig,
+    sandbox: Sandbox,
+    *,
+    model_path: str | Path = "",
+    work_dir: str | Path | None = None,
+) -> AgentLoop:
+    """The task's renderer and tools around `tirl.rollout.factory.build_agent`'s engine and loop; the caller closes
+    `agent.engine` (a server engine's process)."""
+    task = current_task(cfg)
+    tools = task.toolset()
+    for name, t in tools.tools.items():  # agent.auto_print configures the code interpreter of any task
+        if isinstance(t, CodeInterpreter) and t.auto_print != cfg.agent.auto_print:
+            tools.tools[name] = CodeInterpreter(auto_print=cfg.agent.auto_print)
+    return factory.build_agent(
+        cfg.rollout, cfg.agent, model=model, tokenizer=tokenizer, renderer=build_renderer(tokenizer, cfg, task),
+        sandbox=sandbox, tools=tools, dtype=cfg.model.dtype, autocast=cfg.model.autocast_dtype(model.config.hidden_size),
+        model_path=model_path, work_dir=work_dir,
+    )  # fmt: skip
+
+
+def _model_path(cfg: TirlConfig, model_path: str | Path | None) -> str:
+    path = str(model_path or cfg.model.path)
+    if not path:
+        raise ValueError("no model: set model.path=DIR (a Hugging Face model directory)")
+    return path
+
+
+def warn_chat_format(tokenizer: Any, model: torch.nn.Module, cfg: TirlConfig) -> None:
+    """Say so when chat.format likely does not match the model's template (`tirl plan` notes the same)."""
+    model_type = getattr(getattr(model, "config", None), "model_type", "") or ""
+    template = getattr(tokenizer, "chat_template", None)
+    note = format_mismatch(
+        cfg.chat.format, model_type=model_type, chat_template=template if isinstance(template, str) else None
+    )
+    if note:
+        console.print(f"[yellow]warning:[/] {note}")
+
+
+def _policy(cfg: TirlConfig, path: str) -> torch.nn.Module:
+    """The trained model (with a fresh LoRA adapter when model.lora.rank > 0), its trainable share printed."""
+    model = load_policy(cfg.model, path)
+    if is_lora(model):
+        trainable, total = parameter_counts(model)
+        console.print(
+            f"LoRA rank {cfg.model.lora.rank}: {trainable:,} trainable parameters of {total:,} "
+            f"({100 * trainable / total:.2f}%)"
+        )
+    return model
+
+
+def _resume_point(
+    resume: str | None, out: Path, identity: RunIdentity, kind: str, restart: bool = False
+) -> tuple[Path | None, dict[str, Any] | None]:
+    """The checkpoint `resume` names (None: a fresh start) and its trainer state (`tirl.train.checkpoint`), once
+    it is checked to be `identity`'s stage with its settings.
+
+    A run that does not continue `out`'s own checkpoints never mixes its steps with what an earlier run left there
+    (checkpoints a later `--resume auto` would take, metrics): refused, or with `restart` deleted first. What saves
+    killed midway left in `out` is removed either way (rank 0 does both)."""
+    if restart and resume == "auto":
+        raise ValueError("--restart starts over and --resume auto continues: choose one")
+    ckpt = checkpoint.resolve_resume(resume, out)
+    if ckpt is not None and resume != "auto":
+        _refuse_later_checkpoints(resume, ckpt, out)
+    if resume == "auto" and ckpt is None:
+        console.print(f"--resume auto: no complete checkpoint in {out}; starting from step 0")
+    continues = resume == "auto" or (ckpt is not None and ckpt.resolve().parent == out.resolve())
+    if dist.is_main() and not continues and (left := checkpoint.earlier_outputs(out)):
+        shown = ", ".join(left[:6]) + (f" and {len(left) - 6} more" if len(left) > 6 else "")
+        if not restart:
+            raise RunDirError(
+                f"--out {out} holds an earlier tirl {kind} run ({shown}): continue it with --resume auto, start "
+                f"over there with --restart (deletes them), or choose another --out"
+            )
+        checkpoint.remove_outputs(out, left)
+        console.print(f"starting over in {out}: deleted the earlier run's {shown}", soft_wrap=True)
+    if removed := checkpoint.clean_staging(out):
+        console.print(f"removed what a killed save left in {out}: {', '.join(removed)}", soft_wrap=True)
+    return ckpt, checkpoint.load_state(ckpt, identity) if ckpt else None
+
+
+def _refuse_later_checkpoints(resume: str, ckpt: Path, out: Path) -> None:
+    """Resuming `out`'s checkpoint-k while `out` holds later ones would mix two runs: a crash before the new run
+    overwrites them, and a later `--resume auto` takes the abandoned run's newest."""
+    found = [c.resolve() for c in checkpoint.complete_checkpoints(out)]
+    if ckpt.resolve() in found and (later := found[found.index(ckpt.resolve()) + 1 :]):
+        raise RunDirError(
+            f"--resume {resume}: {out} also holds later checkpoints of the run ({', '.join(c.name for c in later)}), "
+            "which a later --resume auto would take: move them out of it first, or continue the newest with "
+            "--resume auto"
+        )
+
+
+def _logger(
+    cfg: TirlConfig, out: Path, state: dict[str, Any] | None, resume: str | None, **kw: Any
+) -> MetricsLogger | None:
+    """Rank 0's metrics logger, continuing the resumed run's step count and wandb run; None on other ranks. A
+    `--resume auto` with no checkpoint to continue starts at step 0: what the earlier attempt logged is dropped."""
+    if not dist.is_main():
+        return None
+    resumed = {"resume_step": state["step"], "run_id": state.get("wandb_id")} if state else {}
+    if state is None and resume == "auto":
+        resumed = {"resume_step": 0}
+    return MetricsLogger(out, backends=cfg.logging.backends, **resumed, **kw)
+
+
+def run_identity(
+    kind: str, section: Any, seed: int, rows: Sequence[dict[str, Any]], allow: bool
+) -> RunIdentity:
+    """The stage and the settings (of `section`, cfg.rl or cfg.sft) that a resume of this run must keep: they
+    fix what step k trains on."""
+    keys = (
+        ("n", "prompts_per_step", "mini_batch_size", "ppo_epochs")
+        if kind == "rl"
+        else ("epochs", "batch_size")
+    )
+    settings = {f"{kind}.{k}": getattr(section, k) for k in keys}
+    return RunIdentity(kind, {"data": data_fingerprint(rows), **settings, "seed": seed}, allow)
+
+
+def run_sft(
+    cfg: TirlConfig,
+    out_dir: str | Path,
+    *,
+    model_path: str | Path | None = None,
+    rows: Sequence[dict[str, Any]] | None = None,
+    stage: SFTConfig | None = None,
+    label: str = "SFT",
+    resume: str | None = None,
+    allow_changes: bool = False,
+    restart: bool = False,
+) -> Path:
+    """SFT from `model_path` (or model.path) on sft.data (or `stage`'s data); returns the checkpoint directory.
+
+    `resume`: a checkpoint directory, or "auto" (the newest complete one in `out_dir`; a fresh start if none); it
+    must be an SFT checkpoint with this run's data and settings, unless `allow_changes`. A run that does not
+    continue `out_dir`'s checkpoints is refused where an earlier run left its outputs, unless `restart` (they are
+    deleted first)."""
+    out = Path(out_dir)
+    stage = stage or cfg.sft
+    rows = rows if rows is not None else read_rows(stage.data)
+    identity = run_identity("sft", stage, cfg.seed, rows, allow_changes)
+    ckpt, state = _resume_point(resume, out, identity, "sft", restart)
+    if dist.is_main():
+        save_config(cfg, out / "config.yaml")
+    path = _model_path(cfg, model_path)
+    tokenizer = load_tokenizer(path)
+    model = fsdp.shard(_policy(cfg, path), reshard_after_forward=cfg.dist.reshard_after_forward)
+    warn_chat_format(tokenizer, model, cfg)
+    renderer = build_renderer(tokenizer, cfg)
+    logger = _logger(cfg, out, state, resume)
+    with contextlib.closing(logger) if logger else contextlib.nullcontext():
+        trainer = SFTTrainer(
+            model, renderer, rows, stage, pad_id=renderer.pad_id, seed=cfg.seed, logger=logger, label=label,
+            out_dir=out, autocast=cfg.model.autocast_dtype(model.config.hidden_size), activation_gib=cfg.model.activation_gib,
+            identity=identity,
+        )  # fmt: skip
+        _restore(trainer, ckpt, state)
+        trainer.train()
+    return fsdp.save_model(model, tokenizer, out / "model")
+
+
+def run_rl(
+    cfg: TirlConfig,
+    out_dir: str | Path,
+    *,
+    model_path: str | Path | None = None,
+    rows: Sequence[dict[str, Any] | ProblemRow] | None = None,
+    resume: str | None = None,
+    allow_changes: bool = False,
+    restart: bool = False,
+) -> Path:
+    """GRPO-TCR from `model_path` on rl.data; returns the final checkpoint directory.
+
+    `resume`: a checkpoint directory, or "auto" (the newest complete one in `out_dir`; a fresh start if none). The
+    model is loaded from `model_path` first (it is the KL reference) and the checkpoint's weights replace the
+    policy's, so a resumed run never takes its resumed policy as the reference. The checkpoint must be an RL
+    checkpoint with this run's data and settings, unless `allow_changes`. `restart`: as `run_sft`'s."""
+    if why := factory.rl_refusal(factory.capabilities_for(cfg.rollout.engine), dist.world_size()):
+        raise ValueError(why)
+    factory.check_placement(cfg.rollout)
+    out = Path(out_dir)
+    rows = rows if rows is not None else task_rows(cfg, cfg.rl.data, "train")
+    if cfg.rl.prompt_rewrite == "verl":
+        rows = rewrite_prompts(rows, where=cfg.rl.data or "the task's RL rows")
+    identity = run_identity("rl", cfg.rl, cfg.seed, rows, allow_changes)
+    ckpt, state = _resume_point(resume, out, identity, "rl", restart)
+    if dist.is_main():
+        save_config(cfg, out / "config.yaml")
+    path = _model_path(cfg, model_path)
+    check_sandbox(cfg.sandbox)  # a broken sandbox fails here, not as a model that never solves anything
+    tokenizer, model, ref = _rl_policy(cfg, path)
+    sampling = SamplingParams(
+        temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k
+    )
+    keys = ("reward/mean", "reward/accuracy", "rollout/tool_calls_per_response", "loss/clipfrac", "time/step")
+    logger = _logger(cfg, out, state, resume, console_keys=keys, config=asdict(cfg))
+    closing = contextlib.closing(logger) if logger else contextlib.nullcontext()
+    with build_sandbox(cfg.sandbox) as sandbox, closing, contextlib.ExitStack() as stack:
+        agent = build_agent(model, tokenizer, cfg, sandbox, model_path=path, work_dir=out)
+        stack.callback(agent.engine.close)
+        validate = None
+        if cfg.rl.eval_data and (cfg.rl.eval_every or cfg.rl.eval_at_start):
+            validate = validator(cfg, out, agent, str(path), logger=logger)
+        trainer = RLTrainer(
+            model, tokenizer, agent, rows, cfg.rl, sampling=sampling, reward=cfg.reward, out_dir=out,
+            seed=cfg.seed, logger=logger, ref_source=str(path),
+            autocast=cfg.model.autocast_dtype(model.config.hidden_size),
+            ref_dtype=cfg.model.reference_dtype, ref_model=ref, activation_gib=cfg.model.activation_gib,
+            identity=identity, validate=validate,
+        )  # fmt: skip
+        _restore(trainer, ckpt, state, of=cfg.rl.steps)
+        if trainer.validate is not None and cfg.rl.eval_at_start and trainer.step_done == 0:
+            _validate_at_start(trainer, logger)
+        trainer.train()
+    return out / "model"
+
+
+def _restore(trainer: Any, ckpt: Path | None, state: dict[str, Any] | None, of: int | None = None) -> None:
+    """The one restore sequence of both trainers: say how micro-batches are sized, then, resuming, put the
+    checkpoint's weights, optimizer and counters back."""
+    console.print(trainer.micro_budget.describe())
+    if ckpt:
+        checkpoint.restore_trainer(trainer, ckpt, state)
+        total = f" of {of}" if of else ""
+        # soft_wrap: a path the console's width would cut
+        console.print(f"resuming from {ckpt} at step {trainer.step_done}{total}", soft_wrap=True)
+
+
+def _rl_policy(cfg: TirlConfig, path: Path) -> tuple[Any, torch.nn.Module, Any]:
+    """(tokenizer, the policy sharded over the processes, the KL reference or None): the reference is copied
+    before sharding, so it holds the unsharded starting weights (or a pre-sharded copy of them)."""
+    tokenizer = load_tokenizer(path)
+    model, reshard = _policy(cfg, path), cfg.dist.reshard_after_forward
+    warn_chat_format(tokenizer, model, cfg)
+    ref = None
+    if cfg.rl.kl_coef > 0:
+        ref = reference.copy_before_sharding(model, cfg.model.reference_dtype, reshard_after_forward=reshard)
+    return tokenizer, fsdp.shard(model, reshard_after_forward=reshard), ref
+
+
+def _validate_at_start(trainer: RLTrainer, logger: MetricsLogger | None) -> None:
+    """The starting policy's validation numbers, logged as step 0, before any update."""
+    with fsdp.gathered(trainer.policy):
+        val = trainer.validate(0)
+    if logger:
+        logger.log(val, step=0)
+
+
+def eval_reward(cfg: TirlConfig):
+    """The reward settings evaluation grades with: the run's grading and code-test timeout, no shaping."""
+    from tirl.rewards.shaping import RewardConfig
+
+    return RewardConfig(grading=cfg.reward.grading, code_timeout_s=cfg.reward.code_timeout_s)
+
+
+def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str, *, logger: Any = None):
+    """step -> `val/<data_source>/<metric>` of the current policy on rl.eval_data (eval.n samples each); each
+    evaluation's records go to OUT/eval/step-<k>/, where `tirl analyze` reads them, and the first
+    eval.log_generations generations to the logger's text log."""
+    # read now: a bad file fails at start-up
+    rows = [row for f in cfg.rl.eval_data for row in read_problems(f)]
+    conf = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=model_path))  # its tokenizer
+
+    def validate(step: int) -> dict[str, float]:
+        # under torchrun each rank evaluates its share of the rows; rank 0 writes them all
+        mine = dist.rank_share(rows)
+        parts = dist.all_gather_objects(
+            evaluate(
+                agent,
+                mine,
+                cfg.eval,
+                model_label=f"step-{step}",
+                seed=dist.rank_seed(cfg.seed),
+                reward=eval_reward(cfg),
+            )
+        )
+        records, trajs = [r for p in parts for r in p[0]], [t for p in parts for t in p[1]]
+        summary = summarize_records(records, cfg.eval.ks)
+        where = out / "eval" / f"step-{step:06d}"
+        if dist.is_main():
+            write_eval(where, records, trajs, summary)
+            save_config(conf, where / "config.yaml")
+        if logger is not None and cfg.eval.log_generations:
+            text = render_generations(trajs, agent.renderer.tokenizer, cfg.eval.log_generations)
+            logger.log_text("val/generations", text, step=step)
+        return {f"val/{src}/{k}": float(v) for src, m in summary.items() for k, v in m.items() if "@" in k}
+
+    return validate
+
+
+@contextlib.contextmanager
+def inference_agent(cfg: TirlConfig, model_path: str | Path | None, work_dir: Path) -> Iterator[AgentLoop]:
+    """The agent `tirl eval` and `tirl data sample` sample with: the model loaded for inference (a LoRA adapter
+    merged onto its base), the run's engine and a live sandbox, both closed when the block ends."""
+    path = _model_path(cfg, model_path)
+    check_sandbox(cfg.sandbox)  # before the model loads: a broken sandbox would score it 0
+    tokenizer = load_tokenizer(path)
+    model = load_for_inference(cfg.model, path)
+    warn_chat_format(tokenizer, model, cfg)
+    with build_sandbox(cfg.sandbox) as sandbox:
+        agent = build_agent(model, tokenizer, cfg, sandbox, model_path=path, work_dir=work_dir)
+        with contextlib.closing(agent.engine):
+            yield agent
+
+
+def run_eval(
+    cfg: TirlConfig,
+    out_dir: str | Path,
+    *,
+    model_path: str | Path | None = None,
+    label: str = "model",
+    rows: Sequence[dict[str, Any] | ProblemRow] | None = None,
+) -> dict[str, dict[str, float]]:
+    """n samples per problem of eval.data; writes records, trajectories and summary; returns the summary."""
+    out = Path(out_dir)
+    path = _model_path(cfg, model_path)
+    # the model actually evaluated, so `tirl analyze` finds its tokenizer
+    save_config(
+        dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(path))), out / "config.yaml"
+    )
+    rows = rows if rows is not None else task_rows(cfg, cfg.eval.data, "test")
+    with inference_agent(cfg, path, out) as agent:
+        records, trajs = evaluate(
+            agent, rows, cfg.eval, model_label=label, seed=cfg.seed, reward=eval_reward(cfg)
+        )
+    summary = summarize_records(records, cfg.eval.ks)
+    write_eval(out, records, trajs, summary)
+    return summary

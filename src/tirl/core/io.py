@@ -1,0 +1,163 @@
+"""Atomic file output: a crash or a full disk never leaves a half-written result or checkpoint behind.
+
+Every file tirl writes goes to a temporary sibling first and is renamed into place, so a reader sees either the
+old content or the new, never a mix. Directories (checkpoints) are staged the same way, and a staging directory
+is removed on any failure, the final rename's included. The temporary files are created private (0600/0700,
+Python's `tempfile`); what is renamed into place gets the modes the umask gives any file or directory (0644/0755
+under the usual 022), so outputs can be shared as the user's other files are. That holds for every file inside a
+staged directory too, whoever wrote it: safetensors writes its files 0600 whatever the umask.
+
+`check_output_path` is the one check of a command's `--out` before anything is written: a dangling symbolic link,
+or a path under a file, is refused with a message naming it instead of an OSError halfway through.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from tirl.core.errors import TirlError
+
+
+class OutputPathError(TirlError):
+    """An output path that cannot be written: a dangling symbolic link, or a path under a file."""
+
+
+def check_output_path(path: str | Path, option: str = "--out") -> Path:
+    """Refuse `path` as an output if it, or a directory it needs, is a dangling symbolic link or a file."""
+    path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise OutputPathError(
+            f"{option} {path} is a symbolic link to {os.readlink(path)}, which does not exist (or loops): "
+            f"remove the link or choose another {option}"
+        )
+    for parent in path.parents:  # nearest first; stop at the first existing directory
+        if parent.is_dir():
+            break
+        if parent.is_symlink() and not parent.exists():
+            raise OutputPathError(
+                f"{option} {path}: {parent} is a symbolic link to {os.readlink(parent)}, which does not exist "
+                f"(or loops): remove the link or choose another {option}"
+            )
+        if parent.exists():
+            raise OutputPathError(
+                f"{option} {path}: {parent} is a file, not a directory: choose another {option}"
+            )
+    return path
+
+
+def check_output_file(path: str | Path, *, force: bool, option: str = "--out") -> Path:
+    """Refuse `path` as a file to write if it is a directory, or exists and `force` is not given (a command's
+    output file is never replaced by accident)."""
+    path = check_output_path(path, option)
+    if path.is_dir():
+        raise OutputPathError(f"{option} {path} is a directory: name the file to write (.parquet or .jsonl)")
+    if path.exists() and not force:
+        raise OutputPathError(
+            f"{option} {path} already exists: pass --force to replace it, or choose another {option}"
+        )
+    return path
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it (Linux: /proc); else set and restored at once."""
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        with open("/proc/self/status") as f:
+            return int(next(line for line in f if line.startswith("Umask:")).split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write `data` to `path` through a temporary file in the same directory, then rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, 0o666 & ~_umask())
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    _fsync_dir(path.parent)
+    return path
+
+
+def atomic_write_text(path: str | Path, text: str) -> Path:
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | Path, obj: Any, *, indent: int | None = 2) -> Path:
+    return atomic_write_text(path, json.dumps(obj, indent=indent, ensure_ascii=False) + "\n")
+
+
+def atomic_write_jsonl(path: str | Path, rows: Iterable[Any]) -> Path:
+    return atomic_write_text(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
+
+
+def read_jsonl(path: str | Path) -> list[Any]:
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+@contextlib.contextmanager
+def atomic_dir(path: str | Path) -> Iterator[Path]:
+    """Yield a staging directory; on success it replaces `path` whole, on error it is removed.
+
+    The previous content of `path` (an older checkpoint) survives until the new one is complete.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    old = None
+    try:
+        yield stage
+        _follow_umask(stage)
+        if path.exists():
+            old = path.with_name(f".{path.name}.old")
+            shutil.rmtree(old, ignore_errors=True)
+            os.replace(path, old)
+        os.replace(stage, path)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        if old is not None and not path.exists():  # the new one did not arrive: the old one goes back
+            with contextlib.suppress(OSError):
+                os.replace(old, path)
+        raise
+    _fsync_dir(path.parent)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _follow_umask(stage: Path) -> None:
+    """Give `stage` and everything in it the modes the umask gives (executables stay executable)."""
+    mask = _umask()
+    os.chmod(stage, 0o777 & ~mask)
+    for root, dirs, files in os.walk(stage):
+        for name in dirs + files:
+            p = os.path.join(root, name)
+            if os.path.islink(p):  # a link has no mode of its own; its target is not ours to change
+                continue
+            executable = name in dirs or os.stat(p).st_mode & 0o111
+            os.chmod(p, (0o777 if executable else 0o666) & ~mask)

@@ -1,0 +1,71 @@
+"""`arith`, the demo's task: arithmetic problems solved with the code interpreter, a task plugin like any user's.
+
+tirl.tasks registers it by name (`tirl.demo.arith_task:ARITH`) without importing it; its rows are graded through
+the registry's routing (data source "tirl/arith", ability "math": the math verifier). Its `task.*` options are
+`ArithOptions`: the splits, the levels and question style, the scripted solver, and for the tiny demo the copy
+warm-up and the tiny model's shape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tirl.demo.arith import STYLES, Problem, split_problems
+from tirl.demo.solver import SolverConfig, scripted_trajectories
+from tirl.demo.tiny_model import TinyModelConfig
+from tirl.demo.warmup import copy_warmup_rows
+from tirl.tasks.task import DemoData, Task, TaskOptions
+from tirl.train.sft import SFTConfig
+
+if TYPE_CHECKING:
+    from tirl.commands.run_config import TirlConfig
+    from tirl.sandbox.types import Sandbox
+
+
+@dataclass
+class ArithOptions(TaskOptions):
+    """`task.*` of the arithmetic task (see tirl.demo.arith)."""
+
+    num_sft: int = 3000
+    num_rl: int = 2000
+    num_test: int = 200
+    levels: list[int] = field(default_factory=lambda: [1, 2, 3])  # difficulty levels drawn
+    style: str = "plain"  # plain | word | mixed questions
+    solver: SolverConfig = field(default_factory=SolverConfig)
+    warmup: SFTConfig = field(default_factory=lambda: SFTConfig(epochs=0))  # the tiny model's copy warm-up
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)  # the tiny demo's model shape
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if min(self.num_sft, self.num_rl, self.num_test) < 1:
+            raise ValueError("task.num_sft, num_rl and num_test must be >= 1")
+        if self.style not in STYLES:
+            raise ValueError(f"unknown style {self.style!r}; valid: {list(STYLES)}")
+
+
+def _splits(cfg: TirlConfig) -> tuple[list[Problem], list[Problem], list[Problem]]:
+    t = cfg.task
+    return split_problems(
+        seed=cfg.seed,
+        num_sft=t.num_sft,
+        num_rl=t.num_rl,
+        num_test=t.num_test,
+        levels=tuple(t.levels),
+        style=t.style,
+    )
+
+
+def arith_rows(split: str, cfg: TirlConfig) -> list[dict[str, Any]]:
+    _, rl, test = _splits(cfg)
+    return [p.to_row() for p in (rl if split == "train" else test)]
+
+
+def arith_demo_data(cfg: TirlConfig, sandbox: Sandbox) -> DemoData:
+    """Disjoint SFT / RL / test problems; SFT trajectories written by the scripted solver through the sandbox."""
+    sft, rl, test = _splits(cfg)
+    sft_rows = scripted_trajectories(sft, sandbox, cfg.task.solver, seed=cfg.seed)
+    return DemoData(sft_rows, [p.to_row() for p in rl], [p.to_row() for p in test], copy_warmup_rows(sft))
+
+
+ARITH = Task("arith", rows=arith_rows, demo_data=arith_demo_data, options=ArithOptions)

@@ -1,0 +1,162 @@
+"""`tirl demo --model smollm2 --task gsm8k --compare data`: do real end-to-end trajectories beat stitched ones?
+
+The stitched-SFT model samples `SAMPLE_N` tool-using trajectories per problem of the task's sample pool (the SFT
+problems first, then other train problems; never an RL or test problem) at the rollout temperature, with the real
+sandbox; the verified-correct ones are kept (one per problem, `tirl data sample`'s selection and token check) until
+there are as many as stitched SFT rows, or `SAMPLE_MAX_PROBLEMS_PER_ROW` x that many problems were tried. Why the
+stitched-SFT model and not the base: the base never calls the tool in this format (GSM8K base evaluation: no tool
+call), so it has no correct tool trajectories to give; the stitched-SFT model is the first model that has.
+
+Then SFT from the base on those rows with the stitched SFT's settings (`sft-real`), evaluated as the others; RL from
+whichever SFT has the higher pass@1 on the held-out problems: when that is the real-data SFT, GRPO-TCR from it
+(`rl-real`) with the same settings, else the main run's RL already is that run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tirl.commands.run_config import TirlConfig
+from tirl.core.io import atomic_write_json
+from tirl.core.logging import console
+from tirl.data import read_rows, write_rows
+
+SAMPLE_N = 4  # samples per problem
+SAMPLE_MAX_PROBLEMS_PER_ROW = 4  # give up after 4 problems per wanted row (a model solving under 25% of them)
+SAMPLE_CHUNK = 64  # problems sampled between checks of the count
+
+
+def _merge(total: dict[str, Any], part: dict[str, Any]) -> None:
+    for k, v in part.items():
+        if isinstance(v, int) and not isinstance(v, bool):
+            total[k] = total.get(k, 0) + v
+        elif isinstance(v, dict):
+            total.setdefault(k, {}).update(v)
+        elif isinstance(v, list):
+            total.setdefault(k, []).extend(v)
+
+
+def sample_real_rows(
+    cfg: TirlConfig, out: Path, model: Path, pool: list[dict[str, Any]], want: int
+) -> list[dict]:
+    """Up to `want` verified-correct trajectories of `model` on `pool` (in order), written to data/sft-real.jsonl
+    with a summary beside it; reused when that file exists."""
+    from tirl.commands.stages import eval_reward, inference_agent
+    from tirl.data.sample import SampleConfig, sample_rows, summary_path
+    from tirl.rollout.sampling import SamplingParams
+
+    path = out / "data" / "sft-real.jsonl"
+    if path.is_file():
+        console.print(f"[bold]sample[/]: reusing {path} (delete it to resample)")
+        return read_rows(path)
+    scfg = SampleConfig(n=SAMPLE_N, keep=1)
+    params = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
+    limit = min(len(pool), SAMPLE_MAX_PROBLEMS_PER_ROW * want)
+    kept: list[dict[str, Any]] = []
+    stats: dict[str, Any] = {}
+    console.print(
+        f"[bold]sample[/]: {model} samples {SAMPLE_N} trajectories per problem at T={params.temperature} until "
+        f"{want} problems have a correct one (at most {limit} problems)"
+    )
+    with inference_agent(cfg, model, out / "sample") as agent:
+        for s in range(0, limit, SAMPLE_CHUNK):
+            rows, part = sample_rows(
+                agent, pool[s : min(limit, s + SAMPLE_CHUNK)], scfg, params=params, reward=eval_reward(cfg),
+                seed=cfg.seed + s, batch_problems=cfg.eval.batch_problems,
+            )  # fmt: skip
+            kept += rows
+            _merge(stats, part.summary())
+            if len(kept) >= want:
+                break
+    kept = kept[:want]
+    write_rows(path, kept)
+    stats.update(
+        rows_written=len(kept), wanted=want, settings={**dataclasses.asdict(scfg), "model": str(model)}
+    )
+    atomic_write_json(summary_path(path), stats)
+    console.print(
+        f"{stats.get('samples', 0)} samples of {stats.get('problems', 0)} problems: {len(kept)} rows kept"
+    )
+    return kept
+
+
+def pass_at_1(summary: dict[str, Any]) -> float:
+    """pass@1 of an evaluation summary's first temperature."""
+    return next(s["pass@1"] for s in summary.values() if isinstance(s, dict) and "pass@1" in s)
+
+
+@dataclass
+class Run:
+    """What the comparison adds to: the demo's config, output folder, data, models, report and stage times."""
+
+    cfg: TirlConfig
+    out: Path
+    rows: dict[str, Any]
+    models: dict[str, Path]
+    report: dict[str, Any]
+    times: dict[str, float]
+    evaluate: Callable[..., dict[str, Any]]  # (cfg, out, label, model, rows, times) -> summary
+    save: Callable[[], None]
+
+
+def _train_and_evaluate(
+    run: Run, label: str, stage: Callable[..., Path], start: str, data: list[dict]
+) -> None:
+    """`stage` (run_sft or run_rl, every weight) from model `start` on `data` into OUT_DIR/label, then evaluated;
+    a model already there is reused."""
+    from tirl.demo.smollm2 import reused, timed
+    from tirl.models.lora import LoraConfig
+
+    path = run.out / label / "model"
+    if not reused(path, label):
+        console.print(f"[bold]{label}[/]: from {start} on {len(data)} rows, every weight")
+        full = dataclasses.replace(run.cfg, model=dataclasses.replace(run.cfg.model, lora=LoraConfig()))
+        path = timed(
+            run.times,
+            label,
+            stage,
+            full,
+            run.out / label,
+            model_path=run.models[start],
+            rows=data,
+            restart=True,
+        )
+    run.models[label] = path
+    run.report["models"][label] = str(path)
+    run.report["summary"][label] = run.evaluate(
+        run.cfg, run.out, label, path, run.rows["test_rows"], run.times
+    )
+    run.save()
+
+
+def compare_data(run: Run) -> None:
+    """The comparison (module docstring); adds `sft-real` (and `rl-real`) to the run's models and report."""
+    from tirl.commands.stages import run_rl, run_sft
+    from tirl.demo.smollm2 import timed
+    from tirl.tasks.gsm8k import sample_pool
+
+    cfg, report = run.cfg, run.report
+    if cfg.task.name != "gsm8k":
+        raise ValueError(f"--compare data runs on the gsm8k task (its sample pool), not {cfg.task.name!r}")
+    want = len(run.rows["sft_rows"])
+    real = timed(
+        run.times, "sample", sample_real_rows, cfg, run.out, run.models["sft"], sample_pool(cfg), want
+    )
+    report["real_rows"] = len(real)
+    run.save()
+    if not real:
+        console.print(
+            "[bold red]no correct sampled trajectory[/]: nothing to train on; --compare data stops here"
+        )
+        return
+    _train_and_evaluate(run, "sft-real", run_sft, "base", real)
+    summary = report["summary"]
+    report["better_sft"] = "sft-real" if pass_at_1(summary["sft-real"]) > pass_at_1(summary["sft"]) else "sft"
+    console.print(f"better SFT on the held-out problems (pass@1): {report['better_sft']}")
+    run.save()
+    if report["better_sft"] == "sft-real":  # else the main run's RL already is the RL from the better SFT
+        _train_and_evaluate(run, "rl-real", run_rl, "sft-real", run.rows["rl_rows"])

@@ -1,0 +1,73 @@
+"""bench/ stays a small package: every benchmark in the registry, helpers shared through bench/common.py, nothing
+taken from tests/ or from tirl's private names, and every result file the docs cite present. Nothing is run."""
+
+from __future__ import annotations
+
+import ast
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "bench"
+NOT_BENCHMARKS = {"__init__", "__main__", "common", "registry", "trl_peer", "vllm_worker"}
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def listed() -> list[str]:
+    """The names `python -m bench --list` prints (its first column)."""
+    out = subprocess.run(
+        [sys.executable, "-m", "bench", "--list"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
+    return [m.group(1) for m in re.finditer(r"^([a-z_0-9]+) +[0-9.]+ ", out, flags=re.M)]
+
+
+def test_the_registry_lists_every_benchmark_module_once() -> None:
+    modules = sorted(p.stem for p in BENCH.glob("*.py") if p.stem not in NOT_BENCHMARKS)
+    names = listed()
+    assert len(names) == len(set(names))
+    assert sorted(names) == modules
+
+
+def test_no_benchmark_edits_sys_path_or_imports_tests_or_private_names() -> None:
+    bad = []
+    for path in sorted(BENCH.glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "path"
+                and getattr(node.value, "id", "") == "sys"
+            ):
+                bad.append(f"{path.name}:{node.lineno} uses sys.path")
+            if isinstance(node, ast.ImportFrom) and node.module:
+                if node.module.split(".")[0] in {"conftest", "tests"}:
+                    bad.append(f"{path.name}:{node.lineno} imports {node.module}")
+                if node.module.startswith("tirl"):
+                    bad += [
+                        f"{path.name}:{node.lineno} imports {node.module}.{a.name}"
+                        for a in node.names
+                        if a.name.startswith("_")
+                    ]
+            if isinstance(node, ast.Import):
+                bad += [
+                    f"{path.name}:{node.lineno} imports {a.name}" for a in node.names if a.name == "conftest"
+                ]
+    assert not bad, "\n".join(bad)
+
+
+def test_every_result_file_the_docs_cite_exists() -> None:
+    cited = {m for page in DOCS for m in re.findall(r"bench/results/([\w.-]+\.json)", page.read_text())}
+    assert cited, "the docs cite no result file: the pattern is stale"
+    missing = sorted(name for name in cited if not (BENCH / "results" / name).is_file())
+    assert not missing, f"docs cite result files that bench/results/ lacks: {missing}"
+
+
+def test_result_files_name_what_was_measured_not_the_machine() -> None:
+    odd = [
+        p.name
+        for p in (BENCH / "results").glob("*.json")
+        if re.search(r"_[a-h]\.json$|_[a-h]_|issue\d", p.name)
+    ]
+    assert not odd, f"machine letters or issue numbers in result names (put the machine inside): {odd}"
