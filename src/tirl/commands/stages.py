@@ -256,9 +256,7 @@ def run_rl(
     model is loaded from `model_path` first (it is the KL reference) and the checkpoint's weights replace the
     policy's, so a resumed run never takes its resumed policy as the reference. The checkpoint must be an RL
     checkpoint with this run's data and settings, unless `allow_changes`. `restart`: as `run_sft`'s."""
-    if why := factory.rl_refusal(factory.capabilities_for(cfg.rollout.engine), dist.world_size()):
-        raise ValueError(why)
-    factory.check_placement(cfg.rollout)
+    factory.check_rl(cfg.rollout, dist.world_size())
     out = Path(out_dir)
     rows = rows if rows is not None else task_rows(cfg, cfg.rl.data, "train")
     if cfg.rl.prompt_rewrite == "verl":
