@@ -26,7 +26,7 @@ from tirl.core.logging import console
 from tirl.data import read_rows, write_rows
 
 SAMPLE_N = 4  # samples per problem
-SAMPLE_MAX_PROBLEMS_PER_ROW = 4  # give up after 4 problems per wanted row (a model solving under 25% of them)
+SAMPLE_MAX_PROBLEMS_PER_ROW = 2  # problems tried per wanted row at most: the sampling budget
 SAMPLE_CHUNK = 64  # problems sampled between checks of the count
 
 

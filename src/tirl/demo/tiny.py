@@ -55,7 +55,9 @@ def demo_rows(cfg: TirlConfig, out: Path) -> dict[str, Any]:
     )
     with build_sandbox(cfg.sandbox) as sandbox:
         demo = task.demo_data(cfg, sandbox)
-    console.print(f"{len(demo.sft_rows)} SFT, {len(demo.rl_rows)} RL, {len(demo.test_rows)} held-out test problems")
+    console.print(
+        f"{len(demo.sft_rows)} SFT, {len(demo.rl_rows)} RL, {len(demo.test_rows)} held-out test problems"
+    )
     data = out / "data"
     write_rows(data / "sft.jsonl", demo.sft_rows)
     write_rows(data / "rl.jsonl", demo.rl_rows)
