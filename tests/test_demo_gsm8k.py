@@ -5,35 +5,25 @@ from the stitched-SFT model, SFT on them, the analysis) on a few problems. Slow:
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 from tirl.data import read_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_demo_smollm2 import SKIP, smollm2_missing  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
+from test_demo_smollm2 import check_tokens, needs_smollm2_and_vllm, run_demo  # noqa: E402
 
 
-@pytest.mark.slow
-@pytest.mark.skipif(SKIP is not None, reason=f"vLLM is not installed: {SKIP}")
-@pytest.mark.skipif(smollm2_missing() is not None, reason=str(smollm2_missing()))
+@needs_smollm2_and_vllm
 def test_gsm8k_demo_runs_every_stage_and_the_data_comparison(tmp_path):
     out = tmp_path / "demo"
-    cmd = [
-        sys.executable, "-m", "tirl", "demo", "--model", "smollm2", "--task", "gsm8k", "--compare", "data",
+    run_demo([
+        "--model", "smollm2", "--task", "gsm8k", "--compare", "data",
         f"out_dir={out}", f"model.path={tmp_path / 'smollm2'}", "task.num_sft=64", "task.num_rl=8",
-        "task.num_test=4", "task.levels=[1,2]", "sft.epochs=2", "sft.optim.lr=1e-4", "rl.steps=1", "rl.prompts_per_step=2", "rl.n=4", "rl.mini_batch_size=8",
-        "rl.micro_batch_size=8", "eval.n=2", "agent.max_response_tokens=128",
-    ]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TIRL_QUIET": "1"}
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=1500)
-    assert proc.returncode == 0, proc.stderr[-4000:]
+        "task.num_test=4", "task.levels=[1,2]", "sft.epochs=2", "sft.optim.lr=1e-4", "rl.steps=1",
+        "rl.prompts_per_step=2", "rl.n=4", "rl.mini_batch_size=8", "rl.micro_batch_size=8", "eval.n=2",
+        "agent.max_response_tokens=128",
+    ])  # fmt: skip
     report = json.loads((out / "report.json").read_text())
     assert report["task"] == "gsm8k"
     stages = {"data", "sft", "rl", "eval_base", "eval_sft", "eval_rl", "sample", "analyze"}
@@ -51,12 +41,7 @@ def test_gsm8k_demo_runs_every_stage_and_the_data_comparison(tmp_path):
     sft = report["summary"]["sft"]["gsm8k"]
     # the stitched SFT taught the tool call: the sandbox ran its code
     assert sft["tool_calls_per_response"] > 0.5
-    for label in report["models"]:  # ids and loss masks re-render exactly
-        ev = out / f"eval-{label}"
-        check = [sys.executable, "-m", "tirl", "check-tokens", str(ev / "trajectories.jsonl"), "--config",
-                 str(ev / "config.yaml")]  # fmt: skip
-        done = subprocess.run(check, env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    check_tokens(out, list(report["models"]))  # ids and loss masks re-render exactly
     analysis = json.loads((out / "analysis" / "report.json").read_text())
     assert analysis["models"] == list(report["models"])
     viewer = out / "analysis" / "trajectories-data"  # what trajectories.html loads
