@@ -265,3 +265,22 @@ def test_negative_threads_are_refused_when_the_config_loads():
     with pytest.raises(ConfigError, match=re.escape("threads must be >= 0 (0 = all cores), got -1")):
         load_config(TirlConfig, None, ["threads=-1"])
     assert load_config(TirlConfig, None, ["threads=2"]).threads == 2
+
+
+def test_task_options_follow_task_name_in_any_override_order(tmp_path):
+    """`task.*` is the named task's own dataclass; the name may come after its keys; another task's key is refused."""
+    from tirl.demo.arith_task import ArithOptions
+    from tirl.tasks.gsm8k import GSM8KOptions
+
+    cfg = load_config(TirlConfig, None, ["task.num_sft=5", "task.name=gsm8k"])
+    assert isinstance(cfg.task, GSM8KOptions) and cfg.task.num_sft == 5
+    assert isinstance(TirlConfig().task, ArithOptions)  # the default task's options
+    saved = save_config(cfg, tmp_path / "c.yaml")
+    assert load_config(TirlConfig, saved) == cfg
+    with pytest.raises(ConfigError, match=r"'task.style'.*\(GSM8KOptions\): name, num_sft"):
+        load_config(TirlConfig, None, ["task.name=gsm8k", "task.style=word"])
+    for old, new in (("warmup.epochs=1", "task.warmup"), ("tiny.num_layers=1", "task.tiny")):
+        with pytest.raises(ConfigError, match=f"is now '{new}'"):
+            load_config(TirlConfig, None, [old])
+    with pytest.raises(ConfigError, match="unknown task '\\['"):
+        load_config(TirlConfig, None, ["task.name=[", "task.num_sft=3"])

@@ -282,7 +282,10 @@ def _pending(overrides: Sequence[str], prefix: str, section: type) -> Any:
     for item in overrides:
         dotted, _, raw = item.partition("=")
         if dotted.strip() == target:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            try:
+                value = yaml.safe_load(raw) if raw.strip() else ""
+            except yaml.YAMLError:  # the override's own parse names it
+                value = raw.strip()
     return value
 
 
