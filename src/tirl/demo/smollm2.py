@@ -42,7 +42,7 @@ from tirl.eval.analyze import print_summary, run_analyze
 from tirl.models.lora import LoraConfig
 
 LORA_RANK = 16
-BASE_EVAL_N = 4  # GSM8K: the base has never seen the tool format (no call in 800 samples); 4 show what it does
+BASE_EVAL_N = 4  # GSM8K: the base never calls the tool (none in 800 samples); 4 samples show it
 LORA_LR = 1e-4  # docs/configuration.md, "Memory options and LoRA": about 10x the full-parameter rate
 
 
