@@ -73,6 +73,7 @@ def test_rl_checks_its_rows_the_same_way_after_max_prompt_tokens(
     from tirl.rewards.shaping import RewardConfig
     from tirl.rollout.sampling import SamplingParams
     from tirl.train.rl import RLConfig, RLTrainer
+    from tirl.train.rl_run import assemble
 
     short = {"prompt": [{"role": "user", "content": "2 * 3?"}], "reward_model": {"ground_truth": "6"}}
     long = {"prompt": [{"role": "user", "content": "add " * 200}], "reward_model": {"ground_truth": "6"}}
@@ -83,6 +84,6 @@ def test_rl_checks_its_rows_the_same_way_after_max_prompt_tokens(
     with pytest.raises(
         ValueError, match=f"rl.data row 2 .* has a {n}-token prompt: .* past the model's 1024"
     ):
-        RLTrainer(model, tokenizer, agent, [short, long], cfg, **kw)
+        RLTrainer(assemble(model, tokenizer, agent, [short, long], cfg, **kw))
     agent.config.max_prompt_tokens = n - 1  # dropped as verl's filter_overlong_prompts does, then all fit
-    assert len(RLTrainer(model, tokenizer, agent, [short, long], cfg, **kw).rows) == 1
+    assert len(RLTrainer(assemble(model, tokenizer, agent, [short, long], cfg, **kw)).rows) == 1

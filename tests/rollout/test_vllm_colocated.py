@@ -18,6 +18,7 @@ from tirl.rollout.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.vllm_colocated import ColocatedEngine, check_placement
 from tirl.train.rl import RLConfig, RLTrainer
+from tirl.train.rl_run import assemble
 
 
 class FakeBackend:
@@ -68,10 +69,10 @@ def test_rollouts_wake_the_engine_and_updates_find_it_asleep(tokenizer, renderer
         {"prompt": [{"role": "user", "content": "What is 2 * 3?"}], "reward_model": {"ground_truth": "6"}}
     ]
     cfg = RLConfig(steps=2, prompts_per_step=1, n=2, mini_batch_size=2, entropy_coef=0.05)
-    trainer = RLTrainer(
+    trainer = RLTrainer(assemble(
         model, tokenizer, agent, rows, cfg, sampling=SamplingParams(), reward=RewardConfig(), out_dir=tmp_path,
         seed=0,
-    )  # fmt: skip
+    ))  # fmt: skip
     backend.calls.clear()
     m = trainer.step()
     assert backend.calls[0] == "wake:all" and backend.calls[-5:] == [

@@ -204,6 +204,7 @@ def test_rl_update_then_sync_serves_the_new_policy(server, tiny, tokenizer, rend
     from tirl.train.optim import OptimConfig
     from tirl.train.rl import RLConfig, RLTrainer
     from tirl.train.rl_batch import trajectory_batch
+    from tirl.train.rl_run import assemble
 
     old, _ = tiny
     policy = copy.deepcopy(old)
@@ -212,8 +213,8 @@ def test_rl_update_then_sync_serves_the_new_policy(server, tiny, tokenizer, rend
     cfg = RLConfig(
         steps=1, prompts_per_step=1, n=8, mini_batch_size=8, optim=OptimConfig(lr=5e-2, weight_decay=0.0)
     )
-    trainer = RLTrainer(policy, tokenizer, agent, rows, cfg, sampling=SamplingParams(), reward=RewardConfig(),
-                        out_dir=tmp_path, seed=0)  # fmt: skip
+    trainer = RLTrainer(assemble(policy, tokenizer, agent, rows, cfg, sampling=SamplingParams(), reward=RewardConfig(),
+                        out_dir=tmp_path, seed=0))  # fmt: skip
     msgs = [[{"role": "user", "content": QUESTION}]] * 8
     trajs = agent.run(msgs, SamplingParams(), generator=torch.Generator().manual_seed(0))
     batch = trajectory_batch(trajs, torch.tensor([1.0, -1.0] * 4), pad_id=tokenizer.pad_token_id)

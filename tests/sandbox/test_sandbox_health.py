@@ -23,6 +23,7 @@ from tirl.sandbox.auth import TOKEN_ENV
 from tirl.sandbox.health import SandboxBroken, check_sandbox, raise_if_sandbox_down
 from tirl.train.optim import OptimConfig
 from tirl.train.rl import RLConfig, RLTrainer
+from tirl.train.rl_run import assemble
 
 DEAD = "http://127.0.0.1:1"  # nothing listens on port 1: connection refused at once
 
@@ -125,10 +126,10 @@ def test_rl_rollout_stops_when_every_call_fails_in_the_sandbox(tokenizer, render
     with SandboxClient(remote(DEAD)) as dead:
         agent = make_agent(make_model(tokenizer), renderer, dead, max_tokens=12)
         cfg = RLConfig(steps=1, prompts_per_step=1, n=2, mini_batch_size=2, optim=OptimConfig(lr=1e-3))
-        trainer = RLTrainer(
+        trainer = RLTrainer(assemble(
             agent.engine.model, tokenizer, agent, ROWS, cfg, sampling=SamplingParams(), reward=RewardConfig(),
             out_dir=tmp_path, seed=0,
-        )  # fmt: skip
+        ))  # fmt: skip
         failing = [_traj(["sandbox_error"]), _traj(["sandbox_error", "sandbox_error"])]
         # as if the sampled turns had called the tool and the sandbox had refused each call
         agent.run = lambda *a, **k: failing

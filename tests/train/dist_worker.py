@@ -40,6 +40,7 @@ from tirl.train.batch import collate  # noqa: E402
 from tirl.train.logprobs import token_logprobs  # noqa: E402
 from tirl.train.optim import OptimConfig  # noqa: E402
 from tirl.train.rl import RLConfig, RLTrainer  # noqa: E402
+from tirl.train.rl_run import assemble
 from tirl.train.sft import SFTConfig  # noqa: E402
 
 B = 8
@@ -100,16 +101,18 @@ def rl_update(out: Path, lora_rank: int = 0) -> None:
         optim=OptimConfig(lr=0.01, weight_decay=0.01, grad_clip=1.0, eps=1e-3),
     )
     trainer = RLTrainer(
-        model,
-        tok,
-        make_agent(model, renderer, None, 16),
-        [p.to_row() for p in generate_problems(4, seed=0)],
-        cfg,
-        sampling=SamplingParams(),
-        reward=RewardConfig(),
-        out_dir=out / f"rl-{dist.world_size()}",
-        seed=0,
-        ref_model=ref,
+        assemble(
+            model,
+            tok,
+            make_agent(model, renderer, None, 16),
+            [p.to_row() for p in generate_problems(4, seed=0)],
+            cfg,
+            sampling=SamplingParams(),
+            reward=RewardConfig(),
+            out_dir=out / f"rl-{dist.world_size()}",
+            seed=0,
+            ref_model=ref,
+        )
     )
     half = B // dist.world_size()
     batch = fixed_batch(

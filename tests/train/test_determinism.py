@@ -29,6 +29,7 @@ from tirl.rollout.sampling import SamplingParams
 from tirl.train import checkpoint, memory
 from tirl.train.optim import OptimConfig
 from tirl.train.rl import RLConfig, RLTrainer
+from tirl.train.rl_run import assemble
 from tirl.train.sft import SFTConfig, train_sft
 
 GIB = 1024**3
@@ -119,15 +120,17 @@ def trainer(start, tokenizer, renderer, sandbox, mode, out, *, save_every=0):
         optim=OptimConfig(lr=1e-2),
     )  # fmt: skip
     return RLTrainer(
-        model,
-        tokenizer,
-        agent,
-        rows,
-        cfg,
-        sampling=SamplingParams(),
-        reward=REWARD,
-        out_dir=out,
-        seed=3,
+        assemble(
+            model,
+            tokenizer,
+            agent,
+            rows,
+            cfg,
+            sampling=SamplingParams(),
+            reward=REWARD,
+            out_dir=out,
+            seed=3,
+        )
     )
 
 

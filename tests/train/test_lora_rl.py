@@ -12,6 +12,7 @@ from tirl.rollout.sampling import SamplingParams
 from tirl.train.logprobs import token_logprobs
 from tirl.train.optim import OptimConfig
 from tirl.train.rl import RLConfig, RLTrainer
+from tirl.train.rl_run import assemble
 from tirl.train.sft import SFTConfig, train_sft
 
 PROMPT = [{"role": "user", "content": "Pick a number."}]
@@ -53,15 +54,17 @@ def test_lora_rl_raises_mean_reward_and_trains_only_the_adapter(tokenizer, rende
         optim=OptimConfig(lr=3e-3, weight_decay=0.0),  # 3x test_rl_e2e full fine-tuning lr (alpha/rank = 4)
     )
     trainer = RLTrainer(
-        policy,
-        tokenizer,
-        agent,
-        rows,
-        cfg,
-        sampling=SamplingParams(),
-        reward=RewardConfig(),
-        out_dir=tmp_path,
-        seed=0,
+        assemble(
+            policy,
+            tokenizer,
+            agent,
+            rows,
+            cfg,
+            sampling=SamplingParams(),
+            reward=RewardConfig(),
+            out_dir=tmp_path,
+            seed=0,
+        )
     )
     assert trainer.ref is not None and trainer.ref.shares_weights
     history = trainer.train()

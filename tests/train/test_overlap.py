@@ -15,12 +15,15 @@ import torch
 from conftest import make_agent, make_model
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.capabilities import EngineCapabilities
+from tirl.rollout.config import RolloutConfig
 from tirl.rollout.engine import TorchEngine
+from tirl.rollout.factory import capabilities_for
 from tirl.rollout.sampling import SamplingParams
 from tirl.train import checkpoint
 from tirl.train.optim import OptimConfig
 from tirl.train.overlap import Lookahead, check_off_policy, staleness
 from tirl.train.rl import RLConfig, RLTrainer
+from tirl.train.rl_run import assemble, check_engine, check_rl
 
 KEYS = (
     "reward/mean",
@@ -64,15 +67,17 @@ def _trainer(tokenizer, renderer, sandbox, out, *, off: int, steps: int = 3) -> 
         entropy_coef=0.05, off_policy_steps=off,  # all rewards are -1 here: the entropy term moves the policy
     )  # fmt: skip
     return RLTrainer(
-        model,
-        tokenizer,
-        agent,
-        rows,
-        cfg,
-        sampling=SamplingParams(),
-        reward=RewardConfig(),
-        out_dir=out,
-        seed=0,
+        assemble(
+            model,
+            tokenizer,
+            agent,
+            rows,
+            cfg,
+            sampling=SamplingParams(),
+            reward=RewardConfig(),
+            out_dir=out,
+            seed=0,
+        )
     )
 
 
@@ -121,16 +126,13 @@ def test_killed_and_resumed_matches_an_uninterrupted_run(tokenizer, renderer, sa
     assert _pick(rest) == _pick(full[1:])
 
 
-def test_the_in_process_engine_and_dynamic_sampling_are_refused(tokenizer, renderer, sandbox, tmp_path):
-    model = make_model(tokenizer)
-    agent = make_agent(model, renderer, sandbox, max_tokens=12)
-    rows = [{"prompt": [{"role": "user", "content": "1?"}], "reward_model": {"ground_truth": "1"}}]
+def test_the_in_process_engine_and_dynamic_sampling_are_refused():
     cfg = RLConfig(steps=1, prompts_per_step=1, n=2, mini_batch_size=2, off_policy_steps=1)
     with pytest.raises(
         ValueError, match="off_policy_steps=1 with rollout.engine=torch: it samples from the module"
     ):
-        RLTrainer(model, None, agent, rows, cfg, sampling=SamplingParams(), reward=RewardConfig(), out_dir=tmp_path,
-                  seed=0)  # fmt: skip
+        check_rl(cfg, RolloutConfig(engine="torch"), world=1)
+    check_engine(cfg, capabilities_for("vllm"), SamplingParams(), world=1)  # a server engine samples ahead
     with pytest.raises(ValueError, match="off_policy_steps=2; valid: 0"):
         check_off_policy(2, dynamic_sampling=False)
     with pytest.raises(ValueError, match="with rl.dynamic_sampling"):

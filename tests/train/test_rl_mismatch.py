@@ -8,12 +8,13 @@ import torch
 
 from conftest import make_agent, make_model
 from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.capabilities import EngineCapabilities
+from tirl.rollout.capabilities import EngineCapabilities, capabilities_of
 from tirl.rollout.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation
 from tirl.train.optim import OptimConfig
 from tirl.train.rl import RLConfig, RLTrainer
+from tirl.train.rl_run import assemble, check_engine
 
 SHIFT = 0.3  # the engine reports log pi_rollout = log pi_trainer - 0.3 on every sampled token
 
@@ -57,10 +58,11 @@ def _trainer(tokenizer, renderer, sandbox, tmp_path, *, shifted, sampling=None, 
         {"prompt": [{"role": "user", "content": "What is 2 * 3?"}], "reward_model": {"ground_truth": "6"}}
     ]
     cfg = RLConfig(steps=1, prompts_per_step=2, n=4, mini_batch_size=8, optim=OptimConfig(lr=1e-3), **rl)
-    return RLTrainer(
+    check_engine(cfg, capabilities_of(agent.engine), sampling or SamplingParams(), world=1)  # the stage's check
+    return RLTrainer(assemble(
         model, tokenizer, agent, rows, cfg, sampling=sampling or SamplingParams(), reward=RewardConfig(),
         out_dir=tmp_path, seed=0, autocast=autocast if isinstance(autocast, torch.dtype) else None,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def test_server_engine_step_logs_mismatch_and_applies_token_tis(tokenizer, renderer, sandbox, tmp_path):

@@ -10,6 +10,7 @@ from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.sampling import SamplingParams
 from tirl.train.optim import OptimConfig
 from tirl.train.rl import RLConfig, RLTrainer, trajectory_batch
+from tirl.train.rl_run import assemble
 
 
 def _trainer(model, tokenizer, renderer, sandbox, tmp_path, mini_batch):
@@ -19,15 +20,17 @@ def _trainer(model, tokenizer, renderer, sandbox, tmp_path, mini_batch):
     ]
     cfg = RLConfig(steps=1, prompts_per_step=2, n=4, mini_batch_size=mini_batch, optim=OptimConfig(lr=1e-3))
     return RLTrainer(
-        model,
-        tokenizer,
-        agent,
-        rows,
-        cfg,
-        sampling=SamplingParams(),
-        reward=RewardConfig(),
-        out_dir=tmp_path,
-        seed=0,
+        assemble(
+            model,
+            tokenizer,
+            agent,
+            rows,
+            cfg,
+            sampling=SamplingParams(),
+            reward=RewardConfig(),
+            out_dir=tmp_path,
+            seed=0,
+        )
     )
 
 
@@ -130,7 +133,7 @@ def test_prompts_over_max_prompt_tokens_are_dropped_at_start(model, tokenizer, r
     agent.config.max_prompt_tokens = limit
     kw = dict(sampling=SamplingParams(), reward=RewardConfig(), out_dir=tmp_path, seed=0)
     cfg = RLConfig(steps=1, prompts_per_step=1, n=2, mini_batch_size=2)
-    trainer = RLTrainer(model, tokenizer, agent, [long, short, long], cfg, **kw)
+    trainer = RLTrainer(assemble(model, tokenizer, agent, [long, short, long], cfg, **kw))
     assert [r.prompt for r in trainer.rows] == [short["prompt"]]
     with pytest.raises(ValueError, match="every RL prompt is longer than agent.max_prompt_tokens"):
-        RLTrainer(model, tokenizer, agent, [long], cfg, **kw)
+        RLTrainer(assemble(model, tokenizer, agent, [long], cfg, **kw))

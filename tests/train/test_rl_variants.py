@@ -9,6 +9,7 @@ from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Origin
 from tirl.train.optim import OptimConfig
 from tirl.train.rl import RLConfig, RLTrainer
+from tirl.train.rl_run import assemble
 
 ROW = {"prompt": [{"role": "user", "content": "What is 2 * 3?"}], "reward_model": {"ground_truth": "6"}}
 
@@ -25,15 +26,17 @@ def _trainer(tokenizer, renderer, sandbox, tmp_path, **rl):
         **rl,
     )
     t = RLTrainer(
-        model,
-        tokenizer,
-        agent,
-        [ROW] * 8,
-        cfg,
-        sampling=SamplingParams(),
-        reward=RewardConfig(),
-        out_dir=tmp_path,
-        seed=0,
+        assemble(
+            model,
+            tokenizer,
+            agent,
+            [ROW] * 8,
+            cfg,
+            sampling=SamplingParams(),
+            reward=RewardConfig(),
+            out_dir=tmp_path,
+            seed=0,
+        )
     )
     return t, model
 

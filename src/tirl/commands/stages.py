@@ -29,7 +29,6 @@ from tirl.models.loading import load_for_inference, load_policy, load_tokenizer
 from tirl.models.lora import is_lora, parameter_counts
 from tirl.rollout import factory
 from tirl.rollout.agent import AgentLoop
-from tirl.rollout.sampling import SamplingParams
 from tirl.sandbox import build_sandbox
 from tirl.sandbox.health import check_sandbox
 from tirl.sandbox.types import Sandbox
@@ -39,6 +38,7 @@ from tirl.train import checkpoint, dist, fsdp, reference
 from tirl.train.allocator import bound_onednn_caches, keep_freed_memory
 from tirl.train.manifest import RunIdentity, data_fingerprint
 from tirl.train.rl import RLTrainer
+from tirl.train.rl_run import assemble, check_rl, sampling_of
 from tirl.train.sft import SFTConfig, SFTTrainer
 
 
@@ -256,7 +256,8 @@ def run_rl(
     model is loaded from `model_path` first (it is the KL reference) and the checkpoint's weights replace the
     policy's, so a resumed run never takes its resumed policy as the reference. The checkpoint must be an RL
     checkpoint with this run's data and settings, unless `allow_changes`. `restart`: as `run_sft`'s."""
-    factory.check_rl(cfg.rollout, dist.world_size())
+    sampling = sampling_of(cfg.rollout)
+    check_rl(cfg.rl, cfg.rollout, dist.world_size())  # before anything loads
     out = Path(out_dir)
     rows = rows if rows is not None else task_rows(cfg, cfg.rl.data, "train")
     if cfg.rl.prompt_rewrite == "verl":
@@ -268,9 +269,6 @@ def run_rl(
     path = _model_path(cfg, model_path)
     check_sandbox(cfg.sandbox)  # a broken sandbox fails here, not as a model that never solves anything
     tokenizer, model, ref = _rl_policy(cfg, path)
-    sampling = SamplingParams(
-        temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k
-    )
     keys = ("reward/mean", "reward/accuracy", "rollout/tool_calls_per_response", "loss/clipfrac", "time/step")
     logger = _logger(cfg, out, state, resume, console_keys=keys, config=asdict(cfg))
     closing = contextlib.closing(logger) if logger else contextlib.nullcontext()
@@ -280,13 +278,13 @@ def run_rl(
         validate = None
         if cfg.rl.eval_data and (cfg.rl.eval_every or cfg.rl.eval_at_start):
             validate = validator(cfg, out, agent, str(path), logger=logger)
-        trainer = RLTrainer(
-            model, tokenizer, agent, rows, cfg.rl, sampling=sampling, reward=cfg.reward, out_dir=out,
-            seed=cfg.seed, logger=logger, ref_source=str(path),
-            autocast=cfg.model.autocast_dtype(model.config.hidden_size),
-            ref_dtype=cfg.model.reference_dtype, ref_model=ref, activation_gib=cfg.model.activation_gib,
+        run = assemble(
+            model, tokenizer, agent, rows, cfg.rl, sampling=sampling, reward=cfg.reward, out_dir=out, seed=cfg.seed,
+            autocast=cfg.model.autocast_dtype(model.config.hidden_size), ref_dtype=cfg.model.reference_dtype,
+            ref_model=ref, activation_gib=cfg.model.activation_gib, logger=logger, ref_source=str(path),
             identity=identity, validate=validate,
         )  # fmt: skip
+        trainer = RLTrainer(run)
         _restore(trainer, ckpt, state, of=cfg.rl.steps)
         if trainer.validate is not None and cfg.rl.eval_at_start and trainer.step_done == 0:
             _validate_at_start(trainer, logger)

@@ -147,14 +147,6 @@ def rl_refusal(caps: EngineCapabilities, world: int) -> str | None:
     return f"{why}; use rollout.engine={fit} for tirl rl" + (" on several processes" if world > 1 else "")
 
 
-def check_rl(ro: RolloutConfig, world: int) -> None:
-    """The one check that `tirl rl` can sample with `rollout.engine` on `world` processes and this machine can place
-    it, made before any model loads (ValueError naming the engines that can)."""
-    if why := rl_refusal(capabilities_for(ro.engine), world):
-        raise ValueError(why)
-    check_placement(ro)
-
-
 def check_placement(ro: RolloutConfig) -> None:
     """`rollout.vllm.placement` this machine cannot run, refused before anything is loaded."""
     from tirl.rollout.vllm_colocated import check_placement as check

@@ -66,17 +66,18 @@ def staleness(trajs: Sequence[Trajectory], engine_version: int) -> float:
     return float(engine_version - sum(first) / len(first)) if first else 0.0
 
 
-def lookahead(off_policy_steps: int, caps: EngineCapabilities) -> Lookahead | None:
-    """The trainer's `Lookahead` for `rl.off_policy_steps` (None for 0), refused for an engine that samples from
-    the trainer's own module."""
-    if not off_policy_steps:
-        return None
-    if caps.shares_policy:
+def check_lookahead(off_policy_steps: int, caps: EngineCapabilities) -> None:
+    """`rl.off_policy_steps` refused for an engine that samples from the trainer's own module."""
+    if off_policy_steps and caps.shares_policy:
         raise ValueError(
             f"rl.off_policy_steps={off_policy_steps} with rollout.engine={caps.name}: it samples from the module the "
             "update changes while the update runs; use rollout.engine=vllm, or rl.off_policy_steps=0"
         )
-    return Lookahead()
+
+
+def lookahead(off_policy_steps: int) -> Lookahead | None:
+    """The trainer's `Lookahead` for `rl.off_policy_steps` (None for 0; the engine is checked by `check_lookahead`)."""
+    return Lookahead() if off_policy_steps else None
 
 
 def check_off_policy(steps: int, *, dynamic_sampling: bool) -> None:

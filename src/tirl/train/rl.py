@@ -36,36 +36,26 @@ import dataclasses
 import random
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 
 from tirl.algorithms import get_advantage_estimator, get_policy_loss
-from tirl.core.logging import MetricsLogger
 from tirl.core.progress import progress
-from tirl.data.records import ProblemRow, problem_rows
-from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.agent import AgentLoop
-from tirl.rollout.capabilities import capabilities_of
-from tirl.rollout.episodes import check_prompt_lengths, model_positions, rollout_and_score
+from tirl.data.records import ProblemRow
+from tirl.rollout.episodes import rollout_and_score
 from tirl.rollout.factory import awake
-from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
 from tirl.train import checkpoint, dist, fsdp, manifest
 from tirl.train.batch import TokenBatch, slice_rows
 from tirl.train.checkpoint import CheckpointError
 from tirl.train.correction import RolloutCorrection
-from tirl.train.memory import sized_micro_batches
 from tirl.train.optim import SkipGuard, build_optimizer, clip_and_step
 from tirl.train.overlap import lookahead, staleness
 from tirl.train.perf import Timers, peak_memory_mb
-from tirl.train.reference import Reference
 from tirl.train.rl_batch import (
     TRUNCATED,
-    check_world,
-    fitting_prompts,
     global_rollout_metrics,
     groups_with_signal,
     rank_reduced,
@@ -74,6 +64,7 @@ from tirl.train.rl_batch import (
     trajectory_batch,
 )
 from tirl.train.rl_config import RLConfig
+from tirl.train.rl_run import RLRun
 from tirl.train.signals import StopRequested, graceful_stop
 from tirl.train.update import LossSpec, accumulate_gradients, no_grad_logprobs
 
@@ -83,64 +74,36 @@ class RLTrainer:
 
     rank_state: tuple[str, ...] = ("generator",)  # each rank samples and orders mini-batches with its own
 
-    def __init__(
-        self,
-        policy: torch.nn.Module,
-        tokenizer: Any,
-        agent: AgentLoop,
-        rows: Sequence[dict[str, Any] | ProblemRow],
-        cfg: RLConfig,
-        *,
-        sampling: SamplingParams,
-        reward: RewardConfig,
-        out_dir: str | Path,
-        seed: int,
-        logger: MetricsLogger | None = None,
-        ref_source: str = "",
-        autocast: torch.dtype | None = None,
-        ref_dtype: torch.dtype | None = None,
-        ref_model: torch.nn.Module | None = None,
-        activation_gib: float = 0.0,
-        identity: checkpoint.RunIdentity | None = None,
-        validate: Callable[[int], dict[str, float]] | None = None,
-    ) -> None:
-        """`ref_model`: the KL reference's copy when `policy` cannot be copied (FSDP-sharded; else a frozen copy of
-        `policy`, none for LoRA). `activation_gib`: what `micro_batch_tokens: auto` sizes for (tirl.train.memory).
-        `identity`: what checkpoints record; `validate`: step -> metrics. The stage builder checks the engine."""
-        if not rows:
-            raise ValueError("RL needs at least one prompt row")
-        rows = fitting_prompts(problem_rows(rows), agent.renderer, agent.config.max_prompt_tokens)
-        check_prompt_lengths(rows, agent, model_positions(agent), what="rl.data")
-        cfg, self.micro_budget = sized_micro_batches(cfg, policy, autocast, activation_gib)
-        self.policy, self.tokenizer, self.agent, self.rows, self.cfg = policy, tokenizer, agent, rows, cfg
-        self.sampling, self.reward, self.out_dir, self.logger = sampling, reward, Path(out_dir), logger
-        self.pad_id = agent.renderer.pad_id
-        self.engine_caps = capabilities_of(agent.engine).with_precision(None, autocast)  # bf16: not exact
+    def __init__(self, run: RLRun) -> None:
+        """`run`: the policy, engine, prompts and settings, checked and sized (`tirl.train.rl_run.assemble`); the
+        trainer adds only the algorithm's own state (estimator, loss, optimizer, generators, counters)."""
+        cfg = run.cfg
+        self.policy, self.tokenizer, self.agent, self.rows = run.policy, run.tokenizer, run.agent, run.rows
+        self.cfg, self.sampling, self.reward = cfg, run.sampling, run.reward
+        self.out_dir, self.logger = run.out_dir, run.logger
+        self.micro_budget, self.engine_caps, self.autocast = run.micro_budget, run.engine_caps, run.autocast
+        self.ref, self.ref_source = run.reference, run.ref_source
+        self.validate, self.identity = run.validate, run.identity
+        self.pad_id = run.agent.renderer.pad_id
         self.world = dist.world_size()
-        check_world(cfg, self.world)
-        self.engine_caps.check_rl_sampling(sampling)
         self.corr = RolloutCorrection.of(self.engine_caps.rollout_correction(cfg.rollout_correction), cfg)
         self.adv_fn = get_advantage_estimator(cfg.adv_estimator, k=cfg.passk_k)
         self.loss_fn = get_policy_loss(cfg.policy_loss)
         self.local_mini = cfg.mini_batch_size // self.world  # trajectories per update on this rank
-        self.autocast = autocast  # model.autocast's dtype; the KL reference: LoRA's base, else a copy
-        self.ref = Reference(policy, ref_dtype, copy=ref_model) if cfg.kl_coef > 0 else None
         updates = cfg.steps * cfg.ppo_epochs * -(-cfg.prompts_per_step * cfg.n // cfg.mini_batch_size)
-        self.opt, self.sched = build_optimizer(policy, cfg.optim, updates)
-        self.rng = random.Random(seed)
-        self.gen = torch.Generator().manual_seed(dist.rank_seed(seed))  # sampling, mini-batch order
+        self.opt, self.sched = build_optimizer(run.policy, cfg.optim, updates)
+        self.rng = random.Random(run.seed)
+        self.gen = torch.Generator().manual_seed(dist.rank_seed(run.seed))  # sampling, mini-batch order
         self._order: list[int] = []
-        self.norm_len = cfg.loss_norm_len or agent.config.max_response_tokens
+        self.norm_len = cfg.loss_norm_len or run.agent.config.max_response_tokens
         self.skips = SkipGuard(cfg.optim.max_skipped_in_row)
-        self.ahead = lookahead(cfg.off_policy_steps, self.engine_caps)  # the batch sampled during the update
+        self.ahead = lookahead(cfg.off_policy_steps)  # the batch sampled during the update
         self.rank_state = ("generator", "pending") if self.ahead else ("generator",)
         self.updates_done = self.step_done = 0
         self.timers = Timers()
         self.last_trajectories: list[Trajectory] = []
-        self.validate, self.identity = validate, identity
-        self.ref_source = ref_source  # where the KL reference (the initial policy) was loaded from
         self.loss_spec = LossSpec.for_rl(
-            cfg, self.loss_fn, self.norm_len, sampling.logprob_temperature, autocast
+            cfg, self.loss_fn, self.norm_len, run.sampling.logprob_temperature, run.autocast
         )
 
     def _next_prompts(self) -> list[ProblemRow]:

@@ -1,0 +1,110 @@
+"""What an RL run trains with, as one typed record, and the one check that RL can run with the chosen engine.
+
+The stage builder (`tirl.commands.stages.run_rl`) calls `check_rl` before any model loads, builds the model, the
+engine and the agent, and hands them to `assemble`, which fits the prompts to the agent, sizes the micro-batches
+for the model and wraps the KL reference. `RLTrainer` takes the resulting `RLRun` and builds nothing itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tirl.core.logging import MetricsLogger
+from tirl.data.records import ProblemRow, problem_rows
+from tirl.rewards.shaping import RewardConfig
+from tirl.rollout.agent import AgentLoop
+from tirl.rollout.capabilities import EngineCapabilities, capabilities_of
+from tirl.rollout.config import RolloutConfig
+from tirl.rollout.episodes import check_prompt_lengths, model_positions
+from tirl.rollout.factory import capabilities_for, check_placement, rl_refusal
+from tirl.rollout.sampling import SamplingParams
+from tirl.train.manifest import RunIdentity
+from tirl.train.memory import MicroBatchBudget, sized_micro_batches
+from tirl.train.overlap import check_lookahead
+from tirl.train.reference import Reference
+from tirl.train.rl_batch import check_world, fitting_prompts
+from tirl.train.rl_config import RLConfig
+
+
+def sampling_of(ro: RolloutConfig) -> SamplingParams:
+    """The sampling settings of `rollout.*` that RL samples with."""
+    return SamplingParams(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k)
+
+
+def check_rl(rl: RLConfig, ro: RolloutConfig, world: int) -> None:
+    """Every rule on whether `tirl rl` can run `rl` with `rollout.engine` on `world` processes, checked once, before
+    any model loads (a ValueError naming the setting to change)."""
+    check_engine(rl, capabilities_for(ro.engine), sampling_of(ro), world)
+    check_placement(ro)
+
+
+def check_engine(rl: RLConfig, caps: EngineCapabilities, sampling: SamplingParams, world: int) -> None:
+    """The rules that read the engine's capabilities (`tirl.rollout.capabilities`) and the RL settings."""
+    if why := rl_refusal(caps, world):
+        raise ValueError(why)
+    check_world(rl, world)
+    caps.check_rl_sampling(sampling)
+    check_lookahead(rl.off_policy_steps, caps)
+
+
+@dataclass
+class RLRun:
+    """The RL trainer's inputs, checked and sized (`assemble` builds one)."""
+
+    policy: torch.nn.Module
+    tokenizer: Any
+    agent: AgentLoop
+    rows: list[ProblemRow]  # the prompts that fit agent.max_prompt_tokens
+    cfg: RLConfig  # micro_batch_tokens resolved to a number
+    micro_budget: MicroBatchBudget  # how micro-batches were sized, printed at start
+    sampling: SamplingParams
+    reward: RewardConfig
+    out_dir: Path
+    seed: int
+    engine_caps: EngineCapabilities  # the engine's, with the run's precision
+    logger: MetricsLogger | None = None
+    autocast: torch.dtype | None = None  # model.autocast's dtype
+    reference: Reference | None = None  # the KL reference (rl.kl_coef > 0)
+    ref_source: str = ""  # where the reference (the initial policy) was loaded from
+    identity: RunIdentity | None = None  # what checkpoints record, and a resume must match
+    validate: Callable[[int], dict[str, float]] | None = None  # step -> validation metrics
+
+
+def assemble(
+    policy: torch.nn.Module,
+    tokenizer: Any,
+    agent: AgentLoop,
+    rows: Sequence[dict[str, Any] | ProblemRow],
+    cfg: RLConfig,
+    *,
+    sampling: SamplingParams,
+    reward: RewardConfig,
+    out_dir: str | Path,
+    seed: int,
+    autocast: torch.dtype | None = None,
+    ref_dtype: torch.dtype | None = None,
+    ref_model: torch.nn.Module | None = None,
+    activation_gib: float = 0.0,
+    **rest: Any,
+) -> RLRun:
+    """The `RLRun` of these parts: prompts longer than agent.max_prompt_tokens dropped (verl's
+    filter_overlong_prompts; an error if none is left or one runs past the model's positions), `micro_batch_tokens:
+    auto` sized for `activation_gib` (tirl.train.memory), the KL reference wrapped when rl.kl_coef > 0 (`ref_model`:
+    its copy when `policy` cannot be copied, being FSDP-sharded; else a frozen copy of `policy`, none for LoRA).
+    `rest`: RLRun's optional fields (logger, ref_source, identity, validate)."""
+    if not rows:
+        raise ValueError("RL needs at least one prompt row")
+    fitted = fitting_prompts(problem_rows(rows), agent.renderer, agent.config.max_prompt_tokens)
+    check_prompt_lengths(fitted, agent, model_positions(agent), what="rl.data")
+    cfg, budget = sized_micro_batches(cfg, policy, autocast, activation_gib)
+    reference = Reference(policy, ref_dtype, copy=ref_model) if cfg.kl_coef > 0 else None
+    caps = capabilities_of(agent.engine).with_precision(None, autocast)  # bf16: not exact
+    return RLRun(
+        policy, tokenizer, agent, fitted, cfg, budget, sampling, reward, Path(out_dir), seed, caps,
+        autocast=autocast, reference=reference, **rest,
+    )  # fmt: skip
