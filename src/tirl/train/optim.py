@@ -106,6 +106,10 @@ def clip_and_step(
     stepped = math.isfinite(norm) and math.isfinite(loss)
     if stepped:
         opt.step()
+        if opt.defaults.get("fused"):
+            # fused AdamW writes the parameters in place without bumping their version counters: bump them, or
+            # a cache keyed on the version (the LM head's bf16 copy, tirl.train.head) keeps serving old weights
+            torch.autograd.graph.increment_version([p for g in opt.param_groups for p in g["params"]])
         sched.step()
     opt.zero_grad(set_to_none=True)
     return norm, stepped
