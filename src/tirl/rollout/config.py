@@ -19,6 +19,7 @@ ENGINES = ("torch", "vllm", "openai")  # rollout.engine's values; tirl.rollout.f
 PLACEMENTS = ("separate", "colocated")
 SYNCS = ("auto", "memory", "disk")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
+GRAPH_MODES = ("auto", "on", "off")  # rollout.torch.cuda_graphs (tirl.rollout.graph_decode)
 
 
 @dataclass
@@ -38,10 +39,18 @@ class TorchEngineConfig:
     # there: SmolLM2's fp32 decode 1.6-1.8x as fast packed) from 512 wide, never with rollout.torch.compile;
     # on = at any width on any CPU; off = PyTorch's own matmuls
     pack: str = "auto"
+    # decode steps of static shapes captured as CUDA graphs, one per batch-size bucket, and replayed
+    # (tirl.rollout.graph_decode). auto = on where the model is on a CUDA device and neither compiled nor sharded;
+    # on = that or an error; off = the eager decode. Off by default: its speed on a GPU is not yet measured
+    cuda_graphs: str = "off"
 
     def __post_init__(self) -> None:
         if self.pack not in PACK_MODES:
             raise ValueError(f"rollout.torch.pack must be one of {', '.join(PACK_MODES)}, got {self.pack!r}")
+        if self.cuda_graphs not in GRAPH_MODES:
+            raise ValueError(
+                f"rollout.torch.cuda_graphs must be one of {', '.join(GRAPH_MODES)}, got {self.cuda_graphs!r}"
+            )
         if self.keep_prefix_mib < 0:
             raise ValueError(
                 f"rollout.torch.keep_prefix_mib must be >= 0 (0 = off), got {self.keep_prefix_mib}"

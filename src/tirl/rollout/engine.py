@@ -25,6 +25,9 @@ tokens (the tool output and what follows): on the demo the second turn's pre-fil
 to ~15. The kept prefix holds the values a full pre-fill would compute, to float rounding (tested). Kept entries
 last one call and are dropped when the weights change.
 
+`cuda_graphs` (`rollout.torch.cuda_graphs`, off by default) decodes through `tirl.rollout.graph_decode` instead:
+steps of static shapes over buffers allocated once, captured as CUDA graphs per batch-size bucket and replayed.
+
 Not here: continuous batching across calls and paged attention; use the vLLM engine for those.
 """
 
@@ -39,6 +42,7 @@ import torch
 from tirl.core.padding import first_rows, least_padding_parts
 from tirl.models.loading import cache_keyword
 from tirl.rollout.capabilities import EngineCapabilities
+from tirl.rollout.graph_decode import graph_decoder
 from tirl.rollout.kv_cache import InPlaceCache, KeptPrefixes, kept_length
 from tirl.rollout.packed import PACK_MODES, PackedLinears, packing_available, packing_pays
 from tirl.rollout.sampling import SamplingParams, per_prompt_budgets, sample_next
@@ -83,6 +87,7 @@ class TorchEngine:
         keep_prefix_mib: int = 1024,
         compile: bool = False,
         pack: str = "auto",
+        cuda_graphs: str = "off",
     ) -> None:
         if not eos_ids:
             raise ValueError("at least one EOS id is needed to know when a turn ends")
@@ -102,6 +107,7 @@ class TorchEngine:
         # decode steps only (pre-fills vary too much in shape to pay for recompiles); the module is shared
         self._step = torch.compile(model, dynamic=True) if compile else model
         self.kept = KeptPrefixes(keep_prefix_mib * 2**20)  # 0: every call pre-fills its prompts whole
+        self.graphs = graph_decoder(self, cuda_graphs, compile)  # None: the eager decode
         if compute_dtype is not None:
             self.capabilities = self.capabilities.with_precision(compute_dtype, None)
 
@@ -138,13 +144,16 @@ class TorchEngine:
     @contextlib.contextmanager
     def awake(self) -> Iterator[None]:
         """A phase of rollouts (RL's, through `tirl.rollout.factory.awake`): what the engine keeps from call to call
-        (packed weights, kept prefixes) is dropped after it, so the update that follows has that memory."""
+        (packed weights, kept prefixes, CUDA graphs and their buffers) is dropped after it, so the update that
+        follows has that memory."""
         try:
             yield
         finally:
             self.kept.clear()
             if self.packed is not None:
                 self.packed.clear()
+            if self.graphs is not None:
+                self.graphs.release()
 
     def check(self, tokenizer: Any) -> None:
         """Every id the tokenizer, the stop rules and the padding can produce has a row in the model's embedding."""
@@ -159,7 +168,8 @@ class TorchEngine:
                 )
 
     def close(self) -> None:
-        pass
+        if self.graphs is not None:
+            self.graphs.release()
 
     @property
     def device(self) -> torch.device:
@@ -210,6 +220,8 @@ class TorchEngine:
         generator: torch.Generator | None,
         kept: list[Any],
     ) -> list[Generation]:
+        if self.graphs is not None:
+            return self.graphs.decode(prompts, limits, params, generator, kept)
         dev = self.device
         B = len(prompts)
         gens = [Generation([], [], "length", self.weight_version) for _ in range(B)]
