@@ -94,11 +94,15 @@ test: install vllm $(SMOLLM2)
 test-slow: install vllm $(SMOLLM2)
 	$(PY) -m pytest -q -m slow
 
-# `make gpu-check`, on a machine with a CUDA GPU: the GPU-only paths in a few minutes (tests/gpu: a vLLM server on
-# the GPU synced in memory, NCCL between two training processes when there are two GPUs, the colocated engine when
-# vLLM is installed in .venv too). Without a GPU every test skips.
-gpu-check: install vllm
-	$(PY) -m pytest -q -m gpu tests/gpu -rs
+# `make gpu-check`, on a machine with a CUDA GPU: every test marked gpu, in a few minutes (tests/gpu: the torch
+# engine's RL, one-process NCCL + FSDP2, kill-and-resume, bf16 autocast, SFT, LoRA and the auto micro-batches on one
+# GPU; a vLLM server on the GPU synced in memory, NCCL between two training processes when there are two GPUs, the
+# colocated engine when vLLM is installed in .venv too; tests/rollout: the CUDA-graph decode). Without a GPU every
+# test skips. `make gpu-check OFFLINE=1` installs and downloads nothing: .venv must already hold tirl (docs/gpu.md).
+OFFLINE ?=
+gpu-check: $(if $(OFFLINE),,install vllm)
+	@test -x $(PY) || { echo "gpu-check: no $(PY); offline, install tirl from wheels first (docs/gpu.md)"; exit 2; }
+	$(PY) -m pytest -q -m gpu tests -rs
 
 test-all: install vllm $(SMOLLM2)
 	$(PY) -m pytest -q

@@ -74,6 +74,13 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         f"{VLLM}; {SMOLLM2}",
     ),
     Benchmark(
+        "gpu",
+        4,
+        "one CUDA GPU: decode (engine, bf16, CUDA graphs, HF), the update against plain HF, the demo's stages",
+        "a CUDA GPU (refuses without one; `--device cpu --small` for a tiny CPU run); minutes on an H100, estimated",
+        args="[--device cpu --small]",
+    ),
+    Benchmark(
         "demo_stages",
         7,
         "tirl demo stage by stage, an earlier commit against this checkout",

@@ -1,0 +1,353 @@
+"""tirl on one CUDA GPU: decode, the update and the tiny demo's stages, in one JSON that names the device.
+
+- Decode, Qwen3-0.6B shape (random weights; `tirl plan --arch qwen3-0.6b`), batch 64, 128-token prompts, 256 new
+  tokens, sampled at temperature 1: the torch engine in fp32 and under bf16 autocast (fp32 weights, how tirl runs
+  it), its CUDA-graph decode (`rollout.torch.cuda_graphs=on`, bf16) where this checkout has it, and HF `generate`
+  with fp32 and with bf16 weights: tokens/s.
+- The update, same shape: 16 sequences of 1,024 to 2,048 tokens (the last three quarters trained) in micro-batches
+  of 4 under bf16 autocast: tirl's `accumulate_gradients` + its AdamW step against a plain HF forward-with-labels +
+  fused AdamW over the same micro-batches: tokens/s, TFLOP/s counted as 6 x parameters x real tokens / s (attention
+  FLOPs left out), peak allocated memory, and `tirl plan`'s estimate for that update beside tirl's peak.
+- The tiny demo on CUDA, shortened (fewer rows and RL steps): seconds per stage from its report.
+
+    python -m bench gpu                       # one GPU: about 4 minutes on an H100 (an estimate; not yet run)
+    python -m bench gpu --device cpu --small  # every part at a tiny shape on a CPU, in under a minute
+
+Without CUDA it refuses unless given `--device cpu --small`. Writes bench/results/gpu.json (`--out`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import inspect
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bench.common import ROOT, result_path, stopwatch, write_result
+
+FULL = {"decode_batch": 64, "prompt": 128, "new": 256, "batch": 16, "seq": 2048, "micro": 4, "steps": 2}
+SMALL = {"decode_batch": 4, "prompt": 16, "new": 8, "batch": 4, "seq": 64, "micro": 2, "steps": 1}
+TINY_SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+              "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512}  # fmt: skip
+DEMO_FULL = ["task.num_sft=300", "task.num_rl=200", "task.num_test=32", "task.warmup.epochs=1", "sft.epochs=1",
+             "rl.steps=3", "eval.n=1"]  # fmt: skip
+DEMO_SMALL = ["task.num_sft=32", "task.num_rl=16", "task.num_test=4", "task.warmup.epochs=1", "sft.epochs=1",
+              "rl.steps=1", "rl.prompts_per_step=4", "rl.n=2", "rl.mini_batch_size=8", "eval.n=1",
+              "agent.max_response_tokens=48", "agent.max_tokens_per_turn=24", "reward.overlong_buffer=16"]  # fmt: skip
+
+
+def model_config(small: bool) -> Any:
+    """Qwen3-0.6B's architecture, or at `small` the same family at a tiny width (a CPU runs it in seconds)."""
+    from tirl.commands.plan import load_arch
+
+    _, cfg = load_arch("", "qwen3-0.6b")
+    if small:
+        for k, v in TINY_SHAPE.items():
+            setattr(cfg, k, v)
+        if getattr(cfg, "layer_types", None):
+            cfg.layer_types = cfg.layer_types[: cfg.num_hidden_layers]
+    return cfg
+
+
+def build(cfg: Any, device: str, dtype: Any = None) -> Any:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
+    return model.to(dtype) if dtype is not None else model
+
+
+def sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def graphs_available() -> str:
+    """'' when this checkout's torch engine has the CUDA-graph decode, else why the variant is skipped."""
+    from tirl.rollout.config import TorchEngineConfig
+    from tirl.rollout.engine import TorchEngine
+
+    if "cuda_graphs" not in {f.name for f in dataclasses.fields(TorchEngineConfig)}:
+        return "skipped: rollout.torch.cuda_graphs is not in this checkout"
+    if "cuda_graphs" not in inspect.signature(TorchEngine).parameters:
+        return "skipped: TorchEngine takes no cuda_graphs argument in this checkout"
+    return ""
+
+
+def engine_tok_s(model: Any, prompts: list[list[int]], new: int, device: str, **kw: Any) -> dict:
+    """The torch engine: one warm-up call (captures, allocator), then the timed one."""
+    import torch
+
+    from tirl.rollout.engine import TorchEngine
+    from tirl.rollout.sampling import SamplingParams
+
+    vocab = model.config.vocab_size
+    engine = TorchEngine(
+        model, eos_ids=[vocab - 1], pad_id=0, max_batch_size=len(prompts), keep_prefix_mib=0, **kw
+    )
+    params = SamplingParams(max_new_tokens=new)
+    engine.generate(prompts, params, max_new_tokens=min(new, 8), generator=torch.Generator().manual_seed(0))
+    sync(device)
+    with stopwatch() as t:
+        out = engine.generate(prompts, params, max_new_tokens=new, generator=torch.Generator().manual_seed(1))
+        sync(device)
+    tokens = sum(len(g.token_ids) for g in out)
+    return {"tokens": tokens, "seconds": t.s, "tokens_per_s": tokens / t.s}
+
+
+def hf_tok_s(model: Any, ids: Any, new: int, device: str) -> dict:
+    """HF `generate`, sampling exactly `new` tokens per row (no end-of-sequence id)."""
+    import torch
+
+    kw = {"do_sample": True, "pad_token_id": 0, "eos_token_id": None, "attention_mask": torch.ones_like(ids)}
+    model.generate(ids, max_new_tokens=min(new, 8), min_new_tokens=min(new, 8), **kw)
+    sync(device)
+    with stopwatch() as t:
+        out = model.generate(ids, max_new_tokens=new, min_new_tokens=new, **kw)
+        sync(device)
+    tokens = int((out.shape[1] - ids.shape[1]) * ids.shape[0])
+    return {"tokens": tokens, "seconds": t.s, "tokens_per_s": tokens / t.s}
+
+
+def decode(cfg: Any, dims: dict, device: str) -> dict:
+    import torch
+
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(1, cfg.vocab_size - 1, (dims["decode_batch"], dims["prompt"]), generator=g)
+    prompts, new = ids.tolist(), dims["new"]
+    model = build(cfg, device).eval()
+    rows: dict[str, Any] = {
+        "torch engine fp32": engine_tok_s(model, prompts, new, device),
+        "torch engine bf16 autocast": engine_tok_s(model, prompts, new, device, compute_dtype=torch.bfloat16),
+    }
+    why = graphs_available() or ("skipped: CUDA graphs need CUDA" if device != "cuda" else "")
+    rows["torch engine CUDA graphs bf16"] = why or engine_tok_s(
+        model, prompts, new, device, compute_dtype=torch.bfloat16, cuda_graphs="on"
+    )
+    with torch.no_grad():
+        rows["HF generate fp32"] = hf_tok_s(model, ids.to(device), new, device)
+        rows["HF generate bf16 weights"] = hf_tok_s(model.to(torch.bfloat16), ids.to(device), new, device)
+    del model
+    free(device)
+    base = rows["HF generate bf16 weights"]["tokens_per_s"]
+    for r in rows.values():
+        if isinstance(r, dict):
+            r["vs_hf_generate_bf16"] = r["tokens_per_s"] / base
+    return {
+        "batch": dims["decode_batch"],
+        "prompt_tokens": dims["prompt"],
+        "new_tokens": new,
+        "variants": rows,
+    }
+
+
+def free(device: str) -> None:
+    import torch
+
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+def update_batch(cfg: Any, dims: dict, device: str) -> Any:
+    """16 (batch) sequences of seq/2 to seq tokens, right-padded, the last three quarters of each trained."""
+    import torch
+
+    from tirl.train.batch import TokenBatch
+
+    B, T = dims["batch"], dims["seq"]
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.randint(T // 2, T + 1, (B,), generator=g)
+    ids = torch.randint(0, cfg.vocab_size, (B, T), generator=g)
+    attn = (torch.arange(T)[None, :] < lengths[:, None]).long()
+    loss_mask = attn.clone()
+    loss_mask[:, : T // 4] = 0
+    adv = (torch.randn(B, 1, generator=g).expand(B, T) * loss_mask).contiguous()
+    return TokenBatch(ids.to(device), attn.to(device), loss_mask.to(device), {"advantages": adv.to(device)})
+
+
+def timed_steps(step: Any, steps: int, device: str) -> tuple[float, float | None]:
+    """(seconds per step after one warm-up step, peak allocated GiB over the timed steps; None on a CPU)."""
+    import torch
+
+    step()
+    sync(device)
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    with stopwatch() as t:
+        for _ in range(steps):
+            step()
+        sync(device)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
+    return t.s / steps, peak
+
+
+def tirl_update(model: Any, mini: Any, dims: dict, device: str, autocast: Any) -> tuple[float, float | None]:
+    from tirl.algorithms import get_policy_loss
+    from tirl.train.optim import OptimConfig, build_optimizer, clip_and_step
+    from tirl.train.update import LossSpec, accumulate_gradients
+
+    spec = LossSpec(
+        get_policy_loss("ppo"), clip_low=0.2, clip_high=0.28, clip_c=10.0, agg="token-mean", norm_len=dims["seq"],
+        temperature=1.0, micro_batch_size=dims["micro"], autocast=autocast,
+    )  # fmt: skip
+    cfg = OptimConfig(lr=1e-6)
+    opt, sched = build_optimizer(model, cfg, dims["steps"] + 1)
+
+    def step() -> None:
+        stats = accumulate_gradients(model, mini, None, None, spec)
+        clip_and_step(model, opt, sched, cfg, loss=stats["loss/total"])
+
+    return timed_steps(step, dims["steps"], device)
+
+
+def plain_update(model: Any, mini: Any, dims: dict, device: str, autocast: Any) -> tuple[float, float | None]:
+    """HF's own loss (forward with labels) per micro-batch, weighted by its share of the trained tokens, and
+    PyTorch's fused AdamW: what a trainer without tirl's head, packing or accounting would run."""
+    import torch
+
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True)
+    labels = mini.input_ids.masked_fill(mini.loss_mask == 0, -100)
+    total = float(mini.loss_mask[:, 1:].sum())
+    parts = range(0, mini.input_ids.shape[0], dims["micro"])
+
+    def step() -> None:
+        for s in parts:
+            rows = slice(s, s + dims["micro"])
+            with torch.autocast(device, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
+                out = model(
+                    input_ids=mini.input_ids[rows],
+                    attention_mask=mini.attention_mask[rows],
+                    labels=labels[rows],
+                )
+            (out.loss.float() * (float(mini.loss_mask[rows, 1:].sum()) / total)).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return timed_steps(step, dims["steps"], device)
+
+
+def plan_estimate(cfg: Any, dims: dict, device: str, gpu_gib: float) -> dict:
+    """`tirl plan`'s memory estimate of this update (rl stage, one process, no KL reference)."""
+    from tirl.commands.plan import plan
+    from tirl.commands.run_config import TirlConfig
+    from tirl.core.config import load_config
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cfg.to_json_file(str(Path(tmp) / "config.json"))
+        seq, prompt = dims["seq"], dims["seq"] // 4
+        run = load_config(TirlConfig, None, [
+            f"model.path={tmp}", f"model.device={device}", f"model.autocast={'bfloat16' if device == 'cuda' else 'none'}",
+            "rl.prompts_per_step=1", f"rl.n={dims['batch']}", f"rl.mini_batch_size={dims['batch']}",
+            f"rl.micro_batch_size={dims['micro']}", "rl.micro_batch_tokens=0", "rl.kl_coef=0",
+            f"agent.max_prompt_tokens={prompt}", f"agent.max_response_tokens={seq - prompt}",
+            f"agent.max_tokens_per_turn={seq - prompt}",
+        ])  # fmt: skip
+        p = plan(run, stage="rl", processes=1, gpu_gib=gpu_gib)
+    return {"total_gib": p.total_gib, "activations_gib": p.activations_gib, "logits_gib": p.logits_gib}
+
+
+def update(cfg: Any, dims: dict, device: str) -> dict:
+    import torch
+
+    autocast = torch.bfloat16 if device == "cuda" else None
+    mini = update_batch(cfg, dims, device)
+    tokens = int(mini.attention_mask.sum())
+    rows = {}
+    for name, fn in (("tirl", tirl_update), ("plain HF", plain_update)):
+        model = build(cfg, device).train()
+        params = sum(p.numel() for p in model.parameters())
+        s, peak = fn(model, mini, dims, device, autocast)
+        rows[name] = {"seconds_per_update": s, "tokens_per_s": tokens / s, "tflop_per_s": 6 * params * tokens / s / 1e12,
+                      "peak_allocated_gib": peak}  # fmt: skip
+        del model
+        free(device)
+    rows["tirl"]["speed_vs_plain"] = (
+        rows["plain HF"]["seconds_per_update"] / rows["tirl"]["seconds_per_update"]
+    )
+    gpu_gib = torch.cuda.get_device_properties(0).total_memory / 2**30 if device == "cuda" else 80.0
+    est = plan_estimate(cfg, dims, device, gpu_gib)
+    if rows["tirl"]["peak_allocated_gib"]:
+        est["vs_measured_peak"] = est["total_gib"] / rows["tirl"]["peak_allocated_gib"]
+    return {
+        "params": params, "sequences": dims["batch"], "max_tokens": dims["seq"], "real_tokens": tokens,
+        "micro_batch_size": dims["micro"], "autocast": str(autocast), "flops": "6 x params x real tokens per update",
+        "variants": rows, "tirl_plan_estimate": est,
+    }  # fmt: skip
+
+
+def demo(device: str, small: bool) -> dict:
+    """The tiny demo, shortened, on `device`: its report's seconds per stage and the whole wall clock."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "tirl", "demo", f"out_dir={tmp}/demo", f"model.device={device}"]
+        cmd += DEMO_SMALL if small else DEMO_FULL
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TIRL_QUIET": "1"}
+        with stopwatch() as t:
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+        if proc.returncode:
+            return {"error": proc.stderr[-2000:], "command": cmd[3:]}
+        report = json.loads((Path(tmp) / "demo" / "report.json").read_text())
+    return {"overrides": cmd[5:], "stage_seconds": report["seconds"], "wall_s": t.s}
+
+
+def versions(device: str) -> dict:
+    import torch
+    import transformers
+
+    out = {"device": device, "torch": torch.__version__, "transformers": transformers.__version__}
+    if device == "cuda":
+        props = torch.cuda.get_device_properties(0)
+        out |= {"gpu": props.name, "gpu_memory_gib": props.total_memory / 2**30, "cuda": torch.version.cuda}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument(
+        "--small", action="store_true", help="every part at a tiny shape (under a minute; with --device cpu)"
+    )
+    ap.add_argument("--out", default=str(result_path("gpu")))
+    a = ap.parse_args(argv)
+    import torch
+
+    if a.device == "cuda" and not torch.cuda.is_available():
+        print(
+            "bench/gpu.py: no CUDA device here; on a CPU run `python -m bench gpu --device cpu --small`",
+            file=sys.stderr,
+        )
+        return 2
+    if a.device == "cpu" and not a.small:
+        print("bench/gpu.py: --device cpu runs the tiny shape only: add --small", file=sys.stderr)
+        return 2
+    if a.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False  # tirl's default: fp32 means fp32
+    cfg, dims = model_config(a.small), SMALL if a.small else FULL
+    result = {
+        "machine": versions(a.device),
+        "shape": "tiny Qwen3" if a.small else "Qwen3-0.6B (random weights)",
+    }
+    result["decode"] = decode(cfg, dims, a.device)
+    result["update"] = update(cfg, dims, a.device)
+    result["demo"] = demo(a.device, a.small)
+    write_result(a.out, result)
+    print(json.dumps(result, indent=2, default=str))
+    ok = math.isfinite(result["update"]["variants"]["tirl"]["tokens_per_s"]) and "error" not in result["demo"]
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
