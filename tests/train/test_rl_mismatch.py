@@ -58,7 +58,9 @@ def _trainer(tokenizer, renderer, sandbox, tmp_path, *, shifted, sampling=None, 
         {"prompt": [{"role": "user", "content": "What is 2 * 3?"}], "reward_model": {"ground_truth": "6"}}
     ]
     cfg = RLConfig(steps=1, prompts_per_step=2, n=4, mini_batch_size=8, optim=OptimConfig(lr=1e-3), **rl)
-    check_engine(cfg, capabilities_of(agent.engine), sampling or SamplingParams(), world=1)  # the stage's check
+    check_engine(
+        cfg, capabilities_of(agent.engine), sampling or SamplingParams(), world=1
+    )  # the stage's check
     return RLTrainer(assemble(
         model, tokenizer, agent, rows, cfg, sampling=sampling or SamplingParams(), reward=RewardConfig(),
         out_dir=tmp_path, seed=0, autocast=autocast if isinstance(autocast, torch.dtype) else None,

@@ -36,7 +36,12 @@ ROWS: tuple[Row, ...] = (
     Row("sandbox.timeout_s", 5.0, 30.0, "sandbox run timeout (s)"),
     Row("sandbox.memory_mb", 1024, 2048, "sandbox memory (MB)"),
     Row("reward.code_timeout_s", 10.0, 30.0, "code-test reward timeout (s)"),
-    Row("rl.rollout_correction", "auto", "none", "rollout correction (token TIS where engine and trainer round differently)"),
+    Row(
+        "rl.rollout_correction",
+        "auto",
+        "none",
+        "rollout correction (token TIS where engine and trainer round differently)",
+    ),
     Row("rollout.dtype", "auto", "bfloat16", "vLLM weights dtype"),
     Row("rl.token_mean", "exact", "micro", "token-mean policy loss normalization"),
     Row("sft.loss_mean", "token", "micro", "SFT loss normalization"),

@@ -51,14 +51,17 @@ def read_frames(sock: socket.socket) -> Iterator[tuple[str, torch.Tensor]]:
             return
         dtype = DTYPES.get(head["dtype"])
         if dtype is None:
-            raise ValueError(f"weight stream: {head['name']} has dtype {head['dtype']!r}; valid: {list(DTYPES)}")
+            raise ValueError(
+                f"weight stream: {head['name']} has dtype {head['dtype']!r}; valid: {list(DTYPES)}"
+            )
         shape = [int(d) for d in head["shape"]]
         nbytes = dtype.itemsize
         for d in shape:
             nbytes *= d
         data = recv_exact(sock, nbytes) if nbytes else bytearray()
-        yield head["name"], torch.frombuffer(data, dtype=dtype).reshape(shape) if nbytes else torch.empty(
-            shape, dtype=dtype
+        yield (
+            head["name"],
+            torch.frombuffer(data, dtype=dtype).reshape(shape) if nbytes else torch.empty(shape, dtype=dtype),
         )
 
 
