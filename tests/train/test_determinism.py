@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import make_model
+from conftest import make_model, rl_trainer
 from tirl.demo.arith import generate_problems
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentConfig, AgentLoop
@@ -28,8 +28,7 @@ from tirl.rollout.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.train import checkpoint, memory
 from tirl.train.optim import OptimConfig
-from tirl.train.rl import RLConfig, RLTrainer
-from tirl.train.rl_run import assemble
+from tirl.train.rl import RLConfig
 from tirl.train.sft import SFTConfig, train_sft
 
 GIB = 1024**3
@@ -119,19 +118,7 @@ def trainer(start, tokenizer, renderer, sandbox, mode, out, *, save_every=0):
         steps=3, prompts_per_step=4, n=4, mini_batch_size=8, kl_coef=0.01, save_every=save_every,
         optim=OptimConfig(lr=1e-2),
     )  # fmt: skip
-    return RLTrainer(
-        assemble(
-            model,
-            tokenizer,
-            agent,
-            rows,
-            cfg,
-            sampling=SamplingParams(),
-            reward=REWARD,
-            out_dir=out,
-            seed=3,
-        )
-    )
+    return rl_trainer(model, tokenizer, agent, rows, cfg, out, reward=REWARD, seed=3)
 
 
 def rows_of(history) -> list[dict]:

@@ -4,15 +4,12 @@ with the KL reference served by the same weights, adapter disabled."""
 import pytest
 import torch
 
-from conftest import make_agent, make_model
+from conftest import make_agent, make_model, rl_trainer
 from tirl.models.loading import ModelConfig, load_policy
 from tirl.models.lora import LoraConfig, parameter_counts
-from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.sampling import SamplingParams
 from tirl.train.logprobs import token_logprobs
 from tirl.train.optim import OptimConfig
-from tirl.train.rl import RLConfig, RLTrainer
-from tirl.train.rl_run import assemble
+from tirl.train.rl import RLConfig
 from tirl.train.sft import SFTConfig, train_sft
 
 PROMPT = [{"role": "user", "content": "Pick a number."}]
@@ -53,19 +50,7 @@ def test_lora_rl_raises_mean_reward_and_trains_only_the_adapter(tokenizer, rende
         kl_coef=0.01,  # the reference is the base with the adapter disabled
         optim=OptimConfig(lr=3e-3, weight_decay=0.0),  # 3x test_rl_e2e full fine-tuning lr (alpha/rank = 4)
     )
-    trainer = RLTrainer(
-        assemble(
-            policy,
-            tokenizer,
-            agent,
-            rows,
-            cfg,
-            sampling=SamplingParams(),
-            reward=RewardConfig(),
-            out_dir=tmp_path,
-            seed=0,
-        )
-    )
+    trainer = rl_trainer(policy, tokenizer, agent, rows, cfg, tmp_path)
     assert trainer.ref is not None and trainer.ref.shares_weights
     history = trainer.train()
     rewards = [round(h["reward/mean"], 2) for h in history]

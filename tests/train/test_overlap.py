@@ -12,8 +12,7 @@ import copy
 import pytest
 import torch
 
-from conftest import make_agent, make_model
-from tirl.rewards.shaping import RewardConfig
+from conftest import make_agent, make_model, rl_trainer
 from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.config import RolloutConfig
 from tirl.rollout.engine import TorchEngine
@@ -23,7 +22,7 @@ from tirl.train import checkpoint
 from tirl.train.optim import OptimConfig
 from tirl.train.overlap import Lookahead, check_off_policy, staleness
 from tirl.train.rl import RLConfig, RLTrainer
-from tirl.train.rl_run import assemble, check_engine, check_rl
+from tirl.train.rl_run import check_engine, check_rl
 
 KEYS = (
     "reward/mean",
@@ -66,19 +65,7 @@ def _trainer(tokenizer, renderer, sandbox, out, *, off: int, steps: int = 3) -> 
         steps=steps, prompts_per_step=2, n=4, mini_batch_size=8, optim=OptimConfig(lr=5e-2), save_every=1,
         entropy_coef=0.05, off_policy_steps=off,  # all rewards are -1 here: the entropy term moves the policy
     )  # fmt: skip
-    return RLTrainer(
-        assemble(
-            model,
-            tokenizer,
-            agent,
-            rows,
-            cfg,
-            sampling=SamplingParams(),
-            reward=RewardConfig(),
-            out_dir=out,
-            seed=0,
-        )
-    )
+    return rl_trainer(model, tokenizer, agent, rows, cfg, out)
 
 
 def _pick(history: list[dict]) -> list[list[float]]:

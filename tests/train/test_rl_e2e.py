@@ -3,12 +3,9 @@
 import pytest
 import torch
 
-from conftest import make_agent, make_model
-from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.sampling import SamplingParams
+from conftest import make_agent, make_model, rl_trainer
 from tirl.train.optim import OptimConfig
-from tirl.train.rl import RLConfig, RLTrainer
-from tirl.train.rl_run import assemble
+from tirl.train.rl import RLConfig
 from tirl.train.sft import SFTConfig, train_sft
 
 PROMPT = [{"role": "user", "content": "Pick a number."}]
@@ -36,19 +33,7 @@ def test_rl_raises_mean_reward(tokenizer, renderer, sandbox, tmp_path):
     cfg = RLConfig(
         steps=10, prompts_per_step=8, n=8, mini_batch_size=32, optim=OptimConfig(lr=1e-3, weight_decay=0.0)
     )
-    trainer = RLTrainer(
-        assemble(
-            model,
-            tokenizer,
-            agent,
-            rows,
-            cfg,
-            sampling=SamplingParams(),
-            reward=RewardConfig(),
-            out_dir=tmp_path,
-            seed=0,
-        )
-    )
+    trainer = rl_trainer(model, tokenizer, agent, rows, cfg, tmp_path)
     history = trainer.train()
     first, last = history[0]["reward/mean"], sum(h["reward/mean"] for h in history[-2:]) / 2
     assert first < -0.5, first

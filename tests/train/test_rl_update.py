@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from conftest import make_agent, make_model
+from conftest import make_agent, make_model, rl_trainer
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.sampling import SamplingParams
 from tirl.train.optim import OptimConfig
@@ -19,19 +19,7 @@ def _trainer(model, tokenizer, renderer, sandbox, tmp_path, mini_batch):
         {"prompt": [{"role": "user", "content": "What is 2 * 3?"}], "reward_model": {"ground_truth": "6"}}
     ]
     cfg = RLConfig(steps=1, prompts_per_step=2, n=4, mini_batch_size=mini_batch, optim=OptimConfig(lr=1e-3))
-    return RLTrainer(
-        assemble(
-            model,
-            tokenizer,
-            agent,
-            rows,
-            cfg,
-            sampling=SamplingParams(),
-            reward=RewardConfig(),
-            out_dir=tmp_path,
-            seed=0,
-        )
-    )
+    return rl_trainer(model, tokenizer, agent, rows, cfg, tmp_path)
 
 
 def test_on_policy_update_equals_recomputed_old_logprobs(tokenizer, renderer, sandbox, tmp_path):

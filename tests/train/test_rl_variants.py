@@ -2,14 +2,12 @@
 
 import torch
 
-from conftest import make_agent, make_model
+from conftest import make_agent, make_model, rl_trainer
 from tirl.rewards.scoring import Score
-from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Origin
 from tirl.train.optim import OptimConfig
-from tirl.train.rl import RLConfig, RLTrainer
-from tirl.train.rl_run import assemble
+from tirl.train.rl import RLConfig
 
 ROW = {"prompt": [{"role": "user", "content": "What is 2 * 3?"}], "reward_model": {"ground_truth": "6"}}
 
@@ -25,19 +23,7 @@ def _trainer(tokenizer, renderer, sandbox, tmp_path, **rl):
         optim=OptimConfig(lr=1e-2, weight_decay=0.0),
         **rl,
     )
-    t = RLTrainer(
-        assemble(
-            model,
-            tokenizer,
-            agent,
-            [ROW] * 8,
-            cfg,
-            sampling=SamplingParams(),
-            reward=RewardConfig(),
-            out_dir=tmp_path,
-            seed=0,
-        )
-    )
+    t = rl_trainer(model, tokenizer, agent, [ROW] * 8, cfg, tmp_path)
     return t, model
 
 
