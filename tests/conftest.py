@@ -119,3 +119,16 @@ def rl_trainer(model, tokenizer, agent, rows, cfg, out_dir, *, seed: int = 0, **
 
     kw = {"sampling": SamplingParams(), "reward": RewardConfig(), **kw}
     return RLTrainer(assemble(model, tokenizer, agent, rows, cfg, out_dir=out_dir, seed=seed, **kw))
+
+
+def say_rows(n: int) -> list[dict]:
+    """`n` one-turn SFT conversations ("Say d." -> "\\boxed{d}"): what the SFT resume and safety tests train on."""
+    return [
+        {
+            "messages": [
+                {"role": "user", "content": f"Say {d}."},
+                {"role": "assistant", "content": f"\\boxed{{{d}}}"},
+            ]
+        }
+        for d in range(n)
+    ]

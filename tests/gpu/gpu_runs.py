@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from conftest import make_model
+from conftest import make_model, say_rows
 from tirl.demo.arith import generate_problems
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,15 +34,7 @@ def write_tiny(root: Path, tokenizer: Any) -> Path:
     tokenizer.save_pretrained(root / "model")
     rows = [p.to_row() for p in generate_problems(8, seed=3)]
     (root / "rl.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    sft = [
-        {
-            "messages": [
-                {"role": "user", "content": f"Say {d}."},
-                {"role": "assistant", "content": f"\\boxed{{{d}}}"},
-            ]
-        }
-        for d in range(40)
-    ]
+    sft = say_rows(40)
     (root / "sft.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sft))
     return root
 

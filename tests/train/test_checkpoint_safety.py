@@ -19,7 +19,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from conftest import make_model
+from conftest import make_model, say_rows
 from tirl.cli import main
 from tirl.core.logging import MetricsLogger
 from tirl.demo.arith import generate_problems
@@ -38,15 +38,7 @@ def setup(tokenizer, tmp_path_factory):
     model = make_model(tokenizer)
     model.save_pretrained(root / "model")
     tokenizer.save_pretrained(root / "model")
-    rows = [
-        {
-            "messages": [
-                {"role": "user", "content": f"Say {d}."},
-                {"role": "assistant", "content": f"\\boxed{{{d}}}"},
-            ]
-        }
-        for d in range(16)
-    ]
+    rows = say_rows(16)
     (root / "sft.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     return root
 

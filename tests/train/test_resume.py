@@ -17,7 +17,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import make_model
+from conftest import make_model, say_rows
 from tirl.demo.arith import generate_problems
 from tirl.train import checkpoint
 
@@ -163,15 +163,7 @@ def test_damaged_checkpoints_are_named(tokenizer, tmp_path):
 
 @pytest.mark.slow
 def test_sft_killed_and_resumed_matches_an_uninterrupted_run(setup, tmp_path):
-    rows = [
-        {
-            "messages": [
-                {"role": "user", "content": f"Say {d}."},
-                {"role": "assistant", "content": f"\\boxed{{{d}}}"},
-            ]
-        }
-        for d in range(40)
-    ]
+    rows = say_rows(40)
     (setup / "sft.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
     def args(out, *extra):
