@@ -97,12 +97,13 @@ test-slow: install vllm $(SMOLLM2)
 # `make gpu-check`, on a machine with a CUDA GPU: every test marked gpu, in a few minutes (tests/gpu: the torch
 # engine's RL, one-process NCCL + FSDP2, kill-and-resume, bf16 autocast, SFT, LoRA and the auto micro-batches on one
 # GPU; a vLLM server on the GPU synced in memory, NCCL between two training processes when there are two GPUs, the
-# colocated engine when vLLM is installed in .venv too; tests/rollout: the CUDA-graph decode). Without a GPU every
-# test skips. `make gpu-check OFFLINE=1` installs and downloads nothing: .venv must already hold tirl (docs/gpu.md).
+# colocated engine when vLLM is installed in .venv too; tests/rollout: the CUDA-graph decode). A check that checked
+# nothing fails with exit code 3 (no CUDA GPU, or every test skipped: tests/gpu/gpu_check.py). `make gpu-check
+# OFFLINE=1` installs and downloads nothing: .venv must already hold tirl (docs/gpu.md).
 OFFLINE ?=
 gpu-check: $(if $(OFFLINE),,install vllm)
 	@test -x $(PY) || { echo "gpu-check: no $(PY); offline, install tirl from wheels first (docs/gpu.md)"; exit 2; }
-	$(PY) -m pytest -q -m gpu tests -rs
+	$(PY) tests/gpu/gpu_check.py
 
 test-all: install vllm $(SMOLLM2)
 	$(PY) -m pytest -q
@@ -113,11 +114,11 @@ lint: install
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
 
-# `make bench`: every benchmark of bench/registry.py that needs no argument (`python -m bench --list`: about two
-# hours on 2 cores); `make bench BENCH=NAME` one of them. Each writes bench/results/NAME.json, the machine inside.
+# `make bench`: every benchmark of bench/registry.py that needs no argument (`python -m bench --all`; `--list`: about
+# two hours on 2 cores); `make bench BENCH=NAME` one of them. Each writes bench/results/NAME.json, the machine inside.
 BENCH ?=
 bench: install vllm $(SMOLLM2)
-	$(PY) -m bench $(BENCH)
+	$(PY) -m bench $(or $(BENCH),--all)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -1,19 +1,27 @@
 """tirl on one CUDA GPU: decode, the update and the tiny demo's stages, in one JSON that names the device.
 
+Every figure names the precision it ran in, read from the model that ran it (`weights`: the parameters' dtype;
+`compute`: autocast's dtype or the weights' own): the Qwen3 config asks for bf16 weights, so each model is built
+with its dtype given.
+
 - Decode, Qwen3-0.6B shape (random weights; `tirl plan --arch qwen3-0.6b`), batch 64, 128-token prompts, 256 new
-  tokens, sampled at temperature 1: the torch engine in fp32 and under bf16 autocast (fp32 weights, how tirl runs
-  it), its CUDA-graph decode (`rollout.torch.cuda_graphs=on`, bf16) where this checkout has it, and HF `generate`
-  with fp32 and with bf16 weights: tokens/s.
-- The update, same shape: 16 sequences of 1,024 to 2,048 tokens (the last three quarters trained) in micro-batches
-  of 4 under bf16 autocast: tirl's `accumulate_gradients` + its AdamW step against a plain HF forward-with-labels +
-  fused AdamW over the same micro-batches: tokens/s, TFLOP/s counted as 6 x parameters x real tokens / s (attention
-  FLOPs left out), peak allocated memory, and `tirl plan`'s estimate for that update beside tirl's peak.
+  tokens, sampled at temperature 1: the torch engine over fp32 weights in fp32 and under bf16 autocast (how tirl
+  runs it), its CUDA-graph decode under bf16 autocast (`rollout.torch.cuda_graphs=on`) where this checkout has
+  it, and HF `generate` with fp32 and with bf16 weights: tokens/s. Each is warmed up by one call of the timed
+  length, so that the timed call allocates and captures nothing.
+- The update, same shape: 16 sequences of 1,024 to 2,048 tokens (the last three quarters trained), fp32 master
+  weights under bf16 autocast, in micro-batches cut by a token budget (`micro_batch_tokens: auto` for the device;
+  the padding it leaves beside that of fixed micro-batches of 4): tirl's `accumulate_gradients` + its AdamW step
+  against a plain HF forward-with-labels + fused AdamW over the same micro-batches: tokens/s, TFLOP/s counted as
+  6 x parameters x real tokens / s (attention FLOPs left out), peak allocated memory, and `tirl plan`'s estimate
+  for that update beside tirl's peak.
 - The tiny demo on CUDA, shortened (fewer rows and RL steps): seconds per stage from its report.
 
-    python -m bench gpu                       # one GPU: about 4 minutes on an H100 (an estimate; not yet run)
-    python -m bench gpu --device cpu --small  # every part at a tiny shape on a CPU, in under a minute
+    python -m bench gpu                       # one GPU: about 5 minutes on an H100 (an estimate; not yet run)
+    python -m bench gpu --device cpu --small  # every part at a tiny shape on a CPU, in about a minute
 
-Without CUDA it refuses unless given `--device cpu --small`. Writes bench/results/gpu.json (`--out`).
+Without CUDA it refuses unless given `--device cpu --small`. Writes bench/results/gpu.json (`--out`), again after
+each part, so that a run cut short keeps what it measured (`--parts` runs some of them).
 """
 
 from __future__ import annotations
@@ -33,8 +41,19 @@ from typing import Any
 
 from bench.common import ROOT, result_path, stopwatch, write_result
 
-FULL = {"decode_batch": 64, "prompt": 128, "new": 256, "batch": 16, "seq": 2048, "micro": 4, "steps": 2}
-SMALL = {"decode_batch": 4, "prompt": 16, "new": 8, "batch": 4, "seq": 64, "micro": 2, "steps": 1}
+FULL = {"decode_batch": 64, "prompt": 128, "new": 256, "batch": 16, "seq": 2048, "steps": 2}
+SMALL = {"decode_batch": 4, "prompt": 16, "new": 8, "batch": 4, "seq": 64, "steps": 1}
+FIXED_MICRO = 4  # the fixed micro-batch size whose padding the result reports beside the token budget's
+PARTS = ("decode", "update", "demo")
+# decode rows: (name, weights, engine keywords; None = HF generate)
+DECODE = (
+    ("torch engine, fp32 weights, fp32", "float32", {}),
+    ("torch engine, fp32 weights, bf16 autocast", "float32", {"compute_dtype": "bfloat16"}),
+    ("torch engine CUDA graphs, fp32 weights, bf16 autocast", "float32",
+     {"compute_dtype": "bfloat16", "cuda_graphs": "on"}),
+    ("HF generate, fp32 weights", "float32", None),
+    ("HF generate, bf16 weights", "bfloat16", None),
+)  # fmt: skip
 TINY_SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
               "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512}  # fmt: skip
 DEMO_FULL = ["task.num_sft=300", "task.num_rl=200", "task.num_test=32", "task.warmup.epochs=1", "sft.epochs=1",
@@ -57,14 +76,26 @@ def model_config(small: bool) -> Any:
     return cfg
 
 
-def build(cfg: Any, device: str, dtype: Any = None) -> Any:
+def build(cfg: Any, device: str, dtype: str) -> Any:
+    """The model in `dtype` ("float32", "bfloat16"): given, not left to the config (Qwen3's says bfloat16)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
     with torch.device(device):
-        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
-    return model.to(dtype) if dtype is not None else model
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=getattr(torch, dtype))
+    weights = {str(p.dtype) for p in model.parameters()}
+    assert weights == {f"torch.{dtype}"}, f"asked for {dtype} weights, built {weights}"
+    return model
+
+
+def precision(model: Any, autocast: Any = None) -> dict[str, str]:
+    """What a figure ran in, read from its model: the parameters' dtype(s) and the compute dtype."""
+    weights = sorted({str(p.dtype).removeprefix("torch.") for p in model.parameters()})
+    compute = (
+        f"{str(autocast).removeprefix('torch.')} autocast" if autocast is not None else "/".join(weights)
+    )
+    return {"weights": "/".join(weights), "compute": compute}
 
 
 def sync(device: str) -> None:
@@ -87,7 +118,8 @@ def graphs_available() -> str:
 
 
 def engine_tok_s(model: Any, prompts: list[list[int]], new: int, device: str, **kw: Any) -> dict:
-    """The torch engine: one warm-up call (captures, allocator), then the timed one."""
+    """The torch engine: a warm-up call of the timed length (its graphs captured, its arena and the allocator
+    sized), then the timed one."""
     import torch
 
     from tirl.rollout.engine import TorchEngine
@@ -98,21 +130,26 @@ def engine_tok_s(model: Any, prompts: list[list[int]], new: int, device: str, **
         model, eos_ids=[vocab - 1], pad_id=0, max_batch_size=len(prompts), keep_prefix_mib=0, **kw
     )
     params = SamplingParams(max_new_tokens=new)
-    engine.generate(prompts, params, max_new_tokens=min(new, 8), generator=torch.Generator().manual_seed(0))
+    engine.generate(prompts, params, max_new_tokens=new, generator=torch.Generator().manual_seed(0))
     sync(device)
+    captures = getattr(engine.graphs, "captures", 0)
     with stopwatch() as t:
         out = engine.generate(prompts, params, max_new_tokens=new, generator=torch.Generator().manual_seed(1))
         sync(device)
     tokens = sum(len(g.token_ids) for g in out)
-    return {"tokens": tokens, "seconds": t.s, "tokens_per_s": tokens / t.s}
+    row = {"tokens": tokens, "seconds": t.s, "tokens_per_s": tokens / t.s}
+    if engine.graphs is not None:
+        row["captures_in_timed_call"] = engine.graphs.captures - captures
+    engine.close()
+    return row
 
 
 def hf_tok_s(model: Any, ids: Any, new: int, device: str) -> dict:
-    """HF `generate`, sampling exactly `new` tokens per row (no end-of-sequence id)."""
+    """HF `generate`, sampling exactly `new` tokens per row (no end-of-sequence id), warmed up at that length."""
     import torch
 
     kw = {"do_sample": True, "pad_token_id": 0, "eos_token_id": None, "attention_mask": torch.ones_like(ids)}
-    model.generate(ids, max_new_tokens=min(new, 8), min_new_tokens=min(new, 8), **kw)
+    model.generate(ids, max_new_tokens=new, min_new_tokens=new, **kw)
     sync(device)
     with stopwatch() as t:
         out = model.generate(ids, max_new_tokens=new, min_new_tokens=new, **kw)
@@ -121,34 +158,41 @@ def hf_tok_s(model: Any, ids: Any, new: int, device: str) -> dict:
     return {"tokens": tokens, "seconds": t.s, "tokens_per_s": tokens / t.s}
 
 
+def decode_row(cfg: Any, dims: dict, device: str, ids: Any, weights: str, kw: dict | None) -> dict | str:
+    """One decode figure: `kw` the engine's keywords (None: HF `generate`), on a model built with `weights`."""
+    import torch
+
+    if kw is not None and kw.get("cuda_graphs"):
+        why = graphs_available() or ("skipped: CUDA graphs need CUDA" if device != "cuda" else "")
+        if why:
+            return why
+    autocast = None if kw is None else getattr(torch, kw["compute_dtype"]) if "compute_dtype" in kw else None
+    model = build(cfg, device, weights).eval()
+    with torch.no_grad():
+        if kw is None:
+            run = hf_tok_s(model, ids.to(device), dims["new"], device)
+        else:
+            run = engine_tok_s(model, ids.tolist(), dims["new"], device, **{**kw, "compute_dtype": autocast})
+    row = {**precision(model, autocast), **run}
+    del model
+    free(device)
+    return row
+
+
 def decode(cfg: Any, dims: dict, device: str) -> dict:
     import torch
 
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1, cfg.vocab_size - 1, (dims["decode_batch"], dims["prompt"]), generator=g)
-    prompts, new = ids.tolist(), dims["new"]
-    model = build(cfg, device).eval()
-    rows: dict[str, Any] = {
-        "torch engine fp32": engine_tok_s(model, prompts, new, device),
-        "torch engine bf16 autocast": engine_tok_s(model, prompts, new, device, compute_dtype=torch.bfloat16),
-    }
-    why = graphs_available() or ("skipped: CUDA graphs need CUDA" if device != "cuda" else "")
-    rows["torch engine CUDA graphs bf16"] = why or engine_tok_s(
-        model, prompts, new, device, compute_dtype=torch.bfloat16, cuda_graphs="on"
-    )
-    with torch.no_grad():
-        rows["HF generate fp32"] = hf_tok_s(model, ids.to(device), new, device)
-        rows["HF generate bf16 weights"] = hf_tok_s(model.to(torch.bfloat16), ids.to(device), new, device)
-    del model
-    free(device)
-    base = rows["HF generate bf16 weights"]["tokens_per_s"]
+    rows = {name: decode_row(cfg, dims, device, ids, weights, kw) for name, weights, kw in DECODE}
+    base = rows["HF generate, bf16 weights"]["tokens_per_s"]
     for r in rows.values():
         if isinstance(r, dict):
             r["vs_hf_generate_bf16"] = r["tokens_per_s"] / base
     return {
         "batch": dims["decode_batch"],
         "prompt_tokens": dims["prompt"],
-        "new_tokens": new,
+        "new_tokens": dims["new"],
         "variants": rows,
     }
 
@@ -194,14 +238,39 @@ def timed_steps(step: Any, steps: int, device: str) -> tuple[float, float | None
     return t.s / steps, peak
 
 
-def tirl_update(model: Any, mini: Any, dims: dict, device: str, autocast: Any) -> tuple[float, float | None]:
+def micro_parts(mini: Any, budget: int, fixed: int = 0) -> list[list[int]]:
+    """The rows of each micro-batch: cut by the token `budget` as tirl cuts them (`micro_batches_by_length`), or
+    `fixed` rows at a time in order."""
+    from tirl.train.batch import micro_batches_by_length
+
+    lengths = mini.attention_mask.sum(dim=-1).tolist()
+    return micro_batches_by_length(lengths, max_seqs=fixed, max_tokens=0 if fixed else budget)
+
+
+def padding_share(mini: Any, parts: list[list[int]]) -> float:
+    """The share of the passes' tokens that are padding (each part runs at its longest row)."""
+    lengths = mini.attention_mask.sum(dim=-1).tolist()
+    padded = sum(len(p) * max(lengths[i] for i in p) for p in parts)
+    return 1 - sum(lengths) / padded
+
+
+def state_dtypes(model: Any, opt: Any) -> dict[str, str]:
+    """The dtypes the update kept: parameters and the optimizer's state (AdamW's moments)."""
+    import torch
+
+    moments = {str(v.dtype).removeprefix("torch.") for st in opt.state.values() for v in st.values()
+               if torch.is_tensor(v) and v.dim() > 0}  # fmt: skip
+    return {"params": precision(model)["weights"], "optimizer_state": "/".join(sorted(moments))}
+
+
+def tirl_update(model: Any, mini: Any, dims: dict, device: str, autocast: Any, budget: int) -> tuple:
     from tirl.algorithms import get_policy_loss
     from tirl.train.optim import OptimConfig, build_optimizer, clip_and_step
     from tirl.train.update import LossSpec, accumulate_gradients
 
     spec = LossSpec(
         get_policy_loss("ppo"), clip_low=0.2, clip_high=0.28, clip_c=10.0, agg="token-mean", norm_len=dims["seq"],
-        temperature=1.0, micro_batch_size=dims["micro"], autocast=autocast,
+        temperature=1.0, micro_batch_tokens=budget, autocast=autocast,
     )  # fmt: skip
     cfg = OptimConfig(lr=1e-6)
     opt, sched = build_optimizer(model, cfg, dims["steps"] + 1)
@@ -210,37 +279,35 @@ def tirl_update(model: Any, mini: Any, dims: dict, device: str, autocast: Any) -
         stats = accumulate_gradients(model, mini, None, None, spec)
         clip_and_step(model, opt, sched, cfg, loss=stats["loss/total"])
 
-    return timed_steps(step, dims["steps"], device)
+    return (*timed_steps(step, dims["steps"], device), opt)
 
 
-def plain_update(model: Any, mini: Any, dims: dict, device: str, autocast: Any) -> tuple[float, float | None]:
-    """HF's own loss (forward with labels) per micro-batch, weighted by its share of the trained tokens, and
-    PyTorch's fused AdamW: what a trainer without tirl's head, packing or accounting would run."""
+def plain_update(model: Any, mini: Any, dims: dict, device: str, autocast: Any, budget: int) -> tuple:
+    """HF's own loss (forward with labels) per micro-batch (the same rows as tirl's, cut to their longest),
+    weighted by its share of the trained tokens, and PyTorch's fused AdamW: what a trainer without tirl's head,
+    packing or accounting would run."""
     import torch
 
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=True)
-    labels = mini.input_ids.masked_fill(mini.loss_mask == 0, -100)
+    from tirl.train.batch import slice_rows
+
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=device == "cuda")
     total = float(mini.loss_mask[:, 1:].sum())
-    parts = range(0, mini.input_ids.shape[0], dims["micro"])
+    micros = [slice_rows(mini, rows) for rows in micro_parts(mini, budget)]
 
     def step() -> None:
-        for s in parts:
-            rows = slice(s, s + dims["micro"])
+        for m in micros:
             with torch.autocast(device, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
-                out = model(
-                    input_ids=mini.input_ids[rows],
-                    attention_mask=mini.attention_mask[rows],
-                    labels=labels[rows],
-                )
-            (out.loss.float() * (float(mini.loss_mask[rows, 1:].sum()) / total)).backward()
+                labels = m.input_ids.masked_fill(m.loss_mask == 0, -100)
+                out = model(input_ids=m.input_ids, attention_mask=m.attention_mask, labels=labels)
+            (out.loss.float() * (float(m.loss_mask[:, 1:].sum()) / total)).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    return timed_steps(step, dims["steps"], device)
+    return (*timed_steps(step, dims["steps"], device), opt)
 
 
-def plan_estimate(cfg: Any, dims: dict, device: str, gpu_gib: float) -> dict:
+def plan_estimate(cfg: Any, dims: dict, device: str, gpu_gib: float, budget: int) -> dict:
     """`tirl plan`'s memory estimate of this update (rl stage, one process, no KL reference)."""
     from tirl.commands.plan import plan
     from tirl.commands.run_config import TirlConfig
@@ -250,9 +317,9 @@ def plan_estimate(cfg: Any, dims: dict, device: str, gpu_gib: float) -> dict:
         cfg.to_json_file(str(Path(tmp) / "config.json"))
         seq, prompt = dims["seq"], dims["seq"] // 4
         run = load_config(TirlConfig, None, [
-            f"model.path={tmp}", f"model.device={device}", f"model.autocast={'bfloat16' if device == 'cuda' else 'none'}",
+            f"model.path={tmp}", f"model.device={device}", "model.dtype=float32", "model.autocast=bfloat16",
             "rl.prompts_per_step=1", f"rl.n={dims['batch']}", f"rl.mini_batch_size={dims['batch']}",
-            f"rl.micro_batch_size={dims['micro']}", "rl.micro_batch_tokens=0", "rl.kl_coef=0",
+            "rl.micro_batch_size=0", f"rl.micro_batch_tokens={max(budget, seq)}", "rl.kl_coef=0",
             f"agent.max_prompt_tokens={prompt}", f"agent.max_response_tokens={seq - prompt}",
             f"agent.max_tokens_per_turn={seq - prompt}",
         ])  # fmt: skip
@@ -261,31 +328,38 @@ def plan_estimate(cfg: Any, dims: dict, device: str, gpu_gib: float) -> dict:
 
 
 def update(cfg: Any, dims: dict, device: str) -> dict:
+    """fp32 master weights under bf16 autocast (tirl's RL update), on a CPU too (its dry run runs the same path)."""
     import torch
 
-    autocast = torch.bfloat16 if device == "cuda" else None
+    from tirl.train.memory import resolve_micro_batch_tokens
+
+    autocast = torch.bfloat16
     mini = update_batch(cfg, dims, device)
     tokens = int(mini.attention_mask.sum())
-    rows = {}
+    rows, budget = {}, 0
     for name, fn in (("tirl", tirl_update), ("plain HF", plain_update)):
-        model = build(cfg, device).train()
+        model = build(cfg, device, "float32").train()
+        budget = budget or resolve_micro_batch_tokens("auto", model, autocast=autocast).tokens
         params = sum(p.numel() for p in model.parameters())
-        s, peak = fn(model, mini, dims, device, autocast)
-        rows[name] = {"seconds_per_update": s, "tokens_per_s": tokens / s, "tflop_per_s": 6 * params * tokens / s / 1e12,
+        s, peak, opt = fn(model, mini, dims, device, autocast, budget)
+        rows[name] = {**precision(model, autocast), **state_dtypes(model, opt), "seconds_per_update": s,
+                      "tokens_per_s": tokens / s, "tflop_per_s": 6 * params * tokens / s / 1e12,
                       "peak_allocated_gib": peak}  # fmt: skip
-        del model
+        del model, opt
         free(device)
     rows["tirl"]["speed_vs_plain"] = (
         rows["plain HF"]["seconds_per_update"] / rows["tirl"]["seconds_per_update"]
     )
     gpu_gib = torch.cuda.get_device_properties(0).total_memory / 2**30 if device == "cuda" else 80.0
-    est = plan_estimate(cfg, dims, device, gpu_gib)
+    est = plan_estimate(cfg, dims, device, gpu_gib, budget)
     if rows["tirl"]["peak_allocated_gib"]:
         est["vs_measured_peak"] = est["total_gib"] / rows["tirl"]["peak_allocated_gib"]
+    parts = micro_parts(mini, budget)
     return {
         "params": params, "sequences": dims["batch"], "max_tokens": dims["seq"], "real_tokens": tokens,
-        "micro_batch_size": dims["micro"], "autocast": str(autocast), "flops": "6 x params x real tokens per update",
-        "variants": rows, "tirl_plan_estimate": est,
+        "micro_batch_tokens": budget, "micro_batches": len(parts), "padding_share": padding_share(mini, parts),
+        f"padding_share_fixed_{FIXED_MICRO}": padding_share(mini, micro_parts(mini, 0, FIXED_MICRO)),
+        "flops": "6 x params x real tokens per update", "variants": rows, "tirl_plan_estimate": est,
     }  # fmt: skip
 
 
@@ -318,10 +392,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.gpu", description=__doc__.splitlines()[0])
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument(
-        "--small", action="store_true", help="every part at a tiny shape (under a minute; with --device cpu)"
+        "--small", action="store_true", help="every part at a tiny shape (about a minute; with --device cpu)"
     )
+    ap.add_argument("--parts", default=",".join(PARTS), help=f"which of {', '.join(PARTS)} to run")
     ap.add_argument("--out", default=str(result_path("gpu")))
     a = ap.parse_args(argv)
+    parts = [p for p in a.parts.split(",") if p]
+    if not parts or set(parts) - set(PARTS):
+        print(f"bench/gpu.py: --parts takes some of {', '.join(PARTS)}; got {a.parts!r}", file=sys.stderr)
+        return 2
     import torch
 
     if a.device == "cuda" and not torch.cuda.is_available():
@@ -340,12 +419,14 @@ def main(argv: list[str] | None = None) -> int:
         "machine": versions(a.device),
         "shape": "tiny Qwen3" if a.small else "Qwen3-0.6B (random weights)",
     }
-    result["decode"] = decode(cfg, dims, a.device)
-    result["update"] = update(cfg, dims, a.device)
-    result["demo"] = demo(a.device, a.small)
-    write_result(a.out, result)
+    run = {"decode": lambda: decode(cfg, dims, a.device), "update": lambda: update(cfg, dims, a.device),
+           "demo": lambda: demo(a.device, a.small)}  # fmt: skip
+    for part in parts:  # written after each part: a run cut short keeps what it measured
+        result[part] = run[part]()
+        write_result(a.out, result)
     print(json.dumps(result, indent=2, default=str))
-    ok = math.isfinite(result["update"]["variants"]["tirl"]["tokens_per_s"]) and "error" not in result["demo"]
+    upd = result.get("update", {}).get("variants", {}).get("tirl", {})
+    ok = math.isfinite(upd.get("tokens_per_s", 0.0)) and "error" not in result.get("demo", {})
     return 0 if ok else 1
 
 

@@ -1,8 +1,8 @@
 """Every benchmark in bench/, with what it measures, what it needs and about how long it takes.
 
-`python -m bench` (and `make bench`) runs the ones that need no argument, in this order (engines imports SmolLM2
-into runs/smollm2-135m before train uses it); `python -m bench NAME [ARGS]` runs one; `python -m bench --list`
-prints this table. Minutes are wall-clock on the 2-core CPU machines of docs/benchmarks.md, quiet, with the
+`python -m bench --all` (and `make bench`) runs the ones that need no argument, in this order (engines imports
+SmolLM2 into runs/smollm2-135m before train uses it); `python -m bench NAME [ARGS]` runs one; `python -m bench
+--list` prints this table. Minutes are wall-clock on the 2-core CPU machines of docs/benchmarks.md, quiet, with the
 optional environments installed; a benchmark's own docstring says more.
 
 Not benchmarks, and not listed: `trl_peer.py` (TRL's GRPOTrainer, run by rl_step in `.venv-trl`) and
@@ -28,7 +28,7 @@ class Benchmark:
 
     @property
     def default(self) -> bool:
-        """Run by `python -m bench` with no name."""
+        """Run by `python -m bench --all`."""
         return not self.args
 
 
@@ -75,7 +75,7 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     ),
     Benchmark(
         "gpu",
-        4,
+        5,
         "one CUDA GPU: decode (engine, bf16, CUDA graphs, HF), the update against plain HF, the demo's stages",
         "a CUDA GPU (refuses without one; `--device cpu --small` for a tiny CPU run); minutes on an H100, estimated",
         args="[--device cpu --small]",
@@ -106,5 +106,6 @@ def table() -> str:
         if b.needs:
             lines.append(f"{'':<24}needs {b.needs}")
     total = sum(b.minutes for b in BENCHMARKS if b.default)
-    lines.append(f"`python -m bench` runs {sum(b.default for b in BENCHMARKS)} of them: about {total:g} min")
+    count = sum(b.default for b in BENCHMARKS)
+    lines.append(f"`python -m bench --all` runs {count} of them: about {total:g} min")
     return "\n".join(lines)

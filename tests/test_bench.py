@@ -1,13 +1,17 @@
 """bench/ stays a small package: every benchmark in the registry, helpers shared through bench/common.py, nothing
-taken from tests/ or from tirl's private names, and every result file the docs cite present. Nothing is run."""
+taken from tests/ or from tirl's private names, every result file the docs cite present, and the suite run only when
+asked for. Nothing is run."""
 
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
@@ -71,3 +75,18 @@ def test_result_files_name_what_was_measured_not_the_machine() -> None:
         if re.search(r"_[a-h]\.json$|_[a-h]_|issue\d", p.name)
     ]
     assert not odd, f"machine letters or issue numbers in result names (put the machine inside): {odd}"
+
+
+def test_no_argument_lists_the_benchmarks_and_runs_none(monkeypatch, capsys) -> None:
+    """The suite takes hours and rewrites tracked results: `python -m bench` alone prints what it could run."""
+    monkeypatch.syspath_prepend(str(ROOT))
+    cli = importlib.import_module("bench.__main__")
+    ran: list[str] = []
+    monkeypatch.setattr(cli, "run", lambda b, args: (ran.append(b.name), (0, 0.0))[1])  # nothing really runs
+    with pytest.raises(SystemExit) as exit_:
+        cli.main([])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and ran == []
+    assert "--all" in err and "engine_batching" in err  # the usage and the list
+    assert cli.main(["--all", "--max-minutes", "0.5"]) == 0
+    assert ran == [b.name for b in cli.BENCHMARKS if b.default and b.minutes <= 0.5]

@@ -81,3 +81,27 @@ def test_a_model_dir_with_only_config_json_names_the_missing_tokenizer_and_weigh
     assert main(["eval", f"model.path={model_dir}", "--out", str(tmp_path / "eval")]) == 2
     err = capsys.readouterr().err
     assert "it has no weights (expected one of *.safetensors" in err and "tokenizer files" not in err
+
+
+@pytest.mark.parametrize(
+    "argv, said",
+    [
+        (["--model", "smollm2", "--task", "gsm8k", "task.name=arith"], "--task gsm8k and task.name=arith"),
+        (["--task", "arith", "task=gsm8k"], "--task arith and task=gsm8k"),
+    ],
+)
+def test_demo_task_and_a_task_name_that_disagree_are_refused(tmp_path, monkeypatch, capsys, argv, said):
+    import tirl.demo.smollm2
+    import tirl.demo.tiny
+
+    def ran(*_, **__):
+        raise AssertionError("the demo ran one of two tasks")
+
+    monkeypatch.setattr(tirl.demo.smollm2, "run_smollm2_demo", ran)
+    monkeypatch.setattr(tirl.demo.tiny, "run_demo", ran)
+    assert main(["demo", *argv, f"out_dir={tmp_path / 'run'}"]) == 2
+    assert f"{said} name different tasks" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    seen = []
+    monkeypatch.setattr(tirl.demo.tiny, "run_demo", lambda cfg: seen.append(cfg.task.name))
+    assert main(["demo", "task=arith", f"out_dir={tmp_path / 'run'}"]) == 0 and seen == ["arith"]  # no --task

@@ -284,3 +284,77 @@ def test_task_options_follow_task_name_in_any_override_order(tmp_path):
             load_config(TirlConfig, None, [old])
     with pytest.raises(ConfigError, match="unknown task '\\['"):
         load_config(TirlConfig, None, ["task.name=[", "task.num_sft=3"])
+
+
+def test_a_config_file_that_is_not_utf8_is_named(tmp_path: Path) -> None:
+    path = tmp_path / "cfg.yaml"
+    path.write_bytes("name: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(
+        ConfigError, match=re.escape(f"config file {path} is not UTF-8 text (byte 0xe9 at offset 9)")
+    ):
+        load_config(TrainConfig, path)
+
+
+def _billion_laughs() -> list[str]:
+    """The classic: nine levels of nine aliases each, 9**9 strings once expanded, from ~400 bytes."""
+    items = [f"&a [{', '.join(['lol'] * 9)}]"]
+    items += [f"&{n} [{', '.join([f'*{p}'] * 9)}]" for p, n in zip("abcdefgh", "bcdefghi", strict=True)]
+    return items
+
+
+# the load runs in a child capped at 1 GiB of address space, with 60 s allowed (~0.1 s measured): without the alias
+# bound, the error message alone expanded this to 2.2 GB in 36 s
+_BOMB_CHILD = """
+import resource, sys
+from dataclasses import dataclass
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+from tirl.core.config import ConfigError, load_config
+
+@dataclass
+class C:
+    seed: int = 0
+
+try:
+    load_config(C, sys.argv[1] or None, sys.argv[2:])
+except ConfigError as e:
+    print(e)
+"""
+
+
+@pytest.mark.parametrize("where", ["file", "override"])
+def test_a_billion_laughs_config_is_refused_in_bounded_time_and_memory(tmp_path: Path, where: str) -> None:
+    import os
+    import subprocess
+    import sys
+
+    items = _billion_laughs()
+    if where == "file":
+        argv = [str(write(tmp_path, "seed:\n" + "".join(f"  - {i}\n" for i in items)))]
+    else:
+        argv = ["", f"seed=[{', '.join(items)}]"]
+    src = Path(__file__).resolve().parents[1] / "src"
+    done = subprocess.run(
+        [sys.executable, "-c", _BOMB_CHILD, *argv], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "PYTHONPATH": str(src)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "its aliases expand to more than 100000 values" in done.stdout
+    assert len(done.stdout) < 1000
+
+
+def test_an_alias_that_contains_itself_is_refused(tmp_path: Path) -> None:
+    @dataclass
+    class Loose:
+        extra: object = None
+
+    said = "cfg.yaml: the value &a at line 1 contains its own alias *a (it would expand without end)"
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        load_config(Loose, write(tmp_path, "extra: &a [1, *a]\n"))
+
+
+def test_a_huge_value_is_shortened_in_the_error_message() -> None:
+    with pytest.raises(ConfigError) as exc:
+        from_dict(TrainConfig, {"seed": ["x" * 10_000] * 100})
+    msg = str(exc.value)
+    assert msg.startswith("config key 'seed' expects int, got ['xxx") and msg.endswith("(list)")
+    assert len(msg) < 500

@@ -32,7 +32,7 @@ def test_gsm8k_demo_runs_every_stage_and_the_data_comparison(tmp_path):
     assert len(test) == 4 and all(r["data_source"] == "gsm8k" for r in test)
     stitched = read_rows(out / "data" / "sft.jsonl")
     assert len(stitched) == 64 and all(r["style"] == "stitched" for r in stitched)
-    sampled = json.loads((out / "data" / "sft-real.summary.json").read_text())
+    sampled = json.loads((out / "data" / "sft-real.jsonl.summary.json").read_text())
     assert sampled["rows_written"] == report["real_rows"] <= 64
     if report["real_rows"]:  # SFT on the sampled rows, evaluated like the others
         assert {"sft-real", "eval_sft-real"} <= set(report["seconds"]) and "sft-real" in report["models"]

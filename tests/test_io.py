@@ -1,7 +1,12 @@
-"""Atomic outputs get the modes the umask gives any file, not the private modes of their temporary files."""
+"""Atomic outputs get the modes the umask gives any file, not the private modes of their temporary files; what a
+writer killed midway staged is removed by the next write to the same place, and nothing else is."""
 
 import os
+import signal
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -75,3 +80,86 @@ def test_check_output_path_names_what_is_in_the_way(tmp_path):
         tmp_path,
     ):  # a file itself is for the caller to judge
         assert check_output_path(ok) == ok
+
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+# a writer killed (SIGKILL) just before its rename, and one that stays alive while staging
+_KILLED_FILE = (
+    "import os, signal, sys\nfrom tirl.core import io\n"
+    "os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)\n"
+    "io.atomic_write_text(sys.argv[1], 'half')\n"
+)
+_KILLED_DIR = (
+    "import os, signal, sys\nfrom tirl.core import io\n"
+    "with io.atomic_dir(sys.argv[1]) as stage:\n"
+    " (stage / 'model.safetensors').write_bytes(b'w' * 4096)\n"
+    " os.kill(os.getpid(), signal.SIGKILL)\n"
+)
+_LIVE_DIR = (
+    "import sys\nfrom tirl.core import io\n"
+    "with io.atomic_dir(sys.argv[1]) as stage:\n"
+    " print('staged', flush=True)\n"
+    " sys.stdin.read()\n"
+)
+
+
+def _run(code: str, path: Path, **kw):
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    return subprocess.Popen([sys.executable, "-c", code, str(path)], env=env, text=True, **kw)
+
+
+def _staged(directory: Path, name: str) -> list[str]:
+    return sorted(
+        p.name for p in directory.iterdir() if p.name.startswith(f".{name}.") and p.name.endswith(".tmp")
+    )
+
+
+def test_what_a_killed_write_staged_is_cleared_by_the_next_data_prepare_and_nothing_else(tmp_path):
+    from tirl.cli import main
+
+    out = tmp_path / "x.jsonl"
+    killed = _run(_KILLED_FILE, out)
+    assert killed.wait(timeout=60) == -signal.SIGKILL
+    (left,) = _staged(tmp_path, "x.jsonl")
+    other_host = f".x.jsonl.tirl-000000-{killed.pid}.abcd1234.tmp"  # its pid says nothing about this host's
+    mine = [".x.jsonl.abcd1234.tmp", ".x.jsonl.notes.tmp", other_host]
+    for name in mine:  # not a name tirl's staging gives here: never touched
+        (tmp_path / name).write_text("mine")
+    assert main(["data", "prepare", "aime24", "--out", str(out)]) == 0
+    assert not (tmp_path / left).exists()
+    assert _staged(tmp_path, "x.jsonl") == sorted(mine)
+
+
+def test_a_live_writers_staging_is_kept_and_a_killed_ones_removed(tmp_path):
+    from tirl.core.io import remove_stale_staging
+
+    assert _run(_KILLED_DIR, tmp_path / "exp").wait(timeout=60) == -signal.SIGKILL
+    (killed,) = _staged(tmp_path, "exp")
+    live = _run(_LIVE_DIR, tmp_path / "exp", stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        assert live.stdout.readline().strip() == "staged"
+        (alive,) = [n for n in _staged(tmp_path, "exp") if n != killed]
+        assert remove_stale_staging(tmp_path, "exp") == [killed]
+        assert _staged(tmp_path, "exp") == [alive]
+    finally:
+        live.kill()
+        live.wait(timeout=30)
+
+
+def test_a_set_aside_copy_whose_replacement_never_arrived_is_put_back(tmp_path):
+    from tirl.core.io import remove_stale_staging
+
+    (tmp_path / "exp").mkdir()
+    (tmp_path / "exp" / "config.json").write_text("old")
+    killed = (  # between atomic_dir's two renames: the old copy set aside, the new one not yet in place
+        "import os, signal, sys\nfrom tirl.core import io\nreal, calls = os.replace, []\n"
+        "def replace(a, b):\n calls.append(a)\n if len(calls) == 2: os.kill(os.getpid(), signal.SIGKILL)\n real(a, b)\n"
+        "os.replace = replace\n"
+        "with io.atomic_dir(sys.argv[1]) as stage:\n (stage / 'config.json').write_text('new')\n"
+    )
+    assert _run(killed, tmp_path / "exp").wait(timeout=60) == -signal.SIGKILL
+    (stage,) = _staged(tmp_path, "exp")
+    (tmp_path / ".exp.old").mkdir()  # a user's own: not a name tirl gives
+    assert remove_stale_staging(tmp_path, "exp") == [stage]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".exp.old", "exp"]
+    assert (tmp_path / "exp" / "config.json").read_text() == "old"

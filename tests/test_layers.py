@@ -39,6 +39,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         (
             "tirl.commands",
             "tirl.data.commands",
+            "tirl.data.filter",
             "tirl.data.sample",
             "tirl.models.commands",
             "tirl.sandbox.cli",

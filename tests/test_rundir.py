@@ -176,3 +176,45 @@ def test_every_command_names_an_out_it_cannot_write_through(tmp_path, capsys, ar
     err = capsys.readouterr().err
     assert said in err and err.count("\n") == 1 and "Traceback" not in err
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written, no temporary left
+
+
+@pytest.mark.parametrize("link", ["symbolic", "hard"])
+def test_a_lock_file_linked_to_a_users_file_is_refused_and_the_file_kept(tmp_path, capsys, link):
+    precious = tmp_path / "precious.txt"
+    precious.write_text("my thesis\n")
+    out = tmp_path / "run"
+    out.mkdir()
+    if link == "symbolic":
+        (out / rundir.LOCK).symlink_to(precious)
+        said = f"{out / rundir.LOCK} is a symbolic link to {precious}: tirl writes its lock only into a file of its own"
+    else:
+        os.link(precious, out / rundir.LOCK)
+        said = f"{out / rundir.LOCK} has 2 hard links: tirl writes its lock only into a file of its own"
+    assert main(["rl", "model.path=/nowhere", "--out", str(out)]) == 2
+    assert said in capsys.readouterr().err
+    assert precious.read_text() == "my thesis\n"
+
+
+def test_a_marker_that_is_a_symbolic_link_is_refused(tmp_path):
+    theirs = tmp_path / "theirs.json"
+    theirs.write_text('{"command": "rl"}\n')
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / rundir.MARKER).symlink_to(theirs)
+    with pytest.raises(rundir.RunDirError, match=f"{out / rundir.MARKER} is a symbolic link to {theirs}"):
+        rundir.check_out(out, "rl")
+    assert theirs.read_text() == '{"command": "rl"}\n'
+
+
+def test_what_a_killed_writer_staged_in_a_run_directory_is_cleared_by_the_next_run(tmp_path):
+    code = (
+        "import os, signal, sys\nfrom tirl.core import io, rundir\n"
+        "with rundir.claim(sys.argv[1], 'eval'):\n"
+        " os.replace = lambda *a: os.kill(os.getpid(), signal.SIGKILL)  # killed just before the rename\n"
+        " io.atomic_write_text(os.path.join(sys.argv[1], 'records.jsonl'), 'half')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(SRC)}
+    assert subprocess.run([sys.executable, "-c", code, str(tmp_path)], env=env).returncode == -signal.SIGKILL
+    (left,) = [p.name for p in tmp_path.iterdir() if p.name.startswith(".records.jsonl.")]
+    with rundir.claim(tmp_path, "eval"):
+        assert not (tmp_path / left).exists()

@@ -5,12 +5,14 @@ tirl demo [--config FILE] [task=NAME|pkg.module:attr] [key=value ...]
 tirl sft  --config FILE [model.path=DIR sft.data=FILE ...] [--out DIR]
 tirl rl   --config FILE [model.path=DIR rl.data=FILE ...]  [--out DIR]
 tirl eval --config FILE [model.path=DIR eval.data=FILE ...] [--out DIR] [--label NAME]
+tirl compare [--preset NAME | --arm NAME:key=value,... | --arms FILE] [--seeds N] [--baseline NAME] [key=value ...]
 tirl export CHECKPOINT --out DIR [--base DIR] [--dtype float32|bfloat16]   (a plain HF model; LoRA merged)
 tirl analyze RUN_A RUN_B [...] [--labels base,rl] [--out DIR]   (eval dirs or verl validation dumps)
 tirl data prepare NAME --out FILE.parquet [--wording recipe|plain] [--source FILE] [--split train] [--force]
 tirl data inspect FILE [--model DIR] [--format qwen3]
 tirl data sample --config FILE [overrides] [--data FILE] --out FILE.jsonl [--n 8] [--keep 1] [--force]
-tirl data stitch gsm8k --out FILE.jsonl [--max-steps N] [--limit N] [--split train] [--force]
+tirl data filter --config FILE [overrides] [--data FILE] --out FILE.jsonl [--k 8] [--min-rate 0] [--max-rate 1]
+tirl data stitch gsm8k --out FILE.jsonl [--max-steps N] [--limit N] [--split train] [--style text] [--force]
 tirl check-tokens FILE [--model DIR] [--format F] [--config FILE] [--data FILE] [--strict]
 tirl model import FILE.gguf --out DIR [--dtype float32|bfloat16]   (or --smollm2 instead of FILE)
 tirl sandbox serve [--host H] [--port P] [--workers N] [--config FILE] [sandbox.key=value ...]
@@ -21,7 +23,9 @@ tirl plan --config FILE [--stage rl|sft] [--nproc N] [--gpu-gib G] [--arch NAME|
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,38 +38,69 @@ from tirl.core.rundir import claim
 DEMO_CONFIG = Path(__file__).parent / "configs" / "demo.yaml"
 DEMO_MODELS = {"tiny": DEMO_CONFIG, "smollm2": Path(__file__).parent / "configs" / "demo-smollm2.yaml"}
 DEMO_TASKS = {"gsm8k": Path(__file__).parent / "configs" / "demo-smollm2-gsm8k.yaml"}  # with --model smollm2
+STUDY_CONFIG = Path(__file__).parent / "configs" / "study-smollm2-gsm8k.yaml"  # demo --model smollm2 --study
 
 
 def _config(args: argparse.Namespace):
     from tirl.commands.run_config import TirlConfig
 
     path = args.config
+    task = getattr(args, "task", None)  # demo's --task, when given
     if args.command == "demo" and not path:
-        path = DEMO_TASKS[args.task] if args.task != "arith" else DEMO_MODELS[args.model]
+        path = DEMO_TASKS[task] if task in DEMO_TASKS else DEMO_MODELS[args.model]
+        path = STUDY_CONFIG if getattr(args, "study", False) else path
     # `task=NAME` is short for `task.name=NAME` (a registered task or package.module:attribute)
     overrides = [f"task.name={o[5:]}" if o.startswith("task=") else o for o in args.overrides]
+    _refuse_two_tasks(task, args.overrides)
     cfg = load_config(TirlConfig, path, overrides)
+    if task is not None and cfg.task.name != task:
+        raise ConfigError(
+            f"--task {task} and task.name: {cfg.task.name} of {path} name different tasks: give one"
+        )
     from tirl.train.dist import env_world_size
 
     if env_world_size() > 1 and args.command not in ("sft", "rl"):
         raise ValueError(f"tirl {args.command} runs in one process; under torchrun, run tirl sft or tirl rl")
     if args.command in ("demo", "sft", "rl", "eval"):
+        from tirl.models.loading import check_device
         from tirl.tasks import load_task
 
         load_task(cfg.task.name)  # a bad task name or path fails before any model is loaded
+        check_device(cfg.model.device)  # a device this machine lacks too, before an output dir is claimed
     return cfg
+
+
+def _refuse_two_tasks(task: str | None, overrides: Sequence[str]) -> None:
+    """Raise when demo's --task and a `task=`/`task.name=` override name different tasks (the override would win
+    silently)."""
+    for o in overrides:
+        key, _, value = o.partition("=")
+        if task is not None and key.strip() in ("task", "task.name") and value.strip() != task:
+            raise ConfigError(f"--task {task} and {o} name different tasks: give one of them")
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
     if args.seeds != 1 and (args.model != "tiny" or args.compare):
         print("tirl demo: --seeds runs the tiny demo only (without --compare)", file=sys.stderr)
         return 2
-    if args.task != "arith" and args.model != "smollm2":
+    if args.task not in (None, "arith") and args.model != "smollm2":
         print(
             f"tirl demo: --task {args.task} runs with --model smollm2 (the tiny model is built for arith)",
             file=sys.stderr,
         )
         return 2
+    if args.study and (args.model != "smollm2" or args.task != "gsm8k" or args.compare):
+        print(
+            "tirl demo: --study runs with --model smollm2 --task gsm8k (without --compare)", file=sys.stderr
+        )
+        return 2
+    if args.study:
+        from tirl.demo.gsm8k_study import run_gsm8k_study
+
+        cfg = _config(args)
+        with claim(cfg.out_dir, "demo"):
+            run_gsm8k_study(cfg)
+        return 0
     if args.model == "smollm2":
         from tirl.demo.smollm2 import run_smollm2_demo
 
@@ -99,12 +134,19 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compare(args: argparse.Namespace) -> int:
+    from tirl.demo.ablation.command import main_compare
+
+    return main_compare(args, DEMO_CONFIG)
+
+
 def _cmd_stage(args: argparse.Namespace) -> int:
     from tirl.commands.stages import setup_torch
 
     cfg = _config(args)
     setup_torch(cfg)
     out = Path(args.out or Path(cfg.out_dir) / args.command)
+    args.out = str(out)  # what an OSError without a file name is said to be about (`_os_error`)
     with claim(out, args.command):
         return _run_stage(args, cfg, out)
 
@@ -197,6 +239,13 @@ def _add_demo(sub) -> None:
     )
     demo.add_argument("--temperatures", default="0.6,1.0", help="evaluation temperatures of --compare")
     demo.add_argument(
+        "--study",
+        action="store_true",
+        help="with --model smollm2 --task gsm8k: the GSM8K study (configs/study-smollm2-gsm8k.yaml, hours): SFT "
+        "on ~2,000 stitched rows in two styles chosen on a validation slice, RL on the problems it solves "
+        "sometimes, validation curve, base/SFT/RL at two temperatures, MATH500 transfer (docs/gsm8k.md)",
+    )
+    demo.add_argument(
         "--seeds",
         type=_positive_int,
         default=1,
@@ -214,11 +263,22 @@ def _add_demo(sub) -> None:
     demo.add_argument(
         "--task",
         choices=["arith", *sorted(DEMO_TASKS)],
-        default="arith",
-        help="arith: the generated arithmetic; gsm8k (with --model smollm2): GSM8K, SFT on stitched trajectories "
+        default=None,
+        help="arith: the generated arithmetic (default); gsm8k (with --model smollm2): GSM8K, SFT on stitched trajectories "
         "from the human solutions, GRPO-TCR, 200 held-out test problems x 16 samples "
         "(configs/demo-smollm2-gsm8k.yaml; --compare data adds SFT on the model's own sampled trajectories)",
     )
+
+
+def _add_compare(sub) -> None:
+    from tirl.demo.ablation.command import add_compare_arguments
+
+    compare = sub.add_parser(
+        "compare",
+        help="an ablation: arms (named override sets) x seeds, each against a baseline arm with paired intervals",
+    )
+    add_compare_arguments(compare)
+    compare.set_defaults(fn=_cmd_compare)
 
 
 def _add_stages(sub) -> None:
@@ -301,6 +361,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"tirl {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     _add_demo(sub)
+    _add_compare(sub)
     _add_stages(sub)
     _add_export(sub)
     _add_plan(sub)
@@ -325,15 +386,44 @@ def _quiet_libraries() -> None:
     hf_logging.set_verbosity_error()
 
 
+# errors of the file system an output goes to, which the user fixes there, not in tirl -> what to do
+OS_ERRORS = {
+    errno.ENOSPC: "free some space, or write elsewhere",
+    errno.EDQUOT: "free some of your quota, or write elsewhere",
+    errno.EFBIG: "the file system caps a file's size: write to another one",
+    errno.EACCES: "choose a path you may write, or change its permissions",
+    errno.EPERM: "choose a path you may write, or change its permissions",
+    errno.EROFS: "write to a writable file system",
+    errno.ENAMETOOLONG: "choose a shorter name",
+}
+_RUST_OS_ERROR = re.compile(r"\bOs \{ code: (\d+)")  # safetensors' writer: IoError(Os { code: 28, ... })
+
+
+def _os_error(e: BaseException, args: argparse.Namespace) -> str | None:
+    """One line for a file-system error of OS_ERRORS (naming the file, else the command's output), else None."""
+    code = e.errno if isinstance(e, OSError) else None
+    if code is None and (m := _RUST_OS_ERROR.search(str(e))):
+        code = int(m.group(1))
+    if code not in OS_ERRORS:
+        return None
+    path = getattr(e, "filename", None) or getattr(args, "out", None)
+    where = f"{path}: " if path else ""
+    return f"{where}{os.strerror(code)} ({errno.errorcode[code]}): {OS_ERRORS[code]}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     _quiet_libraries()
     try:
         return args.fn(args)
-    except (ConfigError, FileNotFoundError, ValueError, TirlError) as e:
+    except Exception as e:
+        if isinstance(e, ConfigError | FileNotFoundError | ValueError | TirlError):
+            message = str(e)
+        elif (message := _os_error(e, args)) is None:
+            raise
         if os.environ.get("TIRL_DEBUG"):
             raise
-        print(f"tirl {args.command}: error: {e}  (TIRL_DEBUG=1 shows the traceback)", file=sys.stderr)
+        print(f"tirl {args.command}: error: {message}  (TIRL_DEBUG=1 shows the traceback)", file=sys.stderr)
         return 2
 
 

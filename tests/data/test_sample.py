@@ -213,3 +213,60 @@ def test_cli_prints_token_check_drops(model_dir, tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out
     assert "token check: 3 rows dropped" in printed and "ids divergence" in printed
     assert json.loads(summary_path(out).read_text())["token_check_failed"] == 3 and len(read_rows(out)) == 3
+
+
+def _sample_args(model_dir, tmp_path, out) -> list[str]:
+    data = tmp_path / "p.jsonl"
+    data.write_text("".join(json.dumps(p.to_row()) + "\n" for p in PROBLEMS))
+    return ["data", "sample", f"model.path={model_dir}", "--data", str(data), "--out", str(out)]
+
+
+def _never_sample(*_, **__):
+    raise AssertionError("sampled although an argument was bad")
+
+
+def test_an_existing_summary_is_refused_before_any_sampling(model_dir, tmp_path, monkeypatch, capsys):
+    from tirl.rollout import factory
+
+    monkeypatch.setattr(factory, "build_agent", _never_sample)
+    out = tmp_path / "s.jsonl"
+    summary_path(out).write_text("my notes\n")
+    assert main(_sample_args(model_dir, tmp_path, out)) == 2
+    said = f"{summary_path(out)} (the summary of --out {out}) already exists: pass --force"
+    assert said in capsys.readouterr().err
+    assert summary_path(out).read_text() == "my notes\n" and not out.exists()
+
+
+def test_jsonl_and_parquet_outputs_have_summaries_of_their_own(tmp_path):
+    assert summary_path(tmp_path / "s.jsonl") == tmp_path / "s.jsonl.summary.json"
+    assert summary_path(tmp_path / "s.parquet") == tmp_path / "s.parquet.summary.json"
+
+
+def test_an_out_without_a_rows_suffix_is_refused_before_any_sampling(
+    model_dir, tmp_path, monkeypatch, capsys
+):
+    from tirl.rollout import factory
+
+    monkeypatch.setattr(factory, "build_agent", _never_sample)
+    out = tmp_path / "nosuffix"
+    assert main(_sample_args(model_dir, tmp_path, out)) == 2
+    assert f"--out {out}: cannot write rows as a file without a suffix" in capsys.readouterr().err
+
+
+def test_engine_logs_stay_out_of_the_data_directory(model_dir, tmp_path, monkeypatch):
+    from tirl.rollout import factory
+
+    def scripted_agent(ro, agent_cfg, *, renderer, sandbox, tools, work_dir, **_):
+        (work_dir / "vllm").mkdir(parents=True)  # what a server engine writes there
+        (work_dir / "vllm" / "vllm-server.log").write_text("started\n")
+        return AgentLoop(ScriptedEngine(renderer, PROBLEMS), renderer, sandbox, agent_cfg, tools=tools)
+
+    monkeypatch.setattr(factory, "build_agent", scripted_agent)
+    data_dir = tmp_path / "d"
+    data_dir.mkdir()
+    (data_dir / "train.jsonl").write_text("mine\n")
+    out = data_dir / "s.jsonl"
+    assert main(_sample_args(model_dir, tmp_path, out)) == 0
+    names = sorted(p.name for p in data_dir.iterdir())
+    assert names == ["s.jsonl", "s.jsonl.engine", "s.jsonl.summary.json", "train.jsonl"]
+    assert (data_dir / "s.jsonl.engine" / "vllm" / "vllm-server.log").read_text() == "started\n"

@@ -156,6 +156,16 @@ def qwen3_shape(layers: int = 0) -> Any:
     return cfg
 
 
+def fp32_model(cfg: Any, device: str) -> torch.nn.Module:
+    """`cfg`'s model (random weights, seed 0) on `device` with fp32 weights, tirl's master weights, whatever the
+    config names (Qwen3-0.6B's says bfloat16, which `from_config` would otherwise follow)."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    with torch.device(device):
+        return AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32)
+
+
 def one_update(
     model: torch.nn.Module, *, batch: int, seq: int, autocast: torch.dtype | None, activation_gib: float = 0.0
 ) -> dict[str, Any]:

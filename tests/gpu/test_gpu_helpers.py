@@ -1,17 +1,25 @@
 """The GPU check's helpers (`gpu_runs.py`, `nccl_one_rank.py`) on a CPU: the arguments run, the metrics the GPU
 tests read are logged, the readers find what differs, the one-rank worker shards, and the Qwen3-0.6B shape and the
-update of test (g) build and run at small sizes. Not marked `gpu`: they run in `make test`."""
+update of test (g) build and run at small sizes; `gpu_check.py`, what `make gpu-check` runs, fails a check that
+checked nothing. Not marked `gpu`: they run in `make test`."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
 
+import gpu_check
 import pytest
 import torch
 from gpu_runs import (
     above,
     command,
     differences,
+    fp32_model,
     metric_rows,
     one_update,
     per_step,
@@ -106,6 +114,19 @@ def test_qwen3_06b_shape_at_full_and_reduced_depth():
     )
 
 
+def test_the_qwen3_model_of_test_g_has_fp32_master_weights():
+    """Qwen3-0.6B's config says bfloat16, and a model built from it without a dtype has bf16 weights (and would
+    train them with a bf16 AdamW); `fp32_model` gives fp32 ones. Checked at a tiny width."""
+    from transformers import AutoModelForCausalLM
+
+    cfg = qwen3_shape(1)
+    cfg.vocab_size, cfg.hidden_size, cfg.intermediate_size, cfg.num_attention_heads = 512, 64, 128, 4
+    cfg.num_key_value_heads, cfg.head_dim = 2, 16
+    assert str(cfg.dtype).removeprefix("torch.") == "bfloat16"
+    assert {p.dtype for p in AutoModelForCausalLM.from_config(cfg).parameters()} == {torch.bfloat16}
+    assert {p.dtype for p in fp32_model(cfg, "cpu").parameters()} == {torch.float32}
+
+
 def test_one_update_splits_by_the_budget_and_steps(tokenizer):
     torch.manual_seed(0)
     model = make_model(tokenizer)
@@ -114,3 +135,46 @@ def test_one_update_splits_by_the_budget_and_steps(tokenizer):
     assert r["tokens_per_micro_batch"] == 256 and r["micro_batches"] == 2, r
     assert r["stepped"] and r["loss_finite"] and r["peak_beyond_state_gib"] is None
     assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_gpu_check_without_cuda_fails_saying_nothing_was_checked():
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}  # no CUDA device, on a GPU machine too
+    check = [sys.executable, str(ROOT / "tests" / "gpu" / "gpu_check.py")]
+    proc = subprocess.run(check, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == gpu_check.NOTHING_CHECKED == 3, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "no CUDA GPU: nothing was checked" in proc.stderr
+    recipe = (ROOT / "Makefile").read_text().split("\ngpu-check:", 1)[1].split("\n\n", 1)[0]
+    assert "tests/gpu/gpu_check.py" in recipe  # what `make gpu-check` runs
+
+
+def fake_pytest(*outcomes: str, code: int = 0):
+    """pytest.main's stand-in: reports one test per outcome ("passed", "failed", "skipped") to the plugins."""
+
+    def run(args, plugins):
+        for outcome in outcomes:
+            report = SimpleNamespace(when="call", passed=outcome == "passed", failed=outcome == "failed",
+                                     skipped=outcome == "skipped")  # fmt: skip
+            for plugin in plugins:
+                plugin.pytest_runtest_logreport(report)
+        return code
+
+    return run
+
+
+@pytest.mark.parametrize(
+    "outcomes, code, expected",
+    [
+        (("skipped",) * 11, 0, 3),  # every test skipped: nothing was checked
+        ((), 5, 3),  # none collected
+        (("skipped", "passed"), 0, 0),
+        (("skipped", "failed"), 1, 1),  # pytest's failure stands
+    ],
+)
+def test_gpu_check_fails_when_no_test_ran_on_the_gpu(monkeypatch, capsys, outcomes, code, expected):
+    monkeypatch.setattr(gpu_check, "cuda_available", lambda: True)
+    assert gpu_check.main(run=fake_pytest(*outcomes, code=code)) == expected
+    said = capsys.readouterr().err
+    assert ("nothing was checked" in said) == (expected == 3), said

@@ -23,6 +23,7 @@ from gpu_runs import (
     above,
     command,
     differences,
+    fp32_model,
     kill_after,
     metric_rows,
     one_update,
@@ -139,11 +140,8 @@ def test_g_auto_micro_batches_fit_a_qwen3_06b_update():
     16 x 2,048 tokens of a Qwen3-0.6B-shaped model (random weights, fp32 master weights, bf16 autocast) into
     micro-batches that fit: one update runs without running out of memory, and the micro-batches' peak beyond the
     weights and gradients stays within the budget (the estimate is +-25%)."""
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(0)
-    with torch.device("cuda"):
-        model = AutoModelForCausalLM.from_config(qwen3_shape(), attn_implementation="sdpa")
+    model = fp32_model(qwen3_shape(), "cuda")
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
     r = one_update(model, batch=16, seq=2048, autocast=torch.bfloat16)
     assert r["stepped"] and r["loss_finite"], r
     assert r["micro_batches"] >= 2, r  # 32k tokens do not fit one pass of the budget

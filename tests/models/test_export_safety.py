@@ -2,7 +2,11 @@
 
 import os
 import shutil
+import signal
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +98,29 @@ def test_exported_weights_get_the_umasks_mode_like_the_other_files(tokenizer, tm
     for name in ("model.safetensors", "config.json", rundir.MARKER):
         assert stat.S_IMODE((tmp_path / "out" / name).stat().st_mode) == mode, name
     assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o777 & ~mask
+
+
+def test_export_into_the_checkpoint_itself_is_refused(tokenizer, tmp_path, capsys):
+    ckpt = tmp_path / "ckpt"
+    save_checkpoint(make_model(tokenizer), tokenizer, ckpt)
+    before = sorted(p.name for p in ckpt.iterdir())
+    assert main(["export", str(ckpt), "--out", str(ckpt / "sub")]) == 2
+    assert f"--out {ckpt / 'sub'} is inside the checkpoint {ckpt}" in capsys.readouterr().err
+    assert sorted(p.name for p in ckpt.iterdir()) == before
+
+
+def test_what_a_killed_export_staged_is_cleared_by_the_next_one(tokenizer, tmp_path):
+    save_checkpoint(make_model(tokenizer), tokenizer, tmp_path / "ckpt")
+    code = (
+        "import os, signal, sys\nfrom tirl.core import io\n"
+        "with io.atomic_dir(sys.argv[1]) as stage:\n"
+        " (stage / 'model.safetensors').write_bytes(b'w' * 4096)\n"
+        " os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2] / "src")}
+    killed = subprocess.run([sys.executable, "-c", code, str(tmp_path / "exp")], env=env)
+    assert killed.returncode == -signal.SIGKILL
+    assert len([p for p in tmp_path.iterdir() if p.name.startswith(".exp.")]) == 1
+    (tmp_path / ".exp.abcd1234.tmp").mkdir()  # not a name tirl's staging gives: kept
+    assert main(["export", str(tmp_path / "ckpt"), "--out", str(tmp_path / "exp")]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".exp.abcd1234.tmp", "ckpt", "exp"]

@@ -3,14 +3,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 
 import pytest
 import torch
 
 from conftest import closed_by_peer
+from tirl.rollout.vllm_ext import tirl_weight_receiver as receiver
 from tirl.rollout.vllm_ext.tirl_weight_receiver import WeightReceiver, open_stream, read_frames
 from tirl.rollout.vllm_sync import WeightStream, end_frame, frame, policy_tensors, receiver_workers
 
@@ -189,9 +194,11 @@ def test_unauthenticated_connections_are_bounded():
     strangers = [_connect(stream.port) for _ in range(10)]
     dropped: list[bool] = []
 
-    def post(url, body, timeout_s):  # a new connection drops the oldest stranger: 6 of 10 gone, 4 held
-        dropped.extend(closed_by_peer(s, 5.0 if i < 6 else 0.3) for i, s in enumerate(strangers))
-        return fake_post([FakeWorker()])(url, body, timeout_s)
+    def post(url, body, timeout_s):  # 4 held, each for its grace second; the 6 newcomers are closed at once
+        dropped.extend(closed_by_peer(s, 0.3 if i < 4 else 5.0) for i, s in enumerate(strangers))
+        return fake_post([FakeWorker()])(
+            url, body, timeout_s
+        )  # makes room: the oldest stranger has had its grace
 
     try:
         res = stream.push(tensors(), ["http://a"], workers=1, post=post, rpc_timeout_s=30)
@@ -199,7 +206,115 @@ def test_unauthenticated_connections_are_bounded():
         stream.close()
         for s in strangers:
             s.close()
-    assert dropped == [True] * 6 + [False] * 4 and res.error == ""
+    assert dropped == [False] * 4 + [True] * 6 and res.error == ""
+
+
+def test_the_fullest_source_makes_room():
+    """At the cap in all, a newcomer from another address pushes out the oldest of the address holding most."""
+    stream = WeightStream(accept_timeout_s=10, handshake_timeout_s=60, max_pending=3, grace_s=0)
+    first = _connect(stream.port)  # from 127.0.0.1
+    flood = [_connect(stream.port) for _ in range(2)]
+    other = socket.create_connection(("127.0.0.1", stream.port), timeout=5, source_address=("127.0.0.2", 0))
+    dropped: list[bool] = []
+
+    def post(url, body, timeout_s):
+        dropped.extend(closed_by_peer(s, 0.3) for s in (first, *flood, other))
+        return fake_post([FakeWorker()])(url, body, timeout_s)
+
+    try:
+        res = stream.push(tensors(), ["http://a"], workers=1, post=post, rpc_timeout_s=30)
+    finally:
+        stream.close()
+        for s in (first, *flood, other):
+            s.close()
+    assert dropped == [True, False, False, False] and res.error == ""
+
+
+FLOOD = """
+import socket, sys, time
+port, most, end = int(sys.argv[1]), int(sys.argv[2]), time.monotonic() + float(sys.argv[3])
+held = []
+while len(held) < most and time.monotonic() < end:
+    try:
+        s = socket.socket()
+    except OSError:  # out of descriptors: hold what is open
+        break
+    s.setblocking(False)
+    s.connect_ex(("127.0.0.1", port))
+    held.append(s)
+    if len(held) == 200:
+        print("flooding", flush=True)
+time.sleep(max(0.0, end - time.monotonic()))
+"""
+
+
+@contextlib.contextmanager
+def connection_flood(port: int) -> Iterator[subprocess.Popen]:
+    """Another process opening non-blocking connections to `port` as fast as it can and holding them: at most 2,000,
+    for at most 3 s (then it exits, closing them); its stdout says "flooding" once 200 are open."""
+    cmd = ["timeout", "-s", "KILL", "30", sys.executable, "-c", FLOOD, str(port), "2000", "3"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    try:
+        yield proc
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def late_token(connected: Callable[[], None], opened: list[int]):
+    """The receiver's `open_stream` on a loaded server: the token goes out 100 ms after `connected()` returns."""
+
+    def open_late(host: str, port: int, token: str, timeout_s: float) -> socket.socket:
+        sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        opened.append(1)
+        connected()
+        time.sleep(0.1)
+        sock.sendall(receiver.HEADER.pack(len(token)) + token.encode())
+        return sock
+
+    return open_late
+
+
+def test_a_held_receiver_sending_its_token_late_is_not_pushed_out_by_a_connection_flood(monkeypatch):
+    """Security: the receiver connects, a flood of 2,000 connections follows, its token 100 ms later. Before, each
+    newcomer past 64 dropped the oldest held connection, the receiver first ("the trainer closed the weight stream
+    after 0 of 4 bytes"); now it keeps its place for its grace second, on its first connection."""
+    stream = WeightStream(accept_timeout_s=20)
+    opened: list[int] = []
+    with contextlib.ExitStack() as floods:
+
+        def flood_now() -> None:  # once the receiver has connected
+            if len(opened) == 1:
+                flood = floods.enter_context(connection_flood(stream.port))
+                assert flood.stdout.readline() == "flooding\n"
+
+        monkeypatch.setattr(receiver, "open_stream", late_token(flood_now, opened))
+        try:
+            res = stream.push(
+                tensors(), ["http://a"], workers=1, post=fake_post([FakeWorker()]), rpc_timeout_s=30
+            )
+        finally:
+            stream.close()
+    assert res.error == "" and res.loaded == [{"results": [5]}] and len(opened) == 1
+
+
+def test_a_receiver_connecting_during_a_connection_flood_gets_through(monkeypatch):
+    """Security: the receiver connects while a flood holds every place (its token 100 ms late): it is closed at once,
+    connects again, and gets a place once the flood's connections have had their grace second."""
+    stream = WeightStream(accept_timeout_s=20)
+    opened: list[int] = []
+    with connection_flood(stream.port) as flood:
+
+        def post(url, body, timeout_s):
+            assert flood.stdout.readline() == "flooding\n"
+            return fake_post([FakeWorker()])(url, body, timeout_s)
+
+        monkeypatch.setattr(receiver, "open_stream", late_token(lambda: None, opened))
+        try:
+            res = stream.push(tensors(), ["http://a"], workers=1, post=post, rpc_timeout_s=30)
+        finally:
+            stream.close()
+    assert res.error == "" and res.loaded == [{"results": [5]}]
 
 
 def test_malformed_frames_raise():

@@ -1,8 +1,13 @@
-"""SandboxFusion wire format and SandboxClient: mapping both ways, round-robin, retries, giving up cleanly."""
+"""SandboxFusion wire format and SandboxClient: mapping both ways, round-robin, retries, giving up cleanly, and a
+reply too large to read."""
 
 from __future__ import annotations
 
+import http.server
 import json
+import math
+import threading
+from collections.abc import Iterator
 
 import httpx
 import pytest
@@ -153,3 +158,74 @@ def test_lone_surrogates_are_replaced_not_raised() -> None:
     with _client(handler) as client:
         r = client.run("print('\ud800')", stdin="\udcff")
     assert r.status == "ok" and r.stdout == "print('?')|?"
+
+
+def test_a_nan_or_infinite_timeout_is_refused_before_sending() -> None:
+    with _client(lambda request: _ok("")) as client:
+        for timeout in (math.nan, math.inf):
+            with pytest.raises(ValueError, match=r"timeout_s must be > 0 and finite, got (nan|inf)"):
+                client.run("print(1)", timeout_s=timeout)
+
+
+class HugeReply(http.server.BaseHTTPRequestHandler):
+    """A server without an output cap: every POST gets a valid reply whose stdout is 64 MiB, sent in 64 KiB writes;
+    `posts` counts the requests, `sent` the bytes it managed to send, `done` is set when it stops."""
+
+    STDOUT_BYTES = 64 * 2**20
+    posts = sent = 0
+    done = threading.Event()
+
+    def do_POST(self) -> None:
+        HugeReply.posts += 1
+        self.rfile.read(int(self.headers["Content-Length"]))
+        head = b'{"status": "Success", "message": "", "run_result": {"status": "Finished", "return_code": 0, '
+        head += b'"stderr": "", "stdout": "'
+        tail = b'"}}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(head) + self.STDOUT_BYTES + len(tail)))
+        self.end_headers()
+        try:
+            self.wfile.write(head)
+            for _ in range(self.STDOUT_BYTES // 2**16):
+                self.wfile.write(b"x" * 2**16)
+                HugeReply.sent += 2**16
+            self.wfile.write(tail)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client hung up
+        finally:
+            HugeReply.done.set()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def huge_reply_server() -> Iterator[str]:
+    HugeReply.posts = HugeReply.sent = 0
+    HugeReply.done.clear()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), HugeReply)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
+
+
+def test_a_reply_past_the_output_cap_is_not_read_on(huge_reply_server: str) -> None:
+    """A server answering 400 MB of stdout grew the client by 1.2 GB: the reply is read up to what two streams of
+    sandbox.max_output_bytes take in JSON (6 bytes a byte, + 64 KiB), then the connection is dropped."""
+    cfg = SandboxConfig(backend="remote", urls=(huge_reply_server,), retries=2, max_output_bytes=1024)
+    with SandboxClient(cfg) as client:
+        r = client.run("print('x' * 10**9)")
+    assert r.status == "sandbox_error" and r.output_truncated and r.stdout == "", r
+    assert HugeReply.done.wait(10) and HugeReply.sent < HugeReply.STDOUT_BYTES  # the client stopped reading
+    assert HugeReply.posts == 1  # not retried: the next server would send as much
+    assert r.sandbox_error.startswith(
+        f"remote sandbox reply too large: {huge_reply_server}/run_code sent over 77824 bytes"  # 12 x 1024 + 64 KiB
+    )
+    with SandboxClient(SandboxConfig(urls=("http://x",))) as client:
+        assert client.max_reply_bytes == 12 * 2**20 + 2**16  # the default 1 MiB a stream

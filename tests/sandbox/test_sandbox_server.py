@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 
 import httpx
@@ -154,3 +155,31 @@ def test_validation_errors_are_counted_as_bad_requests() -> None:
     *replies, metrics = asyncio.run(go())
     assert [r.status_code for r in replies] == [422, 422, 422, 400, 200]
     assert 'tirl_sandbox_rejected_total{reason="bad_request"} 4' in metrics.text
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("run_timeout", "NaN"),
+        ("run_timeout", "Infinity"),
+        ("run_timeout", "-Infinity"),
+        ("run_timeout", "1e999"),  # inf once read
+        ("memory_limit_MB", "NaN"),
+    ],
+)
+def test_nan_and_inf_get_a_422_whose_body_is_json(field: str, value: str) -> None:
+    """Python's JSON reads NaN and Infinity; the 422 echoed them and could not be encoded: a 500 instead."""
+
+    async def go() -> httpx.Response:
+        transport = httpx.ASGITransport(app=create_app(EchoPool()), raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://sandbox") as c:
+            body = f'{{"code": "print(1)", "{field}": {value}}}'.encode()
+            return await c.post("/run_code", content=body, headers={"content-type": "application/json"})
+
+    def not_json(constant: str) -> None:
+        raise AssertionError(f"{constant} in the 422's body: not JSON")
+
+    r = asyncio.run(go())
+    assert r.status_code == 422, r.text
+    (error,) = json.loads(r.content, parse_constant=not_json)["detail"]
+    assert error["loc"] == ["body", field] and isinstance(error["input"], str), error

@@ -113,6 +113,22 @@ def test_a_token_file_that_is_not_utf8_is_refused_naming_the_file(tmp_path: Path
         load_token(str(f))
 
 
+def test_a_token_that_is_not_printable_ascii_is_refused_by_the_server_and_the_client_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A header carries ASCII: before, the server took a token with an "ö" that tirl's own client could not send."""
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    f = private_file(tmp_path / "token", "t\u00f6ken-abcdefghijklmnop\n")
+    expected = rf"sandbox token from file {f} must be printable ASCII.*character 1 is '\u00f6' \(U\+00F6\)"
+    with pytest.raises(TokenError, match=expected):
+        load_token(str(f))  # as `tirl sandbox serve` reads it
+    with pytest.raises(TokenError, match=expected):
+        SandboxClient(SandboxConfig(backend="remote", urls=("http://x",), auth_token_file=str(f)))
+    monkeypatch.setenv(TOKEN_ENV, "token-abcdefghijklmnop\x7f")
+    with pytest.raises(TokenError, match=rf"from \${TOKEN_ENV} must be printable ASCII.*'\\x7f' \(U\+007F\)"):
+        load_token(None)
+
+
 def test_client_sends_the_token_from_config_file_or_env(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -187,6 +203,12 @@ def test_open_bind_without_token_warns_loudly_and_a_bad_token_file_stops_it(tmp_
     )
     r = serve("--host", "0.0.0.0", "--port", str(port), f"sandbox.auth_token_file={tmp_path / 'cfg-token'}")
     assert r.returncode == 2 and f"token file {tmp_path / 'cfg-token'}" in r.stderr  # read from the config
+
+
+def test_a_host_that_does_not_resolve_fails_before_the_open_bind_warning() -> None:
+    r = serve("--host", "not a host", "--port", "0", "sandbox.isolation=none")
+    assert r.returncode == 2 and "--host 'not a host' does not resolve to an address" in r.stderr, r.stderr
+    assert "WARNING" not in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 # -- a real server: limits, read deadline, signals ---------------------------------------------------------------

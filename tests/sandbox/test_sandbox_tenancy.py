@@ -304,3 +304,91 @@ def test_the_worker_ends_cleanly_when_the_host_closes_its_pipe() -> None:
             assert worker.proc.wait(timeout=10) == 0
         finally:
             sb._retire(worker)
+
+
+# Run A makes a System V shared-memory segment and a POSIX message queue, each holding a token; run B looks for them.
+IPC_MAKE = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+made = []
+shm = libc.shmget(0x7172, 4096, 0o1666)
+if shm >= 0:
+    ctypes.memmove(libc.shmat(shm, None, 0), TOKEN, len(TOKEN))
+    made.append("shm")
+mq = libc.mq_open(b"/tirl-probe", os.O_CREAT | os.O_RDWR, 0o666, None)
+if mq >= 0:
+    libc.mq_send(mq, TOKEN, len(TOKEN), 0)
+    made.append("mq")
+print(made, ctypes.get_errno())
+"""
+IPC_FIND = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+found = []
+if libc.shmget(0x7172, 0, 0) >= 0:
+    found.append("shm")
+if libc.mq_open(b"/tirl-probe", os.O_RDONLY, 0, None) >= 0:
+    found.append("mq")
+print(found)
+"""
+
+
+def test_ipc_objects_of_one_run_are_not_there_for_the_next(single: LocalSandbox) -> None:
+    """SysV shared memory and POSIX message queues outlive the process that made them: a snippet cannot make them,
+    so the next tenant of the worker finds none (POSIX shared memory and semaphores live in the wiped /dev/shm)."""
+    token = secrets.token_hex(8)
+    made = single.run(f"TOKEN = {token.encode()!r}\n" + IPC_MAKE)
+    assert made.status == "ok", made
+    assert single.run(IPC_FIND).stdout == "[]\n", made.stdout
+
+
+def test_sysv_shared_memory_cannot_hold_memory_beyond_the_runs_limit() -> None:
+    """Without cgroups (what `auto` falls back to where they are not writable) a run with memory_mb=128 that parks
+    400 MB in detached SysV segments, each attached and filled in turn within its address-space limit, leaves the
+    host's shared memory as it was, during the run and after it."""
+    code = """
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+made = 0
+for key in range(4):
+    shm = libc.shmget(0x5000 + key, 100 << 20, 0o1600)
+    if shm < 0:
+        break
+    at = libc.shmat(shm, None, 0)
+    ctypes.memset(at, 1, 100 << 20)
+    libc.shmdt(ctypes.c_void_p(at))
+    made += 1
+print(made, open("/proc/meminfo").read().split("Shmem:")[1].split()[0])
+"""
+
+    def host_shmem_kb() -> int:
+        return int(Path("/proc/meminfo").read_text().split("Shmem:")[1].split()[0])
+
+    with LocalSandbox(SandboxConfig(max_workers=1, preload_heavy=(), cgroups="off", memory_mb=128)) as sb:
+        before = host_shmem_kb()
+        r = sb.run(code, timeout_s=30)
+        after = host_shmem_kb()
+    assert r.status == "ok" and r.stdout.split()[0] == "0", r
+    assert int(r.stdout.split()[1]) - before < 100 * 1024 and after - before < 100 * 1024, (
+        before,
+        r.stdout,
+        after,
+    )
+
+
+def test_a_run_learns_nothing_of_earlier_runs_from_pids_or_timestamps(single: LocalSandbox) -> None:
+    """The pid a run gets and the modification time of the worker's /dev/shm are the same whatever earlier
+    runs did (20 processes, a file in /dev/shm); tirl started as root also hides the worker's /proc entries (its
+    CPU and scheduler counters grow with every run) from the snippet, another uid."""
+    probe = "import os\nprint(os.getpid(), os.stat('/dev/shm').st_mtime_ns, os.path.exists('/proc/1/stat'))"
+    first = single.run(probe).stdout.split()
+    busy = single.run(
+        "import subprocess\nfor _ in range(20): subprocess.run(['true'])\nopen('/dev/shm/x', 'w')"
+    )
+    assert busy.status == "ok", busy
+    second = single.run(probe).stdout.split()
+    assert first[:2] == second[:2], (first, second)
+    if os.geteuid() == 0:
+        assert first[2] == second[2] == "False", (first, second)

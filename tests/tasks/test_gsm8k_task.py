@@ -43,7 +43,7 @@ def test_steps_are_the_solutions_calculator_annotations():
 
 
 def test_too_many_problems_for_the_knob_name_the_keys():
-    with pytest.raises(ValueError, match=r"task.num_sft \+ task.num_rl = 9000 .*\(task.levels\)"):
+    with pytest.raises(ValueError, match=r"task.num_sft \+ num_rl \+ num_val = 9000 .*\(task.levels\)"):
         gsm8k_rows("train", _cfg(num_sft=5000, num_rl=4000))
     with pytest.raises(ValueError, match="task.num_test = 5000"):
         gsm8k_rows("test", _cfg(num_test=5000))

@@ -25,7 +25,7 @@ from tirl.data import read_rows
 from tirl.data.recipe_prompts import rewrite_prompts
 from tirl.data.records import ProblemRow, read_problems
 from tirl.eval.evaluate import evaluate, render_generations, summarize_records, write_eval
-from tirl.models.loading import load_for_inference, load_policy, load_tokenizer
+from tirl.models.loading import check_device, load_for_inference, load_policy, load_tokenizer
 from tirl.models.lora import is_lora, parameter_counts
 from tirl.rollout import factory
 from tirl.rollout.agent import AgentLoop
@@ -44,7 +44,8 @@ from tirl.train.sft import SFTConfig, SFTTrainer
 
 def setup_torch(cfg: TirlConfig) -> None:
     """Seeds, threads, the allocator and oneDNN's caches (`tirl.train.allocator`); under torchrun the cores are
-    shared among the machine's processes (threads=0)."""
+    shared among the machine's processes (threads=0). A model.device this machine cannot use fails here."""
+    check_device(cfg.model.device)
     keep_freed_memory()
     bound_onednn_caches()
     torch.manual_seed(cfg.seed)
@@ -289,7 +290,20 @@ def run_rl(
         if trainer.validate is not None and cfg.rl.eval_at_start and trainer.step_done == 0:
             _validate_at_start(trainer, logger)
         trainer.train()
+    if dist.is_main():
+        _write_curves(out)
     return out / "model"
+
+
+def _write_curves(out: Path) -> None:
+    """The run's curves (`tirl.eval.curves`) beside its metrics, once the last step is logged."""
+    from tirl.eval.curves import write_curves
+
+    written = write_curves(out)
+    if written is None:
+        console.print(f"no curves: {out} has no metrics.jsonl (logging.backends without jsonl)")
+    else:
+        console.print(f"curves: {written[1]} (series in {written[0]})", soft_wrap=True)
 
 
 def _restore(trainer: Any, ckpt: Path | None, state: dict[str, Any] | None, of: int | None = None) -> None:
@@ -331,11 +345,14 @@ def eval_reward(cfg: TirlConfig):
 
 
 def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str, *, logger: Any = None):
-    """step -> `val/<data_source>/<metric>` of the current policy on rl.eval_data (eval.n samples each); each
-    evaluation's records go to OUT/eval/step-<k>/, where `tirl analyze` reads them, and the first
-    eval.log_generations generations to the logger's text log."""
-    # read now: a bad file fails at start-up
-    rows = [row for f in cfg.rl.eval_data for row in read_problems(f)]
+    """step -> `val/<data_source>/<metric>` of the current policy on rl.eval_data (eval.n samples each), and
+    `val/after_step`: the RL steps done (0: the starting policy). The problems are the first eval.max_problems
+    rows of the files (0: all), the same slice every time, as is each evaluation's seed; each evaluation's records go
+    to OUT/eval/step-<k>/, where `tirl analyze` reads them, and the first eval.log_generations generations to the
+    logger's text log."""
+    # read now: a bad file fails at start-up; sliced before the ranks share it, so every rank count sees one slice
+    rows = [row for f in cfg.rl.eval_data for row in read_problems(f)][: cfg.eval.max_problems or None]
+    eval_cfg = dataclasses.replace(cfg.eval, max_problems=0)
     conf = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=model_path))  # its tokenizer
 
     def validate(step: int) -> dict[str, float]:
@@ -345,7 +362,7 @@ def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str, *, 
             evaluate(
                 agent,
                 mine,
-                cfg.eval,
+                eval_cfg,
                 model_label=f"step-{step}",
                 seed=dist.rank_seed(cfg.seed),
                 reward=eval_reward(cfg),
@@ -360,7 +377,8 @@ def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str, *, 
         if logger is not None and cfg.eval.log_generations:
             text = render_generations(trajs, agent.renderer.tokenizer, cfg.eval.log_generations)
             logger.log_text("val/generations", text, step=step)
-        return {f"val/{src}/{k}": float(v) for src, m in summary.items() for k, v in m.items() if "@" in k}
+        val = {f"val/{src}/{k}": float(v) for src, m in summary.items() for k, v in m.items() if "@" in k}
+        return {**val, "val/after_step": float(step)}
 
     return validate
 

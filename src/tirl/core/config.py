@@ -13,6 +13,11 @@ Three hooks a config dataclass may define, each for one job:
 - `resolve_data(data)` (classmethod, on the root): rewrite the loaded mapping before it is built, knowing which
   keys the user set (`fidelity: recipe` fills in only the keys the user left out).
 
+YAML aliases are allowed, but a document whose aliases expand it past `MAX_EXPANDED_VALUES` values, or an alias
+inside the value it names, is refused as it loads (`_ConfigLoader`): a few hundred bytes of nested aliases (the
+"billion laughs") otherwise expand to gigabytes in the first error message that prints the value. Values shown
+in error messages are shortened (`_shown`) for the same reason.
+
 Deliberately not here: interpolation, includes, `_component_`-style object construction or generated YAML.
 A reader finds what runs by reading the dataclasses.
 """
@@ -23,6 +28,7 @@ import copy
 import dataclasses
 import math
 import re
+import reprlib
 import types
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -36,10 +42,89 @@ T = TypeVar("T")
 
 # PyYAML follows YAML 1.1, where `1e-3` (no dot) is a string; these strings are accepted for float fields.
 _FLOAT_RE = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
+# the values a document may expand to through its aliases; tirl's largest config holds a few hundred
+MAX_EXPANDED_VALUES = 100_000
+MAX_SHOWN_CHARS = 200  # of a value repeated in an error message
 
 
 class ConfigError(ValueError):
     """A config value, key or file is invalid; the message names the dotted key or the file."""
+
+
+class _ConfigLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing a document whose aliases expand it past `MAX_EXPANDED_VALUES` values or
+    name a value that contains them (which would expand without end)."""
+
+    def compose_document(self) -> Any:
+        named: dict[int, str] = {}  # node -> its anchor, for each node an alias names
+        self.anchors = _AnchorsSeen(self.anchors, named)
+        node = super().compose_document()  # which forgets its anchors: `named` keeps what the check needs
+        if named:
+            _check_expansion(node, named)
+        return node
+
+
+class _AnchorsSeen(dict):
+    """The loader's anchors, recording the nodes an alias names (only those can be expanded more than once)."""
+
+    def __init__(self, anchors: dict, named: dict[int, str]) -> None:
+        super().__init__(anchors)
+        self.named = named
+
+    def __getitem__(self, anchor: str) -> yaml.Node:
+        node = super().__getitem__(anchor)
+        self.named[id(node)] = anchor
+        return node
+
+
+def _check_expansion(root: yaml.Node, named: dict[int, str]) -> None:
+    """Raise unless `root` expands to at most `MAX_EXPANDED_VALUES` values and no value holds an alias to itself;
+    each node is sized once (memoised), so the check costs what composing the document did."""
+    sizes: dict[int, int] = {}
+    inside: set[int] = set()  # the nodes being sized: reaching one again is a cycle
+
+    def size(node: yaml.Node) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in inside:
+            anchor = named.get(key, "?")
+            raise ConfigError(
+                f"the value &{anchor} at line {node.start_mark.line + 1} contains its own alias *{anchor} (it "
+                "would expand without end): write the value out"
+            )
+        inside.add(key)
+        if isinstance(node, yaml.MappingNode):
+            n = 1 + sum(size(k) + size(v) for k, v in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            n = 1 + sum(size(v) for v in node.value)
+        else:
+            n = 1
+        inside.discard(key)
+        sizes[key] = n
+        return n
+
+    if size(root) > MAX_EXPANDED_VALUES:
+        raise ConfigError(
+            f"its aliases expand to more than {MAX_EXPANDED_VALUES} values (a YAML 'billion laughs'?): write the "
+            "values out, or alias fewer"
+        )
+
+
+def _safe_load(text: str) -> Any:
+    """`yaml.safe_load` with the alias bounds of `_ConfigLoader`."""
+    return yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+_REPR = reprlib.Repr()
+_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 3, 8, 8, 8
+_REPR.maxstring = _REPR.maxother = _REPR.maxlong = MAX_SHOWN_CHARS
+
+
+def _shown(value: Any) -> str:
+    """`repr(value)` shortened to about `MAX_SHOWN_CHARS` characters (a huge value would flood the message)."""
+    text = _REPR.repr(value)
+    return text if len(text) <= MAX_SHOWN_CHARS else text[: MAX_SHOWN_CHARS - 3] + "..."
 
 
 def check_range(
@@ -120,7 +205,9 @@ def _is_union(tp: Any) -> bool:
 
 
 def _bad_type(key: str, tp: Any, value: Any) -> ConfigError:
-    return ConfigError(f"config key '{key}' expects {_type_name(tp)}, got {value!r} ({type(value).__name__})")
+    return ConfigError(
+        f"config key '{key}' expects {_type_name(tp)}, got {_shown(value)} ({type(value).__name__})"
+    )
 
 
 def _convert(tp: Any, value: Any, key: str) -> Any:
@@ -177,7 +264,7 @@ def _convert_literal(tp: Any, value: Any, key: str) -> Any:
         return value
     if isinstance(value, bool) and ("on" if value else "off") in choices:
         return "on" if value else "off"  # YAML 1.1 reads a bare off/on (and no/yes) as a boolean
-    raise ConfigError(f"config key '{key}' must be one of {list(choices)}, got {value!r}")
+    raise ConfigError(f"config key '{key}' must be one of {list(choices)}, got {_shown(value)}")
 
 
 def _convert_scalar(tp: type, value: Any, key: str) -> Any:
@@ -209,7 +296,9 @@ def _convert_sequence(tp: Any, value: Any, key: str) -> list | tuple:
     if len(args) == 2 and args[1] is Ellipsis:
         return tuple(_convert(args[0], v, f"{key}[{i}]") for i, v in enumerate(value))
     if len(args) != len(value):
-        raise ConfigError(f"config key '{key}' expects {len(args)} items ({_type_name(tp)}), got {value!r}")
+        raise ConfigError(
+            f"config key '{key}' expects {len(args)} items ({_type_name(tp)}), got {_shown(value)}"
+        )
     return tuple(_convert(a, v, f"{key}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True)))
 
 
@@ -218,7 +307,7 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, where: str = "") -> T:
     if not (dataclasses.is_dataclass(cls) and isinstance(cls, type)):
         raise TypeError(f"from_dict needs a dataclass type, got {cls!r}")
     if not isinstance(data, Mapping):
-        raise ConfigError(f"config section '{where or '<root>'}' must be a mapping, got {data!r}")
+        raise ConfigError(f"config section '{where or '<root>'}' must be a mapping, got {_shown(data)}")
     try:
         cls = _variant(cls, data)
     except ValueError as e:
@@ -256,7 +345,9 @@ def _accepts(tp: Any, kind: type) -> bool:
 
 def _parse_override(raw: str, tp: Any, item: str) -> Any:
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = _safe_load(raw) if raw.strip() else ""
+    except ConfigError as e:
+        raise ConfigError(f"override {item!r}: {e}") from None
     except yaml.YAMLError as e:  # one line naming the override, not PyYAML's multi-line report
         mark = getattr(e, "problem_mark", None)
         at = f" at column {mark.column + 1} of the value" if mark is not None else ""
@@ -283,8 +374,8 @@ def _pending(overrides: Sequence[str], prefix: str, section: type) -> Any:
         dotted, _, raw = item.partition("=")
         if dotted.strip() == target:
             try:
-                value = yaml.safe_load(raw) if raw.strip() else ""
-            except yaml.YAMLError:  # the override's own parse names it
+                value = _safe_load(raw) if raw.strip() else ""
+            except (yaml.YAMLError, ConfigError):  # the override's own parse names it
                 value = raw.strip()
     return value
 
@@ -330,7 +421,14 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequenc
         if not path.is_file():
             raise ConfigError(f"config file not found: {path}")
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+            data = _safe_load(path.read_text(encoding="utf-8"))
+        except UnicodeDecodeError as e:
+            raise ConfigError(
+                f"config file {path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}): "
+                "save it as UTF-8"
+            ) from None
+        except ConfigError as e:
+            raise ConfigError(f"config file {path}: {e}") from None
         except yaml.YAMLError as e:
             raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
         if data is None:

@@ -7,6 +7,12 @@ Python's `tempfile`); what is renamed into place gets the modes the umask gives 
 under the usual 022), so outputs can be shared as the user's other files are. That holds for every file inside a
 staged directory too, whoever wrote it: safetensors writes its files 0600 whatever the umask.
 
+A writer killed outright (SIGKILL, a lost node) leaves its temporary sibling behind. Its name says whose it is:
+`.NAME.tirl-HOST-PID.XXXXXXXX.tmp` (HOST: a short hash of the host name; XXXXXXXX: tempfile's random part), and so
+does the previous copy `atomic_dir` sets aside while it renames (`.NAME.tirl-HOST-PID.old`). `remove_stale_staging`,
+which the next command writing NAME (or claiming the directory) runs, removes exactly what writers of this host
+that are no longer alive left, and never a live writer's staging or a user's file.
+
 `check_output_path` is the one check of a command's `--out` before anything is written: a dangling symbolic link,
 or a path under a file, is refused with a message naming it instead of an OSError halfway through.
 """
@@ -14,15 +20,24 @@ or a path under a file, is refused with a message naming it instead of an OSErro
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import re
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 from tirl.core.errors import TirlError
+
+_HOST = hashlib.sha256(socket.gethostname().encode()).hexdigest()[:6]
+# staging (tempfile's random part: 8 of [a-z0-9_]) and a set-aside copy; a pid has at most 7 digits (pid_max <= 2**22)
+_STAGED = re.compile(
+    r"^\.(?P<name>.+)\.tirl-(?P<host>[0-9a-f]{6})-(?P<pid>\d{1,7})\.(?P<kind>[a-z0-9_]{8}\.tmp|old)$"
+)
 
 
 class OutputPathError(TirlError):
@@ -84,11 +99,50 @@ def _umask() -> int:
     return mask
 
 
+def _stage_prefix(path: Path) -> str:
+    """The start of a staging name for `path`, naming this process (the pid is read now: a fork has its own)."""
+    return f".{path.name}.tirl-{_HOST}-{os.getpid()}."
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):  # another user's live process; or not a pid at all: left alone
+        return True
+    return True
+
+
+def remove_stale_staging(directory: str | Path, name: str | None = None) -> list[str]:
+    """Remove from `directory` what writers killed midway left (of the output `name` only, when given) and return
+    the names: the staging files and directories this module names, of writers on this host no longer alive. A
+    copy that `atomic_dir` set aside is put back when its replacement never arrived (the only copy), else removed."""
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    removed = []
+    for p in sorted(directory.iterdir()):
+        m = _STAGED.match(p.name)
+        if not m or (name is not None and m["name"] != name) or m["host"] != _HOST or _alive(int(m["pid"])):
+            continue
+        target = directory / m["name"]
+        if m["kind"] == "old" and p.is_dir() and not (target.exists() or target.is_symlink()):
+            os.replace(p, target)  # killed between atomic_dir's two renames
+            continue
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+        removed.append(p.name)
+    return removed
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     """Write `data` to `path` through a temporary file in the same directory, then rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = tempfile.mkstemp(prefix=_stage_prefix(path), suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, 0o666 & ~_umask())
         with os.fdopen(fd, "wb") as f:
@@ -129,13 +183,13 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    stage = Path(tempfile.mkdtemp(prefix=_stage_prefix(path), suffix=".tmp", dir=path.parent))
     old = None
     try:
         yield stage
         _follow_umask(stage)
         if path.exists():
-            old = path.with_name(f".{path.name}.old")
+            old = path.with_name(_stage_prefix(path) + "old")
             shutil.rmtree(old, ignore_errors=True)
             os.replace(path, old)
         os.replace(stage, path)

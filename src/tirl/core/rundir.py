@@ -11,7 +11,11 @@ While a run uses its directory it holds `.tirl-lock`: an exclusive `fcntl.flock`
 names the holder (pid, host, command, start). The kernel drops the lock when the process ends however it ends,
 so a lock file left by a killed run is stale by construction and is taken over with a note; a live holder makes
 a second run fail at once, naming its pid. Under torchrun, rank 0 alone checks and locks (the other ranks write
-where it does).
+where it does). The lock and the marker are tirl's own files, never opened through a link: a lock that is a
+symbolic link or has a second name (a hard link) is refused naming it, since it is rewritten in place and would
+empty the file it leads to; a marker that is a symbolic link is refused too (a marker is replaced by a rename,
+never written in place). A run that claims its directory first removes what killed writers staged there
+(`tirl.core.io.remove_stale_staging`).
 
 A command that replaces its directory whole (`export`) records in the marker the files it wrote
 (`recorded_files`), so that a later run can tell them from files a user or another command added there since.
@@ -25,17 +29,19 @@ without working `flock` (some NFS set-ups): there the lock still names the holde
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import json
 import os
 import socket
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tirl.core.errors import TirlError
-from tirl.core.io import atomic_write_json, check_output_path
+from tirl.core.io import atomic_write_json, check_output_path, remove_stale_staging
 
 MARKER = ".tirl-run.json"
 LOCK = ".tirl-lock"
@@ -48,12 +54,33 @@ class RunDirError(TirlError):
     """An output directory that is another command's, holds foreign files, or is in use by another run."""
 
 
+def _read_marker(path: str | Path) -> Any:
+    """The marker of `path`, parsed, read without following a link (a linked marker reads as none)."""
+    fd = os.open(Path(path) / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        return json.loads(f.read(1 << 20))
+
+
 def owner(path: str | Path) -> str | None:
     """The command whose run directory `path` is (its marker), or None."""
     try:
-        return str(json.loads((Path(path) / MARKER).read_text())["command"])
+        return str(_read_marker(path)["command"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def _refuse_links(path: Path) -> None:
+    """Raise naming tirl's own file in `path` (marker, lock) that is a symbolic link."""
+    for name in _OWN:
+        if (path / name).is_symlink():
+            raise RunDirError(_linked(path / name, f"is a symbolic link to {os.readlink(path / name)}"))
+
+
+def _linked(file: Path, what: str) -> str:
+    return (
+        f"{file} {what}: tirl writes its {'lock' if file.name == LOCK else 'marker'} only into a file of its own; "
+        "remove it (the file it leads to stays) or choose another --out"
+    )
 
 
 def check_out(path: str | Path, command: str) -> None:
@@ -63,6 +90,7 @@ def check_out(path: str | Path, command: str) -> None:
         raise RunDirError(f"--out {path} is a file, not a directory: choose a directory")
     if not path.is_dir():
         return
+    _refuse_links(path)
     found = owner(path)
     if found == command or (found is None and _unmarked_run_of(path, command)):
         return
@@ -100,7 +128,7 @@ def mark(path: str | Path, command: str, *, files: list[str] | None = None) -> N
 def recorded_files(path: str | Path) -> set[str] | None:
     """The names the marker of `path` lists as written by its command, or None when it lists none."""
     try:
-        files = json.loads((Path(path) / MARKER).read_text())["files"]
+        files = _read_marker(path)["files"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return {str(f) for f in files} if isinstance(files, list) else None
@@ -122,6 +150,8 @@ def claim(path: str | Path, command: str) -> Iterator[Path]:
     fd = _lock(path, command)
     try:
         mark(path, command)
+        if removed := remove_stale_staging(path):
+            print(f"removed what a killed save left in {path}: {', '.join(removed)}")
         yield path
     finally:
         with contextlib.suppress(OSError):
@@ -131,7 +161,7 @@ def claim(path: str | Path, command: str) -> Iterator[Path]:
 
 def _lock(path: Path, command: str) -> int:
     """An fd holding the exclusive lock of `path`, with this process recorded as its holder."""
-    fd = os.open(path / LOCK, os.O_RDWR | os.O_CREAT, 0o666)
+    fd = _open_lock(path / LOCK)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -151,6 +181,24 @@ def _lock(path: Path, command: str) -> int:
     me = {"pid": os.getpid(), "host": socket.gethostname(), "command": command, "started": _now()}
     os.ftruncate(fd, 0)
     os.pwrite(fd, (json.dumps(me) + "\n").encode(), 0)
+    return fd
+
+
+def _open_lock(lock: Path) -> int:
+    """`lock` opened for reading and writing, created if absent, never through a link: it is rewritten in place."""
+    try:  # O_NOFOLLOW: a symbolic link fails (ELOOP) instead of being opened; no O_TRUNC: the holder is read first
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o666)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise RunDirError(_linked(lock, f"is a symbolic link to {os.readlink(lock)}")) from None
+        raise RunDirError(
+            f"{lock} cannot be opened as tirl's lock ({e.strerror}): remove it or choose another --out"
+        ) from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        os.close(fd)
+        what = f"has {st.st_nlink} hard links" if stat.S_ISREG(st.st_mode) else "is not a regular file"
+        raise RunDirError(_linked(lock, what))
     return fd
 
 

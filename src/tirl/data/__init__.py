@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from tirl.core.io import atomic_write_bytes, atomic_write_jsonl
+from tirl.core.io import atomic_write_bytes, atomic_write_jsonl, check_output_file, remove_stale_staging
 from tirl.data.readers import SUFFIXES, ReadReport, iter_rows, read_dataset
 from tirl.data.schema import RowError, SchemaError, validate_rl_row, validate_sft_row
 
@@ -21,14 +21,28 @@ def read_rows(path: str | Path, *, kind: str = "auto") -> list[dict[str, Any]]:
     return read_dataset(path, kind=kind)[0]
 
 
+def _unwritable_suffix(p: Path) -> str | None:
+    if p.suffix in SUFFIXES:
+        return None
+    return f"{p}: cannot write rows as {p.suffix or 'a file without a suffix'}; name it .jsonl or .parquet"
+
+
+def claim_rows_out(path: str | Path, *, force: bool, option: str = "--out") -> Path:
+    """Check `path` as a command's rows file to write, before any work (`check_output_file`, then its suffix), and
+    remove what a killed earlier write of it staged (`tirl.core.io.remove_stale_staging`)."""
+    p = check_output_file(path, force=force, option=option)
+    if why := _unwritable_suffix(p):
+        raise ValueError(f"{option} {why}")
+    remove_stale_staging(p.parent, p.name)
+    return p
+
+
 def write_rows(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
     """JSONL or parquet by the file's suffix, written atomically; any other suffix is refused, since the readers
     go by it too (JSONL in `g.csv` would be unreadable)."""
     p = Path(path)
-    if p.suffix not in SUFFIXES:
-        raise ValueError(
-            f"{p}: cannot write rows as {p.suffix or 'a file without a suffix'}; name it .jsonl or .parquet"
-        )
+    if why := _unwritable_suffix(p):
+        raise ValueError(why)
     if p.suffix == ".parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
@@ -41,6 +55,7 @@ def write_rows(path: str | Path, rows: Iterable[dict[str, Any]]) -> Path:
 
 __all__ = [
     "ReadReport",
+    "claim_rows_out",
     "RowError",
     "SchemaError",
     "iter_rows",

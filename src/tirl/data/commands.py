@@ -23,11 +23,10 @@ def prepare_command(
     split: str = "test",
 ) -> int:
     """Write benchmark `name` to `out`; an existing `out` (a run's data/rl.jsonl, say) is replaced only if `force`."""
-    from tirl.core.io import check_output_file
     from tirl.core.logging import console
-    from tirl.data import write_rows
+    from tirl.data import claim_rows_out, write_rows
 
-    check_output_file(out, force=force)
+    claim_rows_out(out, force=force)
     rows = prepare(name, wording=wording, source=source, split=split)
     path = write_rows(out, rows)
     console.print(f"{name} {split}: {len(rows)} rows ({wording} wording) -> {path}")
@@ -42,19 +41,19 @@ def stitch_command(
     limit: int = 0,
     wording: str = "recipe",
     force: bool = False,
+    style: str = "code",
 ) -> int:
     """Stitched SFT trajectories from GSM8K's annotated solutions (tasks/stitch.py); 1 if no row survives."""
     import time
 
-    from tirl.core.io import check_output_file
     from tirl.core.logging import console
-    from tirl.data import write_rows
+    from tirl.data import claim_rows_out, write_rows
     from tirl.data.benchmarks import gsm8k_id, gsm8k_records
     from tirl.sandbox import SandboxConfig, build_sandbox
     from tirl.tasks.stitch import StitchConfig, stitch_rows
 
-    check_output_file(out, force=force)
-    config = StitchConfig(max_steps=max_steps, wording=wording)
+    claim_rows_out(out, force=force)
+    config = StitchConfig(max_steps=max_steps, wording=wording, style=style)
     if limit < 0:
         raise ValueError(f"--limit must be >= 0 (0: every row), got {limit}")
     records = gsm8k_records(split)[: limit or None]
@@ -158,6 +157,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
             limit=args.limit,
             wording=args.wording,
             force=args.force,
+            style=args.style,
         )
     return inspect_command(args.file, model=args.model, fmt=args.format)
 
@@ -176,29 +176,11 @@ def _cmd_check_tokens(args: argparse.Namespace) -> int:
     )
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """The `data` and `check-tokens` subcommands, added to tirl's parser by cli.py."""
-    from tirl.chat.template import FORMATS
-    from tirl.data.benchmarks import GSM8K_SPLITS, NAMES, WORDINGS
+def _add_stitch_parser(data: argparse._SubParsersAction) -> None:
+    """`tirl data stitch gsm8k`."""
+    from tirl.data.benchmarks import GSM8K_SPLITS, WORDINGS
+    from tirl.tasks.stitch import STYLES
 
-    data = sub.add_parser("data", help="prepare benchmark files; inspect a dataset").add_subparsers(
-        dest="data_command", required=True
-    )
-    from tirl.data.sample import add_sample_parser
-
-    add_sample_parser(data)  # tirl data sample (data/sample.py)
-    p = data.add_parser("prepare", help="write a benchmark as RL-schema rows (.parquet or .jsonl)")
-    p.add_argument("name", choices=NAMES)
-    p.add_argument(
-        "--out", required=True, help="output file (.parquet or .jsonl); an existing one needs --force"
-    )
-    p.add_argument("--force", action="store_true", help="replace --out if it exists")
-    p.add_argument(
-        "--wording", choices=WORDINGS, default="recipe", help="prompt wording (default: the recipe's)"
-    )
-    p.add_argument("--source", default=None, help="gpqa: GPQA's CSV; livecodebench: the Open-AgentRL parquet")
-    p.add_argument("--split", choices=GSM8K_SPLITS, default="test", help="train: gsm8k only (default: test)")
-    p.set_defaults(fn=_cmd_data)
     p = data.add_parser(
         "stitch", help="SFT tool trajectories from GSM8K's annotated solutions (real sandbox)"
     )
@@ -211,7 +193,42 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-steps", type=int, default=0, help="keep solutions of at most N calculator steps")
     p.add_argument("--limit", type=int, default=0, help="only the split's first N solutions (default: all)")
     p.add_argument("--wording", choices=WORDINGS, default="recipe", help="user-turn wording, as data prepare")
+    p.add_argument(
+        "--style",
+        choices=STYLES,
+        default="code",
+        help="code: one call with every step, the prose dropped (default); text: the solution's sentences kept, "
+        "one call per step where its annotation stood",
+    )
     p.set_defaults(fn=_cmd_data)
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:
+    """The `data` and `check-tokens` subcommands, added to tirl's parser by cli.py."""
+    from tirl.chat.template import FORMATS
+    from tirl.data.benchmarks import GSM8K_SPLITS, NAMES, WORDINGS
+
+    data = sub.add_parser("data", help="prepare benchmark files; inspect a dataset").add_subparsers(
+        dest="data_command", required=True
+    )
+    from tirl.data.filter import add_filter_parser
+    from tirl.data.sample import add_sample_parser
+
+    add_sample_parser(data)  # tirl data sample (data/sample.py)
+    add_filter_parser(data)  # tirl data filter (data/filter.py)
+    p = data.add_parser("prepare", help="write a benchmark as RL-schema rows (.parquet or .jsonl)")
+    p.add_argument("name", choices=NAMES)
+    p.add_argument(
+        "--out", required=True, help="output file (.parquet or .jsonl); an existing one needs --force"
+    )
+    p.add_argument("--force", action="store_true", help="replace --out if it exists")
+    p.add_argument(
+        "--wording", choices=WORDINGS, default="recipe", help="prompt wording (default: the recipe's)"
+    )
+    p.add_argument("--source", default=None, help="gpqa: GPQA's CSV; livecodebench: the Open-AgentRL parquet")
+    p.add_argument("--split", choices=GSM8K_SPLITS, default="test", help="train: gsm8k only (default: test)")
+    p.set_defaults(fn=_cmd_data)
+    _add_stitch_parser(data)
     p = data.add_parser("inspect", help="schema, rows per data_source, a rendered example, invalid rows")
     p.add_argument("file")
     p.add_argument("--model", default=None, help="tokenizer directory (default: the Qwen vocabulary)")

@@ -6,8 +6,11 @@ verdict, never a shaped reward), with at least one executed tool call (unless `r
 duplicate of a kept sample's assistant text, at most `keep` per problem in sample order. Each kept sample becomes
 an SFT row (`messages` with its tool calls and tool outputs as sampled, `tools`) that must re-render to the
 sampled ids, its loss mask on exactly the assistant tokens: a row that does not is dropped and counted, since SFT
-would train on other tokens than the model sampled. Rejection-sampling fine-tuning and expert iteration loop
-this command with `tirl sft`.
+would train on other tokens than the model sampled. With `keep_retokenized`, a row whose rendering is the very
+text sampled, only split into other tokens (a non-canonical split), is kept as text instead: SFT renders and
+tokenizes its rows anyway, and the RL token stream is untouched. Rejection-sampling fine-tuning and expert
+iteration loop this command with `tirl sft`; `tirl data filter` (data/filter.py) samples the same way to keep the
+problems a model solves sometimes.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +39,8 @@ class SampleConfig:
     n: int = 8  # samples per problem
     keep: int = 1  # kept per problem at most (the first correct, distinct ones in sample order)
     require_tool: bool = True  # keep only samples with at least one executed tool call
+    # keep a correct sample whose SFT rendering is its sampled text split into other tokens (module docstring)
+    keep_retokenized: bool = False
 
     def __post_init__(self) -> None:
         if self.n < 1 or self.keep < 1:
@@ -53,6 +58,7 @@ class SampleStats:
     no_tool: int = 0  # correct, but no executed tool call (require_tool)
     duplicates: int = 0  # correct, but the same assistant text as a sample already kept
     token_check_failed: int = 0  # the SFT row does not re-render to the sampled ids and mask
+    retokenized: int = 0  # kept although not the sampled ids: the same text, re-tokenized (keep_retokenized)
     over_keep: int = 0  # correct and distinct, past the `keep` cap
     kept_per_problem: dict[str, int] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)  # the first token-check divergences, described
@@ -100,23 +106,41 @@ def trajectory_messages(t: Trajectory, renderer: ChatRenderer) -> list[dict[str,
     return msgs
 
 
-def sft_row_divergence(
-    renderer: ChatRenderer, row: dict[str, Any], t: Trajectory, num: int
-) -> Divergence | None:
-    """Where the SFT row's rendering departs from the sampled trajectory, or None.
-
-    Expected: the sampled ids plus the template's newline after the last `<|im_end|>`; mask 1 on every sampled
-    token and on the `<|im_end|>` the agent loop closed a tool-calling turn with (not sampled, but the assistant's
-    own token in the template), 0 elsewhere."""
+def sampled_stream(renderer: ChatRenderer, t: Trajectory) -> tuple[list[int], list[int]]:
+    """(ids, mask) an SFT row of `t` must render to: the sampled ids plus the template's newline after the last
+    `<|im_end|>`; mask 1 on every sampled token and on the `<|im_end|>` the agent loop closed a tool-calling turn
+    with (not sampled, but the assistant's own token in the template), 0 elsewhere."""
     nl = renderer.encode("\n")
     ids = t.prompt_ids + t.response_ids + nl
     mask = [0] * len(t.prompt_ids) + list(t.loss_mask) + [0] * len(nl)
     for i in range(len(t.prompt_ids) + 1, len(ids)):
         if ids[i] == renderer.eos_id and mask[i] == 0 and mask[i - 1] == 1:
             mask[i] = 1
+    return ids, mask
+
+
+def _decode(renderer: ChatRenderer, ids: Sequence[int]) -> str:
+    return renderer.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+
+def sft_row_divergence(
+    renderer: ChatRenderer, row: dict[str, Any], t: Trajectory, num: int
+) -> Divergence | None:
+    """Where the SFT row's rendering departs from the sampled trajectory (`sampled_stream`), or None."""
+    ids, mask = sampled_stream(renderer, t)
     got_ids, got_mask = renderer.render(row["messages"], tools=row["tools"])
-    decode = lambda x: renderer.tokenizer.decode(x, skip_special_tokens=False)  # noqa: E731
-    return first_divergence(num, got_ids, got_mask, ids, mask, decode)
+    return first_divergence(num, got_ids, got_mask, ids, mask, lambda x: _decode(renderer, x))
+
+
+def same_text(renderer: ChatRenderer, row: dict[str, Any], t: Trajectory) -> bool:
+    """Whether the SFT row renders to the very text sampled, with the loss on the same text: what a row whose ids
+    differ only by the tokenizer's own split (a non-canonical sample) has, and a verl token stream has not."""
+    ids, mask = sampled_stream(renderer, t)
+    got_ids, got_mask = renderer.render(row["messages"], tools=row["tools"])
+    if _decode(renderer, got_ids) != _decode(renderer, ids):
+        return False
+    trained = lambda x, m: _decode(renderer, [i for i, b in zip(x, m, strict=True) if b])  # noqa: E731
+    return trained(got_ids, got_mask) == trained(ids, mask)
 
 
 def select(
@@ -144,6 +168,10 @@ def select(
             continue
         row = _row(t, renderer)
         if d := sft_row_divergence(renderer, row, t, stats.kept + stats.token_check_failed + 1):
+            if cfg.keep_retokenized and same_text(renderer, row, t):
+                stats.retokenized += 1
+                rows.append({**row, "retokenized": True})  # the one mark of a row kept as text
+                continue
             stats.token_check_failed += 1
             if len(stats.failures) < SHOWN_FAILURES:
                 stats.failures.append(f"problem {pid} sample {t.sample}: {d.describe()}")
@@ -178,50 +206,107 @@ def sample_rows(
     batch_problems: int = 32,
 ) -> tuple[list[dict[str, Any]], SampleStats]:
     """n samples per problem through `agent`, `batch_problems` problems at a time; (kept rows, stats)."""
+    stats, out = SampleStats(), []
+    groups = sampled_groups(
+        agent, rows, cfg.n, params=params, reward=reward, seed=seed, batch_problems=batch_problems,
+        what="sample", info=lambda: f"kept {stats.kept}",
+    )  # fmt: skip
+    for _, trajs in groups:
+        out += select(trajs, cfg, agent.renderer, stats)
+    return out, stats
+
+
+def sampled_groups(
+    agent: Any,
+    rows: Sequence[dict[str, Any] | ProblemRow],
+    n: int,
+    *,
+    params: Any,
+    reward: Any,
+    seed: int,
+    batch_problems: int,
+    what: str,
+    info: Callable[[], str] = str,
+) -> Iterator[tuple[ProblemRow, list[Trajectory]]]:
+    """Each problem with its `n` scored samples, in problem order, rolled out `batch_problems` problems at a time
+    from one generator seeded by `seed` (the same seed, the same samples); a progress bar shows `info()`, and a dead
+    sandbox is an error naming `what` (the command) and the problems."""
     from tirl.core.progress import progress
     from tirl.rollout.episodes import check_prompt_lengths, model_positions, rollout_and_score
 
     problems = problem_rows(rows)
     check_prompt_lengths(problems, agent, model_positions(agent), what="sample")
     gen = torch.Generator().manual_seed(seed)
-    stats, out = SampleStats(), []
-    with progress(f"sample n={cfg.n}", len(problems)) as bar:
+    with progress(f"{what} n={n}", len(problems)) as bar:
         for s in range(0, len(problems), batch_problems):
             chunk = problems[s : s + batch_problems]
-            where = f"sample, problems {s + 1}-{s + len(chunk)}"
-            trajs, _ = rollout_and_score(
-                agent, chunk, params, n=cfg.n, reward=reward, generator=gen, where=where
-            )
-            for g in range(len(chunk)):
-                out += select(trajs[g * cfg.n : (g + 1) * cfg.n], cfg, agent.renderer, stats)
-            bar.advance(len(chunk), info=f"kept {stats.kept}")
-    return out, stats
+            where = f"{what}, problems {s + 1}-{s + len(chunk)}"
+            trajs, _ = rollout_and_score(agent, chunk, params, n=n, reward=reward, generator=gen, where=where)
+            for g, problem in enumerate(chunk):
+                yield problem, trajs[g * n : (g + 1) * n]
+            bar.advance(len(chunk), info=info())
 
 
 def summary_path(out: str | Path) -> Path:
-    """Where the summary JSON of rows written to `out` goes: `rows.jsonl` -> `rows.summary.json`."""
-    return Path(out).with_suffix(".summary.json")
+    """Where the summary JSON of rows written to `out` goes: `rows.jsonl` -> `rows.jsonl.summary.json` (the suffix
+    kept, so `rows.jsonl` and `rows.parquet` never share one)."""
+    out = Path(out)
+    return out.with_name(out.name + ".summary.json")
+
+
+def engine_dir(out: str | Path) -> Path:
+    """The engine's working directory for rows written to `out`: `rows.jsonl` -> `rows.jsonl.engine/` (a vLLM
+    server's log, and the merged copy it serves of a model it cannot load as is), never `out`'s directory itself."""
+    out = Path(out)
+    return out.with_name(out.name + ".engine")
+
+
+def check_outputs(out: str | Path, *, force: bool) -> Path:
+    """Refuse, before any work, rows `out`, its summary or its engine directory that cannot be written or would
+    replace a file without `force`; clear what a killed earlier write of them staged. Returns `out`."""
+    from tirl.core.io import OutputPathError, remove_stale_staging
+    from tirl.data import claim_rows_out
+
+    out = claim_rows_out(out, force=force)
+    summary, work = summary_path(out), engine_dir(out)
+    if summary.is_dir() or ((summary.exists() or summary.is_symlink()) and not force):
+        what = "is a directory:" if summary.is_dir() else "already exists: pass --force to replace it, or"
+        raise OutputPathError(f"{summary} (the summary of --out {out}) {what} choose another --out")
+    if work.exists() and not work.is_dir():
+        raise OutputPathError(f"{work} (the engine directory of --out {out}) is a file: choose another --out")
+    remove_stale_staging(summary.parent, summary.name)
+    return out
+
+
+def load_problems(args: argparse.Namespace) -> tuple[Any, list[dict[str, Any]]]:
+    """The run config (`--config` and overrides; torch set up) and the problems of a sampling command: the rows of
+    `--data`, else the task's train rows, at most `eval.max_problems`."""
+    from tirl.commands.run_config import TirlConfig
+    from tirl.commands.stages import setup_torch, task_rows
+    from tirl.core.config import load_config
+    from tirl.data import read_rows
+
+    cfg = load_config(TirlConfig, args.config, args.overrides)
+    setup_torch(cfg)
+    rows = read_rows(args.data) if args.data else task_rows(cfg, "", "train")
+    return cfg, rows[: cfg.eval.max_problems or None]
 
 
 def sample_command(args: argparse.Namespace) -> int:
     """`tirl data sample`: load the config, sample, write the rows and the summary (token-check drops in red)."""
-    from tirl.commands.run_config import TirlConfig
-    from tirl.commands.stages import eval_reward, inference_agent, setup_torch, task_rows
-    from tirl.core.config import load_config
-    from tirl.core.io import atomic_write_json, check_output_file
-    from tirl.core.logging import console
-    from tirl.data import read_rows, write_rows
+    from tirl.commands.stages import eval_reward, inference_agent
+    from tirl.core.io import atomic_write_json
+    from tirl.data import write_rows
     from tirl.rollout.sampling import SamplingParams
 
-    out = check_output_file(args.out, force=args.force)
-    cfg = load_config(TirlConfig, args.config, args.overrides)
-    scfg = SampleConfig(n=args.n, keep=args.keep, require_tool=args.require_tool)
-    setup_torch(cfg)
-    rows = read_rows(args.data) if args.data else task_rows(cfg, "", "train")
-    rows = rows[: cfg.eval.max_problems or None]
+    out = check_outputs(args.out, force=args.force)
+    scfg = SampleConfig(
+        n=args.n, keep=args.keep, require_tool=args.require_tool, keep_retokenized=args.keep_retokenized
+    )
+    cfg, rows = load_problems(args)
     params = SamplingParams(temperature=cfg.eval.temperature, top_p=cfg.eval.top_p)
     start = time.perf_counter()
-    with inference_agent(cfg, None, out.parent) as agent:
+    with inference_agent(cfg, None, engine_dir(out)) as agent:
         kept, stats = sample_rows(
             agent, rows, scfg, params=params, reward=eval_reward(cfg), seed=cfg.seed,
             batch_problems=cfg.eval.batch_problems,
@@ -236,12 +321,25 @@ def sample_command(args: argparse.Namespace) -> int:
         },
     }  # fmt: skip
     atomic_write_json(summary_path(out), summary)
+    _print_summary(stats, summary, out)
+    return 0
+
+
+def _print_summary(stats: SampleStats, summary: dict[str, Any], out: Path) -> None:
+    from tirl.core.logging import console
+
     console.print(
         f"{stats.problems} problems, {stats.samples} samples, {stats.correct} correct, {stats.kept} kept "
         f"({summary['problems_with_kept']} problems with a kept sample); dropped: {stats.no_tool} without a tool "
         f"call, {stats.duplicates} duplicates, {stats.over_keep} past --keep -> {out} ({summary['wall_s']} s)",
         soft_wrap=True,
     )
+    if stats.retokenized:
+        console.print(
+            f"{stats.retokenized} of the kept rows are kept as text (--keep-retokenized): the same text as "
+            "sampled, split into the tokenizer's own tokens",
+            soft_wrap=True,
+        )
     if stats.token_check_failed:
         console.print(
             f"[bold red]token check: {stats.token_check_failed} rows dropped[/] (their SFT rendering differs from "
@@ -250,15 +348,10 @@ def sample_command(args: argparse.Namespace) -> int:
         )
         for f in stats.failures:
             console.print(f, markup=False, highlight=False, soft_wrap=True)
-    return 0
 
 
-def add_sample_parser(data: argparse._SubParsersAction) -> None:
-    """`tirl data sample`, added to the `data` subcommands by data/commands.py."""
-    p = data.add_parser(
-        "sample",
-        help="sample n tool trajectories per problem with the real sandbox; keep verified-correct ones as SFT rows",
-    )
+def add_sampling_arguments(p: argparse.ArgumentParser, out_help: str) -> None:
+    """The arguments every sampling command takes: the config and its overrides, the problems, the output."""
     p.add_argument(
         "--config", default=None, help="run config (model.path, rollout.*, chat.*, sandbox.*, eval.*)"
     )
@@ -267,9 +360,18 @@ def add_sample_parser(data: argparse._SubParsersAction) -> None:
         "--data", default=None, help="problems (RL-schema .jsonl/.parquet; default: the task's train rows)"
     )
     p.add_argument(
-        "--out", required=True, help="SFT rows to write (.jsonl or .parquet); an existing one needs --force"
+        "--out", required=True, help=f"{out_help} (.jsonl or .parquet); an existing one needs --force"
     )
-    p.add_argument("--force", action="store_true", help="replace --out (and its summary) if it exists")
+    p.add_argument("--force", action="store_true", help="replace --out and its summary if they exist")
+
+
+def add_sample_parser(data: argparse._SubParsersAction) -> None:
+    """`tirl data sample`, added to the `data` subcommands by data/commands.py."""
+    p = data.add_parser(
+        "sample",
+        help="sample n tool trajectories per problem with the real sandbox; keep verified-correct ones as SFT rows",
+    )
+    add_sampling_arguments(p, "SFT rows to write")
     p.add_argument("--n", type=int, default=8, help="samples per problem (default 8)")
     p.add_argument(
         "--keep", type=int, default=1, help="correct distinct samples kept per problem at most (default 1)"
@@ -279,5 +381,12 @@ def add_sample_parser(data: argparse._SubParsersAction) -> None:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="keep only samples with at least one executed tool call (default on)",
+    )
+    p.add_argument(
+        "--keep-retokenized",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="keep a correct sample whose ids are not the tokenizer's own split of its text, as that text (SFT "
+        "re-tokenizes it); default off: every row is exactly the ids sampled",
     )
     p.set_defaults(fn=sample_command)

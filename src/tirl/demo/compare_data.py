@@ -15,15 +15,13 @@ whichever SFT has the higher pass@1 on the held-out problems: when that is the r
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from tirl.commands.run_config import TirlConfig
 from tirl.core.io import atomic_write_json
 from tirl.core.logging import console
 from tirl.data import read_rows, write_rows
+from tirl.demo.reuse import SAMPLE_KEYS, Stage, config_inputs, rows_input
+from tirl.demo.smollm2 import Run, evaluate_stage, timed, train_stage
 
 SAMPLE_N = 4  # samples per problem
 SAMPLE_MAX_PROBLEMS_PER_ROW = 2  # problems tried per wanted row at most: the sampling budget
@@ -40,18 +38,23 @@ def _merge(total: dict[str, Any], part: dict[str, Any]) -> None:
             total.setdefault(k, []).extend(v)
 
 
-def sample_real_rows(
-    cfg: TirlConfig, out: Path, model: Path, pool: list[dict[str, Any]], want: int
-) -> list[dict]:
-    """Up to `want` verified-correct trajectories of `model` on `pool` (in order), written to data/sft-real.jsonl
-    with a summary beside it; reused when that file exists."""
+def sample_real_rows(run: Run, pool: list[dict[str, Any]], want: int) -> list[dict]:
+    """Up to `want` verified-correct trajectories of the stitched-SFT model on `pool` (in order), written to
+    data/sft-real.jsonl with a summary beside it; reused when that file was sampled from the same inputs."""
     from tirl.commands.stages import eval_reward, inference_agent
     from tirl.data.sample import SampleConfig, sample_rows, summary_path
     from tirl.rollout.sampling import SamplingParams
 
+    cfg, out, model = run.cfg, run.out, run.models["sft"]
     path = out / "data" / "sft-real.jsonl"
-    if path.is_file():
-        console.print(f"[bold]sample[/]: reusing {path} (delete it to resample)")
+    inputs = {
+        **config_inputs(cfg, SAMPLE_KEYS),
+        "model sft": run.prints["sft"],
+        **rows_input("sample pool", pool),
+        "wanted rows": str(want),
+    }
+    stage = Stage("sample", path, inputs)
+    if stage.reusable(path.is_file()):
         return read_rows(path)
     scfg = SampleConfig(n=SAMPLE_N, keep=1)
     params = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
@@ -78,6 +81,7 @@ def sample_real_rows(
         rows_written=len(kept), wanted=want, settings={**dataclasses.asdict(scfg), "model": str(model)}
     )
     atomic_write_json(summary_path(path), stats)
+    stage.record()
     console.print(
         f"{stats.get('samples', 0)} samples of {stats.get('problems', 0)} problems: {len(kept)} rows kept"
     )
@@ -89,63 +93,27 @@ def pass_at_1(summary: dict[str, Any]) -> float:
     return next(s["pass@1"] for s in summary.values() if isinstance(s, dict) and "pass@1" in s)
 
 
-@dataclass
-class Run:
-    """What the comparison adds to: the demo's config, output folder, data, models, report and stage times."""
-
-    cfg: TirlConfig
-    out: Path
-    rows: dict[str, Any]
-    models: dict[str, Path]
-    report: dict[str, Any]
-    times: dict[str, float]
-    evaluate: Callable[..., dict[str, Any]]  # (cfg, out, label, model, rows, times) -> summary
-    save: Callable[[], None]
-
-
-def _train_and_evaluate(
-    run: Run, label: str, stage: Callable[..., Path], start: str, data: list[dict]
-) -> None:
-    """`stage` (run_sft or run_rl, every weight) from model `start` on `data` into OUT_DIR/label, then evaluated;
-    a model already there is reused."""
-    from tirl.demo.smollm2 import reused, timed
+def _train_and_evaluate(run: Run, label: str, kind: str, start: str, data: tuple[str, list[dict]]) -> None:
+    """SFT or RL (`kind`, every weight) from model `start` on `data` into OUT_DIR/label, then evaluated; each
+    reused when made from the same inputs."""
     from tirl.models.lora import LoraConfig
 
-    path = run.out / label / "model"
-    if not reused(path, label):
-        console.print(f"[bold]{label}[/]: from {start} on {len(data)} rows, every weight")
-        full = dataclasses.replace(run.cfg, model=dataclasses.replace(run.cfg.model, lora=LoraConfig()))
-        path = timed(
-            run.times,
-            label,
-            stage,
-            full,
-            run.out / label,
-            model_path=run.models[start],
-            rows=data,
-            restart=True,
-        )
-    run.models[label] = path
+    full = dataclasses.replace(run.cfg, model=dataclasses.replace(run.cfg.model, lora=LoraConfig()))
+    describe = f"[bold]{label}[/]: from {start} on {len(data[1])} rows, every weight"
+    path = train_stage(run, label, kind, start, data, full, describe)
     run.report["models"][label] = str(path)
-    run.report["summary"][label] = run.evaluate(
-        run.cfg, run.out, label, path, run.rows["test_rows"], run.times
-    )
-    run.save()
+    evaluate_stage(run, label)
 
 
 def compare_data(run: Run) -> None:
     """The comparison (module docstring); adds `sft-real` (and `rl-real`) to the run's models and report."""
-    from tirl.commands.stages import run_rl, run_sft
-    from tirl.demo.smollm2 import timed
     from tirl.tasks.gsm8k import sample_pool
 
     cfg, report = run.cfg, run.report
     if cfg.task.name != "gsm8k":
         raise ValueError(f"--compare data runs on the gsm8k task (its sample pool), not {cfg.task.name!r}")
     want = len(run.rows["sft_rows"])
-    real = timed(
-        run.times, "sample", sample_real_rows, cfg, run.out, run.models["sft"], sample_pool(cfg), want
-    )
+    real = timed(run.times, "sample", sample_real_rows, run, sample_pool(cfg), want)
     report["real_rows"] = len(real)
     run.save()
     if not real:
@@ -153,10 +121,10 @@ def compare_data(run: Run) -> None:
             "[bold red]no correct sampled trajectory[/]: nothing to train on; --compare data stops here"
         )
         return
-    _train_and_evaluate(run, "sft-real", run_sft, "base", real)
+    _train_and_evaluate(run, "sft-real", "sft", "base", ("sft-real rows", real))
     summary = report["summary"]
     report["better_sft"] = "sft-real" if pass_at_1(summary["sft-real"]) > pass_at_1(summary["sft"]) else "sft"
     console.print(f"better SFT on the held-out problems (pass@1): {report['better_sft']}")
     run.save()
     if report["better_sft"] == "sft-real":  # else the main run's RL already is the RL from the better SFT
-        _train_and_evaluate(run, "rl-real", run_rl, "sft-real", run.rows["rl_rows"])
+        _train_and_evaluate(run, "rl-real", "rl", "sft-real", ("rl rows", run.rows["rl_rows"]))

@@ -18,9 +18,10 @@ steps, and adds it to the evaluations and the analysis. Stage times go to `repor
 trajectories from the human solutions, the base evaluated with `BASE_EVAL_N` samples; `--compare data` adds SFT
 on as many real trajectories sampled by the stitched-SFT model (`tirl.demo.compare_data`).
 
-Checkpoints already in OUT_DIR (`sft/model`, `rl/model`, `rl-lora/model`, ...) are reused, and so is an
-evaluation written after its model, so `--compare lora` after a run trains only the adapter; delete a directory to
-retrain it. `report.json` is rewritten after every stage.
+A model (`sft/model`, `rl/model`, `rl-lora/model`, ...) or an evaluation already in OUT_DIR is reused when it was
+made from the same inputs (its config sections, its data, the model it started from: `tirl.demo.reuse`), so
+`--compare lora` after a run trains only the adapter, and a run with other settings redoes the stages they change
+and every stage after them, saying which and why. `report.json` is rewritten after every stage.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +40,16 @@ from tirl.commands.stages import run_eval, run_rl, run_sft, setup_torch
 from tirl.core.config import save_config
 from tirl.core.io import atomic_write_json
 from tirl.core.logging import console
+from tirl.demo.reuse import (
+    EVAL_KEYS,
+    RL_KEYS,
+    SFT_KEYS,
+    Stage,
+    config_inputs,
+    files_fingerprint,
+    model_done,
+    rows_input,
+)
 from tirl.eval.analyze import print_summary, run_analyze
 from tirl.models.lora import LoraConfig
 
@@ -64,45 +76,81 @@ def timed(times: dict[str, float], name: str, fn: Any, *args: Any, **kwargs: Any
     return out
 
 
-def reused(path: Path, what: str) -> bool:
-    if (path / "config.json").exists() or (path / "adapter_config.json").exists():
-        console.print(f"[bold]{what}[/]: reusing {path} (delete it to retrain)")
-        return True
-    return False
+@dataclass
+class Run:
+    """What the stages of one demo run share: its config, output folder, data, report and stage times, and each
+    model made so far (label -> directory) with the fingerprint of what made it (`tirl.demo.reuse`)."""
+
+    cfg: TirlConfig
+    out: Path
+    rows: dict[str, Any]
+    report: dict[str, Any]
+    times: dict[str, float]
+    models: dict[str, Path] = field(default_factory=dict)
+    prints: dict[str, str] = field(default_factory=dict)
+
+    def save(self) -> None:
+        atomic_write_json(self.out / "report.json", self.report)
 
 
-def _train(cfg: TirlConfig, out: Path, rows: dict[str, Any], base: Path, compare: str | None,
-           times: dict[str, float]) -> dict[str, Path]:  # fmt: skip
-    """SFT, RL and (with `compare`) LoRA RL, each reused when already trained; returns label -> model."""
-    models = {"base": base}
+def train_stage(run: Run, label: str, kind: str, start: str, data: tuple[str, list[dict]], cfg: TirlConfig,
+                describe: str, resumable: bool = False) -> Path:  # fmt: skip
+    """SFT or RL (`kind`) with `cfg` from model `start` on `data` (its name, its rows) into OUT_DIR/label, unless
+    the model there was made from the same inputs; adds it to `run.models`. `resumable`: a stage a run stopped
+    midway continues from its newest checkpoint when its inputs are the same (`cfg` must save checkpoints)."""
+    name, rows = data
+    inputs = {
+        **config_inputs(cfg, SFT_KEYS if kind == "sft" else RL_KEYS),
+        f"model {start}": run.prints[start],
+        **rows_input(name, rows),
+    }
+    stage = Stage(label, run.out / label / "model", inputs)
+    path = stage.output
+    if not stage.reusable(model_done(path)):
+        console.print(describe)
+        fn = run_sft if kind == "sft" else run_rl
+        resume = _resume_point(run.out / f"{label}.started.json", inputs) if resumable else None
+        path = timed(run.times, label, fn, cfg, run.out / label, model_path=run.models[start], rows=rows,
+                     resume=resume, restart=resume is None)  # fmt: skip
+        stage.record()
+        (run.out / f"{label}.started.json").unlink(missing_ok=True)
+    run.models[label], run.prints[label] = path, stage.fingerprint
+    return path
+
+
+def _resume_point(started: Path, inputs: dict[str, str]) -> str | None:
+    """ "auto" (the stage's newest checkpoint) when an earlier run started the stage with the same inputs, else
+    None (a fresh start); records these inputs as started."""
+    try:
+        same = json.loads(started.read_text(encoding="utf-8")) == inputs
+    except (OSError, ValueError):
+        same = False
+    atomic_write_json(started, inputs)
+    if same:
+        console.print(f"[dim]{started.name}: the same inputs; continuing from the newest checkpoint[/]")
+    return "auto" if same else None
+
+
+def _train(run: Run, compare: str | None) -> None:
+    """SFT, RL and (with `compare`) LoRA RL, each reused when made from the same inputs."""
+    cfg, rows = run.cfg, run.rows
     full = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, lora=LoraConfig()))
-    sft = out / "sft" / "model"
-    if not reused(sft, "SFT"):
-        console.print(f"[bold]SFT[/] on {len(rows['sft_rows'])} tool trajectories, every weight")
-        sft = timed(
-            times, "sft", run_sft, full, out / "sft", model_path=base, rows=rows["sft_rows"], restart=True
-        )
-    models["sft"] = sft
-    runs = [("rl", "rl", full)]
+    describe = f"[bold]SFT[/] on {len(rows['sft_rows'])} tool trajectories, every weight"
+    train_stage(run, "sft", "sft", "base", ("sft rows", rows["sft_rows"]), full, describe)
+    runs = [("rl", full)]
     if compare == "lora":
         lora = dataclasses.replace(
             cfg,
             model=dataclasses.replace(cfg.model, lora=LoraConfig(rank=LORA_RANK)),
             rl=dataclasses.replace(cfg.rl, optim=dataclasses.replace(cfg.rl.optim, lr=LORA_LR)),
         )
-        runs.append(("rl-lora", "rl-lora", lora))
-    for label, sub, run_cfg in runs:
-        path = out / sub / "model"
-        if not reused(path, f"RL ({label})"):
-            console.print(
-                f"[bold]RL[/] {label}: GRPO-TCR with the {run_cfg.rollout.engine} engine, {run_cfg.rl.steps} steps of "
-                f"{run_cfg.rl.prompts_per_step} prompts x {run_cfg.rl.n}, lr {run_cfg.rl.optim.lr:g}"
-            )
-            path = timed(
-                times, label, run_rl, run_cfg, out / sub, model_path=sft, rows=rows["rl_rows"], restart=True
-            )
-        models[label] = path
-    return models
+        runs.append(("rl-lora", lora))
+    for label, run_cfg in runs:
+        describe = (
+            f"[bold]RL[/] {label}: GRPO-TCR with the {run_cfg.rollout.engine} engine, {run_cfg.rl.steps} steps of "
+            f"{run_cfg.rl.prompts_per_step} prompts x {run_cfg.rl.n}, lr {run_cfg.rl.optim.lr:g}"
+        )
+        train_stage(run, label, "rl", "sft", ("rl rows", rows["rl_rows"]), run_cfg, describe)
 
 
 def _earlier_times(report: Path) -> dict[str, float]:
@@ -116,21 +164,39 @@ def _earlier_times(report: Path) -> dict[str, float]:
     )
 
 
-def _evaluate(cfg: TirlConfig, out: Path, label: str, model: Path, rows: list[dict[str, Any]],
-              times: dict[str, float]) -> dict[str, Any]:  # fmt: skip
-    """`label`'s evaluation, reused when its summary was written after the model's files."""
-    summary = out / f"eval-{label}" / "summary.json"
-    newest = max((f.stat().st_mtime for f in Path(model).iterdir() if f.is_file()), default=0.0)
-    if summary.is_file() and summary.stat().st_mtime > newest:
-        console.print(f"[bold]eval[/] {label}: reusing {summary.parent} (delete it to re-evaluate)")
-        return json.loads(summary.read_text(encoding="utf-8"))
+def evaluate_stage(run: Run, label: str) -> dict[str, Any]:
+    """Model `label`'s evaluation on the held-out rows, reused when made from the same inputs; returns its
+    summary and puts it in the report."""
+    cfg = run.cfg
     if label == "base" and cfg.task.name == "gsm8k":
         cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, n=min(cfg.eval.n, BASE_EVAL_N)))
-    temps = cfg.eval.all_temperatures
-    console.print(f"[bold]eval[/] {label}: {len(rows)} problems x {cfg.eval.n} at T={temps}")
-    return timed(
-        times, f"eval_{label}", run_eval, cfg, out / f"eval-{label}", model_path=model, label=label, rows=rows
-    )
+    return eval_stage(run, label, label, ("test rows", run.rows["test_rows"]), cfg)
+
+
+def eval_stage(
+    run: Run, label: str, name: str, data: tuple[str, list[dict]], cfg: TirlConfig
+) -> dict[str, Any]:
+    """Model `label` evaluated with `cfg` on `data` (its name, its rows) into OUT_DIR/eval-`name`, reused when made
+    from the same inputs; the summary goes into the report under `name`."""
+    rows_name, rows = data
+    inputs = {
+        **config_inputs(cfg, EVAL_KEYS),
+        f"model {label}": run.prints[label],
+        **rows_input(rows_name, rows),
+    }
+    stage = Stage(f"eval {name}", run.out / f"eval-{name}" / "summary.json", inputs)
+    if stage.reusable(stage.output.is_file()):
+        summary = json.loads(stage.output.read_text(encoding="utf-8"))
+    else:
+        temps = cfg.eval.all_temperatures
+        console.print(f"[bold]eval[/] {name}: {label} on {len(rows)} {rows_name} x {cfg.eval.n} at T={temps}")
+        out = run.out / f"eval-{name}"
+        summary = timed(run.times, f"eval_{name}", run_eval, cfg, out, model_path=run.models[label], label=name,
+                        rows=rows)  # fmt: skip
+        stage.record()
+    run.report["summary"][name] = summary
+    run.save()
+    return summary
 
 
 def run_smollm2_demo(cfg: TirlConfig, compare: str | None = None) -> dict[str, Any]:
@@ -144,21 +210,18 @@ def run_smollm2_demo(cfg: TirlConfig, compare: str | None = None) -> dict[str, A
     save_config(cfg, out / "config.yaml")
     times = _earlier_times(out / "report.json")  # a reused stage keeps the time it took
     report: dict[str, Any] = {"task": cfg.task.name, "models": {}, "summary": {}, "seconds": times}
-
-    def save() -> None:
-        atomic_write_json(out / "report.json", report)
-
     base = timed(times, "import", ensure_smollm2, Path(cfg.model.path))
-    rows = timed(times, "data", demo_rows, cfg, out)
-    models = _train(cfg, out, rows, base, "lora" if compare == "lora" else None, times)
-    report["models"] = {k: str(v) for k, v in models.items()}
-    for label, path in models.items():
-        report["summary"][label] = _evaluate(cfg, out, label, path, rows["test_rows"], times)
-        save()
+    run = Run(cfg, out, timed(times, "data", demo_rows, cfg, out), report, times)
+    run.models["base"], run.prints["base"] = base, files_fingerprint(base)
+    _train(run, "lora" if compare == "lora" else None)
+    report["models"] = {k: str(v) for k, v in run.models.items()}
+    for label in list(run.models):
+        evaluate_stage(run, label)
     if compare == "data":
-        from tirl.demo.compare_data import Run, compare_data
+        from tirl.demo.compare_data import compare_data
 
-        compare_data(Run(cfg, out, rows, models, report, times, _evaluate, save))
+        compare_data(run)
+    models = run.models
     print_table(report["summary"])
     analysis = timed(
         times,
@@ -172,7 +235,7 @@ def run_smollm2_demo(cfg: TirlConfig, compare: str | None = None) -> dict[str, A
     versus_sft = run_analyze([out / f"eval-{m}" for m in trained], out / "analysis-vs-sft", labels=trained)
     report["analysis"] = str(out / "analysis" / "report.json")
     report["analysis_vs_sft"] = str(out / "analysis-vs-sft" / "report.json")
-    save()
+    run.save()
     print_summary(analysis, out / "analysis")
     print_summary(versus_sft, out / "analysis-vs-sft")
     console.print(f"stage seconds: {times}")

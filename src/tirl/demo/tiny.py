@@ -25,6 +25,7 @@ from tirl.core.config import save_config
 from tirl.core.io import atomic_write_json
 from tirl.core.logging import console
 from tirl.data import write_rows
+from tirl.demo.reuse import RL_KEYS, SFT_KEYS, Stage, config_inputs, digest, rows_input
 from tirl.demo.tiny_model import build_tiny
 from tirl.eval.analyze import print_summary, run_analyze
 from tirl.models.lora import LoraConfig
@@ -78,7 +79,30 @@ def prepare(cfg: TirlConfig, out: Path) -> dict[str, Any]:
     corpus = _tokenizer_corpus(rows["sft_rows"], rows["rl_rows"] + rows["test_rows"], rows["system"])
     corpus += [r["prompt"] + r["completion"] for r in rows["warmup_rows"]]
     init = build_tiny(out / "model-init", corpus, cfg.task.tiny, seed=cfg.seed)
-    return {"init": init, **rows}
+    init_inputs = {**config_inputs(cfg, ("task.tiny", "seed")), **rows_input("tokenizer corpus", corpus)}
+    return {"init": init, "init_fingerprint": digest(init_inputs), **rows}
+
+
+def sft_stage(cfg: TirlConfig, out: Path, prep: dict[str, Any]) -> Stage:
+    """What `train_sft_model`'s checkpoint (the warm-up's too) is made from (`tirl.demo.reuse`)."""
+    full = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, lora=LoraConfig()))
+    inputs = {
+        **config_inputs(full, (*SFT_KEYS, "task.warmup")),
+        "model init": prep["init_fingerprint"],
+        **rows_input("sft rows", prep["sft_rows"]),
+        **rows_input("warm-up rows", prep["warmup_rows"]),
+    }
+    return Stage("SFT", out / "sft" / "model", inputs)
+
+
+def rl_stage(cfg: TirlConfig, out: Path, label: str, sft: Stage, prep: dict[str, Any]) -> Stage:
+    """What RL with `cfg` from `sft`'s checkpoint into OUT_DIR/label/model is made from."""
+    inputs = {
+        **config_inputs(cfg, RL_KEYS),
+        "model sft": sft.fingerprint,
+        **rows_input("rl rows", prep["rl_rows"]),
+    }
+    return Stage(f"RL ({label})", out / label / "model", inputs)
 
 
 def train_sft_model(cfg: TirlConfig, out: Path, prep: dict[str, Any], times: dict[str, float]) -> Path:
@@ -114,7 +138,10 @@ def run_demo(cfg: TirlConfig) -> dict[str, Any]:
     prep = prepare(cfg, out)
     times["prepare"] = time.time() - t0
 
+    sft = sft_stage(cfg, out, prep)  # recorded for `--compare`, which reuses the checkpoints (this retrains)
+    sft.forget()
     sft_model = train_sft_model(cfg, out, prep, times)
+    sft.record()
 
     t0 = time.time()
     sft_summary = run_eval(cfg, out / "eval-sft", model_path=sft_model, label="sft", rows=prep["test_rows"])
@@ -124,7 +151,10 @@ def run_demo(cfg: TirlConfig) -> dict[str, Any]:
     console.print(
         f"[bold]RL[/] GRPO-TCR, {cfg.rl.steps} steps of {cfg.rl.prompts_per_step} prompts x {cfg.rl.n}"
     )
+    rl = rl_stage(cfg, out, "rl", sft, prep)
+    rl.forget()
     rl_model = run_rl(cfg, out / "rl", model_path=sft_model, rows=prep["rl_rows"], restart=True)
+    rl.record()
     times["rl"] = time.time() - t0
 
     t0 = time.time()

@@ -10,6 +10,7 @@ sampling. It is not skipped: an evaluation over a silently smaller set would not
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -221,8 +222,23 @@ def render_generations(trajs: Sequence[Trajectory], tokenizer: Any, k: int) -> s
 def write_eval(
     out_dir: str | Path, records: Sequence[SampleRecord], trajs: Sequence[Trajectory], summary: dict[str, Any]
 ) -> Path:
+    """records.jsonl, trajectories.jsonl and summary.json: all three or none. Each is written under a staging name
+    first and renamed into place once all three are written, the summary last, so a full disk never leaves records
+    without their summary (nor beside an earlier evaluation's, which is removed first)."""
     out = Path(out_dir)
-    atomic_write_jsonl(out / "records.jsonl", [asdict(r) for r in records])
-    atomic_write_jsonl(out / "trajectories.jsonl", [t.to_dict() for t in trajs])
-    atomic_write_json(out / "summary.json", summary)
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for name, write, data in (
+            ("records.jsonl", atomic_write_jsonl, [asdict(r) for r in records]),
+            ("trajectories.jsonl", atomic_write_jsonl, [t.to_dict() for t in trajs]),
+            ("summary.json", atomic_write_json, summary),
+        ):
+            staged.append((write(out / f".{name}.staged", data), out / name))
+        (out / "summary.json").unlink(missing_ok=True)
+        for path, final in staged:
+            os.replace(path, final)
+    except BaseException:
+        for path, _ in staged:
+            path.unlink(missing_ok=True)
+        raise
     return out

@@ -32,11 +32,17 @@ def add_model_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _cmd_import(args: argparse.Namespace) -> int:
+    import os
+    from pathlib import Path
+
+    from tirl.core.io import remove_stale_staging
     from tirl.core.logging import console
     from tirl.core.rundir import check_out
     from tirl.models.export import refuse_foreign
     from tirl.models.gguf import find_smollm2_gguf, import_gguf
 
+    out = Path(os.path.abspath(args.out))
+    remove_stale_staging(out.parent, out.name)  # what an import killed midway staged beside --out
     check_out(args.out, "model import")  # replaced whole once complete: only an earlier import may be there
     refuse_foreign(args.out, "model import")  # and only what that import wrote
     path = find_smollm2_gguf() if args.smollm2 else args.file

@@ -5,7 +5,9 @@ or not at all. A LoRA model is written merged (base + scale * B A per adapted la
 so the live model, and its frozen base that serves as the KL reference, are left exactly as they were.
 `export_checkpoint` does the same from a directory on disk (`tirl export CHECKPOINT --out DIR`): DIR is written
 beside itself and renamed into place, and it must be new, empty or an earlier export (`tirl.core.rundir`), never a
-directory holding the checkpoint or anything else, since a finished export replaces it whole. An earlier export
+directory holding the checkpoint or anything else, since a finished export replaces it whole, nor one inside the
+checkpoint (whose manifest would then refuse it as changed). What an export killed midway staged beside DIR is
+removed by the next export to DIR (`tirl.core.io.remove_stale_staging`). An earlier export
 is replaced only while it holds nothing but the files that export wrote (listed in its marker): notes or an eval
 added there since are named and the export is refused, before the model loads and again just before the rename.
 A model whose weights hold a NaN or an infinity (a diverged run) is refused, naming the weight.
@@ -18,13 +20,14 @@ quantization, format conversion.
 from __future__ import annotations
 
 import fnmatch
+import os
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from tirl.core import rundir
-from tirl.core.io import atomic_dir
+from tirl.core.io import atomic_dir, remove_stale_staging
 from tirl.models import lora
 
 
@@ -122,6 +125,13 @@ def export_checkpoint(
             f"--out {out_dir} is the checkpoint itself or a directory holding it ({path}), and an export replaces "
             "--out whole: choose a directory outside it"
         )
+    if src in dst.parents:
+        raise ValueError(
+            f"--out {out_dir} is inside the checkpoint {path}, which must hold only the files it was saved with "
+            "(a resume would refuse it): choose a directory outside it"
+        )
+    out = Path(os.path.abspath(out_dir))  # where atomic_dir stages: beside --out as named, links not followed
+    remove_stale_staging(out.parent, out.name)
     rundir.check_out(out_dir, "export")
     refuse_foreign(out_dir)
     model, tokenizer = load_exportable(path, base=base, dtype=dtype)

@@ -24,6 +24,7 @@ from typing import Any, Literal
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from tirl.core.config import ConfigError
 from tirl.core.io import atomic_dir
 from tirl.models.lora import LoraConfig, apply_lora, is_adapter_dir, load_adapter, recorded_base, save_model
 from tirl.models.precision import bf16_pays
@@ -50,6 +51,12 @@ class ModelConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)  # rank > 0 trains a LoRA adapter (tirl.models.lora)
 
     def __post_init__(self) -> None:
+        try:
+            torch.device(self.device)
+        except (RuntimeError, ValueError):
+            raise ValueError(
+                f"model.device={self.device!r} is not a torch device: use cpu, cuda, cuda:N (or mps)"
+            ) from None
         if self.activation_gib < 0:
             raise ValueError(
                 f"model.activation_gib must be >= 0 (0 = by the device), got {self.activation_gib}"
@@ -83,6 +90,31 @@ class ModelConfig:
     @property
     def reference_dtype(self) -> torch.dtype:
         return _DTYPES[self.ref_dtype or self.dtype]
+
+
+def check_device(device: str) -> None:
+    """Refuse a `model.device` this machine's PyTorch cannot use, before a model loads or a file is written (not
+    in `__post_init__`: `tirl plan` reads a GPU run's config on a machine without one)."""
+    where = torch.device(device)
+    if where.type == "cuda":
+        if not torch.cuda.is_available():
+            why = (
+                "no CUDA GPU is visible"
+                if torch.backends.cuda.is_built()
+                else "this PyTorch is built without CUDA"
+            )
+            raise ConfigError(
+                f"model.device={device}: {why}; run on a machine with one, or set model.device=cpu"
+            )
+        if where.index is not None and where.index >= torch.cuda.device_count():
+            raise ConfigError(
+                f"model.device={device}: this machine has {torch.cuda.device_count()} CUDA GPU(s), "
+                f"cuda:0 to cuda:{torch.cuda.device_count() - 1}"
+            )
+    elif where.type == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError(f"model.device={device}: MPS is not available here; set model.device=cpu")
+    elif where.type not in ("cpu", "cuda", "mps"):
+        raise ConfigError(f"model.device={device}: tirl runs on cpu, cuda or mps, not {where.type}")
 
 
 def load_tokenizer(path: str | Path) -> Any:

@@ -43,6 +43,9 @@ class TorchEngineConfig:
     # (tirl.rollout.graph_decode). auto = on where the model is on a CUDA device and neither compiled nor sharded;
     # on = that or an error; off = the eager decode. Off by default: its speed on a GPU is not yet measured
     cuda_graphs: str = "off"
+    # the CUDA-graph decode's KV arena (tirl.rollout.graph_arena), allocated once and kept: GiB; 0 = a quarter of
+    # the GPU's memory. A chunk whose rows x positions do not fit is refused with the numbers
+    graph_kv_gib: float = 0.0
 
     def __post_init__(self) -> None:
         if self.pack not in PACK_MODES:
@@ -51,6 +54,8 @@ class TorchEngineConfig:
             raise ValueError(
                 f"rollout.torch.cuda_graphs must be one of {', '.join(GRAPH_MODES)}, got {self.cuda_graphs!r}"
             )
+        if not self.graph_kv_gib >= 0:  # NaN fails too
+            raise ValueError(f"rollout.torch.graph_kv_gib must be >= 0 (0 = auto), got {self.graph_kv_gib}")
         if self.keep_prefix_mib < 0:
             raise ValueError(
                 f"rollout.torch.keep_prefix_mib must be >= 0 (0 = off), got {self.keep_prefix_mib}"

@@ -26,7 +26,8 @@ to ~15. The kept prefix holds the values a full pre-fill would compute, to float
 last one call and are dropped when the weights change.
 
 `cuda_graphs` (`rollout.torch.cuda_graphs`, off by default) decodes through `tirl.rollout.graph_decode` instead:
-steps of static shapes over buffers allocated once, captured as CUDA graphs per batch-size bucket and replayed.
+steps of static shapes over buffers allocated once (within `graph_kv_gib`), captured as CUDA graphs per
+batch-size bucket and replayed.
 
 Not here: continuous batching across calls and paged attention; use the vLLM engine for those.
 """
@@ -88,6 +89,7 @@ class TorchEngine:
         compile: bool = False,
         pack: str = "auto",
         cuda_graphs: str = "off",
+        graph_kv_gib: float = 0.0,
     ) -> None:
         if not eos_ids:
             raise ValueError("at least one EOS id is needed to know when a turn ends")
@@ -107,7 +109,7 @@ class TorchEngine:
         # decode steps only (pre-fills vary too much in shape to pay for recompiles); the module is shared
         self._step = torch.compile(model, dynamic=True) if compile else model
         self.kept = KeptPrefixes(keep_prefix_mib * 2**20)  # 0: every call pre-fills its prompts whole
-        self.graphs = graph_decoder(self, cuda_graphs, compile)  # None: the eager decode
+        self.graphs = graph_decoder(self, cuda_graphs, compile, graph_kv_gib)  # None: the eager decode
         if compute_dtype is not None:
             self.capabilities = self.capabilities.with_precision(compute_dtype, None)
 
@@ -135,7 +137,8 @@ class TorchEngine:
         return PackedLinears(self.model, dtype)
 
     def sync_weights(self, model: torch.nn.Module) -> None:
-        """The policy changed. This engine holds the trainer's own module, so nothing is copied."""
+        """The policy changed. This engine holds the trainer's own module, so nothing is copied here (the CUDA-graph
+        decode refreshes its bf16 copies of the weights, in place, at its next call)."""
         if model is not self.model:
             raise ValueError("TorchEngine samples from the trainer's own module; it was given another one")
         self.weight_version += 1
@@ -144,16 +147,15 @@ class TorchEngine:
     @contextlib.contextmanager
     def awake(self) -> Iterator[None]:
         """A phase of rollouts (RL's, through `tirl.rollout.factory.awake`): what the engine keeps from call to call
-        (packed weights, kept prefixes, CUDA graphs and their buffers) is dropped after it, so the update that
-        follows has that memory."""
+        (packed weights, kept prefixes) is dropped after it, so the update that follows has that memory. CUDA graphs
+        and their arena are kept (sized once within `graph_kv_gib`): capturing them again each step would cost
+        more than the memory."""
         try:
             yield
         finally:
             self.kept.clear()
             if self.packed is not None:
                 self.packed.clear()
-            if self.graphs is not None:
-                self.graphs.release()
 
     def check(self, tokenizer: Any) -> None:
         """Every id the tokenizer, the stop rules and the padding can produce has a row in the model's embedding."""

@@ -1,19 +1,23 @@
 """The torch engine's decode as CUDA graphs (`rollout.torch.cuda_graphs`): a step of static shapes, captured once
-per batch-size bucket and replayed.
+per (batch-size bucket, cache capacity) and replayed.
 
 The eager decode (`tirl.rollout.engine`) launches every kernel of every layer from Python at each step and grows
 its attention mask with `torch.cat`; on a GPU a small model's step is bound by those launches (measured on one H100: about 1%
-of what reading the weights allows). Here a step reads and writes only buffers allocated once (`_Arena`): token
-ids (B, 1), position ids (B, 1), an attention mask over the cache's full capacity set in place, each layer's keys
-and values (B, heads, C, head size) written with `index_copy_` at a position held in a device tensor, and the
-logits (B, V). Such a step has no host synchronisation and no Python-int shape, so `torch.cuda.graph` can capture
-it and a replay runs it as one launch.
+of what reading the weights allows). Here a step reads and writes only buffers allocated once
+(`tirl.rollout.graph_arena`: token ids, positions, a mask over the cache's capacity set in place, each layer's
+keys and values written with `index_copy_` at a position held in a device tensor, the logits). Such a step has no
+host synchronisation and no Python-int shape, so `torch.cuda.graph` can capture it and a replay runs it as one
+launch. It runs the policy through `tirl.rollout.graph_model`'s view: attention over grouped heads without copying
+the cache, and under bf16 autocast a bf16 copy of the Linears' weights, so that a replay casts no weight.
 
-B is a bucket, a power of two up to `max_batch_size`: a chunk's rows pad to their bucket with pad rows, and when
-enough rows finish the live ones move to the front and the steps run at the next smaller bucket. C is a power of
-two covering the pre-fill's columns plus the longest budget; attention reads all C, the unwritten ones masked out.
-Everything else is the eager engine's own code: the pre-fill (kept prefixes included), the exact sampler on the
-step's logits outside the graph, the stop rules, the kept prefixes of finished rows.
+A chunk's rows pad to their bucket with pad rows; when enough rows finish, the live ones move to the front and the
+steps run at the next smaller bucket. Graphs, their memory pool and the arena are kept for the engine's life
+(across rollout phases: a capture synchronises the device and costs more than many steps); new weights are copied
+into the tensors the graphs read, in place. A step's sampled ids and log-probs reach the host in one copy, queued
+before the next step is launched: the stop rules and the bookkeeping of step t run while step t+1 runs on the
+device (a row that ended at t rides along in t+1, which changes no other row). Everything else is the eager
+engine's own code: the pre-fill (kept prefixes included), the exact sampler outside the graph, the stop rules, the
+kept prefixes of finished rows.
 
 `capture=False` runs the same static step eagerly: the CPU tests check it against the eager engine that way. The
 capture itself and its speed have not run on a GPU yet.
@@ -24,15 +28,15 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import Counter
-from dataclasses import dataclass
+from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import torch
-from transformers import DynamicCache
-from transformers.cache_utils import DynamicLayer
 
 from tirl.rollout.config import GRAPH_MODES
+from tirl.rollout.graph_arena import Arena, ArenaCache, bucket, budget_bytes, columns
+from tirl.rollout.graph_model import RolloutWeights, rollout_weights
 from tirl.rollout.kv_cache import InPlaceCache
 from tirl.rollout.sampling import SamplingParams, sample_next
 from tirl.rollout.types import Generation
@@ -40,22 +44,13 @@ from tirl.rollout.types import Generation
 if TYPE_CHECKING:
     from tirl.rollout.engine import TorchEngine
 
-# attention implementations whose mask the static step builds: sdpa takes a boolean one, eager an additive one
-MASK_KINDS = ("sdpa", "eager")
-MIN_COLUMNS = 128  # the smallest cache capacity: short chunks share one set of graphs
+# attention implementations whose math the static step's own attention (`tirl.rollout.graph_model`) reproduces
+ATTENTION_KINDS = ("sdpa", "eager")
 # runs of the step on a side stream before its capture, as torch's CUDA-graph docs ask (lazy initialisations, such
 # as cuBLAS workspaces, happen there rather than inside the capture)
 WARMUP_STEPS = 3
 
-
-def bucket(n: int, max_batch_size: int) -> int:
-    """The batch size `n` live rows run at: the next power of two, at most `max_batch_size`."""
-    return min(1 << (n - 1).bit_length(), max_batch_size)
-
-
-def columns(need: int) -> int:
-    """The cache capacity a chunk needing `need` positions runs at: a power of two, at least `MIN_COLUMNS`."""
-    return max(MIN_COLUMNS, 1 << (need - 1).bit_length())
+__all__ = ["GraphDecoder", "bucket", "capture_graph", "columns", "graph_decoder", "why_not_graphs"]
 
 
 def why_not_graphs(model: torch.nn.Module, compile: bool) -> str | None:
@@ -64,10 +59,8 @@ def why_not_graphs(model: torch.nn.Module, compile: bool) -> str | None:
     if compile:
         return "rollout.torch.compile=true decodes through torch.compile; choose one of the two"
     attn = getattr(model.config, "_attn_implementation", None)
-    if attn not in MASK_KINDS:
-        return (
-            f"attention implementation {attn!r}: the static step builds masks for {' or '.join(MASK_KINDS)}"
-        )
+    if attn not in ATTENTION_KINDS:
+        return f"attention implementation {attn!r}: the static step reproduces {' or '.join(ATTENTION_KINDS)}"
     if "sliding_attention" in (getattr(model.config, "layer_types", None) or ()):
         return "the model has sliding-window layers, whose masks the static step does not build"
     if any(type(p).__name__ == "DTensor" for p in model.parameters()):
@@ -78,7 +71,7 @@ def why_not_graphs(model: torch.nn.Module, compile: bool) -> str | None:
     return None
 
 
-def graph_decoder(engine: TorchEngine, mode: str, compile: bool) -> GraphDecoder | None:
+def graph_decoder(engine: TorchEngine, mode: str, compile: bool, kv_gib: float = 0.0) -> GraphDecoder | None:
     """The decoder `rollout.torch.cuda_graphs` resolves to for this engine, or None (the eager decode)."""
     if mode not in GRAPH_MODES:
         raise ValueError(f"rollout.torch.cuda_graphs={mode!r}; valid: {', '.join(GRAPH_MODES)}")
@@ -86,97 +79,86 @@ def graph_decoder(engine: TorchEngine, mode: str, compile: bool) -> GraphDecoder
         return None
     why = why_not_graphs(engine.model, compile)
     if why is None:
-        return GraphDecoder(engine)
+        return GraphDecoder(engine, kv_gib=kv_gib)
     if mode == "on":
         raise ValueError(f"rollout.torch.cuda_graphs=on: {why} (use rollout.torch.cuda_graphs=auto or off)")
     return None
 
 
-class _ArenaLayer(DynamicLayer):
-    """One layer's cache over a view of the arena: a step writes its token at the device-held position `write`
-    and attention reads every column (the mask hides the unwritten ones)."""
-
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, write: torch.Tensor) -> None:
-        super().__init__()
-        self.keys, self.values, self.write = keys, values, write
-        self.dtype, self.device, self.is_initialized = keys.dtype, keys.device, True
-
-    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
-        self.keys.index_copy_(2, self.write, key_states)
-        self.values.index_copy_(2, self.write, value_states)
-        return self.keys, self.values
-
-
-class _ArenaCache(DynamicCache):
-    """The model's cache argument for one (bucket, capacity): `_ArenaLayer`s over the arena's views."""
-
-    def __init__(self, layers: list[_ArenaLayer]) -> None:
-        super().__init__()
-        self.layers = layers
+def capture_graph(
+    step: Callable[[], None], pool: Any, device: torch.device, amp: Callable[[], Any]
+) -> tuple[Any, Any]:
+    """(graph, pool): `step` warmed up on a side stream, then captured under `amp()` into a graph drawing on
+    `pool` (a new one for None). The capture is thread-local: the async agent's worker and tool threads may touch
+    CUDA meanwhile, which a global capture would turn into an error (or a corrupted graph) on their side."""
+    pool = torch.cuda.graph_pool_handle() if pool is None else pool
+    side = torch.cuda.Stream(device=device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side), amp():
+        for _ in range(WARMUP_STEPS):
+            step()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool, capture_error_mode="thread_local"), amp():
+        step()
+    return graph, pool
 
 
-@dataclass
-class _Arena:
-    """The static buffers every step reads and writes; a graph of bucket B and capacity C uses the views
-    [:B] (and [:, :, :C] / [:, :C]), so buckets share one allocation."""
+class _HostCopy:
+    """A step's sampled ids and log-probs on their way to the host as one (2, n) float64 copy (ids below 2**53
+    are exact), into pinned memory on CUDA so that it is queued without waiting for the device."""
 
-    keys: list[torch.Tensor]  # per layer (R, heads, C_max, head size)
-    values: list[torch.Tensor]
-    mask: torch.Tensor  # (R, C_max) bool: the cache positions a row attends to
-    ids: torch.Tensor  # (R, 1) the tokens a step feeds
-    pos: torch.Tensor  # (R, 1) their positions
-    logits: torch.Tensor  # (R, V) float32, the step's output
-    write: torch.Tensor  # (1,) the cache position a step writes
+    def __init__(self, rows: int, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.buf = torch.empty(
+            2 * rows, dtype=torch.float64, pin_memory=self.cuda
+        )  # flat: a view is contiguous
 
-    @classmethod
-    def like(cls, cache: InPlaceCache, rows: int, cols: int, vocab: int) -> _Arena:
-        """Buffers for `rows` rows and `cols` positions, typed like the pre-filled `cache` (zeros: a masked
-        position must hold a finite number, as attention multiplies it by a zero weight)."""
-        k0 = cache.layers[0].keys
-        dev = k0.device
+    def start(self, tok: torch.Tensor, lp: torch.Tensor) -> Callable[[], tuple[list[int], list[float]]]:
+        """Queue the copy; the returned call waits for it (only for it) and gives the two lists."""
+        both = torch.stack((tok.to(torch.float64), lp.to(torch.float64)))
+        if self.cuda:
+            both = self.buf[: both.numel()].view(both.shape).copy_(both, non_blocking=True)
+            done = torch.cuda.Event()
+            done.record()
+        else:
+            done = None
 
-        def kv(t: torch.Tensor) -> torch.Tensor:
-            return t.new_zeros((rows, t.shape[1], cols, t.shape[-1]))
+        def wait() -> tuple[list[int], list[float]]:
+            if done is not None:
+                done.synchronize()
+            ids, lps = both.tolist()  # the step's one read on the host
+            return [int(t) for t in ids], lps
 
-        return cls(
-            keys=[kv(layer.keys) for layer in cache.layers],
-            values=[kv(layer.values) for layer in cache.layers],
-            mask=torch.zeros((rows, cols), dtype=torch.bool, device=dev),
-            ids=torch.zeros((rows, 1), dtype=torch.long, device=dev),
-            pos=torch.zeros((rows, 1), dtype=torch.long, device=dev),
-            logits=torch.zeros((rows, vocab), dtype=torch.float32, device=dev),
-            write=torch.zeros((1,), dtype=torch.long, device=dev),
-        )
-
-    def fits(self, cache: InPlaceCache, rows: int, cols: int) -> bool:
-        k0 = cache.layers[0].keys
-        return (
-            len(self.keys) == len(cache.layers) and self.keys[0].dtype == k0.dtype
-            and self.mask.shape[0] >= rows and self.mask.shape[1] >= cols
-        )  # fmt: skip
+        return wait
 
 
 class GraphDecoder:
     """The decode of one `TorchEngine` chunk through static steps, replayed from CUDA graphs (`capture=True`) or
-    run eagerly (`capture=False`, any device: the tests' check of the static-shape logic)."""
+    run eagerly (`capture=False`, any device: the tests' check of the static-shape logic). `kv_gib`:
+    `rollout.torch.graph_kv_gib`, the arena's budget (`tirl.rollout.graph_arena`)."""
 
-    def __init__(self, engine: TorchEngine, *, capture: bool = True) -> None:
+    def __init__(self, engine: TorchEngine, *, capture: bool = True, kv_gib: float = 0.0) -> None:
         self.engine = engine
         self.capture = capture
-        self.mask_kind = getattr(engine.model.config, "_attn_implementation", "sdpa")
+        self.kv_gib = kv_gib
         self._lock = threading.Lock()  # one arena: calls from several threads decode one after another
-        self.arena: _Arena | None = None
-        self._graphs: dict[tuple[int, int], torch.cuda.CUDAGraph] = {}
-        self._caches: dict[tuple[int, int], _ArenaCache] = {}
+        self.arena: Arena | None = None
+        self.weights: RolloutWeights | None = None
+        self._graphs: dict[tuple[int, int], Any] = {}
+        self._caches: dict[tuple[int, int], ArenaCache] = {}
         self._pool: Any = None
-        self._params: tuple[int, ...] = ()
+        self._addresses: tuple[int, ...] = ()
+        self._version = 0  # the engine's weight version the copies were last refreshed at
+        self._host: _HostCopy | None = None
         self.bucket_steps: Counter[int] = Counter()  # decode steps run at each bucket
         self.captures = 0  # graphs captured over the decoder's life
 
     def release(self) -> None:
-        """Drop the graphs, their memory pool and the arena (the engine's `awake` does after a rollout phase, so
-        the update has that memory); the next decode allocates and captures anew."""
-        self._graphs, self._caches, self._pool, self.arena = {}, {}, None, None
+        """Drop the graphs, their memory pool, the arena and the view (the engine's `close`); the next decode
+        allocates and captures anew."""
+        self._graphs, self._caches, self._pool, self.arena, self.weights = {}, {}, None, None, None
+        self._addresses, self._host = (), None
 
     def decode(
         self,
@@ -196,11 +178,34 @@ class GraphDecoder:
             cache, attn, logits, next_pos = eng._prefill(
                 [prompts[i] for i in live], [kept[i] for i in live], 0
             )
-            ck = columns(attn.shape[1] + max(limits[i] for i in live))
-            self._load(cache, attn, next_pos, logits.shape[-1], bucket(len(live), eng.max_batch_size), ck)
+            need = attn.shape[1] + max(limits[i] for i in live)
+            bk, ck = bucket(len(live), eng.max_batch_size), columns(need)
+            self._prepare(cache, logits.shape[-1])
+            self.arena.check(len(live), need, bk, ck)
+            self._load(cache, attn, next_pos, bk, ck)
             del cache
             self._loop(prompts, limits, params, generator, gens, live, logits, attn.shape[1], ck)
         return gens
+
+    def _prepare(self, cache: InPlaceCache, vocab: int) -> None:
+        """The view and the arena, made at the first call; the bf16 copies refreshed where the trainer changed
+        the weights. Graphs are dropped only where the trainer's tensors moved (new tensors, not new values)."""
+        eng = self.engine
+        model = eng.model
+        addresses = tuple(t.data_ptr() for t in itertools.chain(model.parameters(), model.buffers()))
+        # a graph reads each tensor where it was captured: new tensors (not new values) need a new view and graphs
+        if self.weights is None or addresses != self._addresses:
+            self.weights = rollout_weights(model, eng.compute_dtype)
+            self._graphs, self._addresses = {}, addresses
+        else:
+            self.weights.refresh(every=eng.weight_version != self._version)
+        self._version = eng.weight_version
+        if self.arena is None:
+            dtype = eng.compute_dtype or eng.model.get_input_embeddings().weight.dtype
+            max_pos = getattr(eng.model.config, "max_position_embeddings", None) or 1 << 20
+            budget = budget_bytes(self.kv_gib, eng.device)
+            self.arena = Arena.allocate(cache, dtype, budget, eng.max_batch_size, columns(max_pos), vocab)
+            self._host = _HostCopy(eng.max_batch_size, eng.device)
 
     def _loop(
         self,
@@ -214,64 +219,76 @@ class GraphDecoder:
         w: int,
         ck: int,
     ) -> None:
-        """The eager engine's loop over the arena: `rows` the generation of each arena row in use, `active` the
-        rows still sampling, `w` the next cache position written, `bk` the bucket the steps run at."""
+        """The eager engine's loop over the arena, its stop check one step behind: `rows` the generation of each
+        arena row in use, `active` the rows still sampling (`index` on the device), `w` the next cache position
+        written, `bk` the bucket the steps run at."""
         eng, a = self.engine, self.arena
         bk = bucket(len(rows), eng.max_batch_size)
         active = list(range(len(rows)))
+        index = self._index(active)
         while active:
             every = len(active) == len(rows)
-            tok, lp = sample_next(logits[: len(rows)] if every else logits[active], params, generator)
-            keep = eng._append(gens, [rows[j] for j in active], tok.tolist(), lp.tolist(), limits)
+            tok, lp = sample_next(
+                logits[: len(rows)] if every else logits.index_select(0, index), params, generator
+            )
+            live = [rows[j] for j in active]
+            wait = self._host.start(tok, lp)
+            feed = any(len(gens[i].token_ids) + 1 < limits[i] for i in live)  # a row goes on unless it stops
+            if feed:  # the next step runs on the device while the host books this one
+                a.ids[:bk, 0].fill_(eng.pad_id).index_copy_(0, index, tok)
+                logits = self._run(bk, ck)
+                w += 1
+            keep = eng._append(gens, live, *wait(), limits)
             if len(keep) < len(active) and eng.kept.max_bytes:
                 done = sorted({active[j] for j in set(range(len(active))) - set(keep)})
                 tokens = [prompts[rows[j]] + gens[rows[j]].token_ids[:-1] for j in done]
-                eng.kept.keep(self._cache(bk, ck), done, tokens, a.mask[:bk, :w])
-            active, tok = [active[j] for j in keep], tok[keep] if len(keep) < len(tok) else tok
+                fed = w - 1 if feed else w  # the column the launched step writes holds no token of theirs
+                eng.kept.keep(self._cache(bk, ck), done, tokens, a.mask_view(bk, ck)[:, :fed])
+            if len(keep) == len(active):
+                continue
+            active = [active[j] for j in keep]
             if not active:
                 break
+            index = self._index(active)
             if bucket(len(active), eng.max_batch_size) < bk:  # the live rows to the front, a smaller bucket
-                self._compact(active, w)
+                logits = logits.index_select(0, index)
+                self._compact(index, w, bk, ck)
                 rows, active = [rows[j] for j in active], list(range(len(active)))
-                bk = bucket(len(rows), eng.max_batch_size)
-            ids = a.ids[:bk, 0].fill_(eng.pad_id)  # finished and pad rows ride along on a pad token
-            ids.index_copy_(0, torch.as_tensor(active, device=ids.device), tok)
-            logits = self._run(bk, ck)
-            w += 1
+                bk, index = bucket(len(rows), eng.max_batch_size), self._index(active)
+
+    def _index(self, rows: list[int]) -> torch.Tensor:
+        """`rows` on the device, uploaded from pinned memory without waiting for the device (a copy only when the
+        live rows change)."""
+        t, dev = torch.tensor(rows, dtype=torch.long), self.engine.device
+        return t.pin_memory().to(dev, non_blocking=True) if dev.type == "cuda" else t
 
     def _load(
-        self, cache: InPlaceCache, attn: torch.Tensor, next_pos: torch.Tensor, vocab: int, bk: int, ck: int
+        self, cache: InPlaceCache, attn: torch.Tensor, next_pos: torch.Tensor, bk: int, ck: int
     ) -> None:
-        """Copy a pre-fill (`cache`, its mask `attn` (n, cols), next positions (n, 1)) into the arena's first rows,
-        (re)allocating it where it is too small and dropping graphs whose parameters moved."""
+        """Copy a pre-fill (`cache`, its mask `attn` (n, cols), next positions (n, 1)) into the first rows of the
+        arena's (bk, ck) view."""
         n, cols = attn.shape
-        model = self.engine.model
-        params = tuple(t.data_ptr() for t in itertools.chain(model.parameters(), model.buffers()))
-        if params != self._params:  # a graph reads the weights at the addresses it was captured with
-            self._graphs, self._params = {}, params
-        if self.arena is None or not self.arena.fits(cache, bk, ck):
-            old = (0, 0) if self.arena is None else self.arena.mask.shape
-            self.release()
-            self.arena = _Arena.like(cache, max(bk, old[0]), max(ck, old[1]), vocab)
         a = self.arena
-        for layer, k, v in zip(cache.layers, a.keys, a.values, strict=True):
-            k[:n, :, :cols] = layer.keys
+        for layer, (k, v) in zip(cache.layers, a.kv(bk, ck), strict=True):
+            k[:n, :, :cols] = layer.keys  # cast to the arena's dtype: one for keys and values
             v[:n, :, :cols] = layer.values
-        a.mask[:bk, :ck] = False
-        a.mask[:n, :cols] = attn.bool()
+        mask = a.mask_view(bk, ck)
+        mask.fill_(False)
+        mask[:n, :cols] = attn.bool()
         a.pos[:bk] = 0
         a.pos[:n] = next_pos
         a.write.fill_(cols)
 
-    def _compact(self, active: list[int], w: int) -> None:
-        """Move arena rows `active` (ascending) to the front; only the `w` written positions are copied."""
-        a = self.arena
-        k = torch.as_tensor(active, device=a.ids.device)
-        n = len(active)
-        for t in (*a.keys, *a.values):
-            t[:n, :, :w] = t[k, :, :w]
-        a.mask[:n, :w] = a.mask[k, :w]
-        a.pos[:n] = a.pos[k]
+    def _compact(self, index: torch.Tensor, w: int, bk: int, ck: int) -> None:
+        """Move rows `index` (ascending) of the (bk, ck) view to its front; only the `w` written positions are
+        copied. A smaller bucket's view of the same capacity starts with the same rows."""
+        a, n = self.arena, index.numel()
+        for k, v in a.kv(bk, ck):
+            k[:n, :, :w] = k[index, :, :w]
+            v[:n, :, :w] = v[index, :, :w]
+        mask = a.mask_view(bk, ck)
+        mask[:n, :w] = mask[index, :w]
+        a.pos[:n] = a.pos[index]
 
     def _run(self, bk: int, ck: int) -> torch.Tensor:
         """One decode step at bucket `bk`, capacity `ck`; returns the logits (bk, V), a view of the arena that the
@@ -292,57 +309,38 @@ class GraphDecoder:
         """The captured work: feed `ids` at `pos`, write their keys and values at `write`, leave the logits in the
         arena. Static shapes, no host synchronisation, and idempotent (the same inputs write the same values)."""
         a, eng = self.arena, self.engine
-        mask = a.mask[:bk, :ck]
+        mask = a.mask_view(bk, ck)
         mask.index_fill_(1, a.write, True)  # every row, pad rows too, attends to the token it feeds
-        out = eng.model(
-            input_ids=a.ids[:bk], attention_mask=self._mask4d(mask), position_ids=a.pos[:bk], use_cache=True,
+        out = self.weights.module(
+            input_ids=a.ids[:bk],
+            attention_mask=mask[:, None, None, :],
+            position_ids=a.pos[:bk],
+            use_cache=True,
             **{eng._cache_kw: self._cache(bk, ck)},
-        )  # fmt: skip
+        )  # fmt: skip  (a 4D mask is used as it is: transformers makes none, which would read a length on the host)
         a.logits[:bk].copy_(out.logits[:, -1, :])
 
-    def _mask4d(self, mask: torch.Tensor) -> torch.Tensor:
-        """(B, 1, 1, C) as the attention implementation takes it; a 4D mask is used as it is (transformers makes
-        none of its own, which would read the cache's length as a Python int)."""
-        if self.mask_kind == "sdpa":
-            return mask[:, None, None, :]
-        dtype = self.engine.model.get_input_embeddings().weight.dtype  # the dtype transformers' own mask has
-        add = torch.zeros(mask.shape, dtype=dtype, device=mask.device).masked_fill_(
-            ~mask, torch.finfo(dtype).min
-        )
-        return add[:, None, None, :]
-
-    def _cache(self, bk: int, ck: int) -> _ArenaCache:
+    def _cache(self, bk: int, ck: int) -> ArenaCache:
         if (bk, ck) not in self._caches:
-            a = self.arena
-            layers = [
-                _ArenaLayer(k[:bk, :, :ck], v[:bk, :, :ck], a.write)
-                for k, v in zip(a.keys, a.values, strict=True)
-            ]
-            self._caches[(bk, ck)] = _ArenaCache(layers)
+            self._caches[(bk, ck)] = self.arena.cache(bk, ck)
         return self._caches[(bk, ck)]
 
-    def _capture(self, bk: int, ck: int) -> torch.cuda.CUDAGraph:
-        """Warm the step up on a side stream, then capture it into a graph drawing on the pool all buckets share
-        (they never run at once). The step is idempotent, so the warm-up runs change nothing."""
-        dev = self.arena.ids.device
+    def _capture(self, bk: int, ck: int) -> Any:
+        """Capture the step at (bk, ck) into a graph drawing on the pool all of them share (they never run at
+        once). The step is idempotent, so the warm-up runs change nothing."""
         step = partial(self._static_step, bk, ck)
-        side = torch.cuda.Stream(device=dev)
-        side.wait_stream(torch.cuda.current_stream(dev))
-        with torch.cuda.stream(side), self._autocast():
-            for _ in range(WARMUP_STEPS):
-                step()
-        torch.cuda.current_stream(dev).wait_stream(side)
-        if self._pool is None:
-            self._pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool), self._autocast():
-            step()
+        graph, self._pool = capture_graph(step, self._pool, self.arena.ids.device, self._amp)
         self._graphs[(bk, ck)] = graph
         self.captures += 1
         return graph
 
-    def _autocast(self) -> torch.autocast:
+    def _amp(self) -> torch.autocast:
         """The engine's precision with autocast's weight cache off: a captured cast must be part of the graph, not
-        a cached tensor freed when the call's autocast ends."""
+        a cached tensor freed when the call's autocast ends (the Linears' weights are bf16 already)."""
         dt = self.engine.compute_dtype
-        return torch.autocast("cuda", dtype=dt or torch.bfloat16, enabled=dt is not None, cache_enabled=False)
+        return torch.autocast(
+            self.arena.ids.device.type,
+            dtype=dt or torch.bfloat16,
+            enabled=dt is not None,
+            cache_enabled=False,
+        )

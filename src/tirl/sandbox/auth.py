@@ -3,10 +3,11 @@
 The token is read from a file (`--auth-token-file`, `sandbox.auth_token_file`) or the TIRL_SANDBOX_TOKEN
 environment variable, never from the config itself (the resolved config is written next to every run). A token file
 must be private to its owner (no permission bits for group or others: `chmod 600 FILE`), else it is refused, on the
-server and in the client alike: a token anyone on the machine can read protects nothing. Requests without
-`Authorization: Bearer <token>` (the scheme in any case, as RFC 7235 says) get 401 on every route; the comparison
-is constant-time. This is access control for a trusted network, not transport security: put a TLS reverse proxy in
-front for anything else.
+server and in the client alike: a token anyone on the machine can read protects nothing. So is a token with a
+character other than printable ASCII, again on both sides: an HTTP header cannot carry it as text (the client could
+not send what the server would expect). Requests without `Authorization: Bearer <token>` (the scheme in any case,
+as RFC 7235 says) get 401 on every route; the comparison is constant-time. This is access control for a trusted
+network, not transport security: put a TLS reverse proxy in front for anything else.
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ _HOW = 'generate one with: python -c "import secrets; print(secrets.token_urlsaf
 
 
 class TokenError(TirlError):
-    """The token file or variable is unusable (missing, open to other users, not UTF-8, empty, too short)."""
+    """The token file or variable is unusable (missing, open to other users, not UTF-8, not printable ASCII, empty,
+    too short)."""
 
 
 def _checked(token: str, where: str) -> str:
@@ -34,6 +36,12 @@ def _checked(token: str, where: str) -> str:
         raise TokenError(
             f"sandbox token from {where} must be one word of at least {MIN_TOKEN_CHARS} characters "
             f"(got {len(token)}); {_HOW}"
+        )
+    bad = next((i for i, c in enumerate(token) if not "!" <= c <= "~"), None)
+    if bad is not None:  # the client could not send it in a header, so the server must not expect it
+        raise TokenError(
+            f"sandbox token from {where} must be printable ASCII, as an HTTP header carries it: character "
+            f"{bad} is {token[bad]!r} (U+{ord(token[bad]):04X}); {_HOW}"
         )
     return token
 

@@ -48,7 +48,7 @@ def add_sandbox_parser(sub: Any, load_config: Callable[[argparse.Namespace], Any
 def _serve(args: argparse.Namespace, load_config: Callable[[argparse.Namespace], Any]) -> int:
     from tirl.sandbox.auth import is_loopback, load_token
     from tirl.sandbox.local import LocalSandbox
-    from tirl.sandbox.server import bind, serve
+    from tirl.sandbox.server import bind, resolve, serve
 
     cfg = load_config(args).sandbox
     if args.workers is not None:
@@ -63,6 +63,7 @@ def _serve(args: argparse.Namespace, load_config: Callable[[argparse.Namespace],
         raise ValueError(f"--read-timeout must be > 0 seconds, got {args.read_timeout}")
     cfg = dataclasses.replace(cfg, backend="local", max_queue=args.queue)
     token = load_token(args.auth_token_file or cfg.auth_token_file or None)
+    resolve(args.host, args.port)  # a host that is no address fails here, not after the warning about it
     if token is None and not is_loopback(args.host):
         print(
             _OPEN_WARNING.format(host=args.host, port=args.port, env=TOKEN_ENV), file=sys.stderr, flush=True

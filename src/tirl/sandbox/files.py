@@ -20,7 +20,17 @@ MAX_PATH_DEPTH = 64  # components of one path
 
 
 def _check_path(path: object, what: str) -> str:
-    """`path` normalized, or ValueError naming it: inside the run directory, and creatable there."""
+    """`path` normalized, or ValueError naming it: text a file name can be, inside the run directory, and creatable
+    there."""
+    # a lone surrogate ("\ud800" in the JSON) is no file name, and the worker, which encodes each name, never sees one
+    if isinstance(path, str):
+        try:
+            path.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(
+                f"{what} path {path!r:.200} is not valid Unicode: {path[e.start]!r} at index {e.start} is a "
+                "lone surrogate, which cannot be encoded (UTF-8) as a file name"
+            ) from None
     rel = proto.safe_relpath(path)
     if rel is None:
         raise ValueError(f"{what} path {path!r:.200} must be relative and inside the run directory (no '..')")
@@ -41,17 +51,23 @@ def file_request(files: dict[str, str | None], fetch_files: Sequence[str]) -> by
     """The zygote's extra frame for SandboxFusion's `files`/`fetch_files`; ValueError names a bad path or content.
 
     Paths must stay inside the run's directory (relative, no `..`): SandboxFusion would write or read anywhere. They
-    must also be creatable there (name and path lengths, depth, no path that is both a file and another's folder),
-    and their number is bounded, so that a bad request is refused here rather than fail inside the worker.
+    must also be creatable there (valid Unicode, name and path lengths, depth, no path that is both a file and
+    another's folder, no two `files` names for one path, as `a//b` and `a/b`), and their number is bounded, so that
+    a bad request is refused here rather than fail inside the worker.
     """
     if not files and not fetch_files:
         return b""
     for what, entries in (("files", files), ("fetch_files", fetch_files)):
         if len(entries) > MAX_FILE_ENTRIES:
             raise ValueError(f"{what} lists {len(entries)} paths; at most {MAX_FILE_ENTRIES} per request")
-    written = {}
+    written, named = {}, {}
     for path, content in files.items():
         rel = _check_path(path, "files")
+        if rel in named:  # the worker would write both to one file, the last one winning
+            raise ValueError(
+                f"files: {named[rel]!r} and {path!r} are the same path {rel!r}; name each file once"
+            )
+        named[rel] = path
         if content is not None:
             written[rel] = path
             try:

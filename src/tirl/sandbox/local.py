@@ -25,7 +25,7 @@ What a run gets with `isolation: bwrap` (each property has an adversarial test i
     read back first, never through a symlink leading out of it);
   - a seccomp filter (seccomp.py; loaded by the zygote, inherited by each fork): ptrace, mount, kexec, bpf, perf_event_open, keyctl,
     unshare/setns/clone with namespace flags (new user namespaces above all), raw and packet sockets, io_uring,
-    module loading and other calls no snippet needs fail with EPERM;
+    module loading, System V IPC and POSIX message queues, and other calls no snippet needs fail with EPERM;
   - a scrubbed environment (PATH, locale, thread counts; HOME/TMPDIR set per run), nothing from the parent;
   - nothing of an earlier request: the worker reads only request headers, each run's child reads its own code
     and stdin, output passes through buffers zeroed after the reply, and `files`/`fetch_files` requests and
@@ -35,7 +35,8 @@ What a run gets with `isolation: bwrap` (each property has an adversarial test i
   - `files` checked on the host (files.py: count, lengths, depth, file-versus-folder) and `fetch_files` bounded by
     `max_fetch_bytes` per run, every listed path counted (what does not fit is named in `files_skipped`);
   - when tirl runs as root: the snippet switches to an unprivileged uid of its own, so it cannot signal the
-    worker, read 0700 files or write root-owned ones, and RLIMIT_NPROC binds;
+    worker, read 0700 files or write root-owned ones, and RLIMIT_NPROC binds; /proc hides the worker from it
+    (hidepid) and every run gets the same pids (the pid counter is set back before each fork);
   - rlimits: CPU time (the run's timeout + 1 s unless `cpu_time_s` fixes it), address space (warm interpreter +
     memory_mb), file size, process count, no core dumps;
   - per-worker cgroups (pids.max, memory limit = memory_mb + 512 MiB) in the v1 hierarchies where writable, else
@@ -53,9 +54,11 @@ What it does NOT cover:
     as root, with a loud warning at start (isolation.unprivileged_uid_can_run);
     `none` mode has no namespaces at all (only rlimits, setsid and process-group kills: setsid escapes survive,
     the network and filesystem are open); it needs the explicit opt-in and logs a loud warning;
-  - without root, the snippet runs as the worker's uid: RLIMIT_NPROC counts all of that uid's processes, and
-    (ptrace is filtered; signals cannot reach the worker, the namespace's init); a worker that dies anyway is
-    replaced and that run reports a sandbox_error;
+  - without root, the snippet runs as the worker's uid: RLIMIT_NPROC counts all of that uid's processes; the
+    worker is not dumpable (its /proc/1/mem, fd and environ refuse the snippet) and the snippet holds no
+    capability; ptrace is filtered; signals cannot reach the worker, the namespace's init; a worker that dies
+    anyway is replaced and that run reports a sandbox_error. Under bwrap the worker's CPU counters in
+    /proc/1/stat and the pid counter stay readable (docs/sandbox.md: what a tenant can learn of earlier ones);
   - the preloaded modules are shared, read-only state; the string hash is fixed (PYTHONHASHSEED=0 in every
     worker, so a printed set has one order on every run), while `random` and numpy are reseeded per run;
   - CPU share between concurrent runs is not limited (no cpu cgroup): a busy snippet slows its neighbours;

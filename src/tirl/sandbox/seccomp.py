@@ -26,6 +26,10 @@ DENIED = (
     "io_uring_setup", "io_uring_enter", "io_uring_register", "fanotify_init",
     # the kernel keyring
     "keyctl", "add_key", "request_key",
+    # System V IPC and POSIX message queues: objects that outlive the run that made them (the next tenant of the
+    # worker could read them) and hold memory outside its limits (a SysV segment is counted by no rlimit once
+    # detached); POSIX shared memory and semaphores live in the worker's /dev/shm, which is bounded and wiped
+    "shmget", "shmat", "msgget", "semget", "mq_open",
 )  # fmt: skip
 CLONE_NAMESPACE_FLAGS = (0x00020000, 0x02000000, 0x04000000, 0x08000000, 0x10000000, 0x20000000, 0x40000000)
 AF_PACKET, SOCK_RAW, SOCK_TYPE_MASK = 17, 3, 0xF

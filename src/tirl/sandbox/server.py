@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import errno
 import logging
+import math
 import signal
 import socket
 import threading
@@ -188,7 +189,8 @@ def _request_model() -> type:
         code: str
         language: str = "python"
         compile_timeout: float = 10.0  # accepted and unused: Python has no compile step (as in SandboxFusion)
-        run_timeout: float | None = Field(default=None, gt=0)  # None: sandbox.timeout_s; <= max_timeout_s
+        # None: sandbox.timeout_s; <= max_timeout_s. NaN and inf are refused (Python's JSON reads them)
+        run_timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
         memory_limit_MB: int = -1  # <= 0: sandbox.memory_mb (SandboxFusion: no limit); <= max_memory_mb
         stdin: str | None = None
         files: dict[str, str | None] = Field(default_factory=dict)
@@ -211,9 +213,9 @@ def create_app(
     defaults and ceilings requests get (default: the pool's own).
     """
     from fastapi import FastAPI, Request
-    from fastapi.exception_handlers import request_validation_exception_handler
+    from fastapi.encoders import jsonable_encoder
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import PlainTextResponse
+    from fastapi.responses import JSONResponse, PlainTextResponse
 
     RunCodeRequest = _request_model()
     metrics = Metrics()
@@ -223,8 +225,10 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> Any:
-        metrics.rejected["bad_request"] += 1  # a 422: not JSON, a missing `code`, a run_timeout <= 0, ...
-        return await request_validation_exception_handler(request, exc)
+        metrics.rejected["bad_request"] += 1  # a 422: not JSON, a missing `code`, a run_timeout <= 0, NaN...
+        # FastAPI's own 422, except that an echoed NaN or inf input (JSON has neither) goes as text: else
+        # encoding the answer fails and the client gets a 500
+        return JSONResponse(status_code=422, content={"detail": _finite(jsonable_encoder(exc.errors()))})
 
     @app.post("/run_code")
     async def run_code(req: RunCodeRequest) -> dict:
@@ -252,6 +256,17 @@ def create_app(
         metrics.rejected["unauthorized"] += 1
 
     return BearerAuth(guarded, auth_token, on_reject=unauthorized)
+
+
+def _finite(value: Any) -> Any:
+    """`value` (decoded JSON) with every NaN or infinite float replaced by its text ("nan", "inf", "-inf")."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _checked_request(req: Any, metrics: Metrics) -> dict[str, str | None]:
@@ -318,14 +333,18 @@ class _Runner:
         return result
 
 
+def resolve(host: str, port: int) -> tuple[Any, ...]:
+    """`host`'s first address to bind (getaddrinfo's family, type, proto, name, address); a host that does not
+    resolve is a one-line error."""
+    try:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+    except (socket.gaierror, UnicodeError) as e:
+        raise TirlError(f"--host {host!r} does not resolve to an address to bind: {e}") from None
+
+
 def bind(host: str, port: int) -> socket.socket:
     """The listening socket, bound before anything says "serving"; a taken port is a one-line error."""
-    try:
-        family, kind, proto, _, addr = socket.getaddrinfo(
-            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-    except socket.gaierror as e:
-        raise TirlError(f"--host {host!r} does not resolve to an address to bind: {e}") from None
+    family, kind, proto, _, addr = resolve(host, port)
     sock = socket.socket(family, kind, proto)
     # SO_REUSEADDR as uvicorn sets it: a port in TIME_WAIT is reusable, one with a live listener still is not
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -40,11 +40,15 @@ class GSM8KOptions(TaskOptions):
     num_rl: int = 400
     num_test: int = 200  # held-out problems of the test split
     levels: list[int] = field(default_factory=list)  # calculator steps a problem may have; [] = any
+    # a validation slice of the train split, from the end of the SFT part (the study's choices; 0 = none)
+    num_val: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if min(self.num_sft, self.num_rl, self.num_test) < 1 or any(n < 1 for n in self.levels):
             raise ValueError("task.num_sft, num_rl, num_test and every task.levels entry must be >= 1")
+        if self.num_val < 0:
+            raise ValueError(f"task.num_val must be >= 0, got {self.num_val}")
 
 
 def calculator_steps(record: dict[str, Any]) -> int:
@@ -75,9 +79,10 @@ def _train_parts(cfg: TirlConfig) -> tuple[list[int], list[int]]:
     """(front: SFT problems then the sample pool, back: the RL problems)."""
     order = _order("train", cfg)
     t = cfg.task
-    if t.num_rl + t.num_sft > len(order):
+    if t.num_rl + t.num_sft + t.num_val > len(order):
         raise ValueError(
-            f"gsm8k: task.num_sft + task.num_rl = {t.num_sft + t.num_rl} but only {len(order)} train problems have "
+            f"gsm8k: task.num_sft + num_rl + num_val = {t.num_sft + t.num_rl + t.num_val} but only {len(order)} "
+            f"train problems have "
             f"{sorted(t.levels)} calculator steps (task.levels)"
         )
     return order[: len(order) - t.num_rl], order[len(order) - t.num_rl :]
@@ -101,6 +106,15 @@ def sample_pool(cfg: TirlConfig) -> list[dict[str, Any]]:
     """Train problems that are neither RL nor test problems, the SFT problems first (in order)."""
     records = gsm8k_records("train")
     return [_row(records[i], "train", i) for i in _train_parts(cfg)[0]]
+
+
+def study_splits(cfg: TirlConfig) -> tuple[list[dict[str, Any]], list[int]]:
+    """(the validation slice's rows: the last `num_val` problems of the front part; the train indices before
+    them, the SFT pool of the GSM8K study)."""
+    front, _ = _train_parts(cfg)
+    cut = len(front) - cfg.task.num_val
+    records = gsm8k_records("train")
+    return [_row(records[i], "train", i) for i in front[cut:]], front[:cut]
 
 
 def gsm8k_demo_data(cfg: TirlConfig, sandbox: Sandbox) -> DemoData:

@@ -1,5 +1,7 @@
-"""Stitched tool trajectories from GSM8K's human solutions: each calculator annotation (`<<48/2=24>>`) becomes a
-line of Python in one `code_interpreter` call, run in the real sandbox, then the gold answer in `\\boxed{}`.
+"""Stitched tool trajectories from GSM8K's human solutions: each calculator annotation (`<<48/2=24>>`) becomes
+Python run in the real sandbox through a `code_interpreter` call, then the gold answer in `\\boxed{}`. Two styles
+(`StitchConfig.style`): `code`, every step a line of one call and the prose dropped; `text`, the prose kept as the
+chain of thought with one call per step where its annotation stood.
 
 "She sold 48/2 = <<48/2=24>>24 clips in May. She sold 48+24 = <<48+24=72>>72 clips altogether." becomes
 
@@ -20,7 +22,12 @@ result becomes that step's name unless the number is also in the question (then 
 Nothing is copied from the annotation into the tool output: the sandbox runs the code, and a row whose printed
 values disagree with the annotations' results (relative tolerance, so 24 and 24.0 agree) is dropped and counted,
 as are solutions without annotations, malformed ones, and those whose gold answer is none of the printed values.
-Not here: natural-language reasoning between calls (the solution's prose is dropped, names carry its meaning).
+
+The `text` style keeps the solution's sentences in order: the prose up to an annotation, then a call computing that
+step alone (`clips_in_may = 48 / 2`, `print(clips_in_may)`: its numbers as literals, since every call runs in a
+fresh interpreter and cannot read an earlier call's names), the sandbox's output as the tool turn, and the prose
+going on after it ("24 clips in May. Natalia sold 48+24 =" ...), the answer line last. Each call's printed value
+must agree with its annotation, and the rows are dropped and counted for the same reasons as the code style's.
 """
 
 from __future__ import annotations
@@ -31,7 +38,7 @@ import keyword
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,8 +92,11 @@ class StitchConfig:
     wording: str = "recipe"  # the user turn as `tirl data prepare gsm8k --wording` writes it
     max_tool_response_chars: int = 256  # as the solver's
     rel_tol: float = 1e-6  # printed value vs the annotation's result
+    style: str = "code"  # one of STYLES (below, with their registry)
 
     def __post_init__(self) -> None:
+        if self.style not in STYLES:
+            raise ValueError(f"unknown stitch style {self.style!r}; valid: {', '.join(STYLES)}")
         if self.max_steps < 0:
             raise ValueError(f"max_steps must be >= 0 (0: no limit), got {self.max_steps}")
         if self.wording not in WORDINGS:
@@ -172,8 +182,9 @@ class _Substitute(ast.NodeTransformer):
         return ast.Name(id=name, ctx=ast.Load()) if name else node
 
 
-def parse_solution(solution: str, question: str = "") -> list[Step]:
-    """The annotated steps of a GSM8K solution, named and with earlier results referenced by name."""
+def parse_solution(solution: str, question: str = "", *, by_name: bool = True) -> list[Step]:
+    """The annotated steps of a GSM8K solution, named, with earlier results referenced by name (`by_name`) or
+    left as the literals the annotation wrote."""
     in_question = {_number(n) for n in _NUMBER.findall(question)}
     steps: list[Step] = []
     taken: set[str] = set()
@@ -190,7 +201,7 @@ def parse_solution(solution: str, question: str = "") -> list[Step]:
         line_start = solution.rfind("\n", 0, m.start()) + 1
         start = max(line_start, matches[k - 1].end() if k else 0)
         name = step_name(solution[start : m.start()], solution[m.end() :], k + 1, taken)
-        tree = _Substitute(names).visit(to_python(lhs))
+        tree = _Substitute(names).visit(to_python(lhs)) if by_name else to_python(lhs)
         steps.append(Step(name, ast.unparse(tree), result))
         if result not in in_question:
             names[result] = name
@@ -204,6 +215,19 @@ def step_code(steps: Sequence[Step]) -> str:
     )
 
 
+def prose_segments(solution: str) -> list[str]:
+    """The solution's text around its annotations, before `####`: one more segment than annotations (the text up
+    to the first, between each two, after the last), annotations removed."""
+    body = solution.split("####")[0]
+    cuts = [0, *(i for m in _ANNOTATION.finditer(body) for i in (m.start(), m.end())), len(body)]
+    return [body[cuts[k] : cuts[k + 1]] for k in range(0, len(cuts), 2)]
+
+
+def text_step_code(step: Step) -> str:
+    """A text-style call: one step with its numbers as literals, and its value printed."""
+    return f"{step.name} = {step.expression}\nprint({step.name})"
+
+
 def _printed_values(stdout: str, n: int) -> list[float] | None:
     parts = stdout.split()
     try:
@@ -213,13 +237,18 @@ def _printed_values(stdout: str, n: int) -> list[float] | None:
     return values if len(values) == n else None
 
 
-def check_output(steps: Sequence[Step], result: Any, gold: str, rel_tol: float) -> None:
-    """Raise StitchError unless the sandbox printed every step's claimed result and the gold is one of them."""
+def _values(result: Any, n: int) -> list[float]:
+    """The `n` numbers a run printed; StitchError if it failed or printed anything else."""
     if result.status != "ok":
         raise StitchError("sandbox error", result.status)
-    values = _printed_values(result.stdout, len(steps))
+    values = _printed_values(result.stdout, n)
     if values is None:
         raise StitchError("sandbox error", f"unexpected output {result.stdout[:80]!r}")
+    return values
+
+
+def check_values(steps: Sequence[Step], values: Sequence[float], gold: str, rel_tol: float) -> None:
+    """Raise StitchError unless every step's printed value is its claimed result and the gold is one of them."""
     close = lambda a, b: math.isclose(a, b, rel_tol=rel_tol, abs_tol=1e-9)  # noqa: E731
     for s, v in zip(steps, values, strict=True):
         if not close(v, s.result):
@@ -231,7 +260,7 @@ def check_output(steps: Sequence[Step], result: Any, gold: str, rel_tol: float) 
 
 
 def _plan(record: dict[str, Any], config: StitchConfig) -> tuple[list[Step], str]:
-    steps = parse_solution(record["answer"], record["question"])
+    steps = parse_solution(record["answer"], record["question"], by_name=config.style == "code")
     if not steps:
         raise StitchError("no annotations")
     if config.max_steps and len(steps) > config.max_steps:
@@ -239,7 +268,16 @@ def _plan(record: dict[str, Any], config: StitchConfig) -> tuple[list[Step], str
     return steps, gsm8k_answer(record["answer"])
 
 
-def _row(record: dict[str, Any], pid: str, code: str, output: str, gold: str, config: StitchConfig) -> dict:
+def _code_row(
+    record: dict[str, Any],
+    pid: str,
+    codes: Sequence[str],
+    outputs: Sequence[str],
+    gold: str,
+    config: StitchConfig,
+) -> dict:
+    """The code style's row: one call with every step, its output, the answer line."""
+    (code,), (output,) = codes, outputs
     msgs = [
         {"role": "user", "content": math_prompt(record["question"], config.wording)},
         {"role": "assistant", "content": "", "tool_calls": [code_call(code)]},
@@ -247,6 +285,52 @@ def _row(record: dict[str, Any], pid: str, code: str, output: str, gold: str, co
         {"role": "assistant", "content": f"The answer is \\boxed{{{gold}}}."},
     ]
     return {"messages": msgs, "tools": [CODE_INTERPRETER_SCHEMA], "style": "stitched", "problem_id": pid}
+
+
+def _text_row(
+    record: dict[str, Any],
+    pid: str,
+    codes: Sequence[str],
+    outputs: Sequence[str],
+    gold: str,
+    config: StitchConfig,
+) -> dict:
+    """The text style's row: each prose segment, then its step's call and output; the last segment and the
+    answer line close it."""
+    *segments, tail = [s.strip() for s in prose_segments(record["answer"])]
+    msgs = [{"role": "user", "content": math_prompt(record["question"], config.wording)}]
+    for text, code, output in zip(segments, codes, outputs, strict=True):
+        msgs.append({"role": "assistant", "content": text, "tool_calls": [code_call(code)]})
+        msgs.append({"role": "tool", "content": truncate_middle(output, config.max_tool_response_chars)})
+    answer = f"The answer is \\boxed{{{gold}}}."
+    msgs.append({"role": "assistant", "content": f"{tail}\n{answer}" if tail else answer})
+    return {
+        "messages": msgs, "tools": [CODE_INTERPRETER_SCHEMA], "style": "stitched-text", "problem_id": pid,
+    }  # fmt: skip
+
+
+def _code_values(steps: Sequence[Step], results: Sequence[Any]) -> list[float]:
+    return _values(results[0], len(steps))
+
+
+def _text_values(steps: Sequence[Step], results: Sequence[Any]) -> list[float]:
+    return [_values(r, 1)[0] for r in results]
+
+
+@dataclass(frozen=True)
+class _Style:
+    """How a style turns steps into calls, reads back what they printed, and writes the row."""
+
+    codes: Callable[[Sequence[Step]], list[str]]
+    values: Callable[[Sequence[Step], Sequence[Any]], list[float]]
+    row: Callable[..., dict]
+
+
+_STYLES = {
+    "code": _Style(lambda steps: [step_code(steps)], _code_values, _code_row),
+    "text": _Style(lambda steps: [text_step_code(s) for s in steps], _text_values, _text_row),
+}
+STYLES = tuple(_STYLES)  # one call with every step, prose dropped | the prose with one call per step
 
 
 def stitch_rows(
@@ -261,17 +345,19 @@ def stitch_rows(
             planned.append((i, *_plan(rec, config)))
         except StitchError as e:
             report.dropped[e.reason] += 1
-    codes = [step_code(steps) for _, steps, _ in planned]
-    results = run_with_progress(sandbox, codes, label="stitched rows")
-    rows = []
-    for (i, steps, gold), code, res in zip(planned, codes, results, strict=True):
+    style = _STYLES[config.style]
+    codes = [style.codes(steps) for _, steps, _ in planned]
+    flat = run_with_progress(sandbox, [c for cs in codes for c in cs], label="stitched rows")
+    rows, start = [], 0
+    for (i, steps, gold), calls in zip(planned, codes, strict=True):
+        results, start = flat[start : start + len(calls)], start + len(calls)
         try:
-            check_output(steps, res, gold, config.rel_tol)
+            check_values(steps, style.values(steps, results), gold, config.rel_tol)
         except StitchError as e:
             report.dropped[e.reason] += 1
             continue
-        output = format_tool_output(res.stdout, res.stderr, timed_out=res.timed_out)
-        rows.append({**_row(records[i], ids[i], code, output, gold, config), "steps": len(steps)})
+        outputs = [format_tool_output(r.stdout, r.stderr, timed_out=r.timed_out) for r in results]
+        rows.append({**style.row(records[i], ids[i], calls, outputs, gold, config), "steps": len(steps)})
         report.kept += 1
         report.steps[len(steps)] += 1
     return rows, report

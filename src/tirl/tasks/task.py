@@ -1,7 +1,8 @@
 """A task bundles what a run needs beyond the model: its data, its tools, its verifier and its prompt wording.
 
 `tirl rl|eval|demo task=NAME` picks a registered task (`register_task`), `task=my_pkg.tasks:sql_task` imports
-one from the user's own package (installed, or under the working directory) (a `Task`, or a function returning one), so adding a task never means editing
+one from the user's own package (installed, or under the working directory) (a `Task`, or a function declared
+`-> Task` that takes no arguments; nothing else named there is called), so adding a task never means editing
 tirl. The verifier is routed through the one registry (`tirl.rewards.registry`): a task that names one sends its
 `data_sources` to it when it is loaded. Rows come from the stage's data file when one is set (`rl.data`,
 `eval.data`), else from the task's `rows(split, cfg)` ("train" for RL, "test" for eval).
@@ -10,6 +11,7 @@ tirl. The verifier is routed through the one registry (`tirl.rewards.registry`):
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -121,8 +123,28 @@ def task_names() -> list[str]:
     return sorted(_TASKS)
 
 
+def _is_task_factory(obj: Any) -> bool:
+    """A plain function declared to return a Task that takes no arguments: the only thing a `module:attribute` spec
+    calls, so that `task=os:system` names no task instead of running a command."""
+    if not inspect.isfunction(obj):
+        return False
+    sig = inspect.signature(obj)
+    required = (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.KEYWORD_ONLY,
+    )
+    if any(p.default is p.empty and p.kind in required for p in sig.parameters.values()):
+        return False
+    ret = sig.return_annotation
+    if isinstance(ret, str):  # postponed annotations: the name, as written
+        return ret.strip("'\"").rsplit(".", 1)[-1].endswith("Task")
+    return isinstance(ret, type) and issubclass(ret, Task)
+
+
 def load_task(spec: str) -> Task:
-    """A registered task by name, or `package.module:attribute` (a Task or a function returning one)."""
+    """A registered task by name, or `package.module:attribute` (a Task, or a function declared `-> Task` that takes
+    no arguments; anything else there is refused, never called)."""
     if ":" in spec:
         module, _, attr = spec.partition(":")
         if (
@@ -133,6 +155,11 @@ def load_task(spec: str) -> Task:
             obj = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as e:
             raise ValueError(f"task {spec!r}: cannot import {attr!r} from {module!r} ({e})") from None
+        if not isinstance(obj, Task) and not _is_task_factory(obj):
+            raise ValueError(
+                f"task {spec!r} is a {type(obj).__name__}, not a tirl.tasks.Task (nor a function declared "
+                "`-> Task` that takes no arguments): package.module:attribute must name a task"
+            )
     elif spec in _TASKS:
         obj = _TASKS[spec]
         if isinstance(obj, str):

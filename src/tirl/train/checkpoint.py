@@ -49,16 +49,18 @@ DCP_DIR = "dcp"  # sharded weights and optimizer of a multi-process run
 PER_RANK = ("rng", "generator")  # each rank's own entries, unless a trainer names them (`rank_state`)
 RANK_KEYS = "rank_keys"  # a sharded checkpoint's record of which entries those were
 _NAME = re.compile(r"^checkpoint-(\d+)$")
-# what a save killed midway leaves (`tirl.core.io.atomic_dir`, `atomic_write_*`: tempfile's 8 random characters): the
-# staging directory of a checkpoint or the final model, the previous copy set aside while it was renamed in, and
-# the temporary file of a metrics or config rewrite. Nothing else in a run directory is ever deleted by a run.
+# what a save killed midway leaves (`tirl.core.io.atomic_dir`, `atomic_write_*`: tempfile's 8 random characters,
+# after the writer's `tirl-HOST-PID.` since those carry it): the staging directory of a checkpoint or the final
+# model, the previous copy set aside while it was renamed in, and the temporary file of a metrics or config
+# rewrite. Nothing else in a run directory is ever deleted by a run.
 _STAGED = re.compile(
-    r"^\.(checkpoint-\d+|model|metrics\.jsonl|samples\.jsonl|config\.yaml)\.[a-z0-9_]{8}\.tmp$"
+    r"^\.(checkpoint-\d+|model|metrics\.jsonl|samples\.jsonl|config\.yaml|curves\.json|curves\.png)\."
+    r"(tirl-[0-9a-f]{6}-\d{1,7}\.)?[a-z0-9_]{8}\.tmp$"
 )
-_SET_ASIDE = re.compile(r"^\.(checkpoint-\d+|model)\.old$")
+_SET_ASIDE = re.compile(r"^\.(checkpoint-\d+|model)\.(tirl-[0-9a-f]{6}-\d{1,7}\.)?old$")
 # what a trainer's run writes in its directory besides config.yaml (checkpoints: `_NAME`); `eval/step-<k>`: RL
-# validation
-_OUTPUTS = ("model", "metrics.jsonl", "samples.jsonl", "tensorboard")
+# validation; curves: an RL run's last act (tirl.eval.curves)
+_OUTPUTS = ("model", "metrics.jsonl", "samples.jsonl", "tensorboard", "curves.json", "curves.png")
 _VALIDATION = re.compile(r"^step-\d+$")
 
 

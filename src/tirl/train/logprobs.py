@@ -12,6 +12,12 @@ one) take the plain forward pass instead, so the numbers never depend on the pat
 With `autocast` (e.g. torch.bfloat16, `model.autocast`), the decoder and the LM head run under `torch.autocast`
 on the model's device type, while log-softmax and entropy are always computed in float32 on each chunk's logits:
 a bf16 logsumexp over a large vocabulary would lose the small differences the PPO ratio is made of.
+
+A right-padded batch (each row's tokens, then padding) whose wanted positions are all real (a loss mask that is 0
+on padding, as the trainers' are) runs without its attention mask (`attention_mask_for`): under causal attention
+a real position never reads the padding after it, so its numbers are the masked pass's to float rounding, while a
+mask rules out the fused causal kernels (flash attention) and makes transformers expand grouped keys and values
+to every head. Positions are 0..T-1 either way; only the padding's own states, which nothing reads, differ.
 """
 
 from __future__ import annotations
@@ -80,6 +86,13 @@ def _logp_and_entropy(
     return logp, entropy_from_logits(logits) if with_entropy else None
 
 
+def attention_mask_for(attention_mask: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor | None:
+    """None for a right-padded mask (no 0 before a 1 in any row) whose `wanted` (B, T) positions are all real
+    (module docstring), else the mask as it is."""
+    m = attention_mask.bool()
+    return attention_mask if bool((m[:, 1:] & ~m[:, :-1]).any() | (wanted & ~m).any()) else None
+
+
 def autocast_context(
     device: torch.device, dtype: torch.dtype | None
 ) -> contextlib.AbstractContextManager[object]:
@@ -127,6 +140,7 @@ def token_logprobs(
     targets = input_ids[b_idx, t_idx]  # (N,)
     split = _head_split(model)
     amp = autocast_context(input_ids.device, autocast)
+    mask = attention_mask_for(attention_mask, wanted)  # None for right padding: the fused causal kernels
     if split is not None:
         decoder, head = split
         plan = None
@@ -136,7 +150,7 @@ def token_logprobs(
             if plan is not None:
                 rows = shared_prefix_hidden(decoder, input_ids, attention_mask, plan, b_idx, t_idx - 1)
             else:
-                hidden = decoder(input_ids=input_ids, attention_mask=attention_mask, use_cache=False)
+                hidden = decoder(input_ids=input_ids, attention_mask=mask, use_cache=False)
                 rows = hidden.last_hidden_state[b_idx, t_idx - 1]
         pieces = [
             head_logprobs(
@@ -146,7 +160,7 @@ def token_logprobs(
         ]  # fmt: skip
     else:
         with amp:
-            logits = model(input_ids=input_ids, attention_mask=attention_mask).logits  # (B, T, V)
+            logits = model(input_ids=input_ids, attention_mask=mask).logits  # (B, T, V)
         pieces = [_logp_and_entropy(logits[b_idx, t_idx - 1], targets, temperature, with_entropy)]
     logp = torch.zeros(B, T, dtype=torch.float32, device=input_ids.device)
     ent = torch.zeros_like(logp) if with_entropy else None

@@ -75,24 +75,33 @@ class RolloutStats:
     turns: int
     response_tokens: int  # the response's length, tool-output tokens included
     sampled_tokens: int
+    surprisal: float = 0.0  # -sum of the sampled tokens' sampling log-probs
 
     @classmethod
     def of(cls, t: Trajectory) -> RolloutStats:
+        surprisal = -sum(lp for lp, m in zip(t.logprobs, t.loss_mask, strict=True) if m)
         return cls(
-            t.stop_reason, t.num_tool_calls, t.num_tool_errors, t.turns, t.response_length, sum(t.loss_mask)
-        )
+            t.stop_reason, t.num_tool_calls, t.num_tool_errors, t.turns, t.response_length, sum(t.loss_mask),
+            surprisal,
+        )  # fmt: skip
 
 
 def rollout_metrics(
     trajs: Sequence[Trajectory | RolloutStats], rewards: Sequence[float], correct: Sequence[bool]
 ) -> dict[str, float]:
+    """`rollout/entropy` is the mean surprisal -log p of the sampled tokens under the sampling distribution: a
+    Monte Carlo estimate of the policy's per-token entropy at the sampling temperature (E[-log p(x)] = H), free
+    where an exact one would need the full distribution at every token (verl's `actor/entropy`; tirl computes that
+    only for an entropy bonus, `loss/entropy`)."""
     trajs = [t if isinstance(t, RolloutStats) else RolloutStats.of(t) for t in trajs]
     n = max(1, len(trajs))
     stops = Counter(t.stop_reason for t in trajs)
+    sampled = sum(t.sampled_tokens for t in trajs)
     out = {
         "reward/mean": sum(rewards) / n,
         "reward/accuracy": sum(correct) / n,
-        "rollout/sampled_tokens": sum(t.sampled_tokens for t in trajs) / n,
+        "rollout/sampled_tokens": sampled / n,
+        "rollout/entropy": sum(t.surprisal for t in trajs) / max(1, sampled),
     }
     for reason in ("answer", "budget", "max_turns", "turn_length"):
         out[f"rollout/stop_{reason}"] = stops.get(reason, 0) / n
@@ -117,7 +126,10 @@ def global_rollout_metrics(
     stats = [x for p in parts for x in p[0]]
     all_rewards, all_groups, all_adv = (torch.cat([p[i] for p in parts]) for i in (1, 2, 3))
     out = rollout_metrics(stats, all_rewards.tolist(), [c for p in parts for c in p[4]])
-    out["adv/zero_share"] = float(equal_reward_groups(all_rewards, all_groups).float().mean())
+    equal = equal_reward_groups(all_rewards, all_groups)  # (num_groups,)
+    out["adv/zero_share"] = float(equal.float().mean())
+    # the groups that teach something (rewards not all equal): what the run's curves plot
+    out["adv/signal_share"] = float((~equal).float().mean())
     out["adv/mean_abs"] = float(all_adv.abs().mean())
     out["rollout/truncated"] = sum(s.stop_reason in TRUNCATED for s in stats) / max(1, len(stats))
     return out, stats

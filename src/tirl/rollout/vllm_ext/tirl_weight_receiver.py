@@ -3,11 +3,12 @@
 Started with `--worker-extension-cls tirl_weight_receiver.WeightReceiver` and this directory on PYTHONPATH, every
 vLLM worker gains two methods the trainer calls through `POST /collective_rpc` (`VLLM_SERVER_DEV_MODE=1`):
 - `tirl_receiver_info()`: the wire version; the trainer's handshake (and how it counts the workers to expect);
-- `tirl_receive_weights(host, port, token, timeout_s)`: connect to the trainer, send the token, read tensors frame
-  by frame and feed them, as they arrive, to the worker's own `reload_weights(weights_iterator=...)`: vLLM's
-  in-place reload, the same one the directory path uses (stacked q/k/v, tensor parallel sharding, repacking after
-  load), so both paths serve the same weights. Nothing is written to a file and the trainer never holds more than
-  one tensor per frame.
+- `tirl_receive_weights(host, port, token, timeout_s)`: connect to the trainer, send the token (again on a new
+  connection while the trainer closes it before the stream begins, as its gate does under a flood of strangers),
+  read tensors frame by frame and feed them, as they arrive, to the worker's own
+  `reload_weights(weights_iterator=...)`: vLLM's in-place reload, the same one the directory path uses (stacked
+  q/k/v, tensor parallel sharding, repacking after load), so both paths serve the same weights. Nothing is written
+  to a file and the trainer never holds more than one tensor per frame.
 
 The wire: per tensor a frame `u32 header length | JSON header | raw bytes`, the header `{"name", "dtype", "shape"}`;
 a header `{"end": true}` closes the stream. Imports only the standard library and torch (vLLM's environment has both).
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import time
 from collections.abc import Iterator
 
 import torch
@@ -74,6 +76,34 @@ def open_stream(host: str, port: int, token: str, timeout_s: float) -> socket.so
     return sock
 
 
+def connect(host: str, port: int, token: str, timeout_s: float) -> socket.socket:
+    """`open_stream`, made again while the trainer closes the connection before the stream's first byte (its gate
+    closes a newcomer while a flood of strangers holds every place), for up to `timeout_s`. A trainer that gave up
+    has closed its port: the refused connection ends this at once, as does a timeout."""
+    deadline, wait = time.monotonic() + timeout_s, 0.02
+    while True:
+        sock = None
+        try:
+            sock = open_stream(host, port, token, timeout_s)
+            if sock.recv(1, socket.MSG_PEEK):  # the first frame: admitted, the stream has begun
+                return sock
+        except (ConnectionResetError, BrokenPipeError):
+            pass  # closed by the trainer's gate before the token was read
+        except BaseException:
+            if sock is not None:
+                sock.close()
+            raise
+        if sock is not None:
+            sock.close()
+        if time.monotonic() + wait > deadline:
+            raise ConnectionError(
+                f"the trainer at {host}:{port} closed every connection before the weight stream began, for "
+                f"{timeout_s:g} s"
+            )
+        time.sleep(wait)
+        wait = min(0.25, 2 * wait)
+
+
 class WeightReceiver:
     """Mixed into vLLM's worker class by `--worker-extension-cls`; `self` is the worker."""
 
@@ -83,7 +113,7 @@ class WeightReceiver:
     def tirl_receive_weights(self, host: str, port: int, token: str, timeout_s: float) -> int:
         """Load the trainer's streamed weights in place; returns how many tensors arrived."""
         count = 0
-        with open_stream(host, port, token, timeout_s) as sock:
+        with connect(host, port, token, timeout_s) as sock:
 
             def counted() -> Iterator[tuple[str, torch.Tensor]]:
                 nonlocal count

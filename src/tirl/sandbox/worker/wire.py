@@ -46,6 +46,10 @@ def safe_relpath(path: str) -> str | None:
     """`path` normalized if it names something inside the run directory (relative, no `..`), else None."""
     if not isinstance(path, str) or not path or "\0" in path or os.path.isabs(path):
         return None
+    try:
+        path.encode()
+    except UnicodeEncodeError:  # a lone surrogate: no file can have that name (the host refuses it clearly)
+        return None
     norm = os.path.normpath(path)
     if norm in (".", "..") or norm.startswith("../"):
         return None

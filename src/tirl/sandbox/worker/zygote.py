@@ -1,8 +1,8 @@
 """The warm worker: runs INSIDE the isolation boundary, imports common modules once, forks once per snippet.
 
-Started as a script (`python -I zygote.py CONFIG_JSON`) by tirl/sandbox/local.py; it and its three sibling modules
+Started as a script (`python -I zygote.py CONFIG_JSON`) by tirl/sandbox/local.py; it and its four sibling modules
 (wire.py: the protocol; script.py: running the snippet as `python snippet.py` would; runfiles.py: the run's files
-written, fetched and wiped) import only the standard library (plus the modules it preloads for snippets) and never
+written, fetched and wiped; privileges.py: what keeps a snippet from the worker itself) import only the standard library (plus the modules it preloads for snippets) and never
 tirl, so it starts fast and owns no host state.
 
 No request's data stays where a later snippet could find it: every snippet is a fork of the zygote, and whatever
@@ -49,13 +49,20 @@ import traceback
 # names are dropped again, so that a snippet's own `import wire` or `import script` is its own business.
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import privileges
     import runfiles
     import script
     import wire
 
-    del sys.path[0], sys.modules["script"], sys.modules["wire"], sys.modules["runfiles"]
+    del (
+        sys.path[0],
+        sys.modules["script"],
+        sys.modules["wire"],
+        sys.modules["runfiles"],
+        sys.modules["privileges"],
+    )
 else:  # imported on the host (tests, tools): the same modules through the package
-    from tirl.sandbox.worker import runfiles, script, wire
+    from tirl.sandbox.worker import privileges, runfiles, script, wire
 
 _CHUNK = 65536
 _DRAIN_S = 0.5
@@ -125,7 +132,8 @@ class Zygote:
         bpf = bytes.fromhex(cfg.get("seccomp_bpf", ""))
         self._bpf = ctypes.create_string_buffer(bpf, len(bpf))  # kept alive: the program points into it
         self.seccomp = _SockFprog(len(bpf) // 8, ctypes.addressof(self._bpf)) if bpf else None
-        self._prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved once, not in every child
+        self._libc = ctypes.CDLL(None, use_errno=True)
+        self._prctl = self._libc.prctl  # resolved once, not in every child
         # stdout, stderr (each up to one byte past the cap), a scratch buffer to drain a flood, a request header:
         # anonymous maps, zero until used and zeroed after each run (a later fork must find nothing in them)
         sizes = (cfg["max_output_bytes"] + 1, cfg["max_output_bytes"] + 1, _CHUNK, wire.REQ.size)
@@ -133,6 +141,9 @@ class Zygote:
         self._views = [memoryview(b).cast("B") for b in self._bufs]
         # each private tmpfs and its size with nothing of a run in it
         self._tmp_sizes: list[tuple[str, int]] = []
+        # each private tmpfs's access and modification times at start, put back after every run
+        self._tmp_times: list[tuple[str, tuple[int, int]]] = []
+        self._last_pid_fd = -1  # /proc/sys/kernel/ns_last_pid, where we may write it
 
     def preload(self) -> None:
         for name in self.cfg["preload"]:
@@ -152,7 +163,11 @@ class Zygote:
         os.environ.pop("PWD", None)  # set by bwrap; meaningless for a snippet in its own directory
         if self.cfg["private_tmp"]:
             self._tmp_sizes = [(d, os.stat(d).st_size) for d in self.cfg["wipe_dirs"] if os.path.isdir(d)]
+            self._tmp_times = [(d, _times(d)) for d, _ in self._tmp_sizes]
         self.oom_protected = _write_quietly("/proc/self/oom_score_adj", "-1000")  # the OOM killer spares us
+        if self.cfg["pidns"]:
+            self._last_pid_fd = privileges.hide_from_snippets(self._libc)
+        privileges.not_dumpable(self._libc)
         script.warm_child_path()
         gc.collect()
         gc.freeze()  # children then never touch (copy) the preloaded objects' pages to collect them
@@ -160,6 +175,10 @@ class Zygote:
             # Loaded here, once, and inherited by every fork: loading it per child (the kernel checks and JITs the
             # program) cost ~0.15 ms a run. The zygote itself needs none of the denied calls.
             _install_seccomp(self._prctl, self.seccomp)
+
+    def _reset_pids(self) -> None:
+        """The next fork gets pid 2 (every process of the last run is reaped): pids count nothing of earlier runs."""
+        privileges.reset_pids(self._last_pid_fd)
 
     def child(
         self, req: tuple, code: bytes | None, stdin: bytes | None, out_w: int, err_w: int, rundir: str
@@ -203,6 +222,8 @@ class Zygote:
                 os.setgroups([])
                 os.setresgid(self.uid, self.uid, self.uid)
                 os.setresuid(self.uid, self.uid, self.uid)
+            else:
+                privileges.drop_capabilities(self._libc)
             status = script.snippet_main(*prepared)
             for stream in (sys.stdout, sys.stderr):
                 try:
@@ -238,6 +259,7 @@ class Zygote:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         self._fresh_state(rundir)
+        self._reset_pids()
         t0 = time.monotonic()
         pid = _raw_fork()
         if pid == 0:
@@ -363,7 +385,9 @@ class Zygote:
                 return
             req = wire.REQ.unpack_from(head)
             ctypes.memset(self._bufs[3], 0, wire.REQ.size)
-            rundir = f"/tmp/tirl-run-{os.getpid()}-{self.n}"  # pid: unique on a shared /tmp (isolation none)
+            # one name for every run (the last one's is gone by now): a count in it would tell how many ran before;
+            # the pid keeps workers apart on a shared /tmp (isolation none)
+            rundir = f"/tmp/tirl-run-{os.getpid()}"
             if req[5]:
                 self._in_runner(self.runner, req, rundir)
             else:
@@ -372,12 +396,21 @@ class Zygote:
                     sys.exit("zygote: a run left part of its request unread")  # the host replaces this worker
                 if not runfiles.is_clean(rundir, self._tmp_sizes):
                     self._in_runner(runfiles.wipe, rundir, self.cfg)
+            for d, (
+                atime,
+                mtime,
+            ) in self._tmp_times:  # when the last run wrote there is no later tenant's business
+                try:
+                    os.utime(d, ns=(atime, mtime))
+                except OSError:
+                    pass
             if self.n != max_runs:  # the last run: we exit, the host replaces the worker
                 wire.write_all(1, wire.READY)
 
     def _in_runner(self, fn: object, *args: object) -> None:
         """fn(*args) in a forked runner, a child subreaper (the snippet's orphans are its to reap, and kill(-1)
         there spares it and us), which exits with what it read; a runner that fails ends this worker."""
+        self._reset_pids()
         pid = _raw_fork()
         if pid == 0:
             status = 1
@@ -408,6 +441,11 @@ class Zygote:
         extra = json.loads(wire.read_exact(0, extra_len))
         self.run(rundir, req, code, stdin, extra)
         runfiles.wipe(rundir, self.cfg)
+
+
+def _times(path: str) -> tuple[int, int]:
+    st = os.stat(path)
+    return st.st_atime_ns, st.st_mtime_ns
 
 
 def _read_into(fd: int, view: memoryview) -> None:

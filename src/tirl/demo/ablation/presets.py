@@ -1,0 +1,128 @@
+"""Named comparisons: `tirl compare --preset NAME` (`--list-presets` prints them).
+
+The algorithm presets test the reference paper's claims about exploration on the demo's tiny model: each pits the
+plain setting (the baseline, first) against the paper's choice, with everything else as the demo config has it, and
+`expect` says which way the paper says it goes. The demo config already uses the paper's choices (clip 0.2/0.28,
+token-mean, the tool-call term, no KL, no entropy bonus), so in each preset one arm is the demo as it is and both
+arms spell their setting out. The entropy bonus has no claim: the recipe keeps entropy up with clip-higher alone
+(docs/architecture.md) and leaves `rl.entropy_coef` at 0, so the preset only measures what a small bonus does.
+
+The objective presets (`passk`, `pkpo`, and any registered advantage estimator that takes pass@k's k) are what
+`tirl demo --compare OBJECTIVE` runs: GRPO-TCR against that objective from one SFT checkpoint, the SFT model
+evaluated beside them at T = 0.6 and 1.0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tirl.algorithms import ADVANTAGE_ESTIMATORS
+from tirl.core.config import ConfigError
+from tirl.demo.ablation.arms import Arm, Study
+
+PAPER_SEEDS = 5  # the issue's study: 5 seeds of the demo per preset
+OBJECTIVE_TEMPERATURES = (0.6, 1.0)  # `tirl demo --compare`'s default --temperatures
+
+
+@dataclass(frozen=True)
+class Preset:
+    """A study by name, with the base overrides it needs (applied before the user's own)."""
+
+    study: Study
+    base_overrides: tuple[str, ...] = field(default_factory=tuple)
+
+
+def _paper(name: str, summary: str, plain: Arm, chosen: Arm, sign: int = 1, claim: bool = True) -> Preset:
+    study = Study(
+        name,
+        (plain, chosen),
+        seeds=PAPER_SEEDS,
+        expect={chosen.name: sign} if claim else {},
+        summary=summary,
+    )
+    return Preset(study)
+
+
+ALGORITHM_PRESETS = {
+    p.study.name: p
+    for p in (
+        _paper(
+            "clip-higher",
+            "clip-higher (eps 0.2/0.28) against symmetric clipping (0.2/0.2): the paper's exploration lever",
+            Arm("symmetric", ("rl.clip_low=0.2", "rl.clip_high=0.2"), "clip 0.2/0.2"),
+            Arm("clip-higher", ("rl.clip_low=0.2", "rl.clip_high=0.28"), "clip 0.2/0.28"),
+        ),
+        _paper(
+            "loss-agg",
+            "token-mean against sequence-mean loss aggregation (every token weighs the same vs every sequence)",
+            Arm("seq-mean", ("rl.loss_agg=seq-mean-token-mean",), "seq-mean-token-mean"),
+            Arm("token-mean", ("rl.loss_agg=token-mean",), "token-mean"),
+        ),
+        _paper(
+            "tool-reward",
+            "the recipe's tool-call reward term on wrong answers, off against on",
+            Arm("no-tool-term", ("reward.tool_call_bonus=false",), "reward.tool_call_bonus off"),
+            Arm("tool-term", ("reward.tool_call_bonus=true",), "reward.tool_call_bonus on"),
+        ),
+        _paper(
+            "kl",
+            "a small KL penalty to the SFT model (k3, 0.001) against none",
+            Arm("small-kl", ("rl.kl_coef=0.001", "rl.kl_estimator=k3"), "KL k3, coefficient 0.001"),
+            Arm("no-kl", ("rl.kl_coef=0.0",), "no KL"),
+        ),
+        _paper(
+            "entropy-bonus",
+            "an entropy bonus (0.001) against none; no claim: the recipe has none",
+            Arm("no-bonus", ("rl.entropy_coef=0.0",), "no entropy bonus"),
+            Arm("bonus", ("rl.entropy_coef=0.001",), "entropy bonus 0.001"),
+            claim=False,
+        ),
+    )
+}
+
+
+def objectives() -> list[str]:
+    """The advantage estimators that take pass@k's k (rl.passk_k): what `--compare` and the objective presets take."""
+    return sorted(name for name, est in ADVANTAGE_ESTIMATORS.items() if "k" in est.hyperparameters)
+
+
+def objective_preset(objective: str) -> Preset:
+    """GRPO-TCR (`grpo`, the demo's RL, the baseline) against `objective`, the SFT model evaluated beside them."""
+    if objective not in objectives():
+        raise ConfigError(f"unknown comparison objective {objective!r}; valid: {objectives()}")
+    temps = ",".join(f"{t:g}" for t in OBJECTIVE_TEMPERATURES)
+    study = Study(
+        objective,
+        (
+            Arm("grpo", (), "GRPO-TCR"),
+            Arm(objective, (f"rl.adv_estimator={objective}",), f"{objective} advantage"),
+        ),
+        evaluate_start=True,
+        summary=f"GRPO-TCR against the {objective} objective from one SFT checkpoint, SFT evaluated beside them",
+    )
+    return Preset(study, (f"eval.temperatures=[{temps}]",))
+
+
+def preset_names() -> list[str]:
+    return [*ALGORITHM_PRESETS, *objectives()]
+
+
+def get_preset(name: str) -> Preset:
+    """The preset called `name`; an unknown name lists the valid ones."""
+    if name in ALGORITHM_PRESETS:
+        return ALGORITHM_PRESETS[name]
+    if name in objectives():
+        return objective_preset(name)
+    raise ConfigError(f"unknown preset {name!r}; valid: {', '.join(preset_names())}")
+
+
+def describe_presets() -> list[str]:
+    """One line per preset: name, seeds, arms with their overrides, the baseline first."""
+    lines = []
+    for name in preset_names():
+        p = get_preset(name)
+        arms = "; ".join(f"{a.name}: {' '.join(a.overrides) or '(base config)'}" for a in p.study.arms)
+        lines.append(
+            f"{name} ({p.study.seeds} seed{'s' * (p.study.seeds > 1)}): {p.study.summary}. Arms: {arms}"
+        )
+    return lines

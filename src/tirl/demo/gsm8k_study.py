@@ -1,0 +1,211 @@
+"""`tirl demo --model smollm2 --task gsm8k --study`: the GSM8K study, sized to answer its questions rather than
+to finish in minutes (`configs/study-smollm2-gsm8k.yaml`, docs/gsm8k.md, "The study"; hours on 2 cores).
+
+Stages, each reused when made from the same inputs (`tirl.demo.reuse`); the training stages save checkpoints and
+continue from the newest one when a run stopped midway (`train_stage(resumable=True)`):
+1. data (`study_rows`): the held-out test problems; of the train split (all within `task.levels`, disjoint, fixed
+   by seed) the RL candidates (`task.num_rl`), a validation slice (`task.num_val`) and, of the others, the first
+   `task.num_sft` that stitch in both styles (code: one call, no prose; text: the solution's sentences around one
+   call per step), so the two SFT sets cover the same problems;
+2. SFT from the base on each style's rows, each evaluated on the validation slice (`VAL_N` samples): the
+   style with the higher pass@1 is the start (a tie: code). Chosen on train problems, never on test ones;
+3. filter: the chosen SFT model samples `FILTER_K` answers per RL candidate at the rollout temperature, and the
+   problems it solves sometimes (0 < rate < 1) are RL's (`tirl data filter`'s band and rows);
+4. RL from the chosen SFT on them, validated on the validation slice every `rl.steps / VAL_POINTS` steps
+   (`curves.png`, `curves.json` beside its metrics);
+5. base, SFT and RL on the test problems at every `eval.temperatures` (the base at the first only), `tirl analyze`
+   over the three and over RL against SFT;
+6. transfer: SFT and RL on MATH500's level-1 and level-2 problems (`TRANSFER_N` samples).
+`report.json` holds every summary, the style chosen and why, the filter's counts and each stage's seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from tirl.commands.run_config import TirlConfig
+from tirl.core.config import save_config
+from tirl.core.logging import console
+from tirl.data import read_rows, write_rows
+from tirl.demo.reuse import SAMPLE_KEYS, Stage, config_inputs, files_fingerprint, rows_input
+from tirl.demo.smollm2 import Run, _earlier_times, ensure_smollm2, eval_stage, print_table, timed, train_stage
+from tirl.models.lora import LoraConfig
+
+FILTER_K = 4  # answers per RL candidate: rates 0, 1/4, 1/2, 3/4, 1
+VAL_N = 4  # samples per validation problem (SFT choice and RL's curve)
+VAL_POINTS = 10  # validations during RL (every rl.steps / 10 steps), besides the one before the first step
+TRANSFER_N = 8
+TRANSFER_LEVELS = (1, 2)
+STYLES = ("code", "text")
+
+
+def study_rows(cfg: TirlConfig, out: Path) -> dict[str, list[dict[str, Any]]]:
+    """The study's splits (module docstring), written to OUT/data/; reused when already written for the same
+    task options and seed (the stitched rows come from the sandbox and are identical on a rerun)."""
+    from tirl.data.benchmarks import gsm8k_id, gsm8k_records
+    from tirl.sandbox import build_sandbox
+    from tirl.tasks.gsm8k import WORDING, gsm8k_rows, study_splits
+    from tirl.tasks.stitch import StitchConfig, stitch_rows
+
+    data = out / "data"
+    stage = Stage("data", data / "sft-code.jsonl", config_inputs(cfg, ("task", "seed", "agent")))
+    names = ("test", "val", "rl-candidates", *(f"sft-{s}" for s in STYLES))
+    if stage.reusable(all((data / f"{n}.jsonl").is_file() for n in names)):
+        return {n: read_rows(data / f"{n}.jsonl") for n in names}
+    val, pool = study_splits(cfg)
+    records = gsm8k_records("train")
+    rows: dict[str, list[dict[str, Any]]] = {
+        "test": gsm8k_rows("test", cfg),
+        "val": val,
+        "rl-candidates": gsm8k_rows("train", cfg),
+    }
+    want = cfg.task.num_sft
+    take = pool[: want + want // 4 + 16]  # stitching keeps ~94% of these problems: a margin
+    stitched = {}
+    with build_sandbox(cfg.sandbox) as sandbox:
+        for style in STYLES:
+            config = StitchConfig(
+                wording=WORDING, max_tool_response_chars=cfg.agent.max_tool_response_chars, style=style
+            )
+            got, report = stitch_rows(
+                [records[i] for i in take], [gsm8k_id("train", i) for i in take], sandbox, config
+            )
+            console.print(f"stitched ({style}): {report.kept} kept, dropped {dict(report.dropped)}")
+            stitched[style] = {r["problem_id"]: r for r in got}
+    both = [pid for pid in stitched["code"] if pid in stitched["text"]][:want]
+    if len(both) < want:
+        raise ValueError(f"gsm8k study: {len(both)} problems stitch in both styles, task.num_sft = {want}")
+    for style in STYLES:
+        rows[f"sft-{style}"] = [stitched[style][pid] for pid in both]
+    for name, part in rows.items():
+        write_rows(data / f"{name}.jsonl", part)
+    stage.record()
+    return rows
+
+
+def _with(cfg: TirlConfig, **sections: dict[str, Any]) -> TirlConfig:
+    """`cfg` with some keys of some sections replaced (`_with(cfg, eval={"n": 4})`)."""
+    return dataclasses.replace(
+        cfg, **{k: dataclasses.replace(getattr(cfg, k), **v) for k, v in sections.items()}
+    )
+
+
+def pass_at_1(summary: dict[str, Any]) -> float:
+    return next(s["pass@1"] for s in summary.values() if isinstance(s, dict) and "pass@1" in s)
+
+
+def choose_sft(run: Run, full: TirlConfig) -> str:
+    """Both styles' SFT, each on the validation slice; the label of the better (module docstring, step 2)."""
+    val_cfg = _with(full, eval={"n": VAL_N, "temperatures": [full.eval.all_temperatures[0]]})
+    scores = {}
+    for style in STYLES:
+        rows = run.rows[f"sft-{style}"]
+        describe = f"[bold]SFT[/] ({style} style) on {len(rows)} stitched trajectories, every weight"
+        train_stage(run, f"sft-{style}", "sft", "base", (f"sft {style} rows", rows), full, describe, True)
+        summary = eval_stage(run, f"sft-{style}", f"val-sft-{style}", ("val rows", run.rows["val"]), val_cfg)
+        scores[style] = pass_at_1(summary)
+    best = max(STYLES, key=lambda s: (scores[s], s == "code"))
+    run.report["sft_choice"] = {"validation_pass@1": scores, "chosen": best, "samples": VAL_N}
+    console.print(f"SFT on the validation slice (pass@1): {scores}; RL starts from the {best} style")
+    run.models["sft"], run.prints["sft"] = run.models[f"sft-{best}"], run.prints[f"sft-{best}"]
+    run.save()
+    return best
+
+
+def filter_rl_rows(run: Run) -> list[dict[str, Any]]:
+    """The RL candidates the chosen SFT model solves sometimes (module docstring, step 3), with their rates."""
+    from tirl.commands.stages import eval_reward, inference_agent
+    from tirl.core.io import atomic_write_json
+    from tirl.data.filter import Band, filtered_rows
+    from tirl.rollout.sampling import SamplingParams
+
+    cfg, path = run.cfg, run.out / "data" / "rl.jsonl"
+    candidates = run.rows["rl-candidates"]
+    inputs = {
+        **config_inputs(cfg, SAMPLE_KEYS),
+        "model sft": run.prints["sft"],
+        **rows_input("rl candidates", candidates),
+    }
+    stage = Stage("filter", path, {**inputs, "k": str(FILTER_K)})
+    if stage.reusable(path.is_file()):
+        return read_rows(path)
+    params = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
+    console.print(
+        f"[bold]filter[/]: {FILTER_K} answers per RL candidate ({len(candidates)}), kept 0 < rate < 1"
+    )
+    with inference_agent(cfg, run.models["sft"], run.out / "filter") as agent:
+        rows, stats = filtered_rows(
+            agent, candidates, Band(), FILTER_K, params=params, reward=eval_reward(cfg), seed=cfg.seed,
+            batch_problems=cfg.eval.batch_problems,
+        )  # fmt: skip
+    atomic_write_json(path.with_name("rl.summary.json"), dataclasses.asdict(stats))
+    if not rows:
+        raise ValueError(
+            f"the GSM8K study: the SFT model solves none of the {stats.problems} RL candidates sometimes "
+            f"({stats.never} never, {stats.always} always, {FILTER_K} samples each): nothing for RL to learn from"
+        )
+    write_rows(path, rows)
+    stage.record()
+    return rows
+
+
+def transfer_rows() -> list[dict[str, Any]]:
+    from tirl.data.benchmarks import prepare_math500
+
+    return [r for r in prepare_math500("plain") if r["extra_info"]["level"] in TRANSFER_LEVELS]
+
+
+def run_gsm8k_study(cfg: TirlConfig) -> dict[str, Any]:
+    """The whole study (module docstring); returns the report written to OUT_DIR/report.json."""
+    from tirl.commands.stages import setup_torch
+    from tirl.eval.analyze import print_summary, run_analyze
+
+    if cfg.task.name != "gsm8k" or cfg.task.num_val < 1:
+        raise ValueError(
+            "the GSM8K study needs task gsm8k with task.num_val >= 1 (configs/study-smollm2-gsm8k.yaml)"
+        )
+    setup_torch(cfg)
+    out = Path(cfg.out_dir)
+    save_config(cfg, out / "config.yaml")
+    times = _earlier_times(out / "report.json")
+    report: dict[str, Any] = {"task": "gsm8k study", "models": {}, "summary": {}, "seconds": times}
+    base = timed(times, "import", ensure_smollm2, Path(cfg.model.path))
+    run = Run(cfg, out, timed(times, "data", study_rows, cfg, out), report, times)
+    report["rows"] = {k: len(v) for k, v in run.rows.items()}
+    run.models["base"], run.prints["base"] = base, files_fingerprint(base)
+    full = _with(cfg, model={"lora": LoraConfig()})
+    choose_sft(run, full)
+    rl_rows = timed(times, "filter", filter_rl_rows, run)
+    report["rows"]["rl"] = len(rl_rows)
+    write_rows(out / "data" / "val-rl.jsonl", run.rows["val"])
+    rl_cfg = _with(
+        full,
+        rl={
+            "eval_data": [str(out / "data" / "val-rl.jsonl")],
+            "eval_every": max(1, cfg.rl.steps // VAL_POINTS),
+        },
+        eval={"n": VAL_N, "temperatures": [cfg.eval.all_temperatures[0]], "max_problems": 0},
+    )
+    describe = f"[bold]RL[/]: GRPO-TCR, {cfg.rl.steps} steps of {cfg.rl.prompts_per_step} x {cfg.rl.n} on {len(rl_rows)} problems"
+    train_stage(run, "rl", "rl", "sft", ("rl rows", rl_rows), rl_cfg, describe, True)
+    test = ("test rows", run.rows["test"])
+    first_t = _with(cfg, eval={"temperatures": [cfg.eval.all_temperatures[0]]})
+    eval_stage(run, "base", "base", test, first_t)
+    for label in ("sft", "rl"):
+        eval_stage(run, label, label, test, cfg)
+        transfer = _with(first_t, eval={"n": TRANSFER_N})
+        eval_stage(run, label, f"math500-{label}", ("math500 level 1-2", transfer_rows()), transfer)
+    report["models"] = {k: str(v) for k, v in run.models.items()}
+    print_table({k: v for k, v in report["summary"].items() if not k.startswith("val-")})
+    evals = ["base", "sft", "rl"]
+    analysis = timed(
+        times, "analyze", run_analyze, [out / f"eval-{m}" for m in evals], out / "analysis", labels=evals
+    )
+    versus = run_analyze([out / "eval-sft", out / "eval-rl"], out / "analysis-vs-sft", labels=["sft", "rl"])
+    report["analysis"], report["analysis_vs_sft"] = "analysis/report.json", "analysis-vs-sft/report.json"
+    run.save()
+    print_summary(analysis, out / "analysis")
+    print_summary(versus, out / "analysis-vs-sft")
+    return report

@@ -1,0 +1,159 @@
+"""One prepared session on one GPU, in at most ~9.5 minutes: the CUDA-graph tests, `python -m bench gpu` part by
+part, then `make gpu-check`'s tests, each phase a process with its own timeout, every result written as it comes.
+
+    python tests/gpu/device_session.py --out DIR                        # on the GPU machine (device time is short)
+    python tests/gpu/device_session.py --device cpu --small --out DIR   # the dry run on a CPU (2-5 minutes)
+
+Phases, most wanted first, so that a session cut short keeps what matters (`PHASES`; the timeouts are estimates,
+none of this has run on a GPU yet):
+
+| phase | what | timeout |
+|---|---|---|
+| env | versions, the GPU, and which of the offline wheels' modules import (`OFFLINE_WHEELS`, docs/gpu.md) | 20 s |
+| graph-decode | the CUDA-graph decode's GPU tests (`tests/rollout/test_graph_decode.py -m gpu`) | 90 s |
+| bench-decode | `python -m bench gpu --parts decode`: engine (eager, bf16, CUDA graphs) and HF `generate` | 150 s |
+| bench-update | `python -m bench gpu --parts update`: tirl's update and a plain HF one, Qwen3-0.6B shape | 90 s |
+| gpu-check | `make gpu-check`'s runner (`tests/gpu/gpu_check.py`), the graph tests left out (run above) | 150 s |
+| bench-demo | `python -m bench gpu --parts demo`: the tiny demo's stages on CUDA | 60 s |
+
+DIR gets `session.json` (rewritten after each phase: its command, exit code, seconds, whether it timed out, the
+tail of its output), each phase's whole output as `PHASE.log`, and the benchmark's JSON per part
+(`gpu-decode.json`, ...). A phase past its timeout is killed with its process group and the next one runs; the
+whole session stops starting phases at `--budget-s`. Exit code 0 when every phase exited 0.
+
+The dry run (`--device cpu --small`): the benchmark at its tiny shape on the CPU, and the GPU test phases only
+collected (`pytest --collect-only`: they import and select), so the commands, paths and arguments are checked
+before a GPU is spent on them; its timeouts are the CPU's (the demo takes minutes there). Deliberately not here: installing anything (the offline wheels are installed
+beforehand, docs/gpu.md), vLLM (its checks skip where it is absent).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BUDGET_S = 570  # one device command may run 600 s
+# the offline wheels of docs/gpu.md (`pip download ...`) -> the module each provides
+OFFLINE_WHEELS = {
+    "tokenizers": "tokenizers", "math-verify": "math_verify", "numpy": "numpy", "pyyaml": "yaml", "rich": "rich",
+    "pyarrow": "pyarrow", "fastapi": "fastapi", "uvicorn": "uvicorn", "httpx": "httpx", "matplotlib": "matplotlib",
+    "pyseccomp": "seccomp", "pytest": "pytest", "setuptools": "setuptools",
+}  # fmt: skip
+ON_THE_MACHINE = ("torch", "transformers", "peft")  # the GPU machine's own, not among the wheels
+GRAPH_TESTS = "tests/rollout/test_graph_decode.py"
+
+
+@dataclass(frozen=True)
+class Phase:
+    name: str
+    command: tuple[str, ...]  # "{out}" stands for the output directory
+    timeout_s: float
+
+
+def phases(cpu: bool) -> list[Phase]:
+    """The session's phases (module docstring); `cpu`: the dry run's versions of them."""
+    py = sys.executable
+    bench = (py, "-m", "bench", "gpu", *(("--device", "cpu", "--small") if cpu else ()))
+    collect = ("--collect-only",) if cpu else ()
+    check = (
+        (py, "-m", "pytest", "-q", "-m", "gpu", "tests", *collect) if cpu else (py, "tests/gpu/gpu_check.py")
+    )
+    s = (20, 60, 90, 90, 90, 220) if cpu else (20, 90, 150, 90, 150, 60)  # the dry run: the demo on a CPU
+    return [
+        Phase("env", (py, str(Path(__file__).relative_to(ROOT)), "--env", "{out}/env.json"), s[0]),
+        Phase("graph-decode", (py, "-m", "pytest", "-q", "-rs", "-m", "gpu", GRAPH_TESTS, *collect), s[1]),
+        Phase("bench-decode", (*bench, "--parts", "decode", "--out", "{out}/gpu-decode.json"), s[2]),
+        Phase("bench-update", (*bench, "--parts", "update", "--out", "{out}/gpu-update.json"), s[3]),
+        Phase("gpu-check", (*check, f"--ignore={GRAPH_TESTS}"), s[4]),
+        Phase("bench-demo", (*bench, "--parts", "demo", "--out", "{out}/gpu-demo.json"), s[5]),
+    ]
+
+
+def environment() -> dict:
+    """Versions, the GPU, and the modules of the offline wheels and of the machine that do not import."""
+    import platform
+
+    out: dict = {"python": platform.python_version()}
+    missing = [w for w, mod in OFFLINE_WHEELS.items() if importlib.util.find_spec(mod) is None]
+    missing += [m for m in ON_THE_MACHINE if importlib.util.find_spec(m) is None]
+    out["missing"] = missing
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        out |= {"torch": torch.__version__, "cuda": torch.version.cuda, "gpu": None}
+        if torch.cuda.is_available():
+            props = torch.cuda.get_device_properties(0)
+            out |= {"gpu": props.name, "gpu_memory_gib": props.total_memory / 2**30}
+    if importlib.util.find_spec("transformers") is not None:
+        import transformers
+
+        out["transformers"] = transformers.__version__
+    return out
+
+
+def run_phase(phase: Phase, out: Path, limit_s: float) -> dict:
+    """Run one phase to its end or its limit (then its whole process group is killed); its record."""
+    argv = [a.replace("{out}", str(out)) for a in phase.command]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]), "TIRL_QUIET": "1"}
+    t0 = time.perf_counter()
+    with (out / f"{phase.name}.log").open("w") as log:
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            rc, timed_out = proc.wait(timeout=limit_s), False
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the phase's own processes: it leads its session
+            rc, timed_out = proc.wait(), True
+    tail = (out / f"{phase.name}.log").read_text(errors="replace")[-3000:]
+    return {**asdict(phase), "command": argv, "limit_s": limit_s, "rc": rc, "timed_out": timed_out,
+            "seconds": round(time.perf_counter() - t0, 1), "tail": tail}  # fmt: skip
+
+
+def session(plan: list[Phase], out: Path, budget_s: float) -> int:
+    """Run `plan` within `budget_s`, rewriting out/session.json after each phase; 0 when every phase exited 0."""
+    out.mkdir(parents=True, exist_ok=True)
+    t0, done = time.perf_counter(), []
+    for phase in plan:
+        left = budget_s - (time.perf_counter() - t0)
+        if left < 5:
+            done.append({**asdict(phase), "rc": None, "skipped": f"the session's {budget_s:g} s were spent"})
+        else:
+            done.append(run_phase(phase, out, min(phase.timeout_s, left)))
+        record = {"budget_s": budget_s, "phases": done}
+        tmp = out / "session.json.tmp"
+        tmp.write_text(json.dumps(record, indent=2))
+        tmp.replace(out / "session.json")
+        print(f"{phase.name}: rc={done[-1]['rc']} {done[-1].get('seconds', 0)} s", flush=True)
+    return 0 if all(p["rc"] == 0 for p in done) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, help="the directory the results go to")
+    ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--small", action="store_true", help="with --device cpu: the dry run")
+    ap.add_argument("--budget-s", type=float, default=BUDGET_S)
+    ap.add_argument("--env", type=Path, help=argparse.SUPPRESS)  # the env phase itself
+    a = ap.parse_args(argv)
+    if a.env:
+        info = environment()
+        a.env.write_text(json.dumps(info, indent=2))
+        print(json.dumps(info, indent=2))
+        return 1 if info["missing"] else 0
+    if a.out is None or (a.device == "cpu") != a.small:
+        ap.error("give --out DIR; on a CPU the dry run is --device cpu --small")
+    return session(phases(a.device == "cpu"), a.out, a.budget_s)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

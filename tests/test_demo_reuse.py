@@ -1,0 +1,129 @@
+"""A demo rerun in the same OUT_DIR reuses a stage's output only when it was made from the same inputs
+(`tirl.demo.reuse`): other settings or data redo the stages they change and every stage made from them. The
+stages are stand-ins that record their calls; the drivers (`run_smollm2_demo`, `run_compare`) are the real ones."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import tirl.demo.ablation.pipeline as ablation_pipeline
+import tirl.demo.ablation.report as ablation_report
+import tirl.demo.ablation.runner as ablation_runner
+import tirl.demo.compare as compare
+import tirl.demo.smollm2 as smollm2
+import tirl.demo.tiny as tiny
+from tirl.cli import DEMO_CONFIG, DEMO_MODELS
+from tirl.commands.run_config import TirlConfig
+from tirl.core.config import load_config
+
+
+def fake_rows(cfg: TirlConfig, out: Path) -> dict:
+    """SFT and RL rows depend on task.levels, the held-out rows on task.num_test too (as the task's do)."""
+    levels = list(cfg.task.levels)
+    return {
+        "sft_rows": [{"sft": i, "levels": levels} for i in range(2)],
+        "rl_rows": [{"rl": i, "levels": levels} for i in range(2)],
+        "test_rows": [{"test": i, "levels": levels} for i in range(cfg.task.num_test)],
+        "warmup_rows": [],
+        "system": "",
+        "init": out / "model-init",
+        "init_fingerprint": "init",
+    }
+
+
+@pytest.fixture
+def calls(monkeypatch, tmp_path) -> list[str]:
+    """The stages that ran, by output directory; every stage a stand-in writing what a real one does."""
+    ran: list[str] = []
+
+    def train(cfg, out_dir, *, model_path, rows, restart, **_):
+        ran.append(Path(out_dir).name)
+        model = Path(out_dir) / "model"
+        model.mkdir(parents=True, exist_ok=True)
+        (model / "config.json").write_text(json.dumps({"from": str(model_path)}))
+        return model
+
+    def evaluate(cfg, out_dir, *, model_path, label, rows):
+        ran.append(Path(out_dir).name)
+        summary = {"tirl/arith": {"pass@1": 0.5}}
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / "summary.json").write_text(json.dumps(summary))
+        return summary
+
+    base = tmp_path / "smollm2"
+    base.mkdir()
+    (base / "config.json").write_text("{}")
+    for module in (smollm2, ablation_pipeline):
+        monkeypatch.setattr(module, "run_rl", train)
+        monkeypatch.setattr(module, "run_eval", evaluate)
+    for module in (smollm2, ablation_runner):
+        monkeypatch.setattr(module, "run_analyze", lambda *a, **k: {})
+        monkeypatch.setattr(module, "print_summary", lambda *a: None)
+    for module in (smollm2, ablation_report):
+        monkeypatch.setattr(module, "setup_torch", lambda cfg: None)
+    monkeypatch.setattr(smollm2, "run_sft", train)
+    monkeypatch.setattr(smollm2, "print_table", lambda summary: None)
+    monkeypatch.setattr(smollm2, "ensure_smollm2", lambda path: base)
+    monkeypatch.setattr(tiny, "demo_rows", fake_rows)
+    monkeypatch.setattr(tiny, "prepare", fake_rows)
+    monkeypatch.setattr(tiny, "train_sft_model", lambda cfg, out, prep, times: train(cfg, out / "sft", model_path=prep["init"], rows=prep["sft_rows"], restart=True))  # fmt: skip
+    return ran
+
+
+def test_smollm2_demo_redoes_only_the_stages_whose_inputs_changed(calls, tmp_path, capsys):
+    def demo(*overrides: str) -> list[str]:
+        cfg = load_config(TirlConfig, DEMO_MODELS["smollm2"], [f"out_dir={tmp_path / 'demo'}", *overrides])
+        calls.clear()
+        smollm2.run_smollm2_demo(cfg)
+        return sorted(calls)
+
+    assert demo("task.num_test=3") == ["eval-base", "eval-rl", "eval-sft", "rl", "sft"]
+    assert demo("task.num_test=3") == []  # the same inputs: everything reused
+    capsys.readouterr()
+    assert demo("task.num_test=4") == [
+        "eval-base",
+        "eval-rl",
+        "eval-sft",
+    ]  # the held-out set: evaluations only
+    said = capsys.readouterr().out
+    assert "eval base: redoing it" in said and "changed: data test rows" in said
+    assert "sft: reusing" in said
+    # SFT's settings: SFT, the RL trained from it and both their evaluations; the base's evaluation stays
+    assert demo("task.num_test=4", "sft.epochs=3") == ["eval-rl", "eval-sft", "rl", "sft"]
+    assert "changed: config sft" in capsys.readouterr().out
+    assert demo("task.num_test=4", "sft.epochs=3", "rl.steps=2") == ["eval-rl", "rl"]
+    assert "changed: config rl" in capsys.readouterr().out
+    record = json.loads((tmp_path / "demo" / "rl" / "model.fingerprint.json").read_text())
+    assert (
+        record["inputs"]["model sft"]
+        == json.loads((tmp_path / "demo" / "sft" / "model.fingerprint.json").read_text())["fingerprint"]
+    )
+
+
+def test_smollm2_demo_redoes_a_stage_output_without_a_record(calls, tmp_path, capsys):
+    cfg = load_config(TirlConfig, DEMO_MODELS["smollm2"], [f"out_dir={tmp_path / 'demo'}", "task.num_test=3"])
+    smollm2.run_smollm2_demo(cfg)
+    (tmp_path / "demo" / "rl" / "model.fingerprint.json").unlink()  # as a run before records left it
+    calls.clear()
+    smollm2.run_smollm2_demo(cfg)
+    assert sorted(calls) == ["eval-rl", "rl"]
+    assert "no record of its inputs" in capsys.readouterr().out
+
+
+def test_compare_retrains_the_demo_checkpoints_made_from_other_settings(calls, tmp_path, capsys):
+    def run(*overrides: str) -> list[str]:
+        cfg = load_config(
+            TirlConfig, DEMO_CONFIG, [f"out_dir={tmp_path / 'demo'}", "task.num_test=2", *overrides]
+        )
+        calls.clear()
+        compare.run_compare(cfg, "passk")
+        return sorted(c for c in calls if not c.startswith("eval-"))  # its evaluations always run
+
+    assert run() == ["rl", "rl-passk", "sft"]
+    assert run() == []
+    assert run("rl.steps=3") == ["rl", "rl-passk"]
+    assert "RL (rl): redoing it" in capsys.readouterr().out
+    assert run("rl.steps=3", "task.levels=[1]") == ["rl", "rl-passk", "sft"]  # the data: SFT and all after it
