@@ -8,15 +8,13 @@ the intervals differ only by resampling noise (the two draw different replicates
 
 from __future__ import annotations
 
-import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from bench.common import result_path, write_result
+from bench.common import cli as common_cli
 from tirl.data.records import ProblemRow
 from tirl.eval.analysis import AnalysisConfig, analyze_runs
 from tirl.eval.analyze import run_analyze
@@ -97,12 +95,7 @@ def main() -> dict:
 
 
 def cli(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.analyze", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(result_path("analyze")))
-    args = ap.parse_args(argv)
-    res = main()
-    write_result(args.out, res)
-    print(json.dumps(res, indent=2))
+    common_cli("analyze", __doc__, lambda args: main(), argv)
 
 
 if __name__ == "__main__":

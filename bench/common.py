@@ -9,11 +9,13 @@ nothing in bench/ imports from tests/.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
+import json
 import os
 import platform
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,33 @@ SMOLLM2_DIR = ROOT / "runs" / "smollm2-135m"  # where tirl demo --model smollm2 
 def result_path(name: str) -> Path:
     """bench/results/NAME.json: the default output of the benchmark NAME."""
     return RESULTS / f"{name}.json"
+
+
+def cli(
+    name: str,
+    doc: str,
+    run: Callable[[argparse.Namespace], dict[str, Any] | None],
+    argv: list[str] | None = None,
+    *,
+    arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+    shown: Callable[[dict[str, Any]], Any] | None = lambda result: result,
+    **parser: Any,
+) -> None:
+    """The command line of benchmark `name` (`python -m bench.NAME`): `--out FILE` (default
+    bench/results/NAME.json; `run` may set `args.out` to another default) and the benchmark's own `arguments`;
+    `run(args)` measures, its result is written with `write_result` and `shown(result)` printed as JSON (None: not
+    printed). A `run` that returns None (a helper mode) writes nothing."""
+    ap = argparse.ArgumentParser(prog=f"python -m bench.{name}", description=doc.splitlines()[0], **parser)
+    ap.add_argument("--out", default=None, help=f"the result file (default bench/results/{name}.json)")
+    if arguments is not None:
+        arguments(ap)
+    args = ap.parse_args(argv)
+    result = run(args)
+    if result is None:
+        return
+    write_result(args.out or result_path(name), result)
+    if shown is not None:
+        print(json.dumps(shown(result), indent=2))
 
 
 def gpu_description() -> str | None:

@@ -35,10 +35,12 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from bench.common import ROOT, SMOLLM2_DIR, arithmetic_prompts, result_path, save_tiny, write_result
+from bench.common import ROOT, SMOLLM2_DIR, arithmetic_prompts, save_tiny
+from bench.common import cli as common_cli
 from tirl.chat.template import ChatRenderer
 from tirl.demo.tiny_model import count_parameters
 from tirl.rollout.engine import TorchEngine
@@ -228,6 +230,21 @@ def greedy_agreement(model, prompts, ours: list[list[int]], theirs: list[list[in
     }
 
 
+def greedy_identical(model: Any, prompts: list[list[int]], pad: int, compiled: bool) -> dict:
+    """How many greedy generations the packed (and the compiled) torch engine make identical to the eager one's."""
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=NEW_TOKENS)
+    eager = [
+        g.token_ids
+        for g in TorchEngine(model, eos_ids=[10**9], pad_id=pad, pack="off").generate(prompts, greedy)
+    ]
+    packed = TorchEngine(model, eos_ids=[10**9], pad_id=pad, pack="on").generate(prompts, greedy)
+    res = {"packed_greedy_identical": sum(a == g.token_ids for a, g in zip(eager, packed, strict=True))}
+    if compiled:
+        comp = [g.token_ids for g in _COMPILED[id(model)].generate(prompts, greedy)]
+        res["compiled_greedy_identical"] = sum(a == c for a, c in zip(eager, comp, strict=True))
+    return res
+
+
 def bench_model(
     name: str,
     model_dir: Path,
@@ -260,16 +277,7 @@ def bench_model(
         runs.append(("torch_compiled", torch_compiled_run))
     for b in BATCHES:
         res[f"batch_{b}"] = timed_interleaved(runs, model, prompts[:b], pad, f"{name} batch {b}")
-    greedy = SamplingParams(temperature=0.0, max_new_tokens=NEW_TOKENS)
-    eager = [
-        g.token_ids
-        for g in TorchEngine(model, eos_ids=[10**9], pad_id=pad, pack="off").generate(prompts, greedy)
-    ]
-    packed = TorchEngine(model, eos_ids=[10**9], pad_id=pad, pack="on").generate(prompts, greedy)
-    res["packed_greedy_identical"] = sum(a == g.token_ids for a, g in zip(eager, packed, strict=True))
-    if compiled:
-        comp = [g.token_ids for g in _COMPILED[id(model)].generate(prompts, greedy)]
-        res["compiled_greedy_identical"] = sum(a == c for a, c in zip(eager, comp, strict=True))
+    res |= greedy_identical(model, prompts, pad, compiled)
     if vllm_py is None:
         res["vllm_skipped"] = skip
         return res
@@ -337,15 +345,15 @@ def main() -> dict:
 
 
 def cli(argv: list[str] | None = None) -> None:
-    global REPEATS
-    ap = argparse.ArgumentParser(prog="python -m bench.engines", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(result_path("engines")))
-    ap.add_argument("--repeats", type=int, default=REPEATS, help="timed calls per engine and batch size")
-    args = ap.parse_args(argv)
-    REPEATS = max(1, args.repeats)
-    res = main()
-    write_result(args.out, res)
-    print(json.dumps(res, indent=2))
+    def arguments(ap: argparse.ArgumentParser) -> None:
+        ap.add_argument("--repeats", type=int, default=REPEATS, help="timed calls per engine and batch size")
+
+    def run(args: argparse.Namespace) -> dict:
+        global REPEATS
+        REPEATS = max(1, args.repeats)
+        return main()
+
+    common_cli("engines", __doc__, run, argv, arguments=arguments)
 
 
 if __name__ == "__main__":

@@ -269,7 +269,7 @@ def tirl_update(model: Any, mini: Any, dims: dict, device: str, autocast: Any, b
     from tirl.train.update import LossSpec, accumulate_gradients
 
     spec = LossSpec(
-        get_policy_loss("ppo"), clip_low=0.2, clip_high=0.28, clip_c=10.0, agg="token-mean", norm_len=dims["seq"],
+        get_policy_loss("ppo"), hyper={"clip_low": 0.2, "clip_high": 0.28, "clip_c": 10.0}, agg="token-mean", norm_len=dims["seq"],
         temperature=1.0, micro_batch_tokens=budget, autocast=autocast,
     )  # fmt: skip
     cfg = OptimConfig(lr=1e-6)

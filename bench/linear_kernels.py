@@ -16,14 +16,12 @@ Writes bench/results/linear_kernels.json, or `--out`.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import time
 
 import torch
 
-from bench.common import result_path, write_result
+from bench.common import cli as common_cli
 
 # (name, in_features, out_features, rows)
 SHAPES = [
@@ -141,12 +139,9 @@ def main() -> dict:
 
 
 def cli(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.linear_kernels", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(result_path("linear_kernels")))
-    out = ap.parse_args(argv).out
-    result = main()
-    write_result(out, result)
-    print(json.dumps(result["square_2048_gflop_per_s"]))
+    common_cli(
+        "linear_kernels", __doc__, lambda args: main(), argv, shown=lambda r: r["square_2048_gflop_per_s"]
+    )
 
 
 if __name__ == "__main__":

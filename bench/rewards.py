@@ -8,12 +8,11 @@ grading cannot go unnoticed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
 
-from bench.common import result_path, write_result
+from bench.common import cli as common_cli
 from tirl.data.benchmarks import prepare
 from tirl.rewards.batch import grade_many
 from tirl.rewards.code import grade_code_batch
@@ -73,12 +72,7 @@ def main() -> dict:
 
 
 def cli(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.rewards", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(result_path("rewards")))
-    args = ap.parse_args(argv)
-    res = main()
-    write_result(args.out, res)
-    print(json.dumps(res, indent=2))
+    common_cli("rewards", __doc__, lambda args: main(), argv)
 
 
 if __name__ == "__main__":

@@ -114,7 +114,7 @@ def tirl_prompts(model: str, per_step: int, n: int, tokens: int) -> list[dict]:
         raise SystemExit(
             f"{CONFIG} filters, rewrites or resamples prompts: tirl_prompts no longer follows tirl"
         )
-    rows = problem_rows(current_task(cfg).load_rows("train", cfg))
+    rows = problem_rows(current_task(cfg).load_rows("train", cfg.task, cfg.seed))
     renderer = build_renderer(load_tokenizer(model), cfg)
     order = list(range(len(rows)))
     random.Random(cfg.seed).shuffle(order)

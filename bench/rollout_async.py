@@ -15,14 +15,13 @@ Writes bench/results/rollout_async.json, or `--out`.
 
 from __future__ import annotations
 
-import argparse
 import threading
 import time
 
 import torch
 
-from bench.common import result_path, tiny_model, tiny_tokenizer, write_result
-from tirl.chat.hermes import tool_call_json
+from bench.common import cli as common_cli
+from bench.common import tiny_model, tiny_tokenizer
 from tirl.chat.template import ChatRenderer
 from tirl.rollout.agent import AgentConfig, AgentLoop
 from tirl.rollout.async_agent import AsyncAgentLoop
@@ -31,6 +30,7 @@ from tirl.rollout.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation
 from tirl.sandbox.types import ExecResult
+from tirl.tools.code_interpreter import tool_call_json
 
 N, TAIL, SLOW_S, FAST_S = 32, 4, 1.0, 0.05
 
@@ -134,10 +134,7 @@ def main() -> dict:
 
 
 def cli(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.rollout_async", description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=str(result_path("rollout_async")))
-    args = ap.parse_args(argv)
-    write_result(args.out, main())
+    common_cli("rollout_async", __doc__, lambda args: main(), argv, shown=None)
 
 
 if __name__ == "__main__":

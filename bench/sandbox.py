@@ -32,7 +32,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from bench.common import ROOT, result_path, write_result
+from bench.common import ROOT, result_path
+from bench.common import cli as common_cli
 from tirl.sandbox import LocalSandbox, SandboxConfig
 from tirl.sandbox.isolation import ENV, worker_command
 from tirl.sandbox.routing import heavy_import_pattern, needs_heavy
@@ -230,7 +231,22 @@ def compare(revs: list[str], rounds: int, quick: bool) -> dict:
                 proc.wait(timeout=60)
     out: dict = {"revisions": revs, "rounds": rounds, "runs_per_block": runs}
     out["load_1min_min_max"] = [min(loads), max(loads)]
-    summary = out["per_run"] = {}
+    out["per_run"] = summary = per_run_summary(blocks)
+    base = summary[revs[0]]
+    out[f"ratio_over_{revs[0]}"] = {
+        name: {
+            tier: {k: round(summary[name][tier][k] / base[tier][k], 3) for k in base[tier]}
+            for tier in ("light", "heavy")
+        }
+        for name in list(sides)[1:]
+    }
+    out["blocks"] = blocks
+    return out
+
+
+def per_run_summary(blocks: dict[str, dict[str, list[dict]]]) -> dict:
+    """Each side's and tier's per-run wall time (min, median), worker CPU and page faults, from its blocks."""
+    summary: dict = {}
     for name, tiers in blocks.items():
         summary[name] = {}
         for tier, rows in tiers.items():
@@ -244,40 +260,30 @@ def compare(revs: list[str], rounds: int, quick: bool) -> dict:
                 ),
                 "page_faults_median": round(statistics.median(r["faults"] / r["runs"] for r in rows), 1),
             }
-    base = summary[revs[0]]
-    out[f"ratio_over_{revs[0]}"] = {
-        name: {
-            tier: {k: round(summary[name][tier][k] / base[tier][k], 3) for k in base[tier]}
-            for tier in ("light", "heavy")
-        }
-        for name in list(sides)[1:]
-    }
-    out["blocks"] = blocks
-    return out
+    return summary
 
 
 def cli(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(
-        prog="python -m bench.sandbox",
-        description=__doc__.splitlines()[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    ap.add_argument("--quick", action="store_true", help="a fifth of the runs: a check, not a benchmark")
-    ap.add_argument("--compare", metavar="REV[,REV...]", help="this checkout against git revisions")
-    ap.add_argument("--rounds", type=int, default=20, help="--compare: rounds of blocks asked of each side")
-    ap.add_argument("--out", help="default bench/results/sandbox.json, with --compare sandbox_compare.json")
-    ap.add_argument("--probe-server", action="store_true", help=argparse.SUPPRESS)  # one side of --compare
-    args = ap.parse_args(argv)
-    if args.probe_server:
-        probe_server()
-    elif args.compare:
-        res = compare(args.compare.split(","), args.rounds, quick=args.quick)
-        write_result(args.out or result_path("sandbox_compare"), res)
-        print(json.dumps({k: v for k, v in res.items() if k != "blocks"}, indent=2))
-    else:
-        res = main(quick=args.quick)
-        write_result(args.out or result_path("sandbox"), res)
-        print(json.dumps(res, indent=2))
+    def arguments(ap: argparse.ArgumentParser) -> None:
+        ap.add_argument("--quick", action="store_true", help="a fifth of the runs: a check, not a benchmark")
+        ap.add_argument("--compare", metavar="REV[,REV...]", help="this checkout against git revisions")
+        ap.add_argument(
+            "--rounds", type=int, default=20, help="--compare: rounds of blocks asked of each side"
+        )
+        ap.add_argument(
+            "--probe-server", action="store_true", help=argparse.SUPPRESS
+        )  # one side of --compare
+
+    def run(args: argparse.Namespace) -> dict | None:
+        if args.probe_server:
+            return probe_server()
+        if args.compare:
+            args.out = args.out or str(result_path("sandbox_compare"))
+            return compare(args.compare.split(","), args.rounds, quick=args.quick)
+        return main(quick=args.quick)
+
+    common_cli("sandbox", __doc__, run, argv, arguments=arguments, shown=lambda r: {k: v for k, v in r.items() if k != "blocks"},
+               formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -14,10 +14,11 @@ import os
 import statistics
 import time
 
-from bench.common import result_path, write_result
-from tirl.chat.hermes import call_json, format_tool_output, parse_tool_calls, prepare_code, truncate_middle
+from bench.common import cli as common_cli
+from tirl.chat.hermes import call_json, parse_tool_calls, truncate_middle
 from tirl.sandbox import LocalSandbox, SandboxConfig
 from tirl.tools import CodeInterpreter, ToolSet
+from tirl.tools.code_interpreter import format_tool_output, prepare_code
 
 CALLS = 64
 
@@ -54,13 +55,12 @@ def main(steps: int) -> dict:
 
 
 def cli(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="python -m bench.tools", description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=20, help="steps of 64 calls, each path timed once per step")
-    ap.add_argument("--out", default=str(result_path("tools")))
-    args = ap.parse_args(argv)
-    out = main(args.steps)
-    write_result(args.out, out)
-    print(out)
+    def arguments(ap: argparse.ArgumentParser) -> None:
+        ap.add_argument(
+            "--steps", type=int, default=20, help="steps of 64 calls, each path timed once per step"
+        )
+
+    common_cli("tools", __doc__, lambda args: main(args.steps), argv, arguments=arguments)
 
 
 if __name__ == "__main__":

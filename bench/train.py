@@ -25,6 +25,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from bench.common import ROOT, SMOLLM2_DIR, result_path, save_tiny, write_result
 
@@ -44,6 +45,40 @@ def _rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
 
 
+def synthetic_batch(vocab: int, B: int, T: int, rank: int, world: int) -> tuple[Any, int]:
+    """(this rank's share of B random rows of up to T tokens, the first quarter prompt, one advantage per row;
+    the tokens of all B rows)."""
+    import torch
+
+    from tirl.train.batch import TokenBatch
+
+    g = torch.Generator().manual_seed(1)
+    P = T // 4
+    lengths = torch.randint(T // 2, T + 1, (B,), generator=g)
+    ids = torch.randint(0, vocab, (B, T), generator=g)
+    attn = (torch.arange(T)[None, :] < lengths[:, None]).long()
+    loss_mask = attn.clone()
+    loss_mask[:, :P] = 0
+    adv = torch.randn(B, 1, generator=g).expand(B, T) * loss_mask
+    rows = list(range(rank, B, world))  # this rank's share
+    batch = TokenBatch(ids[rows], attn[rows], loss_mask[rows], {"advantages": adv[rows].contiguous()})
+    return batch, int(attn.sum())
+
+
+def seconds_per_step(one_step: Any, steps: int) -> float:
+    """Seconds per call of `one_step` over `steps` calls after one warm-up call (allocator, AdamW state), every
+    process timing between the same barriers."""
+    from tirl.train import dist
+
+    one_step()
+    dist.barrier()
+    t = time.perf_counter()
+    for _ in range(steps):
+        one_step()
+    dist.barrier()
+    return (time.perf_counter() - t) / steps
+
+
 def worker(args: argparse.Namespace) -> None:
     """One variant: load, warm up, time `steps` updates; rank 0 writes the result JSON."""
     import torch
@@ -53,7 +88,6 @@ def worker(args: argparse.Namespace) -> None:
     from tirl.core.config import load_config
     from tirl.models.loading import load_policy
     from tirl.train import dist, fsdp
-    from tirl.train.batch import TokenBatch
     from tirl.train.optim import OptimConfig, build_optimizer, clip_and_step
     from tirl.train.update import LossSpec, accumulate_gradients
 
@@ -67,22 +101,11 @@ def worker(args: argparse.Namespace) -> None:
     if distributed:
         fsdp.shard_model(policy, reshard_after_forward=cfg.dist.reshard_after_forward)
     policy.train()
-    vocab = policy.config.vocab_size
-    g = torch.Generator().manual_seed(1)
-    B, T, P = args.batch, args.seq, args.seq // 4
-    lengths = torch.randint(T // 2, T + 1, (B,), generator=g)
-    ids = torch.randint(0, vocab, (B, T), generator=g)
-    attn = (torch.arange(T)[None, :] < lengths[:, None]).long()
-    loss_mask = attn.clone()
-    loss_mask[:, :P] = 0
-    adv = torch.randn(B, 1, generator=g).expand(B, T) * loss_mask
-    rows = list(range(rank, B, world))  # this rank's share
-    batch = TokenBatch(ids[rows], attn[rows], loss_mask[rows], {"advantages": adv[rows].contiguous()})
+    T = args.seq
+    batch, tokens = synthetic_batch(policy.config.vocab_size, args.batch, T, rank, world)
     spec = LossSpec(
         get_policy_loss("ppo"),
-        clip_low=0.2,
-        clip_high=0.28,
-        clip_c=10.0,
+        hyper={"clip_low": 0.2, "clip_high": 0.28, "clip_c": 10.0},
         agg="token-mean",
         norm_len=T,
         temperature=1.0,
@@ -97,20 +120,13 @@ def worker(args: argparse.Namespace) -> None:
         stats = accumulate_gradients(policy, batch, None, None, spec)
         clip_and_step(policy, opt, sched, OptimConfig(lr=1e-6), loss=stats["loss/total"])
 
-    one_step()  # warm-up: allocator, AdamW state
-    dist.barrier()
-    t = time.perf_counter()
-    for _ in range(args.steps):
-        one_step()
-    dist.barrier()
-    seconds = (time.perf_counter() - t) / args.steps
+    seconds = seconds_per_step(one_step, args.steps)
     peak = torch.tensor([_rss_mb(), _rss_mb() - rss_loaded], dtype=torch.float64)
     if distributed:
         import torch.distributed as tdist
 
         tdist.all_reduce(peak, op=tdist.ReduceOp.MAX)
     if rank == 0:
-        tokens = int(attn.sum())
         out = {
             "seconds_per_update": seconds,
             "tokens_per_s": tokens / seconds,

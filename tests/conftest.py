@@ -7,13 +7,13 @@ import socket
 import pytest
 import torch
 
-from tirl.chat.hermes import CODE_INTERPRETER_SCHEMA
 from tirl.chat.template import ChatRenderer, conversation_text
 from tirl.demo.arith import generate_problems
 from tirl.demo.tiny_model import TinyModelConfig, build_model, train_tokenizer
 from tirl.rollout.agent import AgentConfig, AgentLoop
 from tirl.rollout.engine import TorchEngine
 from tirl.sandbox import LocalSandbox, SandboxConfig
+from tirl.tools.code_interpreter import CODE_INTERPRETER_SCHEMA
 
 TOOL = {"type": "function", "function": {"name": "code_interpreter", "arguments": {"code": "print(12 * 34)"}}}
 

@@ -18,13 +18,15 @@ def test_missing_model_path_is_a_clear_error(capsys, tmp_path):
 
 
 def test_demo_config_loads_and_overrides(tmp_path):
-    from tirl.cli import DEMO_CONFIG
+    from tirl.demo.command import DEMO_CONFIG
 
     cfg = load_config(TirlConfig, DEMO_CONFIG, ["rl.steps=3", "rl.optim.lr=1e-3", "eval.n=4"])
     assert cfg.rl.steps == 3 and cfg.rl.optim.lr == 1e-3 and cfg.eval.n == 4
     assert cfg.task.tiny.num_layers == 2 and cfg.reward.tool_call_bonus
-    with pytest.raises(ConfigError, match="rl: unknown advantage estimator .ppo2.; valid"):
-        load_config(TirlConfig, DEMO_CONFIG, ["rl.adv_estimator=ppo2"])
+    with pytest.raises(
+        ConfigError, match="rl.advantage.name=ppo2.: unknown advantage estimator .ppo2.; valid"
+    ):
+        load_config(TirlConfig, DEMO_CONFIG, ["rl.advantage.name=ppo2"])
 
 
 def test_bad_data_file_is_reported(tmp_path, capsys):

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+import tirl.commands.data
 import tirl.data
 import tirl.data.benchmarks
-import tirl.data.commands
 import tirl.eval.evaluate
 import tirl.models.export
 import tirl.sandbox
@@ -65,7 +65,7 @@ def test_data_prepare_writing_fails_as_one_line_naming_out(monkeypatch, tmp_path
     def fails(*_, **__):
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(tirl.data.commands, "prepare", lambda *a, **k: [{"prompt": "x"}])
+    monkeypatch.setattr(tirl.commands.data, "prepare", lambda *a, **k: [{"prompt": "x"}])
     monkeypatch.setattr(tirl.data, "write_rows", fails)
     out = tmp_path / "gsm8k.jsonl"
     assert main(["data", "prepare", "gsm8k", "--out", str(out)]) == 2
@@ -158,7 +158,7 @@ def test_a_task_factory_declared_to_return_a_task_is_called(tmp_path, monkeypatc
     from tirl.tasks import Task, load_task
 
     (tmp_path / "my_tasks.py").write_text(
-        "from tirl.tasks import Task\n\n\ndef make() -> Task:\n    return Task('mine', rows=lambda split, cfg: [])\n\n\n"
+        "from tirl.tasks import Task\n\n\ndef make() -> Task:\n    return Task('mine', rows=lambda split, options, seed: [])\n\n\n"
         "def other():\n    raise AssertionError('called')\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -218,10 +218,10 @@ def test_save_load_round_trip(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     "override, said",
     [
-        ("rl.clip_low=.nan", "clip_low=nan must be a finite number with 0 <= clip_low < 1"),
-        ("rl.clip_low=1.5", "clip_low=1.5 must be a finite number with 0 <= clip_low < 1"),
-        ("rl.clip_high=.inf", "clip_high=inf must be a finite number"),
-        ("rl.clip_c=1.0", "clip_c=1.0 must be a finite number with 1 < clip_c"),
+        ("rl.loss.clip_low=.nan", "clip_low=nan must be a finite number with 0 <= clip_low < 1"),
+        ("rl.loss.clip_low=1.5", "clip_low=1.5 must be a finite number with 0 <= clip_low < 1"),
+        ("rl.loss.clip_high=.inf", "clip_high=inf must be a finite number"),
+        ("rl.loss.clip_c=1.0", "clip_c=1.0 must be a finite number with 1 < clip_c"),
         ("rl.kl_coef=-0.1", "kl_coef=-0.1 must be a finite number with 0 <= kl_coef"),
         ("rl.entropy_coef=.nan", "entropy_coef=nan must be a finite number"),
         ("rl.mis_high=.nan", "mis_high=nan must be a finite number with mis_low (0.0) < mis_high"),

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import tirl.demo.ablation.runner as runner
-from tirl.cli import DEMO_CONFIG, main
+from tirl.cli import main
 from tirl.commands.run_config import TirlConfig
 from tirl.core.config import ConfigError, load_config, to_dict
 from tirl.demo.ablation import pipeline
@@ -18,6 +18,7 @@ from tirl.demo.ablation.arms import Arm, Study, arm_config, parse_arm, read_arms
 from tirl.demo.ablation.presets import get_preset, preset_names
 from tirl.demo.ablation.results import SeedResult, per_problem, summary_metrics
 from tirl.demo.ablation.summary import arm_summary, paired, summarize, verdict
+from tirl.demo.command import DEMO_CONFIG
 from tirl.demo.seeds import lift_interval
 from tirl.train.signals import StopRequested
 
@@ -35,16 +36,16 @@ def test_an_arm_on_the_command_line_keeps_commas_inside_values():
 def test_arms_file_takes_nested_and_dotted_keys_and_a_baseline(tmp_path):
     f = tmp_path / "arms.yaml"
     f.write_text(
-        "baseline: b\narms:\n  a: {rl: {clip_high: 0.2}}\n  b: {rl.loss_agg: token-mean, eval.temperatures: [0.6, 1.0]}\n"
+        "baseline: b\narms:\n  a: {rl: {loss: {clip_high: 0.2}}}\n  b: {rl.loss.agg: token-mean, eval.temperatures: [0.6, 1.0]}\n"
     )
     arms, baseline = read_arms_file(f)
     assert baseline == "b"
     assert arms == [
-        Arm("a", ("rl.clip_high=0.2",)),
-        Arm("b", ("rl.loss_agg=token-mean", "eval.temperatures=[0.6, 1.0]")),
+        Arm("a", ("rl.loss.clip_high=0.2",)),
+        Arm("b", ("rl.loss.agg=token-mean", "eval.temperatures=[0.6, 1.0]")),
     ]
     cfg = arm_config(TirlConfig(), arms[1])
-    assert cfg.rl.loss_agg == "token-mean" and cfg.eval.temperatures == [0.6, 1.0]
+    assert cfg.rl.loss.agg == "token-mean" and cfg.eval.temperatures == [0.6, 1.0]
     f.write_text("arms: {a: {}}\nseeds: 3\n")
     with pytest.raises(ConfigError, match="unknown keys"):
         read_arms_file(f)
@@ -75,13 +76,13 @@ def _flat(d, prefix=""):
 @pytest.mark.parametrize(
     "name, key, values",
     [
-        ("clip-higher", "rl.clip_high", [0.2, 0.28]),
-        ("loss-agg", "rl.loss_agg", ["seq-mean-token-mean", "token-mean"]),
+        ("clip-higher", "rl.loss.clip_high", [0.2, 0.28]),
+        ("loss-agg", "rl.loss.agg", ["seq-mean-token-mean", "token-mean"]),
         ("tool-reward", "reward.tool_call_bonus", [False, True]),
         ("kl", "rl.kl_coef", [0.001, 0.0]),
         ("entropy-bonus", "rl.entropy_coef", [0.0, 0.001]),
-        ("passk", "rl.adv_estimator", ["grpo", "passk"]),
-        ("pkpo", "rl.adv_estimator", ["grpo", "pkpo"]),
+        ("passk", "rl.advantage.name", ["grpo", "passk"]),
+        ("pkpo", "rl.advantage.name", ["grpo", "pkpo"]),
     ],
 )
 def test_each_preset_changes_only_its_key_on_the_demo_config(name, key, values):
@@ -221,7 +222,7 @@ def test_arms_share_the_seed_sft_unless_they_change_it_and_a_crash_stops_only_it
     fail["rl-boom"] = RuntimeError("out of luck")
     arms = (
         Arm("a"),
-        Arm("b", ("rl.clip_high=0.2",)),
+        Arm("b", ("rl.loss.clip_high=0.2",)),
         Arm("own", ("sft.epochs=2",)),
         Arm("boom"),
         Arm("bad", ("rl.n=1",)),

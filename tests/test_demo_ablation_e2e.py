@@ -60,12 +60,12 @@ def _row(i: int, d: int, split: str) -> dict[str, Any]:
     }
 
 
-def _rows(split: str, cfg: Any) -> list[dict[str, Any]]:
-    n, offset = (cfg.task.num_rl, 1) if split == "train" else (cfg.task.num_test, 2)
-    return [_row(i, d, split) for i, d in enumerate(_digits(n, 10 * cfg.seed + offset))]
+def _rows(split: str, options: Any, seed: int) -> list[dict[str, Any]]:
+    n, offset = (options.num_rl, 1) if split == "train" else (options.num_test, 2)
+    return [_row(i, d, split) for i, d in enumerate(_digits(n, 10 * seed + offset))]
 
 
-def _demo_data(cfg: Any, sandbox: Any) -> DemoData:
+def _demo_data(options: Any, seed: int, sandbox: Any, max_tool_response_chars: int) -> DemoData:
     sft = [
         {
             "messages": [
@@ -73,9 +73,9 @@ def _demo_data(cfg: Any, sandbox: Any) -> DemoData:
                 {"role": "assistant", "content": f"\\boxed{{{d}}}"},
             ]
         }
-        for d in _digits(cfg.task.num_sft, 10 * cfg.seed)
+        for d in _digits(options.num_sft, 10 * seed)
     ]
-    return DemoData(sft, _rows("train", cfg), _rows("test", cfg), [])
+    return DemoData(sft, _rows("train", options, seed), _rows("test", options, seed), [])
 
 
 SAY = Task("say", tools=(), system_prompt="", rows=_rows, demo_data=_demo_data, options=ArithOptions)

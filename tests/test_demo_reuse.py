@@ -15,9 +15,9 @@ import tirl.demo.ablation.runner as ablation_runner
 import tirl.demo.compare as compare
 import tirl.demo.smollm2 as smollm2
 import tirl.demo.tiny as tiny
-from tirl.cli import DEMO_CONFIG, DEMO_MODELS
 from tirl.commands.run_config import TirlConfig
 from tirl.core.config import load_config
+from tirl.demo.command import DEMO_CONFIG, DEMO_MODELS
 
 
 def fake_rows(cfg: TirlConfig, out: Path) -> dict:

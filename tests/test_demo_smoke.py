@@ -51,7 +51,8 @@ def test_demo_pipeline_writes_report(tmp_path, monkeypatch):
 def test_demo_compare_trains_both_objectives_and_analyses_three(tmp_path, monkeypatch):
     monkeypatch.setenv("TIRL_QUIET", "1")
     out = tmp_path / "demo"
-    toy = [f"out_dir={out}", *TOY, "rl.steps=1", "rl.passk_k=2", "rl.mini_batch_size=16"]
+    # rl.advantage.k is the objective arm's own (the grpo base has no k): its default 4 fits rl.n=4
+    toy = [f"out_dir={out}", *TOY, "rl.steps=1", "rl.mini_batch_size=16"]
     assert main(["demo", "--compare", "passk", "--temperatures", "0.6,1.0", *toy]) == 0
     cmp_dir = out / "compare-passk"
     report = json.loads((cmp_dir / "analysis" / "report.json").read_text())
@@ -62,7 +63,7 @@ def test_demo_compare_trains_both_objectives_and_analyses_three(tmp_path, monkey
         }
         assert temps == {0.6, 1.0}
     assert (out / "rl-passk" / "model" / "config.json").is_file()
-    assert "adv_estimator: passk" in (out / "rl-passk" / "config.yaml").read_text()
+    assert "name: passk" in (out / "rl-passk" / "config.yaml").read_text()
     # A second run reuses every checkpoint and only re-evaluates.
     before = (out / "rl-passk" / "model" / "model.safetensors").stat().st_mtime_ns
     assert main(["demo", "--compare", "passk", *toy]) == 0

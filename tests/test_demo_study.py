@@ -14,9 +14,9 @@ import tirl.commands.stages as stages
 import tirl.demo.gsm8k_study as study
 import tirl.demo.smollm2 as smollm2
 import tirl.eval.analyze as analyze
-from tirl.cli import STUDY_CONFIG
 from tirl.commands.run_config import TirlConfig
 from tirl.core.config import load_config
+from tirl.demo.command import STUDY_CONFIG
 
 
 def rows(name: str, n: int) -> list[dict]:

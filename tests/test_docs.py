@@ -155,12 +155,15 @@ def config_keys(obj: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _documented(page: str) -> dict[str, dict[str, str]]:
-    """key -> default of each task's sections ("### `task...` (NAME)") and of the rest (""), from the page's rows."""
+    """key -> default of each variant's sections ("### `task...` (NAME)", "### `rl.loss` (NAME)", "### `rl.advantage`
+    (NAME, NAME)") and of the rest (""), from the page's rows; a variant section is filed under each name it gives."""
     out: dict[str, dict[str, str]] = {}
     for section in re.split(r"^### ", page, flags=re.M):
-        task = re.match(r"`task[\w.]*` \((\w+)\)", section)
+        variant = re.match(r"`(task|rl\.loss|rl\.advantage)[\w.]*` \(([\w, ]+)\)", section)
         rows = re.findall(r"^\| `([\w.]+)` \| `([^`]*)` \|", section, flags=re.M)
-        out.setdefault(task.group(1) if task else "", {}).update(rows)
+        names = [f"{variant.group(1)}:{n.strip()}" for n in variant.group(2).split(",")] if variant else [""]
+        for name in names:
+            out.setdefault(name, {}).update(rows)
     return out
 
 
@@ -179,6 +182,7 @@ def _check_rows(rows: dict[str, str], keys: dict[str, Any], where: str) -> None:
 
 def test_configuration_page_lists_every_key_with_its_default() -> None:
     """Every key of every section, and each shipped task's `task.*` options in that task's own sections."""
+    from tirl import algorithms
     from tirl.commands.run_config import TirlConfig
     from tirl.tasks import load_task, task_names
 
@@ -191,8 +195,20 @@ def test_configuration_page_lists_every_key_with_its_default() -> None:
     for name in task_names():
         options = load_task(name).options(name=name)
         own = {k: v for k, v in config_keys(options, "task.").items() if k != "task.name"}
-        _check_rows(documented.pop(name, {}), own, f"task {name}")
-    assert not documented, f"sections for tasks that are not registered: {sorted(documented)}"
+        _check_rows(documented.pop(f"task:{name}", {}), own, f"task {name}")
+    # each loss and estimator variant: its keys that the default's lack or give another default
+    for section in ("loss", "advantage"):
+        base = getattr(TirlConfig().rl, section)
+        for name in getattr(algorithms, "POLICY_LOSSES" if section == "loss" else "ADVANTAGE_ESTIMATORS"):
+            options = base.config_variant(name)(name=name)
+            own = {
+                k: v
+                for k, v in config_keys(options, f"rl.{section}.").items()
+                if k != f"rl.{section}.name" and (k not in keys or keys[k] != v)
+            }
+            if own:
+                _check_rows(documented.pop(f"rl.{section}:{name}", {}), own, f"rl.{section}.name={name}")
+    assert not documented, f"sections for variants that are not registered: {sorted(documented)}"
 
 
 def test_readme_keeps_the_quick_start() -> None:

@@ -20,7 +20,7 @@ RECIPE = {  # each row's recipe value, written out by hand from the recipe's cod
     "reward.code_timeout_s": 30.0,
     "rl.rollout_correction": "none",
     "rollout.dtype": "bfloat16",
-    "rl.token_mean": "micro",
+    "rl.loss.token_mean": "micro",
     "sft.loss_mean": "micro",
     "agent.token_stream": "verl",
     "agent.malformed_calls": "drop",

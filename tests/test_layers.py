@@ -1,11 +1,12 @@
-"""The import layers of `src/tirl`: no module imports a module of a higher layer, not even lazily, nor one that
-stands beside it in its own layer (train and eval, rollout and tasks: neither of a pair knows the other).
+"""The import layers of `src/tirl`: no module imports a module of a higher layer, not even lazily or for an
+annotation, nor one that stands beside it in its own layer (train and eval, rollout and tasks: neither of a pair
+knows the other); and no two folders, and no two modules, import each other.
 
-A lower layer that reaches up (directly, through a package `__init__`, or through an import inside a function)
-turns the layers into a tangle: the next engine, trainer or command then touches code it should not know about.
-Imports are read with `ast`, so lazy imports count; imports under `if TYPE_CHECKING:` are annotations only and do
-not. `LAYERS` is also the diagram of docs/architecture.md (a test keeps the two the same). The algorithm math has
-a stricter rule on top (docs/STYLE.md): it imports only torch and the standard library.
+A lower layer that reaches up (directly, through a package `__init__`, through an import inside a function, or
+under `if TYPE_CHECKING:` to name a class in a type hint) turns the layers into a tangle: the next engine, trainer
+or command then touches code it should not know about. Imports are read with `ast`, so lazy and annotation-only
+imports count. `LAYERS` is also the diagram of docs/architecture.md (a test keeps the two the same). The algorithm
+math has a stricter rule on top (docs/STYLE.md): it imports only torch and the standard library.
 """
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ SRC = Path(tirl.__file__).parent
 ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 
 # Bottom to top. A module may import its own entry and the layers below it. Entries are packages or modules;
-# the longest matching entry places a module, so the `tirl <command>` front ends of data/, models/ and sandbox/
-# sit with the commands rather than with their package. The entries of one layer stand side by side and do not
+# the longest matching entry places a module (the run config sits below the stages and front ends of its
+# package). Every `tirl <command>` front end is in commands/ (the demo's, above it, in demo/), so each package
+# below sits in one layer whole. The entries of one layer stand side by side and do not
 # import one another (rewards scores text against a problem row and knows no trajectory; the episode driver,
 # rollout/episodes.py, scores through it; the RL trainer and the evaluator share only what lies below them, and
 # in-training validation is wired by the RL stage above both), except in the layers of MIXED_LAYERS.
@@ -34,23 +36,13 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("rollout, tasks", ("tirl.rollout", "tirl.tasks")),
     ("eval, train", ("tirl.eval", "tirl.train")),
     ("run config", ("tirl.commands.run_config",)),
-    (
-        "stages and commands",
-        (
-            "tirl.commands",
-            "tirl.data.commands",
-            "tirl.data.filter",
-            "tirl.data.sample",
-            "tirl.models.commands",
-            "tirl.sandbox.cli",
-        ),
-    ),
+    ("stages and commands", ("tirl.commands",)),
     ("demo", ("tirl.demo",)),
     ("cli", ("tirl.cli", "tirl.__main__")),
 )
 
-# Layers whose entries may import one another: the command front ends call into each other, `__main__` runs the cli.
-MIXED_LAYERS = {"stages and commands", "cli"}
+# Layers whose entries may import one another: `__main__` runs the cli.
+MIXED_LAYERS = {"cli"}
 
 # Known upward imports, each named with the change that removes it: (importing module, imported module).
 # Upward imports allowed by name (none: gather-for-export lives in train/fsdp.py, so models/ never imports train/).
@@ -65,26 +57,9 @@ def module_name(path: Path, src: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def is_type_checking_block(node: ast.AST) -> bool:
-    test = getattr(node, "test", None)
-    return isinstance(node, ast.If) and (
-        (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-    )
-
-
 def import_nodes(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
-    """Every import statement, at any depth (inside functions too), except under `if TYPE_CHECKING:`."""
-    found, stack = [], [tree]
-    while stack:
-        node = stack.pop()
-        if is_type_checking_block(node):
-            stack.extend(node.orelse)
-            continue
-        if isinstance(node, (ast.Import, ast.ImportFrom)):
-            found.append(node)
-        stack.extend(ast.iter_child_nodes(node))
-    return found
+    """Every import statement, at any depth: inside functions and under `if TYPE_CHECKING:` too."""
+    return [node for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))]
 
 
 def imported_names(node: ast.Import | ast.ImportFrom, module: str, is_package: bool) -> list[str]:
@@ -100,10 +75,11 @@ def imported_names(node: ast.Import | ast.ImportFrom, module: str, is_package: b
     return [target] + [f"{target}.{alias.name}" for alias in node.names]
 
 
-def import_graph(src: Path) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
+def import_graph(src: Path, *, packages: bool = True) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
     """(module -> tirl modules its execution imports, module -> top-level names of its external imports).
 
-    Importing `a.b.c` runs `a/__init__.py` and `a/b/__init__.py` too, so those are edges as well."""
+    Importing `a.b.c` runs `a/__init__.py` and `a/b/__init__.py` too, so those are edges as well (without
+    `packages`, only the module an import names: what the module itself knows)."""
     paths = {module_name(p, src): p for p in sorted(src.rglob("*.py"))}
     root = src.name
     graph: dict[str, set[str]] = {}
@@ -119,7 +95,12 @@ def import_graph(src: Path) -> tuple[dict[str, set[str]], dict[str, set[str]]]:
                     external[module].add(name.split(".")[0])
                     continue
                 parts = name.split(".")
-                graph[module] |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & paths.keys()
+                if packages:
+                    graph[module] |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)} & paths.keys()
+                else:  # the longest existing module the name starts with (`from a import b`: a.b, or a)
+                    graph[module] |= next(
+                        ({n} for i in range(len(parts), 0, -1) if (n := ".".join(parts[:i])) in paths), set()
+                    )
         graph[module].discard(module)
     return graph, external
 
@@ -169,6 +150,34 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
     return found
 
 
+def folder(module: str, src: Path) -> str:
+    """The top-level folder (package) of `module`: `tirl.rollout.graph_decode` -> `tirl.rollout`; the modules at
+    the root (cli, __main__) are the folder `tirl`."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if len(parts) > 1 and (src / parts[1]).is_dir() else parts[0]
+
+
+def mutual_imports(src: Path) -> tuple[list[str], list[str]]:
+    """(folder pairs, module pairs) that import each other: each pair once, with one import each way for the
+    folders. Only the modules an import names count (the package `__init__` it also runs is no knowledge)."""
+    graph, _ = import_graph(src, packages=False)
+    arrows: dict[tuple[str, str], str] = {}
+    for a in sorted(graph):
+        for b in sorted(graph[a]):
+            fa, fb = folder(a, src), folder(b, src)
+            if fa != fb:
+                arrows.setdefault((fa, fb), f"{a} -> {b}")
+    folders = [
+        f"{fa} <-> {fb}: {arrows[(fa, fb)]}, {arrows[(fb, fa)]}"
+        for fa, fb in sorted(arrows)
+        if fa < fb and (fb, fa) in arrows
+    ]
+    modules = [
+        f"{a} <-> {b}" for a in sorted(graph) for b in sorted(graph[a]) if a < b and a in graph.get(b, ())
+    ]
+    return folders, modules
+
+
 def render_diagram() -> str:
     """LAYERS as the text diagram of docs/architecture.md: top layer first, each importing only what is below;
     the entries of a row stand apart (`|`) or, in MIXED_LAYERS, may import one another (`,`)."""
@@ -187,7 +196,7 @@ def write_package(root: Path, files: dict[str, str]) -> Path:
     return root / "tirl"
 
 
-def test_checker_follows_lazy_and_package_imports_and_skips_type_checking(tmp_path: Path) -> None:
+def test_checker_follows_lazy_package_and_type_checking_imports(tmp_path: Path) -> None:
     src = write_package(
         tmp_path,
         {
@@ -196,7 +205,8 @@ def test_checker_follows_lazy_and_package_imports_and_skips_type_checking(tmp_pa
             "tirl/chat/template.py": "def render():\n    from ..commands.tokcheck import check\n",
             "tirl/rollout/__init__.py": "",
             "tirl/rollout/agent.py": "from tirl.chat.hermes import parse\n",
-            "tirl/chat/hermes.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tirl.cli import main\n",
+            "tirl/chat/hermes.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tirl.demo import run\n",
+            "tirl/demo/__init__.py": "",
             "tirl/commands/tokcheck.py": "import yaml\n",
             "tirl/train/rl.py": "def validate():\n    from tirl.eval.evaluate import evaluate\n",
             "tirl/eval/evaluate.py": "from tirl.rewards.scoring import score\n",
@@ -211,7 +221,7 @@ def test_checker_follows_lazy_and_package_imports_and_skips_type_checking(tmp_pa
         "tirl.chat",
         "tirl.chat.hermes",
     }
-    assert graph["tirl.chat.hermes"] == set()  # TYPE_CHECKING only
+    assert graph["tirl.chat.hermes"] == {"tirl", "tirl.demo"}  # an annotation's import counts too
     assert external["tirl.commands.tokcheck"] == {"yaml"}
     found = upward_imports(graph)
     assert (
@@ -227,7 +237,44 @@ def test_checker_follows_lazy_and_package_imports_and_skips_type_checking(tmp_pa
         "tirl.train.rl (eval, train) imports tirl.eval.evaluate (tirl.eval, beside it) via tirl.train.rl -> "
         "tirl.eval.evaluate" in found
     )
+    assert (
+        "tirl.chat.hermes (chat, sandbox, data) imports tirl.demo (demo) via tirl.chat.hermes -> tirl.demo"
+        in found
+    )
     assert not [f for f in found if f.startswith("tirl.eval.evaluate ")]  # eval -> rewards is downward
+
+
+def test_pair_checker_finds_folders_and_modules_that_import_each_other(tmp_path: Path) -> None:
+    src = write_package(
+        tmp_path,
+        {
+            "tirl/__init__.py": "",
+            "tirl/cli.py": "from tirl.data.rows import read\n",  # the root imports down: no pair with tirl/
+            "tirl/data/__init__.py": "",
+            "tirl/data/rows.py": "import tirl.data.schema\n\n\ndef read():\n    from tirl.tasks.task import Task\n",
+            "tirl/data/schema.py": "from tirl.data import rows\n",
+            "tirl/tasks/__init__.py": "",
+            "tirl/tasks/task.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tirl.data.schema import S\n",
+            "tirl/rollout/__init__.py": "",
+            "tirl/rollout/engine.py": "from tirl.rollout.decode import graph\n",
+            "tirl/rollout/decode.py": "from tirl.rollout import engine\n",
+        },
+    )
+    folders, modules = mutual_imports(src)
+    assert folders == [
+        "tirl.data <-> tirl.tasks: tirl.data.rows -> tirl.tasks.task, tirl.tasks.task -> tirl.data.schema"
+    ]
+    assert modules == ["tirl.data.rows <-> tirl.data.schema", "tirl.rollout.decode <-> tirl.rollout.engine"]
+
+
+def test_no_two_folders_import_each_other() -> None:
+    folders, _ = mutual_imports(SRC)
+    assert not folders, "these folders import each other (one import each way):\n" + "\n".join(folders)
+
+
+def test_no_two_modules_import_each_other() -> None:
+    _, modules = mutual_imports(SRC)
+    assert not modules, "these modules import each other:\n" + "\n".join(modules)
 
 
 def test_every_module_has_a_layer() -> None:

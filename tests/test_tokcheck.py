@@ -5,11 +5,11 @@ import json
 import pytest
 
 from conftest import sample_conversation
-from tirl.chat.hermes import tool_call_json
 from tirl.cli import main
 from tirl.eval.evaluate import EvalConfig, evaluate, write_eval
 from tirl.rollout.agent import AgentConfig, AgentLoop
 from tirl.rollout.engine import Generation
+from tirl.tools.code_interpreter import CODE_INTERPRETER_SCHEMA, tool_call_json
 
 
 class ToolThenAnswer:
@@ -130,7 +130,7 @@ def test_sft_files_pass_and_stored_ids_drift_is_caught(tmp_path, capsys):
 
     tok = qwen_tokenizer("qwen3")
     tok.save_pretrained(tmp_path / "qwen3")
-    renderer = ChatRenderer(tok, fmt="qwen3")
+    renderer = ChatRenderer(tok, fmt="qwen3", tools=[CODE_INTERPRETER_SCHEMA])  # the default task's tools
     args = ["--model", str(tmp_path / "qwen3"), "--format", "qwen3"]
     conv = sample_conversation()
     plain = tmp_path / "sft.jsonl"
@@ -151,7 +151,7 @@ def test_sft_files_pass_and_stored_ids_drift_is_caught(tmp_path, capsys):
 
 def test_stored_mask_of_the_wrong_length_is_a_divergence(renderer):
     """A loss_mask shorter or longer than its ids is a mask error, never a pass or an IndexError."""
-    from tirl.commands.tokcheck import check_rows
+    from tirl.chat.tokcheck import check_rows
 
     ids, mask = renderer.render(sample_conversation())
     for bad in (mask[:-1], [*mask, 1]):
@@ -162,7 +162,7 @@ def test_stored_mask_of_the_wrong_length_is_a_divergence(renderer):
 
 
 def test_rollout_mask_longer_than_response_is_a_divergence(rollouts, renderer):
-    from tirl.commands.tokcheck import check_rows
+    from tirl.chat.tokcheck import check_rows
 
     rows = [json.loads(line) for line in rollouts.read_text().splitlines()]
     rows[0]["loss_mask"] = [*rows[0]["loss_mask"], 1]

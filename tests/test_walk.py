@@ -5,6 +5,12 @@ The walk: from a stage function, every call that passes `cfg` (or a section of i
 parameter that receives it, depth first in source order, each function once. A room is a module; entering one is a
 call into it from a function of another module (several calls from one function into one module are one visit:
 the reader has it open). No module may be entered more than twice.
+
+Entries per module miss a reader sent back and forth: the trail (the stage's module, then each entry in the order
+the walk makes it) may go A -> B -> A, or rollout.agent -> rollout.timeouts -> rollout.async_agent ->
+rollout.agent. A return is an entry into a module the trail already holds (a file the reader opened and left);
+a stage's walk may make at most MAX_RETURNS of them (measured when the test was written: run_rl 4, run_eval 2,
+run_sft 1).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 MAX_ENTRIES = 2
+MAX_RETURNS = 4
 
 
 @cache
@@ -107,3 +114,31 @@ def test_following_cfg_from_a_stage_enters_no_module_more_than_twice(stage):
     counts = Counter(entries)
     over = {m: n for m, n in counts.items() if n > MAX_ENTRIES}
     assert not over, f"following cfg from {stage} enters these modules more than {MAX_ENTRIES} times: {over}"
+
+
+def returns(trail: list[str]) -> list[str]:
+    """Each step of `trail` into a module it already holds, as `A -> ... -> A` (the trail from that module's
+    last place to its return)."""
+    found = []
+    for i, m in enumerate(trail):
+        if m in trail[:i]:
+            last = max(j for j in range(i) if trail[j] == m)
+            found.append(" -> ".join(x.removeprefix("tirl.") for x in trail[last : i + 1]))
+    return found
+
+
+def test_returns_are_entries_into_a_module_the_trail_already_left():
+    trail = ["s", "a", "b", "a", "c", "s", "b"]
+    assert returns(trail) == ["a -> b -> a", "s -> a -> b -> a -> c -> s", "b -> a -> c -> s -> b"]
+    assert returns(["s", "a", "b"]) == []
+
+
+@pytest.mark.parametrize("stage", ["run_rl", "run_sft", "run_eval"])
+def test_following_cfg_from_a_stage_returns_to_a_module_it_left_at_most_max_returns_times(stage):
+    entries: list[str] = []
+    walk("tirl.commands.stages", stage, {"cfg"}, set(), entries)
+    back = returns(["tirl.commands.stages", *entries])
+    assert len(back) <= MAX_RETURNS, (
+        f"following cfg from {stage} goes back to a module it left {len(back)} times (at most {MAX_RETURNS}):\n"
+        + "\n".join(back)
+    )

@@ -84,7 +84,7 @@ def make_rows(n: int, seed: int) -> list[dict]:
     return out
 
 
-def rows(split: str, cfg) -> list[dict]:
+def rows(split: str, options, seed: int) -> list[dict]:
     return make_rows(200, seed=0) if split == "train" else make_rows(50, seed=1)
 
 

@@ -56,7 +56,7 @@ def calculator(expression: str) -> str:
 SYSTEM = "Use the calculator tool for every computation, then give the final answer as \\boxed{number}."
 
 
-def rows(split: str, cfg) -> list[dict]:
+def rows(split: str, options, seed: int) -> list[dict]:
     data = prepare("gsm8k", wording="plain")
     return data[:1000] if split == "train" else data[1000:]
 

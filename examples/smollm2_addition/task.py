@@ -53,7 +53,7 @@ def make_rows(split: str) -> list[dict]:
     ]
 
 
-def rows(split: str, cfg) -> list[dict]:
+def rows(split: str, options, seed: int) -> list[dict]:
     return make_rows("train" if split == "train" else "test")
 
 

@@ -9,6 +9,8 @@ from torch.testing import assert_close
 from tirl.algorithms import (
     ADVANTAGE_ESTIMATORS,
     POLICY_LOSSES,
+    AdvantageOptions,
+    PassKOptions,
     check_advantage,
     get_advantage_estimator,
     get_policy_loss,
@@ -66,7 +68,7 @@ def test_signatures_are_checked_at_registration():
     def no_norm(logp, old_logp, advantages, loss_mask, *, clip_low, clip_high, clip_c, agg):
         return logp.sum(), {}
 
-    with pytest.raises(ValueError, match="including clip_low, clip_high, clip_c, agg, norm_len, num_tokens"):
+    with pytest.raises(ValueError, match="including agg, norm_len, num_tokens, num_seqs"):
         register_policy_loss("no_norm", no_norm)
     assert "no_norm" not in POLICY_LOSSES
 
@@ -116,10 +118,10 @@ def test_rl_config_asks_the_estimator_not_its_name():
     from tirl.train.rl import RLConfig
 
     with pytest.raises(
-        ValueError, match=r"rl.adv_estimator='pkpo' with rl.n=4, rl.passk_k=5: k=5 must be in"
+        ValueError, match=r"rl.advantage.name='pkpo' with rl.n=4, rl.advantage.k=5: k=5 must be in"
     ):
-        RLConfig(adv_estimator="pkpo", n=4, passk_k=5)
-    RLConfig(adv_estimator="grpo", n=4, passk_k=5)  # grpo ignores passk_k
+        RLConfig(advantage=PassKOptions(name="pkpo", k=5), n=4)
+    RLConfig(advantage=AdvantageOptions(name="grpo"), n=4)  # grpo has no k to check
 
     def at_most_k(rewards, group_ids, *, k):
         return best_minus_rest(rewards, group_ids)
@@ -128,7 +130,8 @@ def test_rl_config_asks_the_estimator_not_its_name():
         "my_passk",
         at_most_k,
         check=lambda *, group_size, k: check_advantage("passk", group_size=group_size, k=k),
+        options=PassKOptions,
     )
-    with pytest.raises(ValueError, match="rl.adv_estimator='my_passk'"):
-        RLConfig(adv_estimator="my_passk", n=2, passk_k=3)
+    with pytest.raises(ValueError, match="rl.advantage.name='my_passk'"):
+        RLConfig(advantage=PassKOptions(name="my_passk", k=3), n=2)
     assert objectives() == ["my_passk", "passk", "pkpo"]  # `tirl demo --compare`: the estimators that take k

@@ -121,9 +121,9 @@ def _loss_and_grad(name, inp, agg):
         inp["loss_mask"],
         clip_low=inp["clip_low"],
         clip_high=inp["clip_high"],
-        clip_c=inp["clip_c"],
         agg=agg,
         norm_len=inp["norm_len"],
+        **({"clip_c": inp["clip_c"]} if name == "ppo" else {}),  # the dual clip is PPO's alone
     )
     loss.backward()
     return loss.detach(), logp.grad, stats

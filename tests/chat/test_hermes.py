@@ -1,55 +1,41 @@
 import json
 
-from tirl.chat.hermes import parse_tool_call, prepare_code, tool_call_json, truncate_middle
+from tirl.chat.hermes import call_json, parse_tool_calls, truncate_middle
 
 
 def test_well_formed_call():
-    text = "Let me compute.\n<tool_call>\n" + tool_call_json("print(1 + 1)") + "\n</tool_call>"
-    call = parse_tool_call(text)
-    assert call is not None and call.error is None
-    assert call.name == "code_interpreter" and call.code == "print(1 + 1)"
+    text = "Let me compute.\n<tool_call>\n" + call_json("lookup", {"key": "H"}) + "\n</tool_call>"
+    [call] = parse_tool_calls(text)
+    assert call.error is None and call.name == "lookup" and call.arguments == {"key": "H"}
 
 
 def test_no_call_is_final_answer():
-    assert parse_tool_call("The answer is \\boxed{3}.") is None
+    assert parse_tool_calls("The answer is \\boxed{3}.") == []
 
 
-def test_first_call_wins():
-    text = "<tool_call>" + tool_call_json("print(1)") + "</tool_call><tool_call>" + tool_call_json("print(2)")
-    assert parse_tool_call(text + "</tool_call>").code == "print(1)"
+def test_limit_keeps_the_first_calls():
+    text = (
+        "<tool_call>" + call_json("a", {}) + "</tool_call><tool_call>" + call_json("b", {}) + "</tool_call>"
+    )
+    assert [c.name for c in parse_tool_calls(text, limit=1)] == ["a"]
 
 
 def test_arguments_as_json_string():
-    raw = json.dumps({"name": "code_interpreter", "arguments": json.dumps({"code": "print(5)"})})
-    assert parse_tool_call(f"<tool_call>{raw}</tool_call>").code == "print(5)"
+    raw = json.dumps({"name": "lookup", "arguments": json.dumps({"key": "He"})})
+    assert parse_tool_calls(f"<tool_call>{raw}</tool_call>")[0].arguments == {"key": "He"}
 
 
-def test_malformed_calls_get_error_text():
+def test_malformed_syntax_gets_error_text():
     cases = {
         "<tool_call>{not json}</tool_call>": "not valid JSON",
         '<tool_call>["a list"]</tool_call>': "JSON object",
-        '<tool_call>{"name": "browser", "arguments": {"code": "x"}}</tool_call>': "unknown tool 'browser'",
-        '<tool_call>{"name": "code_interpreter", "arguments": {}}</tool_call>': "no 'code'",
-        '<tool_call>{"name": "code_interpreter", "arguments": {"code": "  "}}</tool_call>': "no 'code'",
-        '<tool_call>{"name": "code_interpreter", "arguments": {"code": "print(1)"}}': "not closed",
+        '<tool_call>{"name": "lookup", "arguments": [1]}</tool_call>': "JSON object of named values",
+        '<tool_call>{"name": "lookup", "arguments": {"key": "H"}}': "not closed",
     }
     for text, expected in cases.items():
-        call = parse_tool_call(text)
-        assert call is not None and call.code is None, text
-        assert expected in call.error, (text, call.error)
+        [call] = parse_tool_calls(text)
+        assert call.error is not None and expected in call.error, (text, call.error)
         assert call.error.startswith("Error:")
-
-
-def test_prepare_code_fence_and_auto_print():
-    assert prepare_code("```python\nx = 2\nx * 3\n```") == "x = 2\nprint(x * 3)"
-    assert prepare_code("x = 2\nprint(x)") == "x = 2\nprint(x)"
-    assert prepare_code("x = 2") == "x = 2"  # an assignment is not printed (the recipe would break it)
-    assert prepare_code("for i in range(2):\n    i") == "for i in range(2):\n    i"  # indented: left alone
-    assert prepare_code("print(1") == "print(1"  # a syntax error is the sandbox's to report
-    assert prepare_code("x = 1\nx", auto_print=False) == "x = 1\nx"
-    assert prepare_code("(1 +\n 2)") == "print((1 +\n 2))"
-    assert prepare_code("x = 2\nx  # show") == "x = 2\nprint(x)  # show"  # a trailing comment stays outside
-    assert prepare_code("x;") == "print(x);"
 
 
 def test_truncate_middle():

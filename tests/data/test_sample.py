@@ -9,18 +9,18 @@ import pytest
 import torch
 
 from conftest import make_model
-from tirl.chat.hermes import tool_call_json
 from tirl.cli import main
 from tirl.commands.tokcheck import check_tokens_command
 from tirl.data import read_rows
 from tirl.data.records import ProblemRow
-from tirl.data.sample import SampleConfig, sample_rows, summary_path
 from tirl.demo.arith import generate_problems
+from tirl.eval.sample import SampleConfig, sample_rows, summary_path
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent import AgentConfig, AgentLoop
 from tirl.rollout.engine import Generation
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Origin
+from tirl.tools.code_interpreter import tool_call_json
 from tirl.train.sft import render_rows
 
 
@@ -180,7 +180,7 @@ def test_cli_end_to_end(model_dir, tmp_path, monkeypatch, capsys):
 
 
 def test_token_check_compares_the_mask(renderer, sandbox):
-    from tirl.data.sample import sft_row_divergence, trajectory_messages
+    from tirl.eval.sample import sft_row_divergence, trajectory_messages
 
     agent = AgentLoop(ScriptedEngine(renderer, PROBLEMS, only=[1]), renderer, sandbox, AgentConfig())
     problem = ProblemRow.from_row(PROBLEMS[0].to_row(), 0)

@@ -86,4 +86,4 @@ def test_rl_checks_its_rows_the_same_way_after_max_prompt_tokens(
     ):
         RLTrainer(assemble(model, tokenizer, agent, [short, long], cfg, **kw))
     agent.config.max_prompt_tokens = n - 1  # dropped as verl's filter_overlong_prompts does, then all fit
-    assert len(RLTrainer(assemble(model, tokenizer, agent, [short, long], cfg, **kw)).rows) == 1
+    assert len(RLTrainer(assemble(model, tokenizer, agent, [short, long], cfg, **kw)).run.rows) == 1

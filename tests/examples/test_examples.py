@@ -74,7 +74,7 @@ def test_addition_task_grades_the_last_integer_and_keeps_test_problems_out_of_tr
     task = load_task(ADDITION)
     assert task.tools == [] and task.verifier == "last_integer"
     cfg = TirlConfig()
-    train, test = task.load_rows("train", cfg), task.load_rows("test", cfg)
+    train, test = task.load_rows("train", cfg.task, cfg.seed), task.load_rows("test", cfg.task, cfg.seed)
     assert len(test) == 64 and len(train) == 29 * 29 - 64
     assert not {r["extra_info"]["id"] for r in train} & {r["extra_info"]["id"] for r in test}
     problem = ProblemRow("p", "examples/addition", [], "29")
@@ -87,7 +87,7 @@ def tiny_model(tmp_path, task_spec, cfg):
     task = load_task(task_spec)
     texts = []
     for split in ("train", "test"):
-        for r in task.load_rows(split, cfg)[:200]:
+        for r in task.load_rows(split, cfg.task, cfg.seed)[:200]:
             msgs = [{"role": "system", "content": task.system_prompt}, *r["prompt"]]
             texts.append(conversation_text(msgs, add_generation_prompt=True) + "\\boxed{12} <tool_call>")
     shape = TinyModelConfig(vocab_size=512, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,
@@ -103,13 +103,13 @@ def test_tirl_rl_trains_a_few_steps_with_the_example_task(spec, tmp_path):
         "agent.max_response_tokens=24", "agent.max_tokens_per_turn=24", "logging.backends=[jsonl]",
         "sandbox.max_workers=1", "threads=1",
     ]  # fmt: skip
-    from tirl.cli import _config
+    from tirl.commands.args import load_run_config
 
     class Args:
         config, command = None, "rl"
 
     Args.overrides = overrides
-    cfg = _config(Args)
+    cfg = load_run_config(Args)
     assert cfg.task.name == spec
     model = tiny_model(tmp_path, spec, cfg)
     out = run_rl(cfg, tmp_path / "rl", model_path=model)

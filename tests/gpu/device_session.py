@@ -46,7 +46,7 @@ BUDGET_S = 570  # one device command may run 600 s
 OFFLINE_WHEELS = {
     "tokenizers": "tokenizers", "math-verify": "math_verify", "numpy": "numpy", "pyyaml": "yaml", "rich": "rich",
     "pyarrow": "pyarrow", "fastapi": "fastapi", "uvicorn": "uvicorn", "httpx": "httpx", "matplotlib": "matplotlib",
-    "pyseccomp": "seccomp", "pytest": "pytest", "setuptools": "setuptools",
+    "pyseccomp": "pyseccomp", "pytest": "pytest", "setuptools": "setuptools",
 }  # fmt: skip
 ON_THE_MACHINE = ("torch", "transformers", "peft")  # the GPU machine's own, not among the wheels
 GRAPH_TESTS = "tests/rollout/test_graph_decode.py"

@@ -191,7 +191,7 @@ def one_update(
     )
     budget = resolve_micro_batch_tokens("auto", model, autocast=autocast, activation_gib=activation_gib)
     spec = LossSpec(
-        get_policy_loss("ppo"), clip_low=0.2, clip_high=0.28, clip_c=10.0, agg="token-mean", norm_len=seq,
+        get_policy_loss("ppo"), hyper={"clip_low": 0.2, "clip_high": 0.28, "clip_c": 10.0}, agg="token-mean", norm_len=seq,
         temperature=1.0, micro_batch_tokens=budget.tokens, autocast=autocast,
     )  # fmt: skip
     cfg = OptimConfig(lr=1e-6)

@@ -3,10 +3,10 @@
 import pytest
 import torch
 
-from tirl.chat.hermes import tool_call_json
 from tirl.rollout.agent import AgentConfig, AgentLoop
 from tirl.rollout.engine import Generation, TorchEngine
 from tirl.rollout.sampling import SamplingParams
+from tirl.tools.code_interpreter import tool_call_json
 
 
 class ScriptedEngine:

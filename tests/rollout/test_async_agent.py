@@ -6,8 +6,7 @@ import time
 
 import torch
 
-from tirl.chat.hermes import tool_call_json
-from tirl.commands.tokcheck import check_rollout
+from tirl.chat.tokcheck import check_rollout
 from tirl.data import write_rows
 from tirl.data.records import ProblemRow
 from tirl.rollout.agent import AgentConfig, AgentLoop
@@ -17,6 +16,7 @@ from tirl.rollout.engine import Generation, TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Origin
 from tirl.sandbox.types import ExecResult
+from tirl.tools.code_interpreter import tool_call_json
 
 
 class ToolThenAnswer:

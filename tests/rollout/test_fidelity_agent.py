@@ -4,7 +4,7 @@ import pytest
 from test_agent import call, make_loop
 
 from tirl.chat.hermes import parse_tool_calls
-from tirl.commands.tokcheck import check_rollout
+from tirl.chat.tokcheck import check_rollout
 from tirl.rollout.agent import AgentConfig, turn_calls
 from tirl.rollout.sampling import SamplingParams
 
@@ -61,7 +61,7 @@ def test_drop_keeps_the_valid_call_after_a_broken_one():
     feedback = turn_calls(text, AgentConfig())
     dropped = turn_calls(text, AgentConfig(malformed_calls="drop"))
     assert [c.error is not None for c in feedback] == [True]  # the first call of the turn, an error
-    assert [c.code for c in dropped] == ["print(2)"]
+    assert [c.arguments for c in dropped] == [{"code": "print(2)"}]
     unclosed = "<tool_call>\n" + '{"name": "code_interpreter", "arguments": {"code": "1"}}'
     assert parse_tool_calls(unclosed)[0].error is not None
     assert turn_calls(unclosed, AgentConfig(malformed_calls="drop")) == []

@@ -38,7 +38,10 @@ def test_every_moved_key_names_a_key_that_exists():
 def test_an_old_flat_key_in_a_file_names_its_new_key(tmp_path: Path, old: str, new: str):
     path = tmp_path / "old.yaml"
     path.write_text(f"rollout:\n  engine: vllm\n  {old}: 1\n")
-    with pytest.raises(ConfigError, match=rf"^config key 'rollout\.{old}' is now '{new}'$"):
+    with pytest.raises(
+        ConfigError,
+        match=rf"^config key 'rollout\.{old}' is now '{new}' \(`tirl config migrate FILE` rewrites a config file\)$",
+    ):
         load_config(TirlConfig, path)
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tirl.commands.tokcheck import check_rollout
+from tirl.chat.tokcheck import check_rollout
 from tirl.rollout.agent import AgentConfig, AgentLoop, stop_token_ids
 from tirl.rollout.async_agent import AsyncAgentLoop
 from tirl.rollout.engine import TorchEngine

@@ -98,7 +98,7 @@ class CallThenAnswer:
         self.renderer, self.code, self.turn = renderer, code, 0
 
     def generate(self, prompts, params, *, max_new_tokens=None, generator=None):
-        from tirl.chat.hermes import tool_call_json
+        from tirl.tools.code_interpreter import tool_call_json
 
         self.turn += 1
         text = f"<tool_call>\n{tool_call_json(self.code)}\n</tool_call>" if self.turn == 1 else "\\boxed{1}"

@@ -4,8 +4,8 @@ import json
 
 import pytest
 
+from tirl.chat.tokcheck import check_rows
 from tirl.cli import main
-from tirl.commands.tokcheck import check_rows
 from tirl.data import read_rows
 from tirl.sandbox.types import ExecResult
 from tirl.tasks.stitch import StitchConfig, StitchError, parse_solution, step_code, stitch_rows, to_python

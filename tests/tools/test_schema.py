@@ -4,7 +4,7 @@ from typing import Literal
 
 import pytest
 
-from tirl.tools import CodeInterpreter, check_arguments, function_schema, tool
+from tirl.tools import check_arguments, function_schema, tool
 
 
 def lookup(key: str, limit: int = 3, mode: Literal["exact", "prefix"] = "exact", scale: float | None = None,
@@ -65,12 +65,6 @@ def test_schema_matches_hugging_face_get_json_schema():
     hf = get_json_schema(lookup)
     hf["function"].pop("return")
     assert function_schema(lookup) == hf
-
-
-def test_code_interpreter_schema_is_the_recipes():
-    from tirl.chat.hermes import CODE_INTERPRETER_SCHEMA
-
-    assert CodeInterpreter().schema == CODE_INTERPRETER_SCHEMA
 
 
 def test_undescribable_functions_fail_naming_the_problem():

@@ -119,8 +119,8 @@ def rl_update(out: Path, lora_rank: int = 0) -> None:
         model.config.vocab_size, renderer.pad_id, slice(dist.rank() * half, (dist.rank() + 1) * half)
     )
     ref_logp = None
-    if trainer.ref is not None:
-        with trainer.ref.model() as reference:
+    if trainer.run.reference is not None:
+        with trainer.run.reference.model() as reference:
             ref_logp = trainer._logprobs(reference, batch)
     stats = trainer._update(batch, None, ref_logp)
     params = _params(model)

@@ -25,7 +25,7 @@ def _batch(tokenizer, B=6):
 
 def _step(model, batch, autocast):
     spec = LossSpec(
-        get_policy_loss("ppo"), clip_low=0.2, clip_high=0.28, clip_c=3.0, agg="token-mean", norm_len=16,
+        get_policy_loss("ppo"), hyper={"clip_low": 0.2, "clip_high": 0.28, "clip_c": 3.0}, agg="token-mean", norm_len=16,
         temperature=1.0, kl_coef=0.1, autocast=autocast, chunk_tokens=8,
     )  # fmt: skip
     with torch.no_grad():

@@ -26,7 +26,7 @@ from tirl.demo.arith import generate_problems
 from tirl.train import checkpoint, manifest
 from tirl.train.manifest import CheckpointError
 from tirl.train.optim import NonFiniteError
-from tirl.train.sft import SFTConfig, SFTTrainer
+from tirl.train.sft import SFTConfig, SFTTrainer, sft_run
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -252,7 +252,7 @@ def test_weights_that_go_non_finite_stop_the_run_at_that_step(tokenizer, rendere
     rows = [{"messages": sample_conversation()}] * 8
     cfg = SFTConfig(epochs=2, batch_size=2, save_every=1, optim=SFTConfig().optim)
     trainer = PoisonedAt(
-        make_model(tokenizer), renderer, rows, cfg, pad_id=renderer.pad_id, seed=0, out_dir=tmp_path
+        sft_run(make_model(tokenizer), renderer, rows, cfg, pad_id=renderer.pad_id, seed=0, out_dir=tmp_path)
     )
     with pytest.raises(
         NonFiniteError, match=r"SFT step 1: weight model.layers.0.mlp.up_proj.weight holds NaN"

@@ -152,13 +152,13 @@ def test_rl_is_bit_identical_whatever_the_timing(
     fake_meminfo(monkeypatch, 0.05)  # the same machine under load: 50 MiB free
     busy = trainer(start, tokenizer, renderer, DelayedSandbox(sandbox, seed=2), mode, tmp_path / "b")
     assert differences(rows_of(busy.train()), first) == {}
-    assert weights_hash(busy.policy) == weights_hash(quiet.policy)
+    assert weights_hash(busy.run.policy) == weights_hash(quiet.run.policy)
 
     # killed after step 2 and resumed under yet other timing: the last step and the weights are the same again
     resumed = trainer(start, tokenizer, renderer, DelayedSandbox(sandbox, seed=3), mode, tmp_path / "c")
     checkpoint.restore_trainer(resumed, tmp_path / "a" / "checkpoint-2")
     assert differences(rows_of(resumed.train()), first[2:]) == {}
-    assert weights_hash(resumed.policy) == weights_hash(quiet.policy)
+    assert weights_hash(resumed.run.policy) == weights_hash(quiet.run.policy)
 
 
 def test_async_rollouts_do_not_depend_on_completion_order(start, tokenizer, renderer, sandbox):

@@ -26,7 +26,13 @@ def test_micro_norm_by_hand():
 
 def _spec(token_mean: str, **split) -> LossSpec:
     return LossSpec(
-        get_policy_loss("ppo"), 0.2, 0.28, 10.0, "token-mean", 1, 1.0, token_mean=token_mean, **split
+        get_policy_loss("ppo"),
+        {"clip_low": 0.2, "clip_high": 0.28, "clip_c": 10.0},
+        "token-mean",
+        1,
+        1.0,
+        token_mean=token_mean,
+        **split,
     )
 
 

@@ -51,7 +51,7 @@ def test_lora_rl_raises_mean_reward_and_trains_only_the_adapter(tokenizer, rende
         optim=OptimConfig(lr=3e-3, weight_decay=0.0),  # 3x test_rl_e2e full fine-tuning lr (alpha/rank = 4)
     )
     trainer = rl_trainer(policy, tokenizer, agent, rows, cfg, tmp_path)
-    assert trainer.ref is not None and trainer.ref.shares_weights
+    assert trainer.run.reference is not None and trainer.run.reference.shares_weights
     history = trainer.train()
     rewards = [round(h["reward/mean"], 2) for h in history]
     first, late = history[0]["reward/mean"], sum(h["reward/mean"] for h in history[-5:]) / 5

@@ -40,9 +40,7 @@ def test_gradient_is_independent_of_the_split(tokenizer, agg):
     batch, old, ref = _batch(tokenizer)
     base = dict(
         loss_fn=get_policy_loss("ppo"),
-        clip_low=0.2,
-        clip_high=0.28,
-        clip_c=3.0,
+        hyper={"clip_low": 0.2, "clip_high": 0.28, "clip_c": 3.0},
         agg=agg,
         norm_len=24,
         temperature=0.8,
@@ -127,9 +125,7 @@ def test_gradient_checkpointing_leaves_the_rl_gradient_unchanged(tokenizer):
     batch, old, ref = _batch(tokenizer)
     spec = LossSpec(
         loss_fn=get_policy_loss("ppo"),
-        clip_low=0.2,
-        clip_high=0.28,
-        clip_c=3.0,
+        hyper={"clip_low": 0.2, "clip_high": 0.28, "clip_c": 3.0},
         agg="token-mean",
         norm_len=24,
         temperature=0.8,

@@ -108,7 +108,7 @@ def test_killed_and_resumed_matches_an_uninterrupted_run(tokenizer, renderer, sa
     if off:
         assert checkpoint.load_state(tmp_path / "full" / "checkpoint-1")["pending"] is not None
     checkpoint.restore_trainer(resumed, tmp_path / "full" / "checkpoint-1")
-    assert resumed.agent.engine.weight_version == 1  # the checkpoint's weights were sent to the engine
+    assert resumed.run.agent.engine.weight_version == 1  # the checkpoint's weights were sent to the engine
     rest = resumed.train()
     assert _pick(rest) == _pick(full[1:])
 

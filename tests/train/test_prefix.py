@@ -127,7 +127,7 @@ def test_micro_batched_update_with_shared_prompts_equals_the_plain_one(tokenizer
         model = make_model(tokenizer).train()
         batch = _batch(model.config.vocab_size, seed=2)
         spec = LossSpec(
-            get_policy_loss("ppo"), clip_low=0.2, clip_high=0.28, clip_c=10.0, agg="token-mean", norm_len=32,
+            get_policy_loss("ppo"), hyper={"clip_low": 0.2, "clip_high": 0.28, "clip_c": 10.0}, agg="token-mean", norm_len=32,
             temperature=1.0, micro_batch_tokens=40, share_prefix=share,
         )  # fmt: skip
         stats = accumulate_gradients(model, batch, None, None, spec)

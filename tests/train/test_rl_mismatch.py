@@ -94,12 +94,12 @@ def test_on_policy_correction_in_the_update_pass_equals_the_recomputed_one(
             rollout_correction=correction, mis_high=1e9,  # seq_mis keeps every sequence
         )  # fmt: skip
         t.adv_fn = lambda rewards, groups: torch.linspace(-1, 1, len(rewards))  # a signal to learn from
-        start = [p.detach().clone() for p in t.policy.parameters()]
+        start = [p.detach().clone() for p in t.run.policy.parameters()]
         calls = []
         t._logprobs = lambda model, batch, f=t._logprobs, calls=calls: calls.append(1) or f(model, batch)
         m = t.step()
         assert len(calls) == (mode == "recompute")
-        moved = [p.detach().clone() for p in t.policy.parameters()]
+        moved = [p.detach().clone() for p in t.run.policy.parameters()]
         out.append((m, start, moved))
     (m_pass, start, w_pass), (m_re, _, w_re) = out
     step = max((a - b).abs().max().item() for a, b in zip(start, w_re, strict=True))
@@ -146,14 +146,14 @@ def test_engine_logprobs_serve_as_old_logprobs(tokenizer, renderer, sandbox, tmp
             tokenizer, renderer, sandbox, tmp_path / mode, shifted=False, ppo_epochs=2, old_logprobs=mode
         )
         t.adv_fn = lambda rewards, groups: torch.linspace(-1, 1, len(rewards))  # a signal to learn from
-        start = [p.detach().clone() for p in t.policy.parameters()]
+        start = [p.detach().clone() for p in t.run.policy.parameters()]
         calls = []
         t._logprobs = lambda model, batch, f=t._logprobs, calls=calls: calls.append(1) or f(model, batch)
         m = t.step()
         assert len(calls) == (mode == "recompute") and ("rollout/logprob_diff_max" in m) == (
             mode == "recompute"
         )
-        weights.append([p.detach().clone() for p in t.policy.parameters()])
+        weights.append([p.detach().clone() for p in t.run.policy.parameters()])
         step = max((a - b).abs().max().item() for a, b in zip(start, weights[-1], strict=True))
     gap = max((a - b).abs().max().item() for a, b in zip(*weights, strict=True))
     assert step > 1e-3 and gap < 0.02 * step  # AdamW's first steps magnify float rounding in small gradients

@@ -28,7 +28,7 @@ def test_on_policy_update_equals_recomputed_old_logprobs(tokenizer, renderer, sa
     b = copy.deepcopy(a)
     ta = _trainer(a, tokenizer, renderer, sandbox, tmp_path / "a", mini_batch=8)
     tb = _trainer(b, tokenizer, renderer, sandbox, tmp_path / "b", mini_batch=8)
-    trajs = ta.agent.run(
+    trajs = ta.run.agent.run(
         [[{"role": "user", "content": "What is 2 * 3?"}]] * 8,
         SamplingParams(),
         generator=torch.Generator().manual_seed(1),
@@ -47,7 +47,7 @@ def test_on_policy_update_equals_recomputed_old_logprobs(tokenizer, renderer, sa
 
 
 def _scripted_batch(trainer, tokenizer, n=8, seed=1):
-    trajs = trainer.agent.run(
+    trajs = trainer.run.agent.run(
         [[{"role": "user", "content": "What is 2 * 3?"}]] * n,
         SamplingParams(),
         generator=torch.Generator().manual_seed(seed),
@@ -65,7 +65,7 @@ def test_seq_mean_token_sum_norm_ignores_batch_padding(tokenizer, renderer, sand
     ta = _trainer(a, tokenizer, renderer, sandbox, tmp_path / "a", mini_batch=16)
     tb = _trainer(b, tokenizer, renderer, sandbox, tmp_path / "b", mini_batch=16)
     for t in (ta, tb):
-        t.cfg.loss_agg = t.loss_spec.agg = "seq-mean-token-sum-norm"
+        t.run.cfg.loss.agg = t.loss_spec.agg = "seq-mean-token-sum-norm"
     assert ta.norm_len == 12  # the agent's response budget
     trajs, adv = _scripted_batch(ta, tokenizer)
     batch = trajectory_batch(trajs, adv, pad_id=tokenizer.pad_token_id)
@@ -122,6 +122,23 @@ def test_prompts_over_max_prompt_tokens_are_dropped_at_start(model, tokenizer, r
     kw = dict(sampling=SamplingParams(), reward=RewardConfig(), out_dir=tmp_path, seed=0)
     cfg = RLConfig(steps=1, prompts_per_step=1, n=2, mini_batch_size=2)
     trainer = RLTrainer(assemble(model, tokenizer, agent, [long, short, long], cfg, **kw))
-    assert [r.prompt for r in trainer.rows] == [short["prompt"]]
+    assert [r.prompt for r in trainer.run.rows] == [short["prompt"]]
     with pytest.raises(ValueError, match="every RL prompt is longer than agent.max_prompt_tokens"):
         RLTrainer(assemble(model, tokenizer, agent, [long], cfg, **kw))
+
+
+def test_the_trainers_keep_their_run_record_and_copy_none_of_its_fields(
+    tokenizer, renderer, sandbox, tmp_path
+):
+    from dataclasses import fields
+
+    from tirl.train.rl_run import RLRun
+    from tirl.train.sft import SFTConfig, SFTRun, SFTTrainer, sft_run
+
+    rl = _trainer(make_model(tokenizer), tokenizer, renderer, sandbox, tmp_path / "rl", mini_batch=8)
+    assert isinstance(rl.run, RLRun) and rl.model is rl.run.policy and rl.identity is rl.run.identity
+    assert not set(vars(rl)) & {f.name for f in fields(RLRun)} - {"run"}
+    rows = [{"messages": [{"role": "user", "content": "Say 1."}, {"role": "assistant", "content": "1"}]}]
+    sft = SFTTrainer(sft_run(make_model(tokenizer), renderer, rows, SFTConfig(epochs=1), pad_id=0, seed=0))
+    assert isinstance(sft.run, SFTRun) and sft.model is sft.run.model
+    assert not set(vars(sft)) & {f.name for f in fields(SFTRun)}

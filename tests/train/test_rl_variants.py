@@ -33,10 +33,10 @@ def _scripted_rollout(trainer, rewards_by_round, stop_reason="answer"):
 
     def rollout(rows, first_group):
         rewards = next(rounds)
-        prompts = [r.prompt for r in rows for _ in range(trainer.cfg.n)]
-        n = trainer.cfg.n
+        prompts = [r.prompt for r in rows for _ in range(trainer.run.cfg.n)]
+        n = trainer.run.cfg.n
         origins = [Origin(r, sample=k, group=first_group + g) for g, r in enumerate(rows) for k in range(n)]
-        trajs = trainer.agent.run(prompts, SamplingParams(), origins=origins, generator=trainer.gen)
+        trajs = trainer.run.agent.run(prompts, SamplingParams(), origins=origins, generator=trainer.gen)
         for t in trajs:
             t.stop_reason = stop_reason
         return trajs, [Score(r, r > 0, None) for r in rewards]

@@ -20,7 +20,7 @@ from tirl.train import checkpoint, dist, manifest
 from tirl.train.batch import collate, micro_batches
 from tirl.train.fsdp import MicroBatchPasses
 from tirl.train.optim import OptimConfig
-from tirl.train.sft import SFTConfig, SFTTrainer
+from tirl.train.sft import SFTConfig, SFTTrainer, sft_run
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "tirl"
 
@@ -72,7 +72,16 @@ def _trainer(tokenizer, renderer, out: Path | None, cls=SFTTrainer) -> SFTTraine
     cfg = SFTConfig(epochs=2, batch_size=4, save_every=2, micro_batch_size=3, optim=OptimConfig(lr=0.003))
     model = make_model(tokenizer)
     return cls(
-        model, renderer, _rows(), cfg, pad_id=tokenizer.pad_token_id, seed=7, logger=Recorder(), out_dir=out
+        sft_run(
+            model,
+            renderer,
+            _rows(),
+            cfg,
+            pad_id=tokenizer.pad_token_id,
+            seed=7,
+            logger=Recorder(),
+            out_dir=out,
+        )
     )
 
 
@@ -92,7 +101,7 @@ def test_sft_trainer_restored_from_its_checkpoint_continues_exactly(tokenizer, r
     assert resumed.queue == [0, 1, 2, 3]  # the added entry came back with the rest
     assert "optimizer" in state and "optimizer" not in resumed.state_dict()  # the checkpoint owns it
     resumed.train()
-    assert resumed.logger.rows == full.logger.rows[4:]  # every metric of steps 4 and 5, to the bit
+    assert resumed.run.logger.rows == full.run.logger.rows[4:]  # every metric of steps 4 and 5, to the bit
     assert resumed.queue == full.queue
     for (name, a), b in zip(
         full.model.state_dict().items(), resumed.model.state_dict().values(), strict=True

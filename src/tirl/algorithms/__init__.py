@@ -1,13 +1,18 @@
 """RL algorithm math as pure tensor functions: advantages, policy losses, regularizers.
 
 Imports only torch and the standard library (tests/test_layers.py enforces it). Estimators and losses
-are registered by name (`register_advantage`, `register_policy_loss`), so a variant is one function plus one call.
+are registered by name (`register_advantage`, `register_policy_loss`) with the dataclass of their settings
+(`AdvantageOptions`, `LossOptions`: `rl.advantage.*`, `rl.loss.*`), so a variant is one function, its options and
+one call.
 """
 
 from .advantages import (
     ADVANTAGE_ESTIMATORS,
     AdvantageEstimator,
+    AdvantageOptions,
+    PassKOptions,
     check_advantage,
+    default_advantage_options,
     equal_reward_groups,
     get_advantage_estimator,
     grpo,
@@ -17,8 +22,13 @@ from .advantages import (
 from .losses import (
     AGGREGATIONS,
     POLICY_LOSSES,
+    ClipOptions,
+    GSPOOptions,
+    LossOptions,
     PolicyLoss,
+    PPOOptions,
     aggregate,
+    default_loss_options,
     get_policy_loss,
     policy_loss,
     register_policy_loss,
@@ -31,9 +41,17 @@ __all__ = [
     "KL_ESTIMATORS",
     "POLICY_LOSSES",
     "AdvantageEstimator",
+    "AdvantageOptions",
+    "ClipOptions",
+    "GSPOOptions",
+    "LossOptions",
+    "PPOOptions",
+    "PassKOptions",
     "PolicyLoss",
     "aggregate",
     "check_advantage",
+    "default_advantage_options",
+    "default_loss_options",
     "entropy_from_logits",
     "equal_reward_groups",
     "get_advantage_estimator",

@@ -4,7 +4,7 @@ Every estimator has the uniform signature ``fn(rewards, group_ids, *, <hyperpara
 rewards (B,) float and group_ids (B,) int64; samples sharing a group id answered the same prompt. Group ids may be
 any integers, in any order, so a trainer can shuffle or filter a batch without renumbering. `register_advantage`
 adds one (from any module, before a run starts; variants as ``functools.partial`` objects), with the check of its
-hyperparameters against the group size next to it, so the trainer picks one by name once at start-up and never
+hyperparameters against the group size and the dataclass of its ``rl.advantage.*`` settings next to it, so the trainer picks one by name once at start-up and never
 asks which one it is.
 
 Group statistics are computed in float64, and a group whose rewards are all equal gets exactly 0.0: in float32
@@ -18,9 +18,10 @@ modules.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 from math import comb
+from typing import Any, ClassVar
 
 import torch
 
@@ -201,15 +202,45 @@ def k_within_group(*, group_size: int, k: int) -> None:
         )
 
 
+@dataclass
+class AdvantageOptions:
+    """`rl.advantage.*`: the estimator by name and, in the subclass registered with it, its own hyperparameters with
+    their defaults (`PassKOptions`: k). The config loader builds the subclass `name` names (`VARIANT_KEY`, as
+    `task.*`), so `rl.advantage.*` holds only what that estimator reads."""
+
+    VARIANT_KEY: ClassVar[str] = "name"
+
+    name: str = "grpo"  # a registered estimator (register_advantage)
+
+    @classmethod
+    def config_variant(cls, value: Any) -> type[AdvantageOptions]:
+        """The options dataclass of the estimator named `value` (the config loader's hook)."""
+        return ADVANTAGE_ESTIMATORS.lookup(str(value)).options
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The estimator's own keyword hyperparameters: the fields this subclass adds to `AdvantageOptions`."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "name"}
+
+
+@dataclass
+class PassKOptions(AdvantageOptions):
+    """The pass@k objectives' k (`passk`, `pkpo`): the subsets of k samples of one group they score."""
+
+    name: str = "passk"
+    k: int = 4
+
+
 @dataclass(frozen=True)
 class RegisteredEstimator:
     """An estimator and what the trainer asks about it instead of its name: the keyword hyperparameters it takes,
-    and `check(group_size=G, **those)`, which raises ValueError when they cannot work with groups of G."""
+    `check(group_size=G, **those)`, which raises ValueError when they cannot work with groups of G, and `options`,
+    the dataclass of its `rl.advantage.*` settings."""
 
     fn: Callable[..., torch.Tensor]
     hyperparameters: frozenset[str]
     check: Callable[..., None] | None = None
     check_takes: frozenset[str] = frozenset()  # the keyword parameters of `check`
+    options: type[AdvantageOptions] = AdvantageOptions
 
 
 ADVANTAGE_ESTIMATORS: Registry[RegisteredEstimator] = Registry("advantage estimator")
@@ -220,15 +251,21 @@ def register_advantage(
     fn: Callable[..., torch.Tensor],
     *,
     check: Callable[..., None] | None = None,
+    options: type[AdvantageOptions] = AdvantageOptions,
     replace: bool = False,
 ) -> Callable[..., torch.Tensor]:
     """Add `fn(rewards, group_ids, *, <hyperparameters>) -> advantages` under `name`, with an optional `check`
-    (see `RegisteredEstimator`); returns `fn`. A taken name raises unless `replace=True`."""
-    hyper = check_signature(fn, "advantage estimator", name, positional=2)
+    and `options`, the dataclass of its `rl.advantage.*` settings (an `AdvantageOptions` subclass whose own fields
+    are hyperparameters of `fn`, with their defaults; see `RegisteredEstimator`); returns `fn`. A taken name raises
+    unless `replace=True`."""
+    if not (isinstance(options, type) and issubclass(options, AdvantageOptions)):
+        raise ValueError(f"advantage estimator {name!r}: options must be an AdvantageOptions subclass")
+    own = tuple(f.name for f in fields(options) if f.name != "name")
+    hyper = check_signature(fn, "advantage estimator", name, positional=2, keywords=own)
     takes = frozenset()
     if check is not None:
         takes = check_signature(check, "advantage check", name, positional=0, keywords=("group_size",))
-    ADVANTAGE_ESTIMATORS.add(name, RegisteredEstimator(fn, hyper, check, takes), replace=replace)
+    ADVANTAGE_ESTIMATORS.add(name, RegisteredEstimator(fn, hyper, check, takes, options), replace=replace)
     return fn
 
 
@@ -253,5 +290,10 @@ register_advantage("grpo", grpo)
 register_advantage("drgrpo", partial(grpo, normalize_std=False))
 register_advantage("grpo_batch_std", grpo_batch_std)
 register_advantage("rloo", rloo)
-register_advantage("passk", passk_analytic, check=k_within_group)
-register_advantage("pkpo", pkpo, check=k_within_group)
+register_advantage("passk", passk_analytic, check=k_within_group, options=PassKOptions)
+register_advantage("pkpo", pkpo, check=k_within_group, options=PassKOptions)
+
+
+def default_advantage_options() -> AdvantageOptions:
+    """The default estimator's options at their defaults (GRPO)."""
+    return AdvantageOptions.config_variant(AdvantageOptions.name)()

@@ -2,10 +2,13 @@
 
 The trainer runs the model and passes tensors in; nothing here reads trainer state or a config object.
 Every policy loss has the uniform signature
-``fn(logp, old_logp, advantages, loss_mask, *, <float hyperparameters>, agg, norm_len, num_tokens, num_seqs)
+``fn(logp, old_logp, advantages, loss_mask, *, <its hyperparameters>, agg, norm_len, num_tokens, num_seqs)
 -> (loss, stats)`` (the last two: the mini-batch's denominators when the call sees one micro-batch of it),
-is added with ``register_policy_loss`` (which checks that signature) and is picked by name once at start-up via
-``get_policy_loss``. ``aggregate`` is public so entropy or KL terms
+is added with ``register_policy_loss`` together with the dataclass of its settings (a ``LossOptions`` subclass:
+its hyperparameters with their defaults, which the config loader builds as ``rl.loss.*`` when ``rl.loss.name``
+names it; the registration checks both) and is picked by name once at start-up via ``get_policy_loss``. A loss
+with a new hyperparameter is one function, one options dataclass and one ``register_policy_loss`` call, in one
+module. ``aggregate`` is public so entropy or KL terms
 reduce over tokens exactly as the policy loss does.
 
 ``loss_mask`` is 0/1 (bool or float): 1 on sampled assistant tokens, 0 on prompt, tool-output and padding
@@ -17,7 +20,10 @@ Not here: value losses, KL/entropy terms (see ``regularizers``), and anything th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -173,7 +179,6 @@ def gspo_loss(
     *,
     clip_low: float = 3e-4,
     clip_high: float = 4e-4,
-    clip_c: float = 10.0,
     agg: str = "seq-mean-token-mean",
     norm_len: int | None = None,
     num_tokens: float | torch.Tensor | None = None,
@@ -183,8 +188,8 @@ def gspo_loss(
 
     Shapes as `policy_loss`. s_i = exp(mean over i's trained tokens of (logp - old_logp)); per token the ratio is
     sg(s_i) * pi / sg(pi), so the value is s_i and the gradient flows through each token's log-prob; the PPO clip
-    applies to s_i (the paper's ranges are ~1e-4, hence these defaults). No dual clip (`clip_c` is accepted and
-    ignored, for the uniform signature). As verl's `compute_policy_loss_gspo`, log s is capped at 10.
+    applies to s_i (the paper's ranges are ~1e-4, hence these defaults and `GSPOOptions`'). No dual clip. As verl's
+    `compute_policy_loss_gspo`, log s is capped at 10.
     """
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1)
@@ -218,7 +223,6 @@ def cispo_loss(
     *,
     clip_low: float = 0.2,
     clip_high: float = 0.28,
-    clip_c: float = 10.0,
     agg: str = "token-mean",
     norm_len: int | None = None,
     num_tokens: float | torch.Tensor | None = None,
@@ -227,8 +231,7 @@ def cispo_loss(
     """CISPO (MiniMax-M1, arXiv 2506.13585): REINFORCE weighted by the clipped, detached importance ratio.
 
     Shapes as `policy_loss`. Per token: -sg(clip(ratio, 1 - clip_low, 1 + clip_high)) * A * logp. Unlike PPO no
-    token is dropped from the gradient when its ratio leaves the range; only its weight is capped. `clip_c` is
-    accepted and ignored (uniform signature). Matches verl's `compute_policy_loss_cispo`.
+    token is dropped from the gradient when its ratio leaves the range; only its weight is capped. Matches verl's `compute_policy_loss_cispo`.
     """
     if advantages.dim() == 1:
         advantages = advantages.unsqueeze(-1)
@@ -256,16 +259,111 @@ def cispo_loss(
 
 PolicyLoss = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 
-# what the trainer passes every policy loss, by keyword
-LOSS_KEYWORDS = ("clip_low", "clip_high", "clip_c", "agg", "norm_len", "num_tokens", "num_seqs")
+# what the trainer passes every policy loss, by keyword, besides the loss's own hyperparameters (its options)
+LOSS_KEYWORDS = ("agg", "norm_len", "num_tokens", "num_seqs")
+Aggregation = Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"]
+
+
+def _check_finite(
+    name: str, value: float, low: float, high: float | None = None, *, low_open: bool = False
+) -> None:
+    """Raise unless `value` is finite and in [low, high) (`low_open`: (low, ...)); NaN fails every comparison, so
+    `if value < low` alone lets it through. The message reads as `tirl.core.config.check_range`'s."""
+    above = value > low if low_open else value >= low
+    if not (math.isfinite(value) and above and (high is None or value < high)):
+        lo = f"{low} {'<' if low_open else '<='} {name}" + ("" if high is None else f" < {high}")
+        raise ValueError(f"{name}={value} must be a finite number with {lo}")
+
+
+@dataclass
+class LossOptions:
+    """`rl.loss.*`: the policy loss by name and, in the subclass registered with it, its own hyperparameters with
+    its own defaults (`PPOOptions`: the recipe's clip range; `GSPOOptions`: the GSPO paper's). The config loader
+    builds the subclass `name` names (`VARIANT_KEY`, as `task.*`), so `rl.loss.*` holds only what that loss reads.
+    The fields of this base are the aggregation every loss, KL and entropy term shares; a subclass's own fields are
+    passed to its function by keyword (`hyperparameters`)."""
+
+    VARIANT_KEY: ClassVar[str] = "name"
+
+    name: str = "ppo"  # a registered policy loss (register_policy_loss)
+    agg: Aggregation = "token-mean"
+    norm_len: int = 0  # the constant of seq-mean-token-sum-norm; 0 = the response budget (agent)
+    # exact: the token mean over the mini-batch; micro: verl's per-micro-batch token-mean (tirl.train.update)
+    token_mean: Literal["exact", "micro"] = "exact"
+
+    def __post_init__(self) -> None:
+        if self.norm_len < 0:
+            raise ValueError(f"norm_len must be >= 0 (0 = the response budget), got {self.norm_len}")
+
+    @classmethod
+    def config_variant(cls, value: Any) -> type[LossOptions]:
+        """The options dataclass of the loss named `value` (the config loader's hook)."""
+        POLICY_LOSSES.lookup(str(value))
+        return _LOSS_OPTIONS[str(value)]
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The loss's own keyword hyperparameters: the fields this subclass adds to `LossOptions`."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in _BASE_FIELDS}
+
+
+_BASE_FIELDS = frozenset(f.name for f in fields(LossOptions))
+
+
+@dataclass
+class ClipOptions(LossOptions):
+    """A ratio clipped to [1 - clip_low, 1 + clip_high]: `cispo` (its weight's range), and the base of the others."""
+
+    name: str = "cispo"
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_finite("clip_low", self.clip_low, 0, 1)
+        _check_finite("clip_high", self.clip_high, 0)
+
+
+@dataclass
+class PPOOptions(ClipOptions):
+    """`ppo`: the recipe's clip-higher range (DAPO's 0.2 / 0.28) and dual clip."""
+
+    name: str = "ppo"
+    clip_c: float = 10.0  # dual-clip constant (verl's clip_ratio_c)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_finite("clip_c", self.clip_c, 1, low_open=True)
+
+
+@dataclass
+class GSPOOptions(ClipOptions):
+    """`gspo`: the GSPO paper's sequence-ratio range (3e-4 / 4e-4) and its sequence mean (as verl's GSPO recipe:
+    clip_ratio_low=0.0003, clip_ratio_high=0.0004, loss_agg_mode=seq-mean-token-mean)."""
+
+    name: str = "gspo"
+    agg: Aggregation = "seq-mean-token-mean"
+    clip_low: float = 3e-4
+    clip_high: float = 4e-4
+
+
 POLICY_LOSSES: Registry[PolicyLoss] = Registry("policy loss")
+_LOSS_OPTIONS: dict[str, type[LossOptions]] = {}
 
 
-def register_policy_loss(name: str, fn: PolicyLoss, *, replace: bool = False) -> PolicyLoss:
-    """Add `fn(logp, old_logp, advantages, loss_mask, *, <LOSS_KEYWORDS>, ...) -> (loss, stats)` under `name`;
-    returns it. A taken name raises unless `replace=True`; a function of another shape raises now, not mid-run."""
-    check_signature(fn, "policy loss", name, positional=4, keywords=LOSS_KEYWORDS)
-    return POLICY_LOSSES.add(name, fn, replace=replace)
+def register_policy_loss(
+    name: str, fn: PolicyLoss, *, options: type[LossOptions] = LossOptions, replace: bool = False
+) -> PolicyLoss:
+    """Add `fn(logp, old_logp, advantages, loss_mask, *, <options' own fields>, <LOSS_KEYWORDS>) -> (loss, stats)`
+    under `name`, with `options`, the dataclass of its `rl.loss.*` settings (a `LossOptions` subclass whose own fields
+    are `fn`'s hyperparameters, with their defaults); returns `fn`. A taken name raises unless `replace=True`; a
+    function or options of another shape raise now, not mid-run."""
+    if not (isinstance(options, type) and issubclass(options, LossOptions)):
+        raise ValueError(f"policy loss {name!r}: options must be a LossOptions subclass, got {options!r}")
+    own = tuple(f.name for f in fields(options) if f.name not in _BASE_FIELDS)
+    check_signature(fn, "policy loss", name, positional=4, keywords=(*own, *LOSS_KEYWORDS))
+    POLICY_LOSSES.add(name, fn, replace=replace)
+    _LOSS_OPTIONS[name] = options
+    return fn
 
 
 def get_policy_loss(name: str) -> PolicyLoss:
@@ -273,6 +371,11 @@ def get_policy_loss(name: str) -> PolicyLoss:
     return POLICY_LOSSES.lookup(name)
 
 
-register_policy_loss("ppo", policy_loss)
-register_policy_loss("gspo", gspo_loss)
-register_policy_loss("cispo", cispo_loss)
+def default_loss_options() -> LossOptions:
+    """The default loss's options at their defaults (GRPO-TCR's `ppo`)."""
+    return LossOptions.config_variant(LossOptions.name)()
+
+
+register_policy_loss("ppo", policy_loss, options=PPOOptions)
+register_policy_loss("gspo", gspo_loss, options=GSPOOptions)
+register_policy_loss("cispo", cispo_loss, options=ClipOptions)

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tirl.chat.hermes import CODE_INTERPRETER_SCHEMA, TOOL_CALL_END, TOOL_CALL_START, call_json
+from tirl.chat.hermes import TOOL_CALL_END, TOOL_CALL_START, call_json
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
 FORMATS = ("chatml", "qwen2.5", "qwen3")
@@ -204,8 +204,8 @@ def conversation_text(
 class ChatRenderer:
     """Encodes pieces with a tokenizer; the single place where chat text becomes token ids.
 
-    `tools` are the function schemas put in the system turn (Qwen formats; default: the code interpreter); a
-    row's own `tools` (SFT files) override them per call.
+    `tools` are the function schemas put in the system turn (Qwen formats; default: none, the caller passes its
+    task's, `ToolSet.schemas`); a row's own `tools` (SFT files) override them per call.
     """
 
     def __init__(
@@ -222,7 +222,7 @@ class ChatRenderer:
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
         self.fmt = fmt
-        self.tools = list(tools) if tools is not None else [CODE_INTERPRETER_SCHEMA]
+        self.tools = list(tools) if tools is not None else []
         self.enable_thinking = enable_thinking
         unk = getattr(tokenizer, "unk_token_id", None)
         self.eos_id = tokenizer.convert_tokens_to_ids(IM_END)

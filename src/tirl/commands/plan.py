@@ -33,6 +33,7 @@ cache: that sum must fit too. The KV cache a step wants: every trajectory in fli
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import warnings
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.chat.template import format_mismatch
+from tirl.commands.args import add_config_command, load_run_config
 from tirl.core.errors import TirlError
 from tirl.train.memory import activation_values_per_token, budget_bytes, head_bytes, tokens_for_budget
 
@@ -375,3 +377,28 @@ def render(p: Plan) -> str:
 
 
 __all__ = ["Plan", "PlanError", "activation_values_per_token", "bundled_archs", "load_arch", "plan", "render"]
+
+
+def add_plan_parser(sub: argparse._SubParsersAction) -> None:
+    plan = add_config_command(
+        sub, "plan", "memory per process and config checks for a run, without loading weights", plan_command
+    )
+    plan.add_argument("--stage", choices=["rl", "sft"], default="rl")
+    plan.add_argument("--nproc", type=int, default=1, help="processes (GPUs) the run will use (torchrun)")
+    plan.add_argument(
+        "--gpu-gib", type=float, default=80.0, help="memory of one GPU, GiB (exit code 3 if over)"
+    )
+    plan.add_argument(
+        "--arch",
+        default="",
+        help="a config.json, or a bundled architecture (when model.path is not downloaded)",
+    )
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+
+def plan_command(args: argparse.Namespace) -> int:
+    p = plan(
+        load_run_config(args), stage=args.stage, processes=args.nproc, gpu_gib=args.gpu_gib, arch=args.arch
+    )
+    print(json.dumps(p.to_dict(), indent=2) if args.json else render(p))
+    return 0 if p.fits else 3

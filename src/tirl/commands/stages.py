@@ -33,13 +33,12 @@ from tirl.sandbox import build_sandbox
 from tirl.sandbox.health import check_sandbox
 from tirl.sandbox.types import Sandbox
 from tirl.tasks import Task, load_task
-from tirl.tools import CodeInterpreter
 from tirl.train import checkpoint, dist, fsdp, reference
 from tirl.train.allocator import bound_onednn_caches, keep_freed_memory
 from tirl.train.manifest import RunIdentity, data_fingerprint
 from tirl.train.rl import RLTrainer
 from tirl.train.rl_run import assemble, check_rl, sampling_of
-from tirl.train.sft import SFTConfig, SFTTrainer
+from tirl.train.sft import SFTConfig, SFTTrainer, sft_run
 
 
 def setup_torch(cfg: TirlConfig) -> None:
@@ -73,7 +72,7 @@ def build_renderer(tokenizer: Any, cfg: TirlConfig, task: Task | None = None) ->
 def task_rows(cfg: TirlConfig, path: str, split: str) -> list[dict[str, Any]]:
     """The stage's data file when set, else the task's own rows (dicts: the verl prompt rewrite and the resume
     fingerprint read them as rows)."""
-    return read_rows(path) if path else current_task(cfg).load_rows(split, cfg)
+    return read_rows(path) if path else current_task(cfg).load_rows(split, cfg.task, cfg.seed)
 
 
 def build_agent(
@@ -88,13 +87,9 @@ def build_agent(
     """The task's renderer and tools around `tirl.rollout.factory.build_agent`'s engine and loop; the caller closes
     `agent.engine` (a server engine's process)."""
     task = current_task(cfg)
-    tools = task.toolset()
-    for name, t in tools.tools.items():  # agent.auto_print configures the code interpreter of any task
-        if isinstance(t, CodeInterpreter) and t.auto_print != cfg.agent.auto_print:
-            tools.tools[name] = CodeInterpreter(auto_print=cfg.agent.auto_print)
     return factory.build_agent(
         cfg.rollout, cfg.agent, model=model, tokenizer=tokenizer, renderer=build_renderer(tokenizer, cfg, task),
-        sandbox=sandbox, tools=tools, dtype=cfg.model.dtype, autocast=cfg.model.autocast_dtype(model.config.hidden_size),
+        sandbox=sandbox, tools=task.toolset(), dtype=cfg.model.dtype, autocast=cfg.model.autocast_dtype(model.config.hidden_size),
         model_path=model_path, work_dir=work_dir,
     )  # fmt: skip
 
@@ -231,11 +226,11 @@ def run_sft(
     renderer = build_renderer(tokenizer, cfg)
     logger = _logger(cfg, out, state, resume)
     with contextlib.closing(logger) if logger else contextlib.nullcontext():
-        trainer = SFTTrainer(
+        trainer = SFTTrainer(sft_run(
             model, renderer, rows, stage, pad_id=renderer.pad_id, seed=cfg.seed, logger=logger, label=label,
             out_dir=out, autocast=cfg.model.autocast_dtype(model.config.hidden_size), activation_gib=cfg.model.activation_gib,
             identity=identity,
-        )  # fmt: skip
+        ))  # fmt: skip
         _restore(trainer, ckpt, state)
         trainer.train()
     return fsdp.save_model(model, tokenizer, out / "model")
@@ -284,10 +279,11 @@ def run_rl(
             autocast=cfg.model.autocast_dtype(model.config.hidden_size), ref_dtype=cfg.model.reference_dtype,
             ref_model=ref, activation_gib=cfg.model.activation_gib, logger=logger, ref_source=str(path),
             identity=identity, validate=validate,
+            compile_pad_multiple=cfg.model.compile_pad_multiple if cfg.model.compile_layers else 0,
         )  # fmt: skip
         trainer = RLTrainer(run)
         _restore(trainer, ckpt, state, of=cfg.rl.steps)
-        if trainer.validate is not None and cfg.rl.eval_at_start and trainer.step_done == 0:
+        if trainer.run.validate is not None and cfg.rl.eval_at_start and trainer.step_done == 0:
             _validate_at_start(trainer, logger)
         trainer.train()
     if dist.is_main():
@@ -309,7 +305,7 @@ def _write_curves(out: Path) -> None:
 def _restore(trainer: Any, ckpt: Path | None, state: dict[str, Any] | None, of: int | None = None) -> None:
     """The one restore sequence of both trainers: say how micro-batches are sized, then, resuming, put the
     checkpoint's weights, optimizer and counters back."""
-    console.print(trainer.micro_budget.describe())
+    console.print(trainer.run.micro_budget.describe())
     if ckpt:
         checkpoint.restore_trainer(trainer, ckpt, state)
         total = f" of {of}" if of else ""
@@ -331,8 +327,8 @@ def _rl_policy(cfg: TirlConfig, path: Path) -> tuple[Any, torch.nn.Module, Any]:
 
 def _validate_at_start(trainer: RLTrainer, logger: MetricsLogger | None) -> None:
     """The starting policy's validation numbers, logged as step 0, before any update."""
-    with fsdp.gathered(trainer.policy):
-        val = trainer.validate(0)
+    with fsdp.gathered(trainer.run.policy):
+        val = trainer.run.validate(0)
     if logger:
         logger.log(val, step=0)
 

@@ -7,7 +7,9 @@ dataclass's `__post_init__`; errors raised there come back as `ConfigError` pref
 
 Three hooks a config dataclass may define, each for one job:
 - `MOVED_KEYS` (ClassVar dict): a key that used to live here -> its new dotted key; using it is an error naming
-  the new one (the old flat `rollout.vllm_args` says `rollout.vllm.args`);
+  the new one (the old flat `rollout.vllm_args` says `rollout.vllm.args`), and `tirl.core.migrate` (`tirl config
+  migrate`) moves it there; `MOVED_DEFAULTS` (ClassVar dict, optional): what such a key meant when a file left it
+  out, written by the migration where the new place's default differs (`tirl.core.migrate`);
 - `VARIANT_KEY` and `config_variant(value)` (classmethod): the section's dataclass depends on one of its own keys
   (`task.name` picks the task's options dataclass, a subclass);
 - `resolve_data(data)` (classmethod, on the root): rewrite the loaded mapping before it is built, knowing which
@@ -182,7 +184,9 @@ def _unknown(cls: type, where: str, key: str, context: str = "") -> ConfigError:
     dotted = _join(where, key)
     moved = getattr(cls, "MOVED_KEYS", {}).get(key)
     if moved:
-        return ConfigError(f"config key '{dotted}'{context} is now '{moved}'")
+        return ConfigError(
+            f"config key '{dotted}'{context} is now '{moved}' (`tirl config migrate FILE` rewrites a config file)"
+        )
     level = f"'{where}'" if where else "the top level"
     if getattr(cls, "VARIANT_KEY", None):  # the keys depend on the variant: name the one in use
         level += f" ({cls.__name__})"
@@ -413,30 +417,34 @@ def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str], cls: type
     return out
 
 
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """The mapping a YAML config file holds, with errors naming the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = _safe_load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}): "
+            "save it as UTF-8"
+        ) from None
+    except ConfigError as e:
+        raise ConfigError(f"config file {path}: {e}") from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(
+            f"config file {path} must hold a mapping at the top level, got {type(data).__name__}"
+        )
+    return dict(data)
+
+
 def load_config(cls: type[T], path: str | Path | None = None, overrides: Sequence[str] = ()) -> T:
     """YAML file (optional) -> dotted overrides -> validated dataclass `cls`."""
-    data: Any = {}
-    if path is not None:
-        path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file not found: {path}")
-        try:
-            data = _safe_load(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as e:
-            raise ConfigError(
-                f"config file {path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}): "
-                "save it as UTF-8"
-            ) from None
-        except ConfigError as e:
-            raise ConfigError(f"config file {path}: {e}") from None
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
-        if data is None:
-            data = {}
-        if not isinstance(data, Mapping):
-            raise ConfigError(
-                f"config file {path} must hold a mapping at the top level, got {type(data).__name__}"
-            )
+    data: Any = {} if path is None else read_config_file(path)
     data = apply_overrides(data, overrides, cls)
     if hasattr(cls, "resolve_data"):
         data = cls.resolve_data(data)
@@ -460,4 +468,12 @@ def save_config(cfg: Any, path: str | Path) -> Path:
     return atomic_write_text(path, text)
 
 
-__all__ = ["ConfigError", "apply_overrides", "from_dict", "load_config", "save_config", "to_dict"]
+__all__ = [
+    "ConfigError",
+    "apply_overrides",
+    "from_dict",
+    "load_config",
+    "read_config_file",
+    "save_config",
+    "to_dict",
+]

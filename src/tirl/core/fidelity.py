@@ -43,7 +43,7 @@ ROWS: tuple[Row, ...] = (
         "rollout correction (token TIS where engine and trainer round differently)",
     ),
     Row("rollout.dtype", "auto", "bfloat16", "vLLM weights dtype"),
-    Row("rl.token_mean", "exact", "micro", "token-mean policy loss normalization"),
+    Row("rl.loss.token_mean", "exact", "micro", "token-mean policy loss normalization"),
     Row("sft.loss_mean", "token", "micro", "SFT loss normalization"),
     Row("agent.token_stream", "tirl", "verl", "the token stream before a tool turn"),
     Row("agent.malformed_calls", "feedback", "drop", "malformed tool calls"),

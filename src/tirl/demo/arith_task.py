@@ -19,7 +19,6 @@ from tirl.tasks.task import DemoData, Task, TaskOptions
 from tirl.train.sft import SFTConfig
 
 if TYPE_CHECKING:
-    from tirl.commands.run_config import TirlConfig
     from tirl.sandbox.types import Sandbox
 
 
@@ -44,10 +43,9 @@ class ArithOptions(TaskOptions):
             raise ValueError(f"unknown style {self.style!r}; valid: {list(STYLES)}")
 
 
-def _splits(cfg: TirlConfig) -> tuple[list[Problem], list[Problem], list[Problem]]:
-    t = cfg.task
+def _splits(t: ArithOptions, seed: int) -> tuple[list[Problem], list[Problem], list[Problem]]:
     return split_problems(
-        seed=cfg.seed,
+        seed=seed,
         num_sft=t.num_sft,
         num_rl=t.num_rl,
         num_test=t.num_test,
@@ -56,15 +54,18 @@ def _splits(cfg: TirlConfig) -> tuple[list[Problem], list[Problem], list[Problem
     )
 
 
-def arith_rows(split: str, cfg: TirlConfig) -> list[dict[str, Any]]:
-    _, rl, test = _splits(cfg)
+def arith_rows(split: str, options: ArithOptions, seed: int) -> list[dict[str, Any]]:
+    _, rl, test = _splits(options, seed)
     return [p.to_row() for p in (rl if split == "train" else test)]
 
 
-def arith_demo_data(cfg: TirlConfig, sandbox: Sandbox) -> DemoData:
-    """Disjoint SFT / RL / test problems; SFT trajectories written by the scripted solver through the sandbox."""
-    sft, rl, test = _splits(cfg)
-    sft_rows = scripted_trajectories(sft, sandbox, cfg.task.solver, seed=cfg.seed)
+def arith_demo_data(
+    options: ArithOptions, seed: int, sandbox: Sandbox, max_tool_response_chars: int
+) -> DemoData:
+    """Disjoint SFT / RL / test problems; SFT trajectories written by the scripted solver through the sandbox (its
+    tool outputs cut at `task.solver.max_tool_response_chars`, not the agent's cap)."""
+    sft, rl, test = _splits(options, seed)
+    sft_rows = scripted_trajectories(sft, sandbox, options.solver, seed=seed)
     return DemoData(sft_rows, [p.to_row() for p in rl], [p.to_row() for p in test], copy_warmup_rows(sft))
 
 

@@ -42,7 +42,7 @@ def sample_real_rows(run: Run, pool: list[dict[str, Any]], want: int) -> list[di
     """Up to `want` verified-correct trajectories of the stitched-SFT model on `pool` (in order), written to
     data/sft-real.jsonl with a summary beside it; reused when that file was sampled from the same inputs."""
     from tirl.commands.stages import eval_reward, inference_agent
-    from tirl.data.sample import SampleConfig, sample_rows, summary_path
+    from tirl.eval.sample import SampleConfig, sample_rows, summary_path
     from tirl.rollout.sampling import SamplingParams
 
     cfg, out, model = run.cfg, run.out, run.models["sft"]
@@ -113,7 +113,7 @@ def compare_data(run: Run) -> None:
     if cfg.task.name != "gsm8k":
         raise ValueError(f"--compare data runs on the gsm8k task (its sample pool), not {cfg.task.name!r}")
     want = len(run.rows["sft_rows"])
-    real = timed(run.times, "sample", sample_real_rows, run, sample_pool(cfg), want)
+    real = timed(run.times, "sample", sample_real_rows, run, sample_pool(cfg.task, cfg.seed), want)
     report["real_rows"] = len(real)
     run.save()
     if not real:

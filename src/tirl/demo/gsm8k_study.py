@@ -54,12 +54,12 @@ def study_rows(cfg: TirlConfig, out: Path) -> dict[str, list[dict[str, Any]]]:
     names = ("test", "val", "rl-candidates", *(f"sft-{s}" for s in STYLES))
     if stage.reusable(all((data / f"{n}.jsonl").is_file() for n in names)):
         return {n: read_rows(data / f"{n}.jsonl") for n in names}
-    val, pool = study_splits(cfg)
+    val, pool = study_splits(cfg.task, cfg.seed)
     records = gsm8k_records("train")
     rows: dict[str, list[dict[str, Any]]] = {
-        "test": gsm8k_rows("test", cfg),
+        "test": gsm8k_rows("test", cfg.task, cfg.seed),
         "val": val,
-        "rl-candidates": gsm8k_rows("train", cfg),
+        "rl-candidates": gsm8k_rows("train", cfg.task, cfg.seed),
     }
     want = cfg.task.num_sft
     take = pool[: want + want // 4 + 16]  # stitching keeps ~94% of these problems: a margin
@@ -118,7 +118,7 @@ def filter_rl_rows(run: Run) -> list[dict[str, Any]]:
     """The RL candidates the chosen SFT model solves sometimes (module docstring, step 3), with their rates."""
     from tirl.commands.stages import eval_reward, inference_agent
     from tirl.core.io import atomic_write_json
-    from tirl.data.filter import Band, filtered_rows
+    from tirl.eval.filter import Band, filtered_rows
     from tirl.rollout.sampling import SamplingParams
 
     cfg, path = run.cfg, run.out / "data" / "rl.jsonl"

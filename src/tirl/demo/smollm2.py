@@ -29,6 +29,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -199,12 +200,18 @@ def eval_stage(
     return summary
 
 
-def run_smollm2_demo(cfg: TirlConfig, compare: str | None = None) -> dict[str, Any]:
-    """The whole run (module docstring); returns the report written to OUT_DIR/report.json."""
+def run_smollm2_demo(
+    cfg: TirlConfig, compare: str | None = None, compare_data: Callable[[Run], None] | None = None
+) -> dict[str, Any]:
+    """The whole run (module docstring); returns the report written to OUT_DIR/report.json. `compare_data` runs
+    `--compare data` on the run (`tirl.demo.compare_data.compare_data`, passed in by the command: it is built from
+    this module's stages, so this module does not import it)."""
     from tirl.demo.tiny import demo_rows
 
     if compare not in (None, "lora", "data"):
         raise ValueError(f"tirl demo --model smollm2 --compare takes 'lora' or 'data', got {compare!r}")
+    if compare == "data" and compare_data is None:
+        raise ValueError("--compare data needs the data comparison (tirl.demo.compare_data.compare_data)")
     setup_torch(cfg)
     out = Path(cfg.out_dir)
     save_config(cfg, out / "config.yaml")
@@ -218,8 +225,6 @@ def run_smollm2_demo(cfg: TirlConfig, compare: str | None = None) -> dict[str, A
     for label in list(run.models):
         evaluate_stage(run, label)
     if compare == "data":
-        from tirl.demo.compare_data import compare_data
-
         compare_data(run)
     models = run.models
     print_table(report["summary"])

@@ -55,7 +55,7 @@ def demo_rows(cfg: TirlConfig, out: Path) -> dict[str, Any]:
         f"[bold]data[/] task {task.name!r}: SFT, RL and held-out test problems; SFT tool calls run in the sandbox"
     )
     with build_sandbox(cfg.sandbox) as sandbox:
-        demo = task.demo_data(cfg, sandbox)
+        demo = task.demo_data(cfg.task, cfg.seed, sandbox, cfg.agent.max_tool_response_chars)
     console.print(
         f"{len(demo.sft_rows)} SFT, {len(demo.rl_rows)} RL, {len(demo.test_rows)} held-out test problems"
     )

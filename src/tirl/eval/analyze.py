@@ -1,4 +1,5 @@
-"""`tirl analyze RUN_A RUN_B ... --labels base,rl --out DIR`: load, analyse, write report.json, plots, pages.
+"""What `tirl analyze RUN_A RUN_B ... --labels base,rl --out DIR` runs (its front end is `tirl.commands.analyze`):
+load, analyse, write report.json, plots, pages.
 
 Outputs in DIR: report.json (every number), *.png, report.html (self-contained) and trajectories.html with its
 data directory. Each file is written atomically; the JSON first, so the numbers survive a failure in plotting.
@@ -64,43 +65,6 @@ def run_analyze(
     report["seconds"] = times
     atomic_write_json(out / "report.json", report)
     return report
-
-
-def add_analyze_arguments(p) -> None:
-    """The `tirl analyze` options (kept here so cli.py stays a thin dispatcher)."""
-    p.add_argument(
-        "runs", nargs="+", help="tirl eval directories or verl validation dumps; the first is the baseline"
-    )
-    p.add_argument(
-        "--labels", default=None, help="comma-separated model names, one per run (default: from the records)"
-    )
-    p.add_argument("--out", default="runs/analysis", help="output directory (default: runs/analysis)")
-    p.add_argument(
-        "--tokenizer",
-        default=None,
-        help="model directory whose tokenizer decodes mask spans when a run names none",
-    )
-    p.add_argument(
-        "--bootstrap", type=int, default=1000, help="bootstrap replicates over problems (default 1000)"
-    )
-    p.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and Monte Carlo maj@k")
-    p.add_argument("--no-viewer", action="store_true", help="skip trajectories.html")
-
-
-def main_analyze(args) -> int:
-    from tirl.eval.analysis import AnalysisConfig
-
-    labels = [x.strip() for x in args.labels.split(",")] if args.labels else None
-    report = run_analyze(
-        args.runs,
-        args.out,
-        labels=labels,
-        tokenizer=args.tokenizer,
-        config=AnalysisConfig(num_resamples=args.bootstrap, seed=args.seed),
-        viewer=not args.no_viewer,
-    )
-    print_summary(report, Path(args.out))
-    return 0
 
 
 def print_summary(report: dict, out: Path) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 
 from tirl.core.io import atomic_write_text
 from tirl.eval.samples import Run, Sample
+from tirl.tools import show_call
 
 _TOOL_RESPONSE = re.compile(r"(<tool_response>.*?(?:</tool_response>|$))", re.S)
 DATA_DIR = "trajectories-data"
@@ -63,6 +64,14 @@ def text_spans(sample: Sample) -> list[dict[str, Any]]:
     return [{"m": 0 if p.startswith("<tool_response>") else 1, "t": p} for p in parts if p]
 
 
+def _shown(call: dict[str, Any]) -> str | None:
+    """A recorded call as its tool shows it (the code interpreter: its code); a record without arguments (an older
+    run) shows its `code`."""
+    if call.get("arguments") is None:
+        return call.get("code")
+    return show_call(call.get("name"), call["arguments"])
+
+
 def _entry(i: int, s: Sample, decode) -> dict[str, Any]:
     t = s.trajectory or {}
     if decode is not None and t.get("response_ids") is not None:
@@ -72,7 +81,7 @@ def _entry(i: int, s: Sample, decode) -> dict[str, Any]:
     calls = [
         {
             "turn": c.get("turn"),
-            "code": c.get("code"),
+            "code": _shown(c),
             "status": c.get("status"),
             "response": c.get("response"),
         }

@@ -48,6 +48,11 @@ class ModelConfig:
     # GiB of activations one forward/backward may keep when micro_batch_tokens is auto (tirl.train.memory);
     # 0 = 1 GiB on a CPU (less where memory is short), a quarter of the GPU's memory on CUDA
     activation_gib: float = 0.0
+    # the RL update's decoder layers through torch.compile (static shapes), its micro-batches' lengths padded up to
+    # a multiple of compile_pad_multiple so that few shapes compile (tirl.train.compiled). Off by default: its
+    # speed on a GPU is not measured
+    compile_layers: bool = False
+    compile_pad_multiple: int = 64
     lora: LoraConfig = field(default_factory=LoraConfig)  # rank > 0 trains a LoRA adapter (tirl.models.lora)
 
     def __post_init__(self) -> None:
@@ -61,6 +66,8 @@ class ModelConfig:
             raise ValueError(
                 f"model.activation_gib must be >= 0 (0 = by the device), got {self.activation_gib}"
             )
+        if self.compile_pad_multiple < 1:
+            raise ValueError(f"model.compile_pad_multiple must be >= 1, got {self.compile_pad_multiple}")
         if self.dtype not in _DTYPES:
             raise ValueError(f"model.dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
         if self.autocast not in AUTOCAST:

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tirl.data.benchmarks import gsm8k_answer, integer_answer
+from tirl.data.benchmarks import integer_answer
 from tirl.rewards.choice import boxed_letter, grade_choice
 from tirl.rewards.math import GradeResult, as_int, grade, last_boxed, math_equivalent
 from tirl.rewards.strict import grade_math_dapo, strict_answer
@@ -40,12 +40,6 @@ def grade_math(response: str, ground_truth: Any, *, timeout_s: float = 5.0) -> G
 def grade_integer(response: str, ground_truth: Any, *, timeout_s: float = 5.0) -> GradeResult:
     """AIME/AMC: the gold as a canonical integer ("025" and 25.0 are 25); the prediction as math-verify reads it."""
     return grade(response, integer_answer(ground_truth), timeout_s=timeout_s)
-
-
-def grade_gsm8k(response: str, ground_truth: Any, *, timeout_s: float = 5.0) -> GradeResult:
-    """GSM8K: a raw solution's gold is the number after '####'; an already extracted gold is used as is."""
-    gold = str(ground_truth)
-    return grade(response, gsm8k_answer(gold) if "####" in gold else gold, timeout_s=timeout_s)
 
 
 def grade_letter(response: str, ground_truth: Any, *, timeout_s: float = 5.0) -> GradeResult:
@@ -171,7 +165,6 @@ register_verifier("math", grade_math, **_MATH, data_sources=("math500", "math_da
 register_verifier(
     "integer", grade_integer, **_MATH, data_sources=("aime24", "aime25", "aime2024", "aime2025", "amc23")
 )
-register_verifier("gsm8k", grade_gsm8k, **_MATH, data_sources=("gsm8k", "openai/gsm8k"))
 register_verifier(
     "choice", grade_letter, is_fast=_always, extract=boxed_letter, data_sources=("gpqa", "gpqa_diamond")
 )

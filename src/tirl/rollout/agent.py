@@ -25,7 +25,8 @@ from tirl.chat.template import ChatRenderer
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Engine, Generation, Origin, ToolCallRecord, Trajectory
 from tirl.sandbox.types import Sandbox
-from tirl.tools.base import CodeInterpreter, ToolOutput, ToolSet
+from tirl.tools.base import ToolOutput, ToolSet
+from tirl.tools.code_interpreter import code_argument, default_tools
 
 
 @dataclass
@@ -35,7 +36,7 @@ class AgentConfig:
     max_tokens_per_turn: int = 256
     max_tool_response_chars: int = 256
     truncate_side: Literal["middle", "right"] = "middle"
-    auto_print: bool = True  # print a bare final expression, as the recipe's tool does
+    auto_print: bool = True  # print a bare final expression, as the recipe's tool does (the tool reads it)
     stop_at_tool_call_end: bool = (
         True  # end a turn at </tool_call> instead of waiting for EOS (one call per turn)
     )
@@ -87,7 +88,7 @@ class AgentLoop:
         self.renderer = renderer
         self.sandbox = sandbox
         self.config = config
-        self.tools = tools or ToolSet([CodeInterpreter(auto_print=config.auto_print)])
+        self.tools = (tools or ToolSet(default_tools())).configured(config)  # agent.auto_print, say
 
     def stop_ids(self) -> list[int]:
         return stop_token_ids(self.renderer, self.config)
@@ -190,8 +191,9 @@ def apply_tool_results(
         [o.text for o in outputs], assistant_closed=closed, newline=cfg.token_stream == "tirl"
     )
     for c, o in zip(calls, outputs, strict=True):
+        code = code_argument(c.name, c.arguments)
         t.tool_calls.append(
-            ToolCallRecord(t.turns, c.code, o.text, o.status, o.exec_result, c.name, c.arguments)
+            ToolCallRecord(t.turns, code, o.text, o.status, o.exec_result, c.name, c.arguments)
         )
     if t.response_length + len(ids) >= cfg.max_response_tokens:
         t.stop_reason = "budget"

@@ -43,6 +43,9 @@ class TorchEngineConfig:
     # (tirl.rollout.graph_decode). auto = on where the model is on a CUDA device and neither compiled nor sharded;
     # on = that or an error; off = the eager decode. Off by default: its speed on a GPU is not yet measured
     cuda_graphs: str = "off"
+    # the static step of rollout.torch.cuda_graphs through torch.compile (static shapes, compiled once per bucket
+    # and captured into its graph); needs cuda_graphs on or auto. Off by default: its speed on a GPU is not measured
+    compile_graph_step: bool = False
     # the CUDA-graph decode's KV arena (tirl.rollout.graph_arena), allocated once and kept: GiB; 0 = a quarter of
     # the GPU's memory. A chunk whose rows x positions do not fit is refused with the numbers
     graph_kv_gib: float = 0.0
@@ -53,6 +56,11 @@ class TorchEngineConfig:
         if self.cuda_graphs not in GRAPH_MODES:
             raise ValueError(
                 f"rollout.torch.cuda_graphs must be one of {', '.join(GRAPH_MODES)}, got {self.cuda_graphs!r}"
+            )
+        if self.compile_graph_step and self.cuda_graphs == "off":
+            raise ValueError(
+                "rollout.torch.compile_graph_step=true compiles the static step of rollout.torch.cuda_graphs, "
+                "which is off: set rollout.torch.cuda_graphs=auto or on"
             )
         if not self.graph_kv_gib >= 0:  # NaN fails too
             raise ValueError(f"rollout.torch.graph_kv_gib must be >= 0 (0 = auto), got {self.graph_kv_gib}")

@@ -90,6 +90,7 @@ class TorchEngine:
         pack: str = "auto",
         cuda_graphs: str = "off",
         graph_kv_gib: float = 0.0,
+        compile_graph_step: bool = False,
     ) -> None:
         if not eos_ids:
             raise ValueError("at least one EOS id is needed to know when a turn ends")
@@ -109,7 +110,8 @@ class TorchEngine:
         # decode steps only (pre-fills vary too much in shape to pay for recompiles); the module is shared
         self._step = torch.compile(model, dynamic=True) if compile else model
         self.kept = KeptPrefixes(keep_prefix_mib * 2**20)  # 0: every call pre-fills its prompts whole
-        self.graphs = graph_decoder(self, cuda_graphs, compile, graph_kv_gib)  # None: the eager decode
+        # None: the eager decode
+        self.graphs = graph_decoder(self, cuda_graphs, compile, graph_kv_gib, compile_graph_step)
         if compute_dtype is not None:
             self.capabilities = self.capabilities.with_precision(compute_dtype, None)
 

@@ -66,7 +66,7 @@ def _torch(ro: RolloutConfig, x: EngineInputs) -> Engine:
     return TorchEngine(
         x.model, eos_ids=[x.eos_id], pad_id=x.pad_id, stop_ids=x.stop_ids, max_batch_size=t.max_batch_size,
         compute_dtype=compute, keep_prefix_mib=t.keep_prefix_mib, compile=t.compile, pack=t.pack,
-        cuda_graphs=t.cuda_graphs, graph_kv_gib=t.graph_kv_gib,
+        cuda_graphs=t.cuda_graphs, graph_kv_gib=t.graph_kv_gib, compile_graph_step=t.compile_graph_step,
     )  # fmt: skip
 
 

@@ -20,7 +20,10 @@ engine's own code: the pre-fill (kept prefixes included), the exact sampler outs
 kept prefixes of finished rows.
 
 `capture=False` runs the same static step eagerly: the CPU tests check it against the eager engine that way. The
-capture itself and its speed have not run on a GPU yet.
+capture itself and its speed have not run on a GPU yet. `compile_step` (`rollout.torch.compile_graph_step`) runs
+the step through `torch.compile` (static shapes: one compile per (bucket, capacity), the first call of each in the
+warm-up before its capture, so that the graph captures the compiled kernels); checked on a CPU, its GPU speed
+unmeasured.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 
@@ -41,8 +44,29 @@ from tirl.rollout.kv_cache import InPlaceCache
 from tirl.rollout.sampling import SamplingParams, sample_next
 from tirl.rollout.types import Generation
 
-if TYPE_CHECKING:
-    from tirl.rollout.engine import TorchEngine
+
+class DecodeHost(Protocol):
+    """What the graph decode uses of the engine it decodes for (`tirl.rollout.engine.TorchEngine`, which passes
+    itself in): the engine's own pre-fill, token bookkeeping and kept prefixes, so that this module never imports
+    the engine module that imports it."""
+
+    model: torch.nn.Module
+    device: torch.device
+    compute_dtype: torch.dtype | None
+    weight_version: int
+    max_batch_size: int
+    pad_id: int
+    kept: Any  # tirl.rollout.kv_cache.KeptPrefixes
+    _cache_kw: str
+
+    def _prefill(
+        self, prompts: list[list[int]], kept: list[Any], room: int
+    ) -> tuple[InPlaceCache, torch.Tensor, torch.Tensor, torch.Tensor]: ...
+
+    def _append(
+        self, gens: list[Generation], live: list[int], toks: list[int], lps: list[float], limits: list[int]
+    ) -> list[int]: ...
+
 
 # attention implementations whose math the static step's own attention (`tirl.rollout.graph_model`) reproduces
 ATTENTION_KINDS = ("sdpa", "eager")
@@ -50,7 +74,15 @@ ATTENTION_KINDS = ("sdpa", "eager")
 # as cuBLAS workspaces, happen there rather than inside the capture)
 WARMUP_STEPS = 3
 
-__all__ = ["GraphDecoder", "bucket", "capture_graph", "columns", "graph_decoder", "why_not_graphs"]
+__all__ = [
+    "DecodeHost",
+    "GraphDecoder",
+    "bucket",
+    "capture_graph",
+    "columns",
+    "graph_decoder",
+    "why_not_graphs",
+]
 
 
 def why_not_graphs(model: torch.nn.Module, compile: bool) -> str | None:
@@ -71,7 +103,9 @@ def why_not_graphs(model: torch.nn.Module, compile: bool) -> str | None:
     return None
 
 
-def graph_decoder(engine: TorchEngine, mode: str, compile: bool, kv_gib: float = 0.0) -> GraphDecoder | None:
+def graph_decoder(
+    engine: DecodeHost, mode: str, compile: bool, kv_gib: float = 0.0, compile_step: bool = False
+) -> GraphDecoder | None:
     """The decoder `rollout.torch.cuda_graphs` resolves to for this engine, or None (the eager decode)."""
     if mode not in GRAPH_MODES:
         raise ValueError(f"rollout.torch.cuda_graphs={mode!r}; valid: {', '.join(GRAPH_MODES)}")
@@ -79,7 +113,7 @@ def graph_decoder(engine: TorchEngine, mode: str, compile: bool, kv_gib: float =
         return None
     why = why_not_graphs(engine.model, compile)
     if why is None:
-        return GraphDecoder(engine, kv_gib=kv_gib)
+        return GraphDecoder(engine, kv_gib=kv_gib, compile_step=compile_step)
     if mode == "on":
         raise ValueError(f"rollout.torch.cuda_graphs=on: {why} (use rollout.torch.cuda_graphs=auto or off)")
     return None
@@ -136,12 +170,26 @@ class _HostCopy:
 class GraphDecoder:
     """The decode of one `TorchEngine` chunk through static steps, replayed from CUDA graphs (`capture=True`) or
     run eagerly (`capture=False`, any device: the tests' check of the static-shape logic). `kv_gib`:
-    `rollout.torch.graph_kv_gib`, the arena's budget (`tirl.rollout.graph_arena`)."""
+    `rollout.torch.graph_kv_gib`, the arena's budget (`tirl.rollout.graph_arena`); `compile_step`: the step
+    through `torch.compile` (`rollout.torch.compile_graph_step`), with `compile_options` (the tests' backend)."""
 
-    def __init__(self, engine: TorchEngine, *, capture: bool = True, kv_gib: float = 0.0) -> None:
+    def __init__(
+        self,
+        engine: DecodeHost,
+        *,
+        capture: bool = True,
+        kv_gib: float = 0.0,
+        compile_step: bool = False,
+        compile_options: dict[str, Any] | None = None,
+    ) -> None:
         self.engine = engine
         self.capture = capture
         self.kv_gib = kv_gib
+        # static shapes: bk and ck are Python ints, so each (bk, ck) is compiled once (past dynamo's recompile
+        # limit, 8 by default, the further ones run eagerly: the same numbers)
+        self._compiled: Callable[[int, int], None] | None = None
+        if compile_step:
+            self._compiled = torch.compile(self._static_step, dynamic=False, **(compile_options or {}))
         self._lock = threading.Lock()  # one arena: calls from several threads decode one after another
         self.arena: Arena | None = None
         self.weights: RolloutWeights | None = None
@@ -298,7 +346,7 @@ class GraphDecoder:
             graph = self._graphs.get((bk, ck)) or self._capture(bk, ck)
             graph.replay()
         else:
-            self._static_step(bk, ck)
+            (self._compiled or self._static_step)(bk, ck)
         a = self.arena
         a.pos[:bk].add_(1)  # outside the step, so that running it again (warm-up, capture) changes nothing
         a.write.add_(1)
@@ -328,7 +376,7 @@ class GraphDecoder:
     def _capture(self, bk: int, ck: int) -> Any:
         """Capture the step at (bk, ck) into a graph drawing on the pool all of them share (they never run at
         once). The step is idempotent, so the warm-up runs change nothing."""
-        step = partial(self._static_step, bk, ck)
+        step = partial(self._compiled or self._static_step, bk, ck)
         graph, self._pool = capture_graph(step, self._pool, self.arena.ids.device, self._amp)
         self._graphs[(bk, ck)] = graph
         self.captures += 1

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from tirl.data.records import ProblemRow
+from tirl.tools.code_interpreter import TOOL_NAME
 
 if TYPE_CHECKING:
     import torch
@@ -75,7 +76,7 @@ class ToolCallRecord:
     response: str  # the text fed back to the model, after truncation
     status: str  # "ok", sandbox statuses ("runtime_error", "timeout", ...), "tool_error", or "parse_error" (not run)
     exec_result: dict[str, Any] | None = None
-    name: str | None = "code_interpreter"  # None: the call was too malformed to name a tool
+    name: str | None = TOOL_NAME  # None: the call was too malformed to name a tool
     arguments: dict[str, Any] | None = None
     result_seen: bool = True  # False when the result did not fit the budget and was never appended
 

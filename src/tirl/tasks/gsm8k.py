@@ -21,11 +21,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tirl.data.benchmarks import gsm8k_answer, gsm8k_id, gsm8k_records, math_prompt
+from tirl.rewards.math import GradeResult, grade, math_equivalent
+from tirl.rewards.registry import math_is_fast, register_verifier
 from tirl.tasks.stitch import StitchConfig, stitch_rows
 from tirl.tasks.task import DemoData, Task, TaskOptions, register_task
 
 if TYPE_CHECKING:
-    from tirl.commands.run_config import TirlConfig
     from tirl.sandbox.types import Sandbox
 
 WORDING = "plain"
@@ -66,19 +67,19 @@ def _row(record: dict[str, Any], split: str, i: int) -> dict[str, Any]:
     }
 
 
-def _order(split: str, cfg: TirlConfig) -> list[int]:
+def _order(split: str, options: GSM8KOptions, seed: int) -> list[int]:
     """The split's indices whose step count is in `task.levels`, shuffled by seed."""
-    levels = set(cfg.task.levels)
+    levels = set(options.levels)
     records = gsm8k_records(split)
     keep = [i for i, r in enumerate(records) if not levels or calculator_steps(r) in levels]
-    random.Random(f"gsm8k-{split}-{cfg.seed}").shuffle(keep)
+    random.Random(f"gsm8k-{split}-{seed}").shuffle(keep)
     return keep
 
 
-def _train_parts(cfg: TirlConfig) -> tuple[list[int], list[int]]:
+def _train_parts(options: GSM8KOptions, seed: int) -> tuple[list[int], list[int]]:
     """(front: SFT problems then the sample pool, back: the RL problems)."""
-    order = _order("train", cfg)
-    t = cfg.task
+    order = _order("train", options, seed)
+    t = options
     if t.num_rl + t.num_sft + t.num_val > len(order):
         raise ValueError(
             f"gsm8k: task.num_sft + num_rl + num_val = {t.num_sft + t.num_rl + t.num_val} but only {len(order)} "
@@ -88,41 +89,43 @@ def _train_parts(cfg: TirlConfig) -> tuple[list[int], list[int]]:
     return order[: len(order) - t.num_rl], order[len(order) - t.num_rl :]
 
 
-def gsm8k_rows(split: str, cfg: TirlConfig) -> list[dict[str, Any]]:
+def gsm8k_rows(split: str, options: GSM8KOptions, seed: int) -> list[dict[str, Any]]:
     """RL problems for "train", the held-out problems for "test"."""
     if split == "train":
         records = gsm8k_records("train")
-        return [_row(records[i], "train", i) for i in _train_parts(cfg)[1]]
+        return [_row(records[i], "train", i) for i in _train_parts(options, seed)[1]]
     records = gsm8k_records("test")
-    order = _order("test", cfg)
-    if cfg.task.num_test > len(order):
+    order = _order("test", options, seed)
+    if options.num_test > len(order):
         raise ValueError(
-            f"gsm8k: task.num_test = {cfg.task.num_test} but the test split has {len(order)} problems"
+            f"gsm8k: task.num_test = {options.num_test} but the test split has {len(order)} problems"
         )
-    return [_row(records[i], "test", i) for i in order[: cfg.task.num_test]]
+    return [_row(records[i], "test", i) for i in order[: options.num_test]]
 
 
-def sample_pool(cfg: TirlConfig) -> list[dict[str, Any]]:
+def sample_pool(options: GSM8KOptions, seed: int) -> list[dict[str, Any]]:
     """Train problems that are neither RL nor test problems, the SFT problems first (in order)."""
     records = gsm8k_records("train")
-    return [_row(records[i], "train", i) for i in _train_parts(cfg)[0]]
+    return [_row(records[i], "train", i) for i in _train_parts(options, seed)[0]]
 
 
-def study_splits(cfg: TirlConfig) -> tuple[list[dict[str, Any]], list[int]]:
+def study_splits(options: GSM8KOptions, seed: int) -> tuple[list[dict[str, Any]], list[int]]:
     """(the validation slice's rows: the last `num_val` problems of the front part; the train indices before
     them, the SFT pool of the GSM8K study)."""
-    front, _ = _train_parts(cfg)
-    cut = len(front) - cfg.task.num_val
+    front, _ = _train_parts(options, seed)
+    cut = len(front) - options.num_val
     records = gsm8k_records("train")
     return [_row(records[i], "train", i) for i in front[cut:]], front[:cut]
 
 
-def gsm8k_demo_data(cfg: TirlConfig, sandbox: Sandbox) -> DemoData:
+def gsm8k_demo_data(
+    options: GSM8KOptions, seed: int, sandbox: Sandbox, max_tool_response_chars: int
+) -> DemoData:
     """The first `num_sft` stitchable problems of the front part as stitched SFT rows; RL and test rows."""
-    front, _ = _train_parts(cfg)
+    front, _ = _train_parts(options, seed)
     records = gsm8k_records("train")
-    config = StitchConfig(wording=WORDING, max_tool_response_chars=cfg.agent.max_tool_response_chars)
-    want = cfg.task.num_sft
+    config = StitchConfig(wording=WORDING, max_tool_response_chars=max_tool_response_chars)
+    want = options.num_sft
     take = front[: min(len(front), want + want // 4 + 16)]  # stitching keeps ~94%: a margin, then the rest
     rows, _ = stitch_rows([records[i] for i in take], [gsm8k_id("train", i) for i in take], sandbox, config)
     if len(rows) < want:
@@ -133,7 +136,18 @@ def gsm8k_demo_data(cfg: TirlConfig, sandbox: Sandbox) -> DemoData:
         rows += more
     if len(rows) < want:
         raise ValueError(f"gsm8k: only {len(rows)} stitchable train problems, task.num_sft = {want}")
-    return DemoData(rows[:want], gsm8k_rows("train", cfg), gsm8k_rows("test", cfg))
+    return DemoData(rows[:want], gsm8k_rows("train", options, seed), gsm8k_rows("test", options, seed))
 
 
+def grade_gsm8k(response: str, ground_truth: Any, *, timeout_s: float = 5.0) -> GradeResult:
+    """GSM8K's verifier: a raw solution's gold is the number after '####' (`gsm8k_answer`, which the data layer's
+    `tirl data prepare gsm8k` also applies); an already extracted gold is used as is."""
+    gold = str(ground_truth)
+    return grade(response, gsm8k_answer(gold) if "####" in gold else gold, timeout_s=timeout_s)
+
+
+register_verifier(
+    "gsm8k", grade_gsm8k, in_workers=True, is_fast=math_is_fast, equivalent=math_equivalent,
+    data_sources=("gsm8k", "openai/gsm8k"),
+)  # fmt: skip
 register_task(Task("gsm8k", rows=gsm8k_rows, demo_data=gsm8k_demo_data, options=GSM8KOptions))

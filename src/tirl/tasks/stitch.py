@@ -42,10 +42,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tirl.chat.hermes import CODE_INTERPRETER_SCHEMA, format_tool_output, truncate_middle
+from tirl.chat.hermes import truncate_middle
 from tirl.data.benchmarks import WORDINGS, gsm8k_answer, math_prompt
 from tirl.sandbox.types import Sandbox
 from tirl.tasks.toolcalls import code_call, run_with_progress
+from tirl.tools.code_interpreter import CODE_INTERPRETER_SCHEMA, format_tool_output
 
 _ANNOTATION = re.compile(r"<<([^<>]*)>>")
 _NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?|\.\d+")

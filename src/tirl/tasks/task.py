@@ -5,7 +5,8 @@ one from the user's own package (installed, or under the working directory) (a `
 `-> Task` that takes no arguments; nothing else named there is called), so adding a task never means editing
 tirl. The verifier is routed through the one registry (`tirl.rewards.registry`): a task that names one sends its
 `data_sources` to it when it is loaded. Rows come from the stage's data file when one is set (`rl.data`,
-`eval.data`), else from the task's `rows(split, cfg)` ("train" for RL, "test" for eval).
+`eval.data`), else from the task's `rows(split, options, seed)` ("train" for RL, "test" for eval): a task is built from its own
+`task.*` options and the run's seed, never from the whole run config.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from tirl.rewards.registry import route
-from tirl.tools.base import CodeInterpreter, Tool, ToolSet
+from tirl.tools.base import Tool, ToolSet
+from tirl.tools.code_interpreter import default_tools
 
 if TYPE_CHECKING:
-    from tirl.commands.run_config import TirlConfig
     from tirl.sandbox.types import Sandbox
 
 SPLITS = ("train", "test")
@@ -65,17 +66,18 @@ class DemoData:
 @dataclass(frozen=True)
 class Task:
     """One task. `tools` are listed in the system turn and dispatched by name; `verifier` (a registered name) grades
-    rows of `data_sources`; `system_prompt` is used when `chat.system_prompt` is empty; `rows(split, cfg)` gives
-    verl-schema rows; `demo_data(cfg, sandbox)` what `tirl demo` needs (SFT trajectories included); `options` the
-    dataclass of its `task.*` settings (read as `cfg.task`)."""
+    rows of `data_sources`; `system_prompt` is used when `chat.system_prompt` is empty; `rows(split, options, seed)`
+    gives verl-schema rows; `demo_data(options, seed, sandbox, max_tool_response_chars)` what `tirl demo` needs
+    (SFT trajectories included, their tool outputs cut as the agent cuts them); `options` the dataclass of its
+    `task.*` settings, which both callbacks get (`cfg.task`) with the run's `seed`."""
 
     name: str
-    tools: Sequence[Tool] = field(default_factory=lambda: (CodeInterpreter(),))
+    tools: Sequence[Tool] = field(default_factory=default_tools)
     verifier: str | None = None
     data_sources: Sequence[str] = ()
     system_prompt: str | None = None
-    rows: Callable[[str, TirlConfig], list[dict[str, Any]]] | None = None
-    demo_data: Callable[[TirlConfig, Sandbox], DemoData] | None = None
+    rows: Callable[[str, TaskOptions, int], list[dict[str, Any]]] | None = None
+    demo_data: Callable[[TaskOptions, int, Sandbox, int], DemoData] | None = None
     options: type[TaskOptions] = TaskOptions  # the task's `task.*` settings: a TaskOptions subclass
 
     def __post_init__(self) -> None:
@@ -98,13 +100,13 @@ class Task:
             route(source, self.verifier)
         return self
 
-    def load_rows(self, split: str, cfg: TirlConfig) -> list[dict[str, Any]]:
+    def load_rows(self, split: str, options: TaskOptions, seed: int) -> list[dict[str, Any]]:
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
         if self.rows is None:
             key = "rl.data" if split == "train" else "eval.data"
             raise ValueError(f"task {self.name!r} has no rows of its own: set {key}=FILE")
-        return self.rows(split, cfg)
+        return self.rows(split, options, seed)
 
 
 _TASKS: dict[str, Task | Callable[[], Task] | str] = {}

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from tirl.chat.hermes import TOOL_NAME
 from tirl.core.progress import progress
 from tirl.sandbox.types import Sandbox
+from tirl.tools.code_interpreter import TOOL_NAME
 
 
 def code_call(code: str) -> dict[str, Any]:

@@ -12,7 +12,8 @@ def lookup(key: str) -> str:
     return TABLE.get(key, "not found")
 """
 
-from tirl.tools.base import CodeInterpreter, FunctionTool, Tool, ToolOutput, ToolSet, tool
+from tirl.tools.base import FunctionTool, Tool, ToolOptions, ToolOutput, ToolSet, tool
+from tirl.tools.code_interpreter import CodeInterpreter, default_tools, show_call
 from tirl.tools.schema import check_arguments, function_schema
 
 __all__ = [
@@ -20,8 +21,11 @@ __all__ = [
     "FunctionTool",
     "Tool",
     "ToolOutput",
+    "ToolOptions",
     "ToolSet",
     "check_arguments",
+    "default_tools",
     "function_schema",
+    "show_call",
     "tool",
 ]

@@ -19,9 +19,9 @@ import json
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from tirl.chat.hermes import TOOL_NAME, ToolCall, format_tool_output, prepare_code, truncate_middle
+from tirl.chat.hermes import ToolCall, truncate_middle
 from tirl.sandbox.types import Sandbox
 from tirl.tools.schema import check_arguments, function_schema
 
@@ -36,8 +36,20 @@ class ToolOutput:
     exec_result: dict[str, Any] | None = None
 
 
+class ToolOptions(Protocol):
+    """The run's settings a tool may take (the `agent.*` section, `tirl.rollout.agent.AgentConfig`)."""
+
+    auto_print: bool
+
+
+def call_text(name: str, arguments: dict[str, Any] | None) -> str:
+    """A call as the trajectory viewer shows it by default: `name({"arg": value, ...})`."""
+    return f"{name}({json.dumps(arguments or {}, ensure_ascii=False)})"
+
+
 class Tool:
-    """A named tool with its function schema. Subclasses implement `run_batch` (and may refine `validate`)."""
+    """A named tool with its function schema. Subclasses implement `run_batch` (and may refine `validate`, take
+    the run's settings in `configured`, or show a call their own way in `show`)."""
 
     name: str
     schema: dict[str, Any]
@@ -46,6 +58,14 @@ class Tool:
 
     def validate(self, arguments: dict[str, Any]) -> str | None:
         return check_arguments(self.schema, arguments)
+
+    def configured(self, options: ToolOptions) -> Tool:
+        """This tool under the run's settings (the agent loop asks once, when it is built); itself by default."""
+        return self
+
+    def show(self, arguments: dict[str, Any] | None) -> str | None:
+        """How the trajectory viewer shows a call of this tool."""
+        return call_text(self.name, arguments)
 
     def run_batch(self, arguments: Sequence[dict[str, Any]], sandbox: Sandbox | None) -> list[ToolOutput]:
         raise NotImplementedError
@@ -135,48 +155,6 @@ def tool(
     return wrap if fn is None else wrap(fn)
 
 
-CODE_INTERPRETER_DESCRIPTION = "A tool for executing code."
-
-
-class CodeInterpreter(Tool):
-    """The recipe's `code_interpreter`: the model's Python, run in the sandbox; one sandbox batch per step."""
-
-    def __init__(self, *, auto_print: bool = True) -> None:
-        self.name = TOOL_NAME
-        self.schema = {
-            "type": "function",
-            "function": {
-                "name": TOOL_NAME,
-                "description": CODE_INTERPRETER_DESCRIPTION,
-                "parameters": {
-                    "type": "object",
-                    "properties": {"code": {"type": "string", "description": "The code to execute."}},
-                    "required": ["code"],
-                },
-            },
-        }
-        self.sandbox = True
-        self.auto_print = auto_print
-
-    def validate(self, arguments: dict[str, Any]) -> str | None:
-        code = arguments.get("code")
-        if not isinstance(code, str) or not code.strip():
-            return "Error: the tool call has no 'code' argument."
-        return check_arguments(self.schema, arguments)
-
-    def run_batch(self, arguments: Sequence[dict[str, Any]], sandbox: Sandbox | None) -> list[ToolOutput]:
-        if sandbox is None:
-            raise ValueError("code_interpreter needs a sandbox")
-        results = sandbox.run_batch([prepare_code(a["code"], auto_print=self.auto_print) for a in arguments])
-        out = []
-        for r in results:
-            text = format_tool_output(r.stdout, r.stderr, timed_out=r.timed_out)
-            if r.sandbox_error:
-                text = f"Error: the sandbox failed: {r.sandbox_error}"
-            out.append(ToolOutput(text, r.status, r.to_dict()))
-        return out
-
-
 def as_tool(obj: Tool | Callable[..., Any]) -> Tool:
     if isinstance(obj, Tool):
         return obj
@@ -194,6 +172,10 @@ class ToolSet:
             if t.name in self.tools:
                 raise ValueError(f"two tools are named {t.name!r}")
             self.tools[t.name] = t
+
+    def configured(self, options: ToolOptions) -> ToolSet:
+        """The same tools, each under the run's settings (`Tool.configured`)."""
+        return ToolSet([t.configured(options) for t in self.tools.values()])
 
     @property
     def schemas(self) -> list[dict[str, Any]]:

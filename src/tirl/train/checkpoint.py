@@ -43,6 +43,7 @@ from tirl.models.loading import tied_aliases
 from tirl.train import dist, manifest
 from tirl.train.fsdp import full_state_dict, is_sharded
 from tirl.train.manifest import MANIFEST, CheckpointError, RunIdentity
+from tirl.train.signals import StopRequested
 
 STATE = "trainer_state.pt"
 DCP_DIR = "dcp"  # sharded weights and optimizer of a multi-process run
@@ -104,6 +105,24 @@ def save_trainer(trainer: Resumable, out_dir: str | Path, *, tokenizer: Any, kee
     )
     rotate(out_dir, keep_last)
     return path
+
+
+def save_if_due(
+    trainer: Resumable,
+    out_dir: str | Path,
+    *,
+    step: int,
+    every: int,
+    stopping: bool,
+    tokenizer: Any,
+    keep_last: int,
+) -> None:
+    """The one resumable-state writer of both trainers' loops, after `step` steps: `save_trainer` every `every`
+    steps (0: never) and when a stop was requested, then raise `StopRequested` naming the checkpoint to resume."""
+    if (every and step % every == 0) or stopping:
+        path = save_trainer(trainer, out_dir, tokenizer=tokenizer, keep_last=keep_last)
+        if stopping:
+            raise StopRequested(str(path), step)
 
 
 def restore_trainer(

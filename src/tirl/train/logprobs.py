@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 from tirl.algorithms import entropy_from_logits
+from tirl.train.compiled import CompiledLayers, running
 from tirl.train.head import head_logprobs
 from tirl.train.prefix import full_attention_cache, plan_shared_prefixes, shared_prefix_hidden
 
@@ -120,6 +121,7 @@ def token_logprobs(
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     autocast: torch.dtype | None = None,
     prefix_len: torch.Tensor | None = None,
+    compiled: CompiledLayers | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log p(x_t | x_<t) for t >= 1, aligned with input_ids (B, T); position 0 gets 0.
 
@@ -128,14 +130,13 @@ def token_logprobs(
     `loss_mask` (B, T), only positions where it is non-zero are computed (the rest are 0), chunk by chunk.
     `autocast`: the lower-precision dtype of the forward pass (module docstring), None for full precision.
     `prefix_len` (B,): each row's prompt length; rows with the same prompt then share its pass
-    (`tirl.train.prefix`).
+    (`tirl.train.prefix`). `compiled`: compiled layers on padded lengths, no shared prefixes (`tirl.train.compiled`).
     """
     B, T = input_ids.shape
-    if loss_mask is None:
-        wanted = torch.ones(B, T, dtype=torch.bool, device=input_ids.device)
-    else:
-        wanted = loss_mask.to(torch.bool).clone()
+    wanted = torch.ones_like(input_ids, dtype=torch.bool) if loss_mask is None else loss_mask.bool().clone()
     wanted[:, 0] = False  # nothing predicts the first token
+    if compiled is not None:  # padding after every real token: the real positions' numbers stay
+        input_ids, attention_mask, wanted = compiled.pad(input_ids, attention_mask, wanted)
     b_idx, t_idx = wanted.nonzero(as_tuple=True)  # (N,) each
     targets = input_ids[b_idx, t_idx]  # (N,)
     split = _head_split(model)
@@ -144,9 +145,9 @@ def token_logprobs(
     if split is not None:
         decoder, head = split
         plan = None
-        if prefix_len is not None and shares_prefixes(model):
+        if prefix_len is not None and shares_prefixes(model) and compiled is None:
             plan = plan_shared_prefixes(input_ids, prefix_len)
-        with amp:  # rows (N, H): the state that predicted each wanted token
+        with amp, running(compiled):  # rows (N, H): the state that predicted each wanted token
             if plan is not None:
                 rows = shared_prefix_hidden(decoder, input_ids, attention_mask, plan, b_idx, t_idx - 1)
             else:
@@ -159,7 +160,7 @@ def token_logprobs(
             )
         ]  # fmt: skip
     else:
-        with amp:
+        with amp, running(compiled):
             logits = model(input_ids=input_ids, attention_mask=mask).logits  # (B, T, V)
         pieces = [_logp_and_entropy(logits[b_idx, t_idx - 1], targets, temperature, with_entropy)]
     logp = torch.zeros(B, T, dtype=torch.float32, device=input_ids.device)

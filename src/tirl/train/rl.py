@@ -5,7 +5,8 @@ advantages, recompute old log-probs with the policy, then take mini-batch policy
 
 How this departs from textbook GRPO (the reference recipe's choices unless noted):
 1. Token-level loss (`token-mean`): every trained token in a mini-batch weighs the same (the "T"; verl's: token_mean).
-2. Clip-higher: asymmetric ratio clip 1-0.2 / 1+0.28 (the "C"), plus dual-clip (c = 10) for negative advantages.
+2. Clip-higher: asymmetric ratio clip 1-0.2 / 1+0.28 (the "C"), plus dual-clip (c = 10) for negative advantages
+   (`rl.loss.*` of the default loss, `ppo`).
 3. Overlong reward shaping (DAPO): a soft penalty as the response nears the budget (the "R").
 4. No KL penalty and no reference model by default; `kl_coef > 0` turns on a k1/k3 penalty in the loss.
 5. Tool-output tokens are in the context but never in the loss (`loss_mask`), and they count toward the budget.
@@ -16,7 +17,7 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
    log-probs where they are the trainer's own to float rounding (the torch engine in fp32, sampling with the
    step's starting weights: verl's bypass mode), else a no-grad pass of the policy before the first update, which
    also measures the engine/trainer mismatch (`rl.old_logprobs`).
-8. `seq-mean-token-sum-norm` divides by a fixed length (`rl.loss_norm_len`, default the response budget), never
+8. `seq-mean-token-sum-norm` divides by a fixed length (`rl.loss.norm_len`, default the response budget), never
    by the padded length of the batch, which would bring back the length bias it exists to remove.
 9. An update whose loss or gradient norm is not finite is skipped (parameters, AdamW moments and the schedule
    untouched) and counted in `loss/skipped_updates`; `optim.max_skipped_in_row` in a row stop the run, and so
@@ -50,6 +51,7 @@ from tirl.rollout.types import Trajectory
 from tirl.train import checkpoint, dist, fsdp, manifest
 from tirl.train.batch import TokenBatch, slice_rows
 from tirl.train.checkpoint import CheckpointError
+from tirl.train.compiled import CompiledLayers
 from tirl.train.correction import RolloutCorrection
 from tirl.train.optim import SkipGuard, build_optimizer, clip_and_step
 from tirl.train.overlap import lookahead, staleness
@@ -65,7 +67,7 @@ from tirl.train.rl_batch import (
 )
 from tirl.train.rl_config import RLConfig
 from tirl.train.rl_run import RLRun
-from tirl.train.signals import StopRequested, graceful_stop
+from tirl.train.signals import graceful_stop
 from tirl.train.update import LossSpec, accumulate_gradients, no_grad_logprobs
 
 
@@ -78,61 +80,56 @@ class RLTrainer:
         """`run`: the policy, engine, prompts and settings, checked and sized (`tirl.train.rl_run.assemble`); the
         trainer adds only the algorithm's own state (estimator, loss, optimizer, generators, counters)."""
         cfg = run.cfg
-        self.policy, self.tokenizer, self.agent, self.rows = run.policy, run.tokenizer, run.agent, run.rows
-        self.cfg, self.sampling, self.reward = cfg, run.sampling, run.reward
-        self.out_dir, self.logger = run.out_dir, run.logger
-        self.micro_budget, self.engine_caps, self.autocast = run.micro_budget, run.engine_caps, run.autocast
-        self.ref, self.ref_source = run.reference, run.ref_source
-        self.validate, self.identity = run.validate, run.identity
-        self.pad_id = run.agent.renderer.pad_id
+        self.run = run  # kept whole, read where needed: the trainer copies none of its fields
         self.world = dist.world_size()
-        self.corr = RolloutCorrection.of(self.engine_caps.rollout_correction(cfg.rollout_correction), cfg)
-        self.adv_fn = get_advantage_estimator(cfg.adv_estimator, k=cfg.passk_k)
-        self.loss_fn = get_policy_loss(cfg.policy_loss)
+        self.corr = RolloutCorrection.of(run.engine_caps.rollout_correction(cfg.rollout_correction), cfg)
+        self.adv_fn = get_advantage_estimator(cfg.advantage.name, **cfg.advantage.hyperparameters())
+        self.loss_fn = get_policy_loss(cfg.loss.name)
         self.local_mini = cfg.mini_batch_size // self.world  # trajectories per update on this rank
         updates = cfg.steps * cfg.ppo_epochs * -(-cfg.prompts_per_step * cfg.n // cfg.mini_batch_size)
         self.opt, self.sched = build_optimizer(run.policy, cfg.optim, updates)
         self.rng = random.Random(run.seed)
         self.gen = torch.Generator().manual_seed(dist.rank_seed(run.seed))  # sampling, mini-batch order
         self._order: list[int] = []
-        self.norm_len = cfg.loss_norm_len or run.agent.config.max_response_tokens
+        self.norm_len = cfg.loss.norm_len or run.agent.config.max_response_tokens
         self.skips = SkipGuard(cfg.optim.max_skipped_in_row)
         self.ahead = lookahead(cfg.off_policy_steps)  # the batch sampled during the update
         self.rank_state = ("generator", "pending") if self.ahead else ("generator",)
         self.updates_done = self.step_done = 0
         self.timers = Timers()
         self.last_trajectories: list[Trajectory] = []
+        compiled = CompiledLayers(run.policy, run.compile_pad_multiple) if run.compile_pad_multiple else None
         self.loss_spec = LossSpec.for_rl(
-            cfg, self.loss_fn, self.norm_len, run.sampling.logprob_temperature, run.autocast
+            cfg, self.loss_fn, self.norm_len, run.sampling.logprob_temperature, run.autocast, compiled
         )
 
     def _next_prompts(self) -> list[ProblemRow]:
         """Epoch-wise shuffled prompts: each row is used once before any is reused. Every rank draws the same
         step's prompts (one order, seeded alike) and keeps its own share."""
         out = []
-        while len(out) < self.cfg.prompts_per_step:
+        while len(out) < self.run.cfg.prompts_per_step:
             if not self._order:
-                self._order = list(range(len(self.rows)))
+                self._order = list(range(len(self.run.rows)))
                 self.rng.shuffle(self._order)
-            out.append(self.rows[self._order.pop()])
+            out.append(self.run.rows[self._order.pop()])
         return dist.rank_share(out)
 
     def _logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
         """(B, T) log-probs of the trained tokens (0 elsewhere), at most `logprob_batch_size` sequences and
         `micro_batch_tokens` padded tokens per forward."""
         return no_grad_logprobs(
-            model, batch, max_seqs=self.cfg.logprob_batch_size, max_tokens=int(self.cfg.micro_batch_tokens),
-            temperature=self.sampling.logprob_temperature, autocast=self.autocast,
-            share_prefix=self.cfg.share_prefix,
+            model, batch, max_seqs=self.run.cfg.logprob_batch_size, max_tokens=int(self.run.cfg.micro_batch_tokens),
+            temperature=self.run.sampling.logprob_temperature, autocast=self.run.autocast,
+            share_prefix=self.run.cfg.share_prefix,
         )  # fmt: skip
 
     def _rollout(
         self, rows: Sequence[ProblemRow], first_group: int, gen: torch.Generator | None = None
     ) -> tuple[list[Trajectory], list[Any]]:
         """`n` trajectories per row, scored; their groups number the rows from `first_group` on."""
-        self.policy.eval()
+        self.run.policy.eval()
         return rollout_and_score(
-            self.agent, rows, self.sampling, n=self.cfg.n, reward=self.reward,
+            self.run.agent, rows, self.run.sampling, n=self.run.cfg.n, reward=self.run.reward,
             generator=self.gen if gen is None else gen, first_group=first_group, where=f"RL step {self.step_done}", timed=self.timers.time,
             sampling_context=self._sampling_context,
         )  # fmt: skip
@@ -141,9 +138,9 @@ class RLTrainer:
         """The whole model on each rank (an engine sharing the policy) and the engine awake: a colocated engine
         sleeps outside the rollouts, the torch engine drops what it keeps for them (packed weights, kept KV)."""
         stack = contextlib.ExitStack()
-        if self.engine_caps.shares_policy:
-            stack.enter_context(fsdp.gathered(self.policy))
-        stack.enter_context(awake(self.agent.engine))
+        if self.run.engine_caps.shares_policy:
+            stack.enter_context(fsdp.gathered(self.run.policy))
+        stack.enter_context(awake(self.run.agent.engine))
         return stack
 
     def _sample_ahead(self) -> None:
@@ -155,7 +152,7 @@ class RLTrainer:
     def _sample_batch(self) -> tuple[list[Trajectory], list[Any], dict[str, float]]:
         """This step's trajectories; with dynamic sampling (DAPO), only groups with a reward signal, refilled from
         new prompts for up to `dynamic_max_rounds` extra rounds, trimmed to `prompts_per_step` groups."""
-        cfg = self.cfg
+        cfg = self.run.cfg
         rows = self._next_prompts()
         trajs, scores = self._rollout(rows, dist.rank() * len(rows))  # group numbers unique over ranks
         if not cfg.dynamic_sampling:
@@ -180,17 +177,18 @@ class RLTrainer:
         return keep_t, keep_s, stats
 
     def step(self) -> dict[str, float]:
-        cfg = self.cfg
+        cfg = self.run.cfg
         t0 = time.time()
         trajs, scores, dyn = (self.ahead and self.ahead.take()) or self._sample_batch()
-        stale = staleness(trajs, self.agent.engine.weight_version) if self.ahead else None
+        stale = staleness(trajs, self.run.agent.engine.weight_version) if self.ahead else None
         if self.ahead and self.step_done + 1 < cfg.steps:
             self._sample_ahead()
         t_rollout = time.time() - t0
         rewards = torch.tensor([s.reward for s in scores])
         groups = torch.tensor([t.group for t in trajs])
         adv = self.adv_fn(rewards, groups)
-        batch = trajectory_batch(trajs, adv, pad_id=self.pad_id).to(next(self.policy.parameters()).device)
+        device = next(self.run.policy.parameters()).device
+        batch = trajectory_batch(trajs, adv, pad_id=self.run.agent.renderer.pad_id).to(device)
         truncated = [i for i, t in enumerate(trajs) if t.stop_reason in TRUNCATED]
         if cfg.overlong_filter and truncated:
             batch.loss_mask[truncated] = (
@@ -224,22 +222,22 @@ class RLTrainer:
         of that forward pass (detached), as verl does, and a rollout correction is computed in that pass too.
         Otherwise an engine whose log-probs are the trainer's own supplies them; any other is recomputed, to measure
         the mismatch and correct for it (capabilities)."""
-        cfg = self.cfg
+        cfg = self.run.cfg
         on_policy = cfg.ppo_epochs == 1 and self.local_mini >= len(trajs)
-        source = self.engine_caps.old_logprobs(
+        source = self.run.engine_caps.old_logprobs(
             on_policy=on_policy, correction=self.correction, fresh=self.ahead is None, mode=cfg.old_logprobs
         )
         old_logp, mismatch, in_pass = None, {}, source == "policy" and self.corr.active
         if source == "engine":
             old_logp = rollout_logprobs(trajs, batch.input_ids)
         elif source == "recompute":
-            old_logp = self._logprobs(self.policy, batch)
+            old_logp = self._logprobs(self.run.policy, batch)
             mismatch = self.corr.apply(batch, old_logp, rollout_logprobs(trajs, batch.input_ids))
         elif in_pass:
             batch.extra["rollout_logp"] = rollout_logprobs(trajs, batch.input_ids)
         ref_logp = None
-        if self.ref is not None:
-            with self.ref.model() as ref:
+        if self.run.reference is not None:
+            with self.run.reference.model() as ref:
                 ref_logp = self._logprobs(ref, batch)
         seen = torch.zeros_like(batch.loss_mask) if in_pass else None
         update = self._update(batch, old_logp, ref_logp, seen)
@@ -257,11 +255,11 @@ class RLTrainer:
         """Policy-gradient updates; `old_logp` None means on-policy (one update over the whole batch), and then
         `seen` (B, T), if given, receives that pass's detached log-probs and the rollout correction is applied in
         it (`tirl.train.update`)."""
-        cfg = self.cfg
+        cfg = self.run.cfg
         spec = self.loss_spec
         if seen is not None:
             spec = dataclasses.replace(spec, correction=self.corr)
-        self.policy.train()
+        self.run.policy.train()
         B = batch.input_ids.shape[0]
         sums: Counter[str] = Counter()
         updates = 0
@@ -272,7 +270,7 @@ class RLTrainer:
                 mini = slice_rows(batch, idx)
                 mini_seen = None if seen is None else torch.zeros_like(mini.loss_mask)
                 stats = accumulate_gradients(
-                    self.policy,
+                    self.run.policy,
                     mini,
                     None if old_logp is None else old_logp[idx],
                     None if ref_logp is None else ref_logp[idx],
@@ -282,18 +280,18 @@ class RLTrainer:
                 if seen is not None:
                     seen[idx, : mini.loss_mask.shape[1]] = mini_seen
                 norm, stepped = clip_and_step(
-                    self.policy, self.opt, self.sched, cfg.optim, loss=stats["loss/total"]
+                    self.run.policy, self.opt, self.sched, cfg.optim, loss=stats["loss/total"]
                 )
                 self.skips.record(stepped, where=f"RL update {self.updates_done}")
                 self.updates_done += 1
                 stats["loss/grad_norm"] = norm
                 sums.update(stats)
                 updates += 1
-        self.policy.eval()
+        self.run.policy.eval()
         if self.ahead:  # the next batch's requests end before the engine reloads its weights
             self.ahead.wait()
         with self.timers.time("sync"):  # the next rollout must sample from the updated policy
-            self.agent.engine.sync_weights(self.policy)
+            self.run.agent.engine.sync_weights(self.run.policy)
         out = {k: v / updates for k, v in sums.items()}
         out["optim/lr"] = self.sched.get_last_lr()[0]
         out["loss/skipped_updates"] = float(self.skips.total)
@@ -303,37 +301,36 @@ class RLTrainer:
         """Steps from `step_done` (0, or where a resumed checkpoint left off) to `steps`; returns their metrics.
 
         SIGTERM / SIGINT finish the current step, write a checkpoint and raise `StopRequested`."""
-        cfg, history = self.cfg, []
+        cfg, history = self.run.cfg, []
         with graceful_stop() as stop, progress("RL", cfg.steps) as bar:
             bar.advance(self.step_done)
             for step in range(self.step_done, cfg.steps):
                 m = self.step()
                 history.append(m)
-                if self.logger:
-                    self.logger.log(m, step=step)
-                    self.logger.log_text(
-                        "samples", render_samples(self.last_trajectories, self.tokenizer), step=step
+                if self.run.logger:
+                    self.run.logger.log(m, step=step)
+                    self.run.logger.log_text(
+                        "samples", render_samples(self.last_trajectories, self.run.tokenizer), step=step
                     )
-                manifest.check_weights(self.policy, f"RL step {step}")
+                manifest.check_weights(self.run.policy, f"RL step {step}")
                 self.step_done = step + 1
-                if self.validate is not None and cfg.eval_every and self.step_done % cfg.eval_every == 0:
-                    with fsdp.gathered(self.policy):
-                        val = self.validate(self.step_done)
+                if self.run.validate is not None and cfg.eval_every and self.step_done % cfg.eval_every == 0:
+                    with fsdp.gathered(self.run.policy):
+                        val = self.run.validate(self.step_done)
                     m.update(val)
-                    if self.logger:
-                        self.logger.log(val, step=step)
+                    if self.run.logger:
+                        self.run.logger.log(val, step=step)
                 bar.advance(1, info=f"reward {m['reward/mean']:+.2f}  acc {m['reward/accuracy']:.2f}")
-                stopping = dist.any_rank(stop.requested)
-                if (cfg.save_every and self.step_done % cfg.save_every == 0) or stopping:
-                    path = checkpoint.save_trainer(
-                        self, self.out_dir, tokenizer=self.tokenizer, keep_last=cfg.keep_last
-                    )
-                    if stopping:
-                        raise StopRequested(str(path), self.step_done)
+                checkpoint.save_if_due(
+                    self, self.run.out_dir, step=self.step_done, every=cfg.save_every,
+                    stopping=dist.any_rank(stop.requested), tokenizer=self.run.tokenizer, keep_last=cfg.keep_last,
+                )  # fmt: skip
         per_step = max(1, self.updates_done // max(1, self.step_done))  # every step takes as many updates
         first = (self.updates_done - self.skips.in_row) // per_step
         manifest.check_last_update(self.skips.in_row, f"RL step {first}")
-        fsdp.save_model(self.policy, self.tokenizer, self.out_dir / "model", extra={"step": cfg.steps})
+        fsdp.save_model(
+            self.run.policy, self.run.tokenizer, self.run.out_dir / "model", extra={"step": cfg.steps}
+        )
         return history
 
     @property
@@ -343,7 +340,11 @@ class RLTrainer:
 
     @property
     def model(self) -> torch.nn.Module:
-        return self.policy
+        return self.run.policy
+
+    @property
+    def identity(self) -> manifest.RunIdentity | None:
+        return self.run.identity
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -359,21 +360,21 @@ class RLTrainer:
             "generator": self.gen.get_state(),
             "updates_done": self.updates_done,
             "skips": (self.skips.in_row, self.skips.total),
-            "ref_source": self.ref_source,
-            "wandb_id": self.logger.run_id if self.logger else None,
+            "ref_source": self.run.ref_source,
+            "wandb_id": self.run.logger.run_id if self.run.logger else None,
         } | ({"pending": self.ahead.pending} if self.ahead else {})
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The restored weights (already in the policy) reach a server engine too: it still serves the weights it
         started with."""
-        if self.ref is not None and state.get("ref_source") != self.ref_source:
+        if self.run.reference is not None and state.get("ref_source") != self.run.ref_source:
             raise CheckpointError(
                 f"the checkpoint's KL reference is {state.get('ref_source')!r} but this run's model.path is "
-                f"{self.ref_source!r}: resume with the model.path the run started from"
+                f"{self.run.ref_source!r}: resume with the model.path the run started from"
             )
         self.step_done = int(state["step"])
         self.sched.load_state_dict(state["scheduler"])
-        self._order = [i for i in state["order"] if i < len(self.rows)]  # fewer rows: a changed data file
+        self._order = [i for i in state["order"] if i < len(self.run.rows)]  # fewer rows: a changed data file
         self.rng.setstate(state["order_rng"])
         if "generator" in state:  # absent for a rank the checkpoint's run did not have: it keeps its own seed
             self.gen.set_state(state["generator"])
@@ -381,8 +382,8 @@ class RLTrainer:
         self.skips.in_row, self.skips.total = state["skips"]
         if self.ahead:  # the batch sampled during the checkpointed step's update (tirl.train.overlap)
             self.ahead.pending = state.get("pending")
-        if self.engine_caps.sync_on_resume:  # a server engine still serves the weights it started with
-            self.agent.engine.sync_weights(self.policy)
+        if self.run.engine_caps.sync_on_resume:  # a server engine still serves the weights it started with
+            self.run.agent.engine.sync_weights(self.run.policy)
 
 
 __all__ = ["RLConfig", "RLTrainer", "trajectory_batch"]

@@ -1,22 +1,50 @@
 """`rl:` of a run's config: GRPO-TCR's settings with the reference recipe's defaults, checked when loaded (a bad
 value fails at start-up, naming the valid ones, not after the first rollout). The loop that reads them is
-`tirl.train.rl`."""
+`tirl.train.rl`. The estimator's and the loss's own settings are not here: `rl.advantage.*` and `rl.loss.*` are
+the options dataclasses registered with them (`tirl.algorithms`), built by name as `task.*` is."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
-from tirl.algorithms import check_advantage, get_advantage_estimator, get_policy_loss
+from tirl.algorithms import (
+    AdvantageOptions,
+    LossOptions,
+    check_advantage,
+    default_advantage_options,
+    default_loss_options,
+)
 from tirl.algorithms.rollout_correction import CORRECTIONS
 from tirl.core.config import check_range
 from tirl.train.batch import check_micro_batch
 from tirl.train.optim import OptimConfig
 from tirl.train.overlap import check_off_policy
 
+# the flat keys of rl.* before the estimator and the loss carried their own settings -> their new keys
+MOVED_TO_VARIANTS = {
+    "adv_estimator": "rl.advantage.name",
+    "passk_k": "rl.advantage.k",
+    "policy_loss": "rl.loss.name",
+    "clip_low": "rl.loss.clip_low",
+    "clip_high": "rl.loss.clip_high",
+    "clip_c": "rl.loss.clip_c",
+    "loss_agg": "rl.loss.agg",
+    "loss_norm_len": "rl.loss.norm_len",
+    "token_mean": "rl.loss.token_mean",
+}
+
 
 @dataclass
 class RLConfig:
+    MOVED_KEYS: ClassVar[dict[str, str]] = MOVED_TO_VARIANTS
+    # what the moved keys meant when a config left them out: `tirl config migrate` writes these where the new
+    # variant's own default differs (rl.policy_loss=gspo ran with 0.2 / 0.28, GSPOOptions' default is 3e-4 / 4e-4)
+    MOVED_DEFAULTS: ClassVar[dict[str, Any]] = {
+        "adv_estimator": "grpo", "passk_k": 4, "policy_loss": "ppo", "clip_low": 0.2, "clip_high": 0.28,
+        "clip_c": 10.0, "loss_agg": "token-mean", "loss_norm_len": 0, "token_mean": "exact",
+    }  # fmt: skip
+
     data: str = ""  # JSONL of RL rows (verl schema: prompt, reward_model.ground_truth, ...)
     steps: int = 20
     prompts_per_step: int = 32
@@ -26,19 +54,14 @@ class RLConfig:
     # padded tokens per forward/backward: auto = sized from model.activation_gib (tirl.train.memory); 0 = none
     micro_batch_tokens: int | Literal["auto"] = "auto"
     ppo_epochs: int = 1
-    adv_estimator: str = "grpo"
-    policy_loss: str = "ppo"
-    clip_low: float = 0.2
-    clip_high: float = 0.28
-    clip_c: float = 10.0
-    loss_agg: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"] = "token-mean"
-    loss_norm_len: int = 0  # the constant of seq-mean-token-sum-norm; 0 = the response budget (agent)
-    token_mean: Literal["exact", "micro"] = "exact"  # micro: verl's per-micro-batch token-mean (update.py)
+    # the estimator by name and its own settings (rl.advantage.name picks the dataclass: tirl.algorithms)
+    advantage: AdvantageOptions = field(default_factory=default_advantage_options)
+    # the policy loss by name and its own settings (rl.loss.name picks the dataclass: tirl.algorithms)
+    loss: LossOptions = field(default_factory=default_loss_options)
     prompt_rewrite: Literal["none", "verl"] = "none"  # verl: the recipe's rl.data rewrite (recipe_prompts.py)
     kl_coef: float = 0.0
     kl_estimator: Literal["k1", "k3"] = "k3"
     entropy_coef: float = 0.0
-    passk_k: int = 4  # k of the estimators that take one (the pass@k objectives passk, pkpo)
     # DAPO: drop groups whose rewards are all equal, sample more prompts to refill
     dynamic_sampling: bool = False
     dynamic_max_rounds: int = 3  # extra generation rounds per step at most, when dynamic_sampling is on
@@ -74,20 +97,18 @@ class RLConfig:
         for name in ("steps", "prompts_per_step", "n", "mini_batch_size", "ppo_epochs", "logprob_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        get_advantage_estimator(self.adv_estimator)  # fail at start-up, naming the valid choices
-        get_policy_loss(self.policy_loss)
+        adv = self.advantage  # its name and settings were checked as it was built (tirl.algorithms)
         if self.n < 2:
             raise ValueError(
                 f"rl.n={self.n}: every prompt would form a group of one, and the group-relative estimator "
-                f"{self.adv_estimator!r} has no baseline there, so every advantage is 0 and the run learns nothing; "
+                f"{adv.name!r} has no baseline there, so every advantage is 0 and the run learns nothing; "
                 "use rl.n >= 2 (the recipe samples 16 per prompt)"
             )
         try:  # the estimator's own check of its hyperparameters against the group size
-            check_advantage(self.adv_estimator, group_size=self.n, k=self.passk_k)
+            check_advantage(adv.name, group_size=self.n, **adv.hyperparameters())
         except ValueError as e:
-            raise ValueError(
-                f"rl.adv_estimator={self.adv_estimator!r} with rl.n={self.n}, rl.passk_k={self.passk_k}: {e}"
-            ) from None
+            own = "".join(f", rl.advantage.{k}={v}" for k, v in adv.hyperparameters().items())
+            raise ValueError(f"rl.advantage.name={adv.name!r} with rl.n={self.n}{own}: {e}") from None
         if self.eval_every < 0 or (self.eval_every and not self.eval_data):
             raise ValueError(
                 f"rl.eval_every={self.eval_every} needs rl.eval_data (a list of benchmark files) and must be >= 0"
@@ -105,16 +126,11 @@ class RLConfig:
             )
         if self.old_logprobs not in ("auto", "recompute"):
             raise ValueError(f"rl.old_logprobs={self.old_logprobs!r}; valid: auto, recompute")
-        check_range("clip_low", self.clip_low, 0, 1, high_open=True)  # at load time, not after a rollout
-        check_range("entropy_coef", self.entropy_coef)
-        for name, low in (("clip_high", 0), ("kl_coef", 0), ("mis_low", 0), ("tis_cap", 0), ("clip_c", 1)):
-            check_range(name, getattr(self, name), low, low_open=name in ("tis_cap", "clip_c"))
+        check_range("entropy_coef", self.entropy_coef)  # at load time, not after a rollout
+        for name, low in (("kl_coef", 0), ("mis_low", 0), ("tis_cap", 0)):
+            check_range(name, getattr(self, name), low, low_open=name == "tis_cap")
         check_range("mis_high", self.mis_high, self.mis_low, low_open=True, low_name="mis_low")
         check_off_policy(self.off_policy_steps, dynamic_sampling=self.dynamic_sampling)
-        if self.loss_norm_len < 0:
-            raise ValueError(
-                f"loss_norm_len must be >= 0 (0 = the response budget), got {self.loss_norm_len}"
-            )
 
 
-__all__ = ["RLConfig"]
+__all__ = ["MOVED_TO_VARIANTS", "RLConfig"]

@@ -2,7 +2,8 @@
 
 The stage builder (`tirl.commands.stages.run_rl`) calls `check_rl` before any model loads, builds the model, the
 engine and the agent, and hands them to `assemble`, which fits the prompts to the agent, sizes the micro-batches
-for the model and wraps the KL reference. `RLTrainer` takes the resulting `RLRun` and builds nothing itself.
+for the model and wraps the KL reference. `RLTrainer` keeps the resulting `RLRun` (`trainer.run`) and builds nothing
+of the run itself.
 """
 
 from __future__ import annotations
@@ -73,6 +74,8 @@ class RLRun:
     ref_source: str = ""  # where the reference (the initial policy) was loaded from
     identity: RunIdentity | None = None  # what checkpoints record, and a resume must match
     validate: Callable[[int], dict[str, float]] | None = None  # step -> validation metrics
+    # model.compile_layers: the update's decoder layers compiled, lengths padded to this multiple; 0 = eager
+    compile_pad_multiple: int = 0
 
 
 def assemble(

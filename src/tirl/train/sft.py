@@ -9,8 +9,8 @@ of a batch; `loss_mean="micro"` takes verl's instead (the mean over micro-batche
 Under torchrun each batch is dealt out over the ranks (`tirl.train.dist.rank_share`); the token count that
 normalizes the loss is summed over ranks, so the gradient is the whole batch's.
 
-`SFTTrainer` is the loop; it is checkpointed and resumed through `tirl.train.checkpoint.Resumable`, as the RL
-trainer is. Its data order is a plan of batches rebuilt from the seed, so its position is the step alone.
+`SFTTrainer` is the loop over one `SFTRun` (its inputs, rendered and sized by `sft_run`, as `RLRun` is RL's); it
+is checkpointed and resumed through `tirl.train.checkpoint.Resumable`, as the RL trainer is. Its data order is a plan of batches rebuilt from the seed, so its position is the step alone.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from tirl.train.batch import TokenBatch, check_micro_batch, collate
 from tirl.train.dist import all_reduce_sum
 from tirl.train.fsdp import MicroBatchPasses
 from tirl.train.logprobs import autocast_context, backward_outside_autocast, token_logprobs
-from tirl.train.memory import resolve_micro_batch_tokens, sized_micro_batches
+from tirl.train.memory import MicroBatchBudget, resolve_micro_batch_tokens, sized_micro_batches
 from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
-from tirl.train.signals import StopRequested, graceful_stop
+from tirl.train.signals import graceful_stop
 
 
 @dataclass
@@ -178,50 +178,80 @@ def sft_step(
     return summed["loss"], int(summed["tokens"])
 
 
+@dataclass
+class SFTRun:
+    """The SFT trainer's inputs, rendered and sized (`sft_run` builds one), as `tirl.train.rl_run.RLRun` is RL's."""
+
+    model: torch.nn.Module
+    renderer: ChatRenderer
+    examples: list[tuple[list[int], list[int]]]  # (ids, loss mask) per row
+    cfg: SFTConfig  # micro_batch_tokens resolved to a number
+    micro_budget: MicroBatchBudget  # how micro-batches were sized, printed at start
+    pad_id: int
+    seed: int
+    logger: MetricsLogger | None = None
+    label: str = "SFT"  # progress bars, metrics and errors name the stage by it
+    out_dir: Path | None = None  # checkpoints go here; None: nothing is written
+    autocast: torch.dtype | None = None  # model.autocast's dtype
+    identity: checkpoint.RunIdentity | None = None  # what checkpoints record, and a resume must match
+
+
+def sft_run(
+    model: torch.nn.Module,
+    renderer: ChatRenderer,
+    rows: Sequence[dict[str, Any]],
+    cfg: SFTConfig,
+    *,
+    pad_id: int,
+    seed: int,
+    autocast: torch.dtype | None = None,
+    activation_gib: float = 0.0,
+    out_dir: str | Path | None = None,
+    **rest: Any,
+) -> SFTRun:
+    """The `SFTRun` of these parts: `micro_batch_tokens: auto` sized for `activation_gib` (tirl.train.memory), every
+    row rendered (an error names the row). `rest`: SFTRun's optional fields (logger, label, identity)."""
+    cfg, budget = sized_micro_batches(cfg, model, autocast, activation_gib)
+    examples = render_rows(rows, renderer, max_length=cfg.max_length, source=cfg.data)
+    out = Path(out_dir) if out_dir is not None else None
+    return SFTRun(
+        model, renderer, examples, cfg, budget, pad_id, seed, out_dir=out, autocast=autocast, **rest
+    )
+
+
 class SFTTrainer:
     """SFT over a plan of batches fixed by the seed: `train()` runs from `step_done` to the end of the plan.
 
-    With `out_dir`, a resumable checkpoint goes to `out_dir`/checkpoint-<step> every `cfg.save_every` steps and when
-    SIGTERM/SIGINT ask to stop (then `StopRequested` is raised); without it nothing is written. `autocast`:
-    `model.autocast`'s dtype (forward and backward under torch.autocast), None for full precision.
+    With `run.out_dir`, a resumable checkpoint goes to `out_dir`/checkpoint-<step> every `cfg.save_every` steps and
+    when SIGTERM/SIGINT ask to stop (then `StopRequested` is raised); without it nothing is written.
     """
 
     rank_state: tuple[str, ...] = ()  # every rank draws the same plan: nothing of its own
 
-    def __init__(
-        self,
-        model: torch.nn.Module,
-        renderer: ChatRenderer,
-        rows: Sequence[dict[str, Any]],
-        cfg: SFTConfig,
-        *,
-        pad_id: int,
-        seed: int,
-        logger: MetricsLogger | None = None,
-        label: str = "SFT",
-        out_dir: str | Path | None = None,
-        autocast: torch.dtype | None = None,
-        activation_gib: float = 0.0,
-        identity: checkpoint.RunIdentity | None = None,
-    ) -> None:
-        """`identity`: the stage and settings its checkpoints record (what a resume must keep)."""
-        cfg, self.micro_budget = sized_micro_batches(cfg, model, autocast, activation_gib)
-        self.model, self.renderer, self.cfg, self.pad_id = model, renderer, cfg, pad_id
-        self.logger, self.label, self.autocast = logger, label, autocast
-        self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.examples = render_rows(rows, renderer, max_length=cfg.max_length, source=cfg.data)
-        self.identity = identity
-        rng = random.Random(seed)
-        lengths = [len(e[0]) for e in self.examples]
+    def __init__(self, run: SFTRun) -> None:
+        """`run`: the model, rendered rows and settings (`sft_run`); the trainer adds only its plan of batches, the
+        optimizer and its counters."""
+        self.run = run  # kept whole, read where needed: the trainer copies none of its fields
+        cfg = run.cfg
+        rng = random.Random(run.seed)
+        lengths = [len(e[0]) for e in run.examples]
         window = 50 if cfg.group_by_length else 1
         epochs = [
             length_grouped_batches(lengths, cfg.batch_size, rng, window=window) for _ in range(cfg.epochs)
         ]
         # (epoch, row indices) of every step
         self.plan = [(epoch, idx) for epoch, batches in enumerate(epochs) for idx in batches]
-        self.opt, self.sched = build_optimizer(model, cfg.optim, len(self.plan))
+        self.opt, self.sched = build_optimizer(run.model, cfg.optim, len(self.plan))
         self.skips = SkipGuard(cfg.optim.max_skipped_in_row)
         self.step_done = 0
+
+    @property
+    def model(self) -> torch.nn.Module:
+        return self.run.model
+
+    @property
+    def identity(self) -> checkpoint.RunIdentity | None:
+        return self.run.identity
 
     @property
     def optimizer(self) -> torch.optim.Optimizer:
@@ -232,7 +262,7 @@ class SFTTrainer:
             "step": self.step_done,
             "scheduler": self.sched.state_dict(),
             "skips": (self.skips.in_row, self.skips.total),
-            "wandb_id": self.logger.run_id if self.logger else None,
+            "wandb_id": self.run.logger.run_id if self.run.logger else None,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -242,19 +272,19 @@ class SFTTrainer:
 
     def _batch(self, idx: list[int]) -> TokenBatch | None:
         """This rank's share of the rows `idx`, collated on the model's device; None when it has none."""
-        chunk = [self.examples[i] for i in dist.rank_share(idx)]
+        chunk = [self.run.examples[i] for i in dist.rank_share(idx)]
         if not chunk:
             return None
         device = next(self.model.parameters()).device
-        return collate([c[0] for c in chunk], [c[1] for c in chunk], pad_id=self.pad_id).to(device)
+        return collate([c[0] for c in chunk], [c[1] for c in chunk], pad_id=self.run.pad_id).to(device)
 
     def step(self, step: int) -> dict[str, float]:
         """One optimizer step on the plan's batch `step`; returns its metrics."""
         epoch, idx = self.plan[step]
         device = next(self.model.parameters()).device
-        loss, n = sft_step(self.model, self._batch(idx), self.cfg, device, autocast=self.autocast)
-        grad_norm, stepped = clip_and_step(self.model, self.opt, self.sched, self.cfg.optim, loss=loss)
-        self.skips.record(stepped, where=f"{self.label} step {step}")
+        loss, n = sft_step(self.model, self._batch(idx), self.run.cfg, device, autocast=self.run.autocast)
+        grad_norm, stepped = clip_and_step(self.model, self.opt, self.sched, self.run.cfg.optim, loss=loss)
+        self.skips.record(stepped, where=f"{self.run.label} step {step}")
         return {
             "sft/loss": loss,
             "sft/grad_norm": grad_norm,
@@ -266,28 +296,27 @@ class SFTTrainer:
 
     def train(self) -> dict[str, float]:
         """Train in place to the end of the plan; returns the last logged metrics."""
+        run = self.run
         self.model.train()
         last: dict[str, float] = {}
-        with graceful_stop() as stop, progress(self.label, len(self.plan)) as bar:
+        with graceful_stop() as stop, progress(run.label, len(self.plan)) as bar:
             bar.advance(self.step_done)
             for step in range(self.step_done, len(self.plan)):
                 last = self.step(step)
-                if self.logger:
-                    self.logger.log(last, step=step)
-                manifest.check_weights(self.model, f"{self.label} step {step}")
+                if run.logger:
+                    run.logger.log(last, step=step)
+                manifest.check_weights(self.model, f"{run.label} step {step}")
                 bar.advance(1, info=f"loss {last['sft/loss']:.3f}")
                 self.step_done = step + 1
                 stopping = dist.any_rank(stop.requested)
-                if self.out_dir is None:
+                if run.out_dir is None:
                     continue
-                if (self.cfg.save_every and self.step_done % self.cfg.save_every == 0) or stopping:
-                    path = checkpoint.save_trainer(
-                        self, self.out_dir, tokenizer=self.renderer.tokenizer, keep_last=self.cfg.keep_last
-                    )
-                    if stopping:
-                        raise StopRequested(str(path), self.step_done)
+                checkpoint.save_if_due(
+                    self, run.out_dir, step=self.step_done, every=run.cfg.save_every, stopping=stopping,
+                    tokenizer=run.renderer.tokenizer, keep_last=run.cfg.keep_last,
+                )  # fmt: skip
         first = len(self.plan) - self.skips.in_row  # one update per step
-        manifest.check_last_update(self.skips.in_row, f"{self.label} step {first}")
+        manifest.check_last_update(self.skips.in_row, f"{run.label} step {first}")
         self.model.eval()
         return last
 
@@ -306,7 +335,7 @@ def train_sft(
 ) -> dict[str, float]:
     """Train `model` in place without checkpoints (`SFTTrainer` for a run that writes them); returns the last
     logged metrics."""
-    trainer = SFTTrainer(
+    run = sft_run(
         model, renderer, rows, cfg, pad_id=pad_id, seed=seed, logger=logger, label=label, autocast=autocast
     )
-    return trainer.train()
+    return SFTTrainer(run).train()

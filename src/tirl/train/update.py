@@ -27,6 +27,7 @@ import torch
 from tirl.algorithms import aggregate, kl_penalty
 from tirl.train import dist
 from tirl.train.batch import TokenBatch, slice_rows
+from tirl.train.compiled import CompiledLayers
 from tirl.train.correction import RolloutCorrection
 from tirl.train.dist import all_reduce_sum
 from tirl.train.fsdp import MicroBatchPasses, batch_parts, idle_forward, matched_parts
@@ -40,12 +41,11 @@ from tirl.train.logprobs import (
 
 @dataclass
 class LossSpec:
-    """What the loss of an update needs besides tensors: the policy loss and its keyword hyperparameters."""
+    """What the loss of an update needs besides tensors: the policy loss and its keyword hyperparameters (`hyper`:
+    the loss's own, from its `rl.loss.*` options), and the aggregation every term shares."""
 
     loss_fn: Any
-    clip_low: float
-    clip_high: float
-    clip_c: float
+    hyper: dict[str, Any]
     agg: str
     norm_len: int
     temperature: float
@@ -63,18 +63,25 @@ class LossSpec:
     # on-policy rollout correction in the update's own pass (module docstring), with the engine's sampling
     # log-probs in the batch's extra["rollout_logp"]; None: none
     correction: RolloutCorrection | None = None
+    # model.compile_layers: the policy's compiled decoder layers (tirl.train.compiled); None: eager
+    compiled: CompiledLayers | None = None
 
     @classmethod
     def for_rl(
-        cls, cfg: Any, loss_fn: Any, norm_len: int, temperature: float, autocast: torch.dtype | None
+        cls,
+        cfg: Any,
+        loss_fn: Any,
+        norm_len: int,
+        temperature: float,
+        autocast: torch.dtype | None,
+        compiled: CompiledLayers | None = None,
     ) -> LossSpec:
         """The spec an `RLConfig` (`cfg`) asks for, with the trainer's resolved loss, length and temperature."""
         return cls(
-            loss_fn, clip_low=cfg.clip_low, clip_high=cfg.clip_high, clip_c=cfg.clip_c, agg=cfg.loss_agg,
-            norm_len=norm_len, temperature=temperature, kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator,
-            entropy_coef=cfg.entropy_coef, micro_batch_size=cfg.micro_batch_size,
-            micro_batch_tokens=cfg.micro_batch_tokens, token_mean=cfg.token_mean, autocast=autocast,
-            share_prefix=cfg.share_prefix,
+            loss_fn, hyper=cfg.loss.hyperparameters(), agg=cfg.loss.agg, norm_len=norm_len, temperature=temperature,
+            kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator, entropy_coef=cfg.entropy_coef,
+            micro_batch_size=cfg.micro_batch_size, micro_batch_tokens=cfg.micro_batch_tokens,
+            token_mean=cfg.loss.token_mean, autocast=autocast, share_prefix=cfg.share_prefix, compiled=compiled,
         )  # fmt: skip
 
 
@@ -200,6 +207,7 @@ def _micro_loss(
         chunk_tokens=spec.chunk_tokens,
         autocast=spec.autocast,
         prefix_len=micro.prefix_len if spec.share_prefix else None,
+        compiled=spec.compiled,
     )
     old = logp.detach() if old_logp is None else old_logp[rows, :width]
     if seen is not None:
@@ -207,17 +215,7 @@ def _micro_loss(
     adv = micro.extra["advantages"]
     if spec.correction is not None:  # the surrogate is homogeneous in A: w weights each token's loss
         adv = spec.correction.weighted(adv, old, micro.extra["rollout_logp"], mask)
-    loss, stats = spec.loss_fn(
-        logp,
-        old,
-        adv,
-        mask,
-        clip_low=spec.clip_low,
-        clip_high=spec.clip_high,
-        clip_c=spec.clip_c,
-        agg=spec.agg,
-        **norm,
-    )
+    loss, stats = spec.loss_fn(logp, old, adv, mask, **spec.hyper, agg=spec.agg, **norm)
     totals["loss/pg"] += float(loss.detach())
     if ref_logp is not None:
         kl = aggregate(

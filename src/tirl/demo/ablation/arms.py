@@ -96,7 +96,8 @@ def parse_arm(text: str) -> Arm:
 
 
 def _flatten(values: Mapping[str, Any], prefix: str = "") -> list[str]:
-    """{rl: {clip_high: 0.2}} or {rl.clip_high: 0.2} -> ["rl.clip_high=0.2"] (values written as YAML)."""
+    """{rl: {loss: {clip_high: 0.2}}} or {rl.loss.clip_high: 0.2} -> ["rl.loss.clip_high=0.2"] (values written as
+    YAML)."""
     out = []
     for key, value in values.items():
         dotted = f"{prefix}{key}"

@@ -66,7 +66,7 @@ def train_rl(cfg: TirlConfig, out: Path, start: Start) -> tuple[Path, str]:
     if not stage.reusable(model_done(stage.output)):
         rl = cfg.rl
         console.print(
-            f"[bold]RL[/] {out.name}: {rl.adv_estimator}, {rl.steps} steps of {rl.prompts_per_step} prompts x "
+            f"[bold]RL[/] {out.name}: {rl.advantage.name}, {rl.steps} steps of {rl.prompts_per_step} prompts x "
             f"{rl.n}, seed {cfg.seed}"
         )
         run_rl(cfg, out, model_path=start.sft, rows=start.prep["rl_rows"], restart=True)

@@ -49,14 +49,14 @@ ALGORITHM_PRESETS = {
         _paper(
             "clip-higher",
             "clip-higher (eps 0.2/0.28) against symmetric clipping (0.2/0.2): the paper's exploration lever",
-            Arm("symmetric", ("rl.clip_low=0.2", "rl.clip_high=0.2"), "clip 0.2/0.2"),
-            Arm("clip-higher", ("rl.clip_low=0.2", "rl.clip_high=0.28"), "clip 0.2/0.28"),
+            Arm("symmetric", ("rl.loss.clip_low=0.2", "rl.loss.clip_high=0.2"), "clip 0.2/0.2"),
+            Arm("clip-higher", ("rl.loss.clip_low=0.2", "rl.loss.clip_high=0.28"), "clip 0.2/0.28"),
         ),
         _paper(
             "loss-agg",
             "token-mean against sequence-mean loss aggregation (every token weighs the same vs every sequence)",
-            Arm("seq-mean", ("rl.loss_agg=seq-mean-token-mean",), "seq-mean-token-mean"),
-            Arm("token-mean", ("rl.loss_agg=token-mean",), "token-mean"),
+            Arm("seq-mean", ("rl.loss.agg=seq-mean-token-mean",), "seq-mean-token-mean"),
+            Arm("token-mean", ("rl.loss.agg=token-mean",), "token-mean"),
         ),
         _paper(
             "tool-reward",
@@ -82,7 +82,7 @@ ALGORITHM_PRESETS = {
 
 
 def objectives() -> list[str]:
-    """The advantage estimators that take pass@k's k (rl.passk_k): what `--compare` and the objective presets take."""
+    """The advantage estimators that take pass@k's k (rl.advantage.k): what `--compare` and the objective presets take."""
     return sorted(name for name, est in ADVANTAGE_ESTIMATORS.items() if "k" in est.hyperparameters)
 
 
@@ -95,7 +95,7 @@ def objective_preset(objective: str) -> Preset:
         objective,
         (
             Arm("grpo", (), "GRPO-TCR"),
-            Arm(objective, (f"rl.adv_estimator={objective}",), f"{objective} advantage"),
+            Arm(objective, (f"rl.advantage.name={objective}",), f"{objective} advantage"),
         ),
         evaluate_start=True,
         summary=f"GRPO-TCR against the {objective} objective from one SFT checkpoint, SFT evaluated beside them",

@@ -7,14 +7,15 @@ import contextlib
 import dataclasses
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
+from tirl.commands.args import load_run_config
 from tirl.sandbox.auth import TOKEN_ENV
 
 
-def add_sandbox_parser(sub: Any, load_config: Callable[[argparse.Namespace], Any]) -> None:
-    """Register `tirl sandbox serve` on the top-level subparsers; `load_config` resolves --config + overrides."""
+def add_sandbox_parser(sub: Any) -> None:
+    """Register `tirl sandbox serve` on the top-level subparsers."""
     p = sub.add_parser("sandbox", help="the code sandbox as an HTTP service (SandboxFusion API)")
     ssub = p.add_subparsers(dest="sandbox_command", required=True)
     s = ssub.add_parser("serve", help="serve POST /run_code, GET /health, GET /metrics from a warm pool")
@@ -42,15 +43,15 @@ def add_sandbox_parser(sub: Any, load_config: Callable[[argparse.Namespace], Any
         f"(default: sandbox.auth_token_file, else ${TOKEN_ENV} when set, else no authentication)",
     )
     s.add_argument("overrides", nargs="*", help="dotted overrides, e.g. sandbox.timeout_s=10")
-    s.set_defaults(fn=lambda args: _serve(args, load_config))
+    s.set_defaults(fn=_serve)
 
 
-def _serve(args: argparse.Namespace, load_config: Callable[[argparse.Namespace], Any]) -> int:
+def _serve(args: argparse.Namespace) -> int:
     from tirl.sandbox.auth import is_loopback, load_token
     from tirl.sandbox.local import LocalSandbox
     from tirl.sandbox.server import bind, resolve, serve
 
-    cfg = load_config(args).sandbox
+    cfg = load_run_config(args).sandbox
     if args.workers is not None:
         if args.workers < 1:
             raise ValueError(f"--workers must be >= 1, got {args.workers}")

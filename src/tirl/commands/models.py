@@ -1,4 +1,5 @@
-"""`tirl model import`: the command's parser and implementation (cli.py only registers it)."""
+"""`tirl model import` and `tirl export`: the parsers and commands (cli.py only registers them); the conversion
+itself is `tirl.models.gguf` and `tirl.models.export`."""
 
 from __future__ import annotations
 
@@ -49,4 +50,32 @@ def _cmd_import(args: argparse.Namespace) -> int:
     console.print(f"importing {path} (dequantizing to {args.dtype})")
     out = import_gguf(path, args.out, dtype=args.dtype)
     console.print(f"model directory: {out}  (use it as model.path=...)")
+    return 0
+
+
+def add_export_parser(sub: argparse._SubParsersAction) -> None:
+    export = sub.add_parser(
+        "export",
+        help="write a trained model (final model/ or checkpoint-<k>/; a LoRA adapter merged into its base) as a "
+        "plain Hugging Face directory for vLLM, tirl eval or the hub",
+    )
+    export.add_argument("checkpoint", help="a model directory written by tirl sft/rl")
+    export.add_argument(
+        "--out",
+        required=True,
+        help="the directory to write: new, empty, or an earlier export holding only the files it wrote (replaced "
+        "whole)",
+    )
+    export.add_argument(
+        "--base", default=None, help="LoRA: the base model's directory, if it moved since training"
+    )
+    export.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    export.set_defaults(fn=export_command)
+
+
+def export_command(args: argparse.Namespace) -> int:
+    from tirl.models.export import export_checkpoint
+
+    out = export_checkpoint(args.checkpoint, args.out, base=args.base, dtype=args.dtype)
+    print(f"exported {args.checkpoint} -> {out}")
     return 0

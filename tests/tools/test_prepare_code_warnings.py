@@ -2,7 +2,7 @@
 
 import warnings
 
-from tirl.chat.hermes import prepare_code
+from tirl.tools.code_interpreter import prepare_code
 
 
 def test_prepare_code_keeps_syntax_warnings_of_model_code_quiet():

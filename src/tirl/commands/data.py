@@ -1,4 +1,5 @@
-"""`tirl data prepare`, `stitch` and `inspect`: the command implementations (argument parsing lives in cli.py)."""
+"""`tirl data prepare`, `stitch` and `inspect`, and the `tirl data` parser (with `sample` and `filter` from their own
+modules); what they run lives below: the benchmarks and readers in `tirl.data`, stitching in `tirl.tasks.stitch`."""
 
 from __future__ import annotations
 
@@ -86,19 +87,22 @@ def _schema_text(path: Path, rows: list[dict[str, Any]]) -> str:
 
 
 def build_inspect_renderer(model: str | None, fmt: str) -> Any:
-    """A renderer over the model's own tokenizer, or over the Qwen vocabulary when no model is given."""
+    """A renderer over the model's own tokenizer, or over the Qwen vocabulary when no model is given; it lists the
+    default tools (a row's own `tools` replace them)."""
     from tirl.chat.template import ChatRenderer
+    from tirl.tools import default_tools
 
+    tools = [t.schema for t in default_tools()]
     if model:
         from tirl.models.loading import load_tokenizer
 
-        return ChatRenderer(load_tokenizer(model), fmt=fmt)
+        return ChatRenderer(load_tokenizer(model), fmt=fmt, tools=tools)
     from tirl.chat.qwen_vocab import qwen_tokenizer
 
     if fmt == "chatml":
         raise ValueError("the chatml format needs the tiny model's tokenizer: pass --model DIR")
     try:
-        return ChatRenderer(qwen_tokenizer("qwen2.5" if fmt == "qwen2.5" else "qwen3"), fmt=fmt)
+        return ChatRenderer(qwen_tokenizer("qwen2.5" if fmt == "qwen2.5" else "qwen3"), fmt=fmt, tools=tools)
     except ImportError as e:
         raise ValueError(f"{e}; or pass --model DIR to count tokens with that model's tokenizer") from None
 
@@ -162,20 +166,6 @@ def _cmd_data(args: argparse.Namespace) -> int:
     return inspect_command(args.file, model=args.model, fmt=args.format)
 
 
-def _cmd_check_tokens(args: argparse.Namespace) -> int:
-    from tirl.commands.tokcheck import check_tokens_command
-
-    return check_tokens_command(
-        args.file,
-        model=args.model,
-        fmt=args.format,
-        config=args.config,
-        data=args.data,
-        strict=args.strict,
-        stream=args.stream,
-    )
-
-
 def _add_stitch_parser(data: argparse._SubParsersAction) -> None:
     """`tirl data stitch gsm8k`."""
     from tirl.data.benchmarks import GSM8K_SPLITS, WORDINGS
@@ -203,19 +193,19 @@ def _add_stitch_parser(data: argparse._SubParsersAction) -> None:
     p.set_defaults(fn=_cmd_data)
 
 
-def add_parsers(sub: argparse._SubParsersAction) -> None:
-    """The `data` and `check-tokens` subcommands, added to tirl's parser by cli.py."""
+def add_data_parser(sub: argparse._SubParsersAction) -> None:
+    """The `data` subcommands, added to tirl's parser by cli.py."""
     from tirl.chat.template import FORMATS
     from tirl.data.benchmarks import GSM8K_SPLITS, NAMES, WORDINGS
 
     data = sub.add_parser("data", help="prepare benchmark files; inspect a dataset").add_subparsers(
         dest="data_command", required=True
     )
-    from tirl.data.filter import add_filter_parser
-    from tirl.data.sample import add_sample_parser
+    from tirl.commands.filter import add_filter_parser
+    from tirl.commands.sample import add_sample_parser
 
-    add_sample_parser(data)  # tirl data sample (data/sample.py)
-    add_filter_parser(data)  # tirl data filter (data/filter.py)
+    add_sample_parser(data)  # tirl data sample (commands/sample.py)
+    add_filter_parser(data)  # tirl data filter (commands/filter.py)
     p = data.add_parser("prepare", help="write a benchmark as RL-schema rows (.parquet or .jsonl)")
     p.add_argument("name", choices=NAMES)
     p.add_argument(
@@ -234,17 +224,3 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, help="tokenizer directory (default: the Qwen vocabulary)")
     p.add_argument("--format", choices=FORMATS, default="qwen3")
     p.set_defaults(fn=_cmd_data)
-    p = sub.add_parser("check-tokens", help="re-render rollouts or SFT rows; compare ids and loss masks")
-    p.add_argument("file", help="trajectories.jsonl (tirl eval) or an SFT file")
-    p.add_argument("--model", default=None, help="tokenizer directory (default: the config's model.path)")
-    p.add_argument("--format", choices=FORMATS, default=None, help="chat format (default: the config's)")
-    p.add_argument("--config", default=None, help="run config (default: config.yaml next to FILE, if any)")
-    p.add_argument("--data", default=None, help="the evaluated rows, for trajectories without meta.prompt")
-    p.add_argument("--strict", action="store_true", help="also fail on sampled turns split non-canonically")
-    p.add_argument(
-        "--stream",
-        choices=["tirl", "verl"],
-        default=None,
-        help="the rollouts' token stream before a tool turn (default: agent.token_stream of the config)",
-    )
-    p.set_defaults(fn=_cmd_check_tokens)

@@ -1,0 +1,144 @@
+"""`tirl demo` and `tirl compare`: their parsers and commands (cli.py only registers them). They live with the demo,
+which sits above the commands layer, rather than in `tirl.commands`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tirl.commands.args import add_config_command, load_run_config, positive_int
+from tirl.core.rundir import claim
+
+CONFIGS = Path(__file__).parent.parent / "configs"  # tirl/configs, spelled as cli.py spelled it
+DEMO_CONFIG = CONFIGS / "demo.yaml"
+DEMO_MODELS = {"tiny": DEMO_CONFIG, "smollm2": CONFIGS / "demo-smollm2.yaml"}
+DEMO_TASKS = {"gsm8k": CONFIGS / "demo-smollm2-gsm8k.yaml"}  # with --model smollm2
+STUDY_CONFIG = CONFIGS / "study-smollm2-gsm8k.yaml"  # demo --model smollm2 --study
+
+
+def _config(args: argparse.Namespace):
+    """The demo's run config: --config, else the packaged config of --model, --task and --study."""
+    path = args.config
+    if not path:
+        path = DEMO_TASKS[args.task] if args.task in DEMO_TASKS else DEMO_MODELS[args.model]
+        path = STUDY_CONFIG if args.study else path
+    return load_run_config(args, path)
+
+
+def demo_command(args: argparse.Namespace) -> int:
+    if args.seeds != 1 and (args.model != "tiny" or args.compare):
+        print("tirl demo: --seeds runs the tiny demo only (without --compare)", file=sys.stderr)
+        return 2
+    if args.task not in (None, "arith") and args.model != "smollm2":
+        print(
+            f"tirl demo: --task {args.task} runs with --model smollm2 (the tiny model is built for arith)",
+            file=sys.stderr,
+        )
+        return 2
+    if args.study and (args.model != "smollm2" or args.task != "gsm8k" or args.compare):
+        print(
+            "tirl demo: --study runs with --model smollm2 --task gsm8k (without --compare)", file=sys.stderr
+        )
+        return 2
+    if args.study:
+        from tirl.demo.gsm8k_study import run_gsm8k_study
+
+        cfg = _config(args)
+        with claim(cfg.out_dir, "demo"):
+            run_gsm8k_study(cfg)
+        return 0
+    if args.model == "smollm2":
+        from tirl.demo.compare_data import compare_data
+        from tirl.demo.smollm2 import run_smollm2_demo
+
+        cfg = _config(args)
+        with claim(cfg.out_dir, "demo"):
+            run_smollm2_demo(cfg, args.compare, compare_data)
+        return 0
+    if args.compare:
+        from tirl.demo.compare import run_compare
+
+        temps = [float(t) for t in args.temperatures.split(",") if t.strip()]
+        cfg = _config(args)
+        with claim(cfg.out_dir, "demo"):
+            run_compare(cfg, args.compare, temperatures=temps)
+        return 0
+    from tirl.demo.tiny import run_demo
+    from tirl.train.signals import StopRequested
+
+    cfg = _config(args)
+    try:
+        with claim(cfg.out_dir, "demo"):
+            if args.seeds == 1:
+                run_demo(cfg)
+            else:
+                from tirl.demo.seeds import run_seeds
+
+                run_seeds(cfg, args.seeds, run_demo)
+    except StopRequested as e:
+        print(f"tirl demo: {e}", file=sys.stderr)
+        return 130
+    return 0
+
+
+def compare_command(args: argparse.Namespace) -> int:
+    from tirl.demo.ablation.command import main_compare
+
+    return main_compare(args, DEMO_CONFIG)
+
+
+def add_demo_parser(sub: argparse._SubParsersAction) -> None:
+    demo = add_config_command(
+        sub, "demo", "the whole loop on a tiny model: data, SFT, eval, RL, eval, report", demo_command
+    )
+    demo.add_argument(
+        "--compare",
+        default=None,
+        metavar="OBJECTIVE",
+        help="also train RL with this pass@k objective (an advantage estimator taking rl.advantage.k: passk, pkpo, "
+        "or one registered with a k) from the same SFT checkpoint and seed, evaluate SFT, "
+        "GRPO-TCR and it at --temperatures, and analyse the three together (reuses checkpoints in OUT_DIR)",
+    )
+    demo.add_argument("--temperatures", default="0.6,1.0", help="evaluation temperatures of --compare")
+    demo.add_argument(
+        "--study",
+        action="store_true",
+        help="with --model smollm2 --task gsm8k: the GSM8K study (configs/study-smollm2-gsm8k.yaml, hours): SFT "
+        "on ~2,000 stitched rows in two styles chosen on a validation slice, RL on the problems it solves "
+        "sometimes, validation curve, base/SFT/RL at two temperatures, MATH500 transfer (docs/gsm8k.md)",
+    )
+    demo.add_argument(
+        "--seeds",
+        type=positive_int,
+        default=1,
+        help="run the demo for N seeds (seed, seed+1, ...) into OUT_DIR/seed-<s>/ and report each metric's mean and "
+        "range, the pass@1 lift's interval over seeds and problems, and whether the crossover repeats "
+        "(OUT_DIR/seeds.json)",
+    )
+    demo.add_argument(
+        "--model",
+        choices=sorted(DEMO_MODELS),
+        default="tiny",
+        help="tiny: a ~1M-parameter model built from scratch (configs/demo.yaml); smollm2: SmolLM2-135M-Instruct "
+        "learns the code tool, SFT then GRPO-TCR with vLLM (configs/demo-smollm2.yaml; --compare lora adds LoRA RL)",
+    )
+    demo.add_argument(
+        "--task",
+        choices=["arith", *sorted(DEMO_TASKS)],
+        default=None,
+        help="arith: the generated arithmetic (default); gsm8k (with --model smollm2): GSM8K, SFT on stitched trajectories "
+        "from the human solutions, GRPO-TCR, 200 held-out test problems x 16 samples "
+        "(configs/demo-smollm2-gsm8k.yaml; --compare data adds SFT on the model's own sampled trajectories)",
+    )
+
+
+def add_compare_parser(sub: argparse._SubParsersAction) -> None:
+    from tirl.demo.ablation.command import add_compare_arguments
+
+    compare = sub.add_parser(
+        "compare",
+        help="an ablation: arms (named override sets) x seeds, each against a baseline arm with paired intervals",
+    )
+    add_compare_arguments(compare)
+    compare.set_defaults(fn=compare_command)
