@@ -14,7 +14,7 @@ import torch
 from bench.common import arithmetic_prompts, result_path, stopwatch, tiny_model, tiny_tokenizer, write_result
 from tirl.chat.template import ChatRenderer
 from tirl.demo.tiny_model import count_parameters
-from tirl.rollout.engine import TorchEngine
+from tirl.rollout.engines.torch.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 
 

@@ -21,7 +21,7 @@ from tirl.eval.metrics import default_ks, summarize
 from tirl.eval.verl_metrics import bootstrap_summary
 from tirl.rewards.scoring import grade_responses
 from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.episodes import responses_of
+from tirl.rollout.agent.episodes import responses_of
 from tirl.rollout.types import Trajectory
 
 

@@ -107,8 +107,8 @@ def sync(device: str) -> None:
 
 def graphs_available() -> str:
     """'' when this checkout's torch engine has the CUDA-graph decode, else why the variant is skipped."""
-    from tirl.rollout.config import TorchEngineConfig
-    from tirl.rollout.engine import TorchEngine
+    from tirl.rollout.engines.torch.config import TorchEngineConfig
+    from tirl.rollout.engines.torch.engine import TorchEngine
 
     if "cuda_graphs" not in {f.name for f in dataclasses.fields(TorchEngineConfig)}:
         return "skipped: rollout.torch.cuda_graphs is not in this checkout"
@@ -122,7 +122,7 @@ def engine_tok_s(model: Any, prompts: list[list[int]], new: int, device: str, **
     sized), then the timed one."""
     import torch
 
-    from tirl.rollout.engine import TorchEngine
+    from tirl.rollout.engines.torch.engine import TorchEngine
     from tirl.rollout.sampling import SamplingParams
 
     vocab = model.config.vocab_size

@@ -62,8 +62,8 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m bench.rl_overlap", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(result_path("rl_overlap")))
     args = ap.parse_args(argv)
-    from tirl.rollout.agent import AgentConfig, stop_token_ids
-    from tirl.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
+    from tirl.rollout.agent.loop import AgentConfig, stop_token_ids
+    from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig
 
     model = smollm2()
     os.sched_setaffinity(0, {0})  # the server (a child) inherits core 0

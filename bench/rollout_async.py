@@ -23,10 +23,11 @@ import torch
 from bench.common import cli as common_cli
 from bench.common import tiny_model, tiny_tokenizer
 from tirl.chat.template import ChatRenderer
-from tirl.rollout.agent import AgentConfig, AgentLoop
-from tirl.rollout.async_agent import AsyncAgentLoop
+from tirl.rollout.agent.async_loop import AsyncAgentLoop
+from tirl.rollout.agent.loop import AgentConfig, AgentLoop
 from tirl.rollout.capabilities import EngineCapabilities
-from tirl.rollout.engine import TorchEngine
+from tirl.rollout.engines.base import RemoteModel
+from tirl.rollout.engines.torch.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation
 from tirl.sandbox.types import ExecResult
@@ -35,7 +36,7 @@ from tirl.tools.code_interpreter import tool_call_json
 N, TAIL, SLOW_S, FAST_S = 32, 4, 1.0, 0.05
 
 
-class Scripted:
+class Scripted(RemoteModel):
     """Two tool calls, then an answer; the code says how long its call takes. `cost(prompts)` is the generation."""
 
     capabilities = EngineCapabilities(

@@ -45,8 +45,8 @@ def group_cpu_s(pgid: int) -> float:
 
 
 def idle_cost(model: Path) -> dict:
+    from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig
     from tirl.rollout.sampling import SamplingParams
-    from tirl.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
 
     cfg = VLLMEngineConfig(
         model=str(model), kv_cache_gib=0.25, extra_args=["--max-model-len", "1024"], eos_ids=[0]

@@ -60,8 +60,8 @@ def nbytes(model: torch.nn.Module) -> int:
 def bench_model(name: str, path: Path) -> dict:
     from transformers import AutoModelForCausalLM
 
+    from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig
     from tirl.rollout.sampling import SamplingParams
-    from tirl.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
     cfg = VLLMEngineConfig(

@@ -10,8 +10,8 @@ import torch
 from tirl.chat.template import ChatRenderer, conversation_text
 from tirl.demo.arith import generate_problems
 from tirl.demo.tiny_model import TinyModelConfig, build_model, train_tokenizer
-from tirl.rollout.agent import AgentConfig, AgentLoop
-from tirl.rollout.engine import TorchEngine
+from tirl.rollout.agent.loop import AgentConfig, AgentLoop
+from tirl.rollout.engines.torch.engine import TorchEngine
 from tirl.sandbox import LocalSandbox, SandboxConfig
 from tirl.tools.code_interpreter import CODE_INTERPRETER_SCHEMA
 

@@ -32,7 +32,8 @@ def _fake_run(out, sft_correct, rl_correct, sft_k, rl_k):
             for i in range(2)
         ]
         (out / f"eval-{label}" / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    report = {"sft": _entry(sft_k), "rl": _entry(rl_k, tools=2.0), "seconds": {"sft": 10.0, "rl": 20.0}}
+    seconds = {"sft": 10.0, "sft cpu": 19.0, "rl": 20.0}  # wall seconds and one stage's CPU seconds
+    report = {"sft": _entry(sft_k), "rl": _entry(rl_k, tools=2.0), "seconds": seconds}
     (out / "report.json").write_text(json.dumps({**report, "analysis": "x"}))
 
 

@@ -91,6 +91,7 @@ def test_rl_starts_from_the_style_better_on_the_validation_slice(record: dict, t
     assert evals["math500-rl"]["n"] == study.TRANSFER_N and evals["math500-rl"]["rows"] == 7
     saved = json.loads((tmp_path / "out" / "report.json").read_text())
     assert saved["rows"]["rl"] == 2 and set(saved["summary"]) >= {"base", "sft", "rl", "math500-rl"}
+    assert {"rl", "rl cpu", "eval_sft", "eval_sft cpu"} <= set(saved["seconds"])
 
 
 def test_a_rerun_reuses_every_stage(record: dict, tmp_path: Path) -> None:

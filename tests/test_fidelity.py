@@ -81,8 +81,8 @@ def test_rollout_correction_off_under_recipe_with_a_server_engine():
 
 
 def test_vllm_engine_gets_rollout_dtype(monkeypatch, tokenizer, model, tmp_path):
-    import tirl.rollout.vllm_engine as ve
-    import tirl.rollout.vllm_weights as vw
+    import tirl.rollout.engines.vllm.engine as ve
+    import tirl.rollout.engines.vllm.weights as vw
     from tirl.rollout.factory import EngineInputs, build_engine
 
     seen = {}

@@ -26,7 +26,7 @@ ARCHITECTURE = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
 # package). Every `tirl <command>` front end is in commands/ (the demo's, above it, in demo/), so each package
 # below sits in one layer whole. The entries of one layer stand side by side and do not
 # import one another (rewards scores text against a problem row and knows no trajectory; the episode driver,
-# rollout/episodes.py, scores through it; the RL trainer and the evaluator share only what lies below them, and
+# rollout/agent/episodes.py, scores through it; the RL trainer and the evaluator share only what lies below them, and
 # in-training validation is wired by the RL stage above both), except in the layers of MIXED_LAYERS.
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("package root", ("tirl",)),
@@ -151,7 +151,7 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
 
 
 def folder(module: str, src: Path) -> str:
-    """The top-level folder (package) of `module`: `tirl.rollout.graph_decode` -> `tirl.rollout`; the modules at
+    """The top-level folder (package) of `module`: `tirl.rollout.engines.torch.engine` -> `tirl.rollout`; the modules at
     the root (cli, __main__) are the folder `tirl`."""
     parts = module.split(".")
     return ".".join(parts[:2]) if len(parts) > 1 and (src / parts[1]).is_dir() else parts[0]

@@ -20,9 +20,8 @@ QWEN3_4B = "qwen3-4b-instruct-2507"
 
 
 def recipe(name: str, *overrides: str) -> TirlConfig:
-    """A recipe config; the RL ones with the torch engine, the one tirl runs under torchrun today."""
-    torch_engine = ["rollout.engine=torch"] if "grpo" in name else []
-    return load_config(TirlConfig, CONFIGS / f"recipe-{name}.yaml", [*torch_engine, *overrides])
+    """A recipe config as it ships (the RL ones sample with vLLM)."""
+    return load_config(TirlConfig, CONFIGS / f"recipe-{name}.yaml", list(overrides))
 
 
 def test_parameter_counts_are_the_hand_computed_ones():
@@ -147,9 +146,24 @@ def test_lora_over_processes_shards_base_and_adapter():
     assert eight.reference_gib == 0 and eight.total_gib < full.total_gib
 
 
+def test_the_torch_engine_counts_its_kv_cache_beside_the_trainer():
+    """The torch engine decodes in the trainer's process: a rank's rows (at most rollout.torch.max_batch_size) at
+    full length, in the decode's dtype (bf16 autocast: 2 B), plus the kept prefixes, on top of the resident state.
+    Qwen3-4B: 36 layers x 8 KV heads x 128 x 2 (K, V) x 2 B = 147,456 B a position."""
+    rows = 64 * 16 // 8
+    for max_rows, want_rows in ((256, rows), (8, 8)):
+        cfg = recipe("qwen3-4b-grpo-tcr", "rollout.engine=torch", f"rollout.torch.max_batch_size={max_rows}")
+        p = plan(cfg, processes=8, arch=QWEN3_4B, gpu_gib=80)
+        kv = want_rows * 23040 * 147_456 / GIB
+        assert p.rollout_gib == pytest.approx(kv + 1.0), max_rows  # + keep_prefix_mib 1024
+        assert f"KV cache of {want_rows} rows x 23040 positions" in p.rollout_engine
+    assert not plan(recipe("qwen3-4b-grpo-tcr", "rollout.engine=torch"), processes=8, arch=QWEN3_4B).fits
+    assert plan(cfg, processes=8, arch=QWEN3_4B, gpu_gib=80).fits  # 8 rows: 25 GiB beside the trainer's 18
+
+
 def test_every_recipe_config_loads_and_plans():
     for path in sorted(CONFIGS.glob("recipe-*.yaml")):
-        cfg = load_config(TirlConfig, path, ["rollout.engine=torch"] if "grpo" in path.name else [])
+        cfg = load_config(TirlConfig, path, [])
         arch = QWEN3_4B if "qwen3" in path.name else "qwen2.5-7b-instruct"
         p = plan(cfg, stage="sft" if "-sft" in path.name else "rl", processes=8, arch=arch)
         assert p.fits, (path.name, p.total_gib)
@@ -183,7 +197,6 @@ def test_cli_prints_the_plan_and_exits_3_when_it_does_not_fit(capsys):
         str(CONFIGS / "recipe-qwen2.5-7b-grpo-tcr.yaml"),
         "--arch",
         "qwen2.5-7b-instruct",
-        "rollout.engine=torch",
     ]
     assert main([*argv, "--nproc", "8", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["params"] == 7_615_616_512
@@ -239,13 +252,13 @@ def test_vllm_memory_separate_and_colocated():
     )  # fmt: skip
     assert sep.rollout_gib == pytest.approx(weights + 20)
     want = min(48 * 16 // 2, 64 * 3) * seq * kv_token / GIB  # 3 ranks share each of the 2 servers
-    assert "2 vLLM server(s) on GPUs of their own beside the 6 training GPUs (8 in all)" in sep.rollout_vllm
-    assert f"want {want:.2f}" in sep.rollout_vllm and sep.fits
+    assert "2 vLLM server(s) on GPUs of their own beside the 6 training GPUs (8 in all)" in sep.rollout_engine
+    assert f"want {want:.2f}" in sep.rollout_engine and sep.fits
     col = plan(recipe("qwen3-4b-grpo-tcr", "rollout.engine=vllm", "rollout.vllm.placement=colocated"), processes=8,
                arch=QWEN3_4B)  # fmt: skip
     assert col.rollout_gib == pytest.approx(0.75 * 80)  # the recipe's --gpu-memory-utilization=0.75
     resident = col.weights_gib + col.gathered_gib + col.grads_gib + col.optimizer_gib + col.reserve_gib
-    assert f"resident {resident:.2f} GiB: {resident + 60:.2f} GiB of 80" in col.rollout_vllm and col.fits
+    assert f"resident {resident:.2f} GiB: {resident + 60:.2f} GiB of 80" in col.rollout_engine and col.fits
     tight = plan(
         recipe("qwen3-4b-grpo-tcr", "rollout.engine=vllm", "rollout.vllm.placement=colocated", "rollout.vllm.kv_cache_gib=50"),
         processes=8, arch=QWEN3_4B, gpu_gib=64,
@@ -254,7 +267,7 @@ def test_vllm_memory_separate_and_colocated():
 
 
 def test_colocated_engine_kwargs_from_server_flags():
-    from tirl.rollout.vllm_colocated import engine_kwargs
+    from tirl.rollout.engines.vllm.colocated import engine_kwargs
 
     got = engine_kwargs(["--gpu-memory-utilization=0.75", "--max-model-len=23040", "--enforce-eager"], 1.5)
     assert got == {

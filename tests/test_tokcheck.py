@@ -7,12 +7,13 @@ import pytest
 from conftest import sample_conversation
 from tirl.cli import main
 from tirl.eval.evaluate import EvalConfig, evaluate, write_eval
-from tirl.rollout.agent import AgentConfig, AgentLoop
-from tirl.rollout.engine import Generation
+from tirl.rollout.agent.loop import AgentConfig, AgentLoop
+from tirl.rollout.engines.base import RemoteModel
+from tirl.rollout.engines.torch.engine import Generation
 from tirl.tools.code_interpreter import CODE_INTERPRETER_SCHEMA, tool_call_json
 
 
-class ToolThenAnswer:
+class ToolThenAnswer(RemoteModel):
     """First turn calls the tool, the turn after a tool response answers: canonical ids of fixed texts."""
 
     def __init__(self, renderer):

@@ -7,8 +7,8 @@ call into it from a function of another module (several calls from one function 
 the reader has it open). No module may be entered more than twice.
 
 Entries per module miss a reader sent back and forth: the trail (the stage's module, then each entry in the order
-the walk makes it) may go A -> B -> A, or rollout.agent -> rollout.timeouts -> rollout.async_agent ->
-rollout.agent. A return is an entry into a module the trail already holds (a file the reader opened and left);
+the walk makes it) may go A -> B -> A, or rollout.agent.loop -> rollout.timeouts -> rollout.agent.async_loop ->
+rollout.agent.loop. A return is an entry into a module the trail already holds (a file the reader opened and left);
 a stage's walk may make at most MAX_RETURNS of them (measured when the test was written: run_rl 4, run_eval 2,
 run_sft 1).
 """

@@ -7,7 +7,7 @@ import pytest
 from tirl.data.records import ProblemRow
 from tirl.eval.evaluate import SampleRecord, write_eval
 from tirl.eval.samples import load_run
-from tirl.rollout.toolstats import tool_use_stats
+from tirl.rollout.agent.toolstats import tool_use_stats
 from tirl.rollout.types import Outcome, ToolCallRecord, Trajectory
 
 

@@ -224,8 +224,8 @@ def test_smollm2_import_matches_the_gguf_model(smollm2):
 
 
 def _vllm_skip() -> str | None:
-    from tirl.rollout.openai_engine import EngineError
-    from tirl.rollout.vllm_engine import resolve_vllm_python, vllm_missing_reason
+    from tirl.rollout.engines.openai.engine import EngineError
+    from tirl.rollout.engines.vllm.engine import resolve_vllm_python, vllm_missing_reason
 
     try:
         return vllm_missing_reason(resolve_vllm_python())
@@ -246,9 +246,9 @@ def test_smollm2_greedy_is_the_same_on_the_torch_and_vllm_engines(smollm2, tmp_p
     if reason:
         pytest.skip(f"vLLM is not installed: {reason}")
     from tirl.chat.template import ChatRenderer
-    from tirl.rollout.engine import TorchEngine
+    from tirl.rollout.engines.torch.engine import TorchEngine
+    from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig
     from tirl.rollout.sampling import SamplingParams
-    from tirl.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
 
     model, tok, path = smollm2
     renderer = ChatRenderer(tok)
@@ -299,7 +299,7 @@ def test_smollm2_torch_engine_greedy_equals_generate(smollm2):
     rows dropped in batches, a second turn continued from the first's kept keys and values) picks the greedy ids
     Hugging Face `generate` picks for each prompt alone."""
     from tirl.chat.template import ChatRenderer
-    from tirl.rollout.engine import TorchEngine
+    from tirl.rollout.engines.torch.engine import TorchEngine
     from tirl.rollout.sampling import SamplingParams
 
     model, tok, _ = smollm2

@@ -12,6 +12,7 @@ from tirl.rewards.code import extract_code, grade_code, grade_code_batch
 from tirl.rewards.registry import register, verifier_name
 from tirl.rewards.scoring import Response, score_responses
 from tirl.rewards.shaping import RewardConfig
+from tirl.rollout.engines.base import RemoteModel
 
 
 def _humaneval_answer(row, body=None):
@@ -171,14 +172,14 @@ def test_score_responses_routes_each_row_and_shapes(humaneval, sandbox):
     assert [s.reward for s in scores] == [1.0, -1.0, 1.0, -1.0]  # no tool calls: the tool term adds nothing
 
 
-class _AnswerWith:
+class _AnswerWith(RemoteModel):
     """An engine that answers every prompt with one fixed text (canonical ids), closing the turn."""
 
     def __init__(self, renderer, text):
         self.r, self.text = renderer, text
 
     def generate(self, prompts, params, *, max_new_tokens=None, generator=None):
-        from tirl.rollout.engine import Generation
+        from tirl.rollout.engines.torch.engine import Generation
 
         ids = self.r.encode(self.text) + [self.r.eos_id]
         return [Generation(list(ids), [-0.1] * len(ids), "eos") for _ in prompts]
@@ -187,7 +188,7 @@ class _AnswerWith:
 def test_evaluate_routes_code_rows_through_the_agents_sandbox(humaneval, renderer, sandbox):
     """The evaluator's trajectories carry data_source and ability, and code answers run in the agent's sandbox."""
     from tirl.eval.evaluate import EvalConfig, evaluate
-    from tirl.rollout.agent import AgentConfig, AgentLoop
+    from tirl.rollout.agent.loop import AgentConfig, AgentLoop
 
     row = humaneval[2]
     agent = AgentLoop(_AnswerWith(renderer, _humaneval_answer(row)), renderer, sandbox, AgentConfig())

@@ -3,13 +3,14 @@
 import pytest
 import torch
 
-from tirl.rollout.agent import AgentConfig, AgentLoop
-from tirl.rollout.engine import Generation, TorchEngine
+from tirl.rollout.agent.loop import AgentConfig, AgentLoop
+from tirl.rollout.engines.base import RemoteModel
+from tirl.rollout.engines.torch.engine import Generation, TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.tools.code_interpreter import tool_call_json
 
 
-class ScriptedEngine:
+class ScriptedEngine(RemoteModel):
     """Answers each prompt with the next scripted turn of its conversation (found by its prompt prefix)."""
 
     def __init__(self, renderer, scripts, stop_at_call=True):

@@ -9,17 +9,18 @@ import torch
 from tirl.chat.tokcheck import check_rollout
 from tirl.data import write_rows
 from tirl.data.records import ProblemRow
-from tirl.rollout.agent import AgentConfig, AgentLoop
-from tirl.rollout.async_agent import AsyncAgentLoop
+from tirl.rollout.agent.async_loop import AsyncAgentLoop
+from tirl.rollout.agent.loop import AgentConfig, AgentLoop
 from tirl.rollout.capabilities import EngineCapabilities
-from tirl.rollout.engine import Generation, TorchEngine
+from tirl.rollout.engines.base import RemoteModel
+from tirl.rollout.engines.torch.engine import Generation, TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Origin
 from tirl.sandbox.types import ExecResult
 from tirl.tools.code_interpreter import tool_call_json
 
 
-class ToolThenAnswer:
+class ToolThenAnswer(RemoteModel):
     """Thread-safe fake server: the first turn calls the tool (code from the question), the next one answers.
     A question containing "hang" blocks on its second turn until `release` is set."""
 

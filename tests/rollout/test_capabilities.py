@@ -6,12 +6,13 @@ import pytest
 import torch
 
 from tirl.rollout import factory
-from tirl.rollout.agent import AgentLoop
-from tirl.rollout.async_agent import AsyncAgentLoop
+from tirl.rollout.agent.async_loop import AsyncAgentLoop
+from tirl.rollout.agent.loop import AgentLoop
 from tirl.rollout.capabilities import EngineCapabilities, capabilities_of
 from tirl.rollout.config import RolloutConfig
-from tirl.rollout.factory import ENGINES, EngineInputs, agent_loop, build_engine, capabilities_for, rl_refusal
+from tirl.rollout.factory import ENGINES, EngineInputs, agent_loop, build_engine, capabilities_for
 from tirl.rollout.sampling import SamplingParams
+from tirl.train.rl_check import rl_refusal
 
 SHARED = EngineCapabilities(
     name="inproc", weight_sync="shared", logprobs="full", per_request_seeds=False, multi_process=True,
@@ -116,7 +117,7 @@ def test_real_engines_declare_what_they_do():
         vllm_caps.weight_sync == "disk"
         and vllm_caps.logprobs == "renormalized"
         and vllm_caps.batches_requests
-        and vllm_caps.multi_process  # placement separate: ranks share the servers (tirl.rollout.vllm_pool)
+        and vllm_caps.multi_process  # placement separate: ranks share the servers (tirl.rollout.engines.vllm.pool)
     )
     assert openai_caps.weight_sync == "none" and openai_caps.per_request_seeds
     assert [capabilities_for(n).name for n in ENGINES] == list(ENGINES)
@@ -131,7 +132,7 @@ def test_undeclared_engine_is_an_error_that_says_what_to_add():
 
 
 def test_factory_builds_checks_and_picks_the_loop(model, tokenizer, renderer, sandbox):
-    from tirl.rollout.agent import AgentConfig
+    from tirl.rollout.agent.loop import AgentConfig
 
     inputs = EngineInputs(model, tokenizer, renderer.eos_id, renderer.pad_id)
     engine = build_engine(RolloutConfig(), inputs)

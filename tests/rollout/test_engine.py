@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from tirl.rollout.engine import TorchEngine
+from tirl.rollout.engines.torch.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams, sample_next
 from tirl.train.batch import collate
 from tirl.train.logprobs import token_logprobs

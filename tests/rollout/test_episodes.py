@@ -8,13 +8,14 @@ import pytest
 
 from tirl.data.records import ProblemRow
 from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.agent import AgentConfig, AgentLoop
-from tirl.rollout.episodes import responses_of, rollout_and_score
+from tirl.rollout.agent.episodes import responses_of, rollout_and_score
+from tirl.rollout.agent.loop import AgentConfig, AgentLoop
+from tirl.rollout.engines.base import RemoteModel
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation, Origin, ToolCallRecord, Trajectory
 
 
-class Answers:
+class Answers(RemoteModel):
     """Answers each prompt with the next of `answers` (cycling), closing the turn."""
 
     def __init__(self, renderer, answers):

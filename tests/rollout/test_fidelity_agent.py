@@ -5,7 +5,7 @@ from test_agent import call, make_loop
 
 from tirl.chat.hermes import parse_tool_calls
 from tirl.chat.tokcheck import check_rollout
-from tirl.rollout.agent import AgentConfig, turn_calls
+from tirl.rollout.agent.loop import AgentConfig, turn_calls
 from tirl.rollout.sampling import SamplingParams
 
 BROKEN = "<tool_call>\n{not json}\n</tool_call>"

@@ -1,4 +1,4 @@
-"""The shapes and buffers of the static decode (`tirl.rollout.graph_arena`): buckets, capacities within 25% of
+"""The shapes and buffers of the static decode (`tirl.rollout.engines.torch.graph_arena`): buckets, capacities within 25% of
 the need with four per doubling, the budget by device, and views of one flat buffer for any bucket x capacity
 that fits."""
 
@@ -8,8 +8,8 @@ from collections import defaultdict
 
 import torch
 
-from tirl.rollout.graph_arena import GIB, MIN_COLUMNS, Arena, bucket, budget_bytes, columns
-from tirl.rollout.kv_cache import InPlaceCache
+from tirl.rollout.engines.torch.graph_arena import GIB, MIN_COLUMNS, Arena, bucket, budget_bytes, columns
+from tirl.rollout.engines.torch.kv_cache import InPlaceCache
 
 
 def test_buckets_are_powers_of_two_up_to_the_cap():

@@ -1,4 +1,4 @@
-"""`rollout.torch.compile_graph_step`: the static decode step of `tirl.rollout.graph_decode` through
+"""`rollout.torch.compile_graph_step`: the static decode step of `tirl.rollout.engines.torch.graph_decode` through
 `torch.compile`, run on the CPU without a capture: the same ids and log-probs as the uncompiled static step, one
 compile per (bucket, capacity), and the config key's check. The fast tests compile with the `aot_eager` backend
 (dynamo's trace and AOT autograd, no code generation: Inductor's C++ compile takes a minute on the test
@@ -11,9 +11,9 @@ import torch
 
 from tirl.commands.run_config import TirlConfig
 from tirl.core.config import ConfigError, load_config
-from tirl.rollout.config import TorchEngineConfig
-from tirl.rollout.engine import TorchEngine
-from tirl.rollout.graph_decode import GraphDecoder
+from tirl.rollout.engines.torch.config import TorchEngineConfig
+from tirl.rollout.engines.torch.engine import TorchEngine
+from tirl.rollout.engines.torch.graph_decode import GraphDecoder
 from tirl.rollout.sampling import SamplingParams
 
 QUESTIONS = ("What is 12 * 34?", "hi", "What is 7 - 5?", "A shop has 964 boxes with 59 pens each. How many?")

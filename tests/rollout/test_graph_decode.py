@@ -1,4 +1,4 @@
-"""The static-shape decode behind `rollout.torch.cuda_graphs` (`tirl.rollout.graph_decode`), run eagerly on the
+"""The static-shape decode behind `rollout.torch.cuda_graphs` (`tirl.rollout.engines.torch.graph_decode`), run eagerly on the
 CPU (`capture=False`): the same ids and log-probs as the eager engine through padded buckets, compaction, stop
 rules and kept prefixes; a step with no host synchronisation and the same operations on the same shapes at
 every step of a bucket (what a CUDA graph replays); one read on the host per step; no expansion of grouped keys
@@ -18,12 +18,13 @@ from transformers.integrations import sdpa_attention
 
 from tirl.commands.run_config import TirlConfig
 from tirl.core.config import ConfigError, load_config
-from tirl.rollout import graph_decode
-from tirl.rollout.config import RolloutConfig, TorchEngineConfig
-from tirl.rollout.engine import TorchEngine
+from tirl.rollout.config import RolloutConfig
+from tirl.rollout.engines.torch import graph_decode
+from tirl.rollout.engines.torch.config import TorchEngineConfig
+from tirl.rollout.engines.torch.engine import TorchEngine
+from tirl.rollout.engines.torch.graph_arena import GIB
+from tirl.rollout.engines.torch.graph_decode import GraphDecoder, capture_graph, why_not_graphs
 from tirl.rollout.factory import EngineInputs, build_engine
-from tirl.rollout.graph_arena import GIB
-from tirl.rollout.graph_decode import GraphDecoder, capture_graph, why_not_graphs
 from tirl.rollout.sampling import SamplingParams
 
 QUESTIONS = (

@@ -1,4 +1,4 @@
-"""The static decode's view of the policy (`tirl.rollout.graph_model`): attention over grouped heads equals
+"""The static decode's view of the policy (`tirl.rollout.engines.torch.graph_model`): attention over grouped heads equals
 attention over heads expanded as transformers expands them; the view shares the trainer's tensors, and its bf16
 copies follow the trainer's weights in place."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from tirl.rollout.graph_model import STATIC_ATTENTION, grouped_decode_attention, rollout_weights
+from tirl.rollout.engines.torch.graph_model import STATIC_ATTENTION, grouped_decode_attention, rollout_weights
 
 
 def test_grouped_heads_attend_as_expanded_ones():

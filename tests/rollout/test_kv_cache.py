@@ -7,10 +7,10 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-import tirl.rollout.engine as engine_mod
+import tirl.rollout.engines.torch.engine as engine_mod
 from conftest import make_model
-from tirl.rollout.engine import TorchEngine
-from tirl.rollout.kv_cache import InPlaceCache, InPlaceLayer
+from tirl.rollout.engines.torch.engine import TorchEngine
+from tirl.rollout.engines.torch.kv_cache import InPlaceCache, InPlaceLayer
 from tirl.rollout.sampling import SamplingParams
 
 

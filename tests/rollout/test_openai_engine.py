@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from tirl.commands.run_config import RolloutConfig, TirlConfig
-from tirl.rollout.openai_engine import EngineError, OpenAIEngine, OpenAIEngineConfig
+from tirl.rollout.engines.openai.engine import EngineError, OpenAIEngine, OpenAIEngineConfig
 from tirl.rollout.sampling import SamplingParams
 
 EOS, STOP = 2, 9

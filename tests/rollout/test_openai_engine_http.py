@@ -11,8 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import torch
 
 from conftest import make_model
-from tirl.rollout.engine import TorchEngine
-from tirl.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig
+from tirl.rollout.engines.openai.engine import OpenAIEngine, OpenAIEngineConfig
+from tirl.rollout.engines.torch.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 
 

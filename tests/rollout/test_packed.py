@@ -1,4 +1,4 @@
-"""Decode over packed weights (`tirl.rollout.packed`): bf16 packs give autocast's numbers to bf16 rounding and fp32
+"""Decode over packed weights (`tirl.rollout.engines.torch.packed`): bf16 packs give autocast's numbers to bf16 rounding and fp32
 packs plain `F.linear`'s to float rounding, packs follow in-place weight updates, the module's own forward runs
 wherever the packed path does not apply, and `rollout.torch.pack` decides where the engine packs."""
 
@@ -8,10 +8,10 @@ import pytest
 import torch
 
 from tirl.demo.tiny_model import TinyModelConfig, build_model
-from tirl.rollout import packed as packed_mod
-from tirl.rollout.config import TorchEngineConfig
-from tirl.rollout.engine import TorchEngine
-from tirl.rollout.packed import MAX_ROWS, PackedLinears, packing_available
+from tirl.rollout.engines.torch import packed as packed_mod
+from tirl.rollout.engines.torch.config import TorchEngineConfig
+from tirl.rollout.engines.torch.engine import TorchEngine
+from tirl.rollout.engines.torch.packed import MAX_ROWS, PackedLinears, packing_available
 from tirl.rollout.sampling import SamplingParams
 from tirl.train.batch import collate
 from tirl.train.logprobs import token_logprobs

@@ -12,7 +12,9 @@ import pytest
 import tirl.rollout.config as rollout_config
 from tirl.commands.run_config import TirlConfig
 from tirl.core.config import ConfigError, load_config
-from tirl.rollout.config import RolloutConfig, TorchEngineConfig, VllmConfig
+from tirl.rollout.config import RolloutConfig
+from tirl.rollout.engines.torch.config import TorchEngineConfig
+from tirl.rollout.engines.vllm.config import VllmConfig
 
 MOVED = sorted(RolloutConfig.MOVED_KEYS.items())
 

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from tirl.rollout.engine import TorchEngine, unique_rows
+from tirl.rollout.engines.torch.engine import TorchEngine, unique_rows
 from tirl.rollout.sampling import SamplingParams, draw, sample_next
 
 

@@ -7,7 +7,7 @@ import httpx
 import pytest
 
 from tirl.commands.run_config import RolloutConfig
-from tirl.rollout.openai_engine import OpenAIEngine, OpenAIEngineConfig
+from tirl.rollout.engines.openai.engine import OpenAIEngine, OpenAIEngineConfig
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.timeouts import Throughput
 
@@ -48,7 +48,7 @@ def test_each_request_gets_a_limit_from_its_own_budget():
 
 
 def test_the_async_loops_watchdog_grows_with_the_response_budget():
-    from tirl.rollout.agent import AgentConfig
+    from tirl.rollout.agent.loop import AgentConfig
     from tirl.rollout.factory import agent_loop
 
     class _Server:

@@ -14,9 +14,12 @@ import torch
 
 from conftest import make_agent, make_model
 from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.engine import TorchEngine
+from tirl.rollout.config import RolloutConfig
+from tirl.rollout.engines.torch.engine import TorchEngine
+from tirl.rollout.engines.vllm.colocated import ColocatedEngine
+from tirl.rollout.engines.vllm.config import VllmConfig
+from tirl.rollout.engines.vllm.spec import preflight
 from tirl.rollout.sampling import SamplingParams
-from tirl.rollout.vllm_colocated import ColocatedEngine, check_placement
 from tirl.train.rl import RLConfig, RLTrainer
 from tirl.train.rl_run import assemble
 
@@ -105,9 +108,9 @@ def test_colocated_is_refused_without_a_gpu_before_loading_anything(monkeypatch,
     from tirl.core.config import load_config
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    check_placement("separate")
+    preflight(RolloutConfig(engine="vllm"))
     with pytest.raises(ValueError, match="rollout.vllm.placement=colocated .* this machine has no CUDA GPU"):
-        check_placement("colocated")
+        preflight(RolloutConfig(engine="vllm", vllm=VllmConfig(placement="colocated")))
     overrides = [
         "rollout.engine=vllm",
         "rollout.vllm.placement=colocated",

@@ -25,18 +25,18 @@ import pytest
 import torch
 
 from tirl.chat.tokcheck import check_rollout
-from tirl.rollout.agent import AgentConfig, AgentLoop, stop_token_ids
-from tirl.rollout.async_agent import AsyncAgentLoop
-from tirl.rollout.engine import TorchEngine
-from tirl.rollout.openai_engine import EngineError, OpenAIEngine, OpenAIEngineConfig
-from tirl.rollout.sampling import SamplingParams
-from tirl.rollout.vllm_engine import (
+from tirl.rollout.agent.async_loop import AsyncAgentLoop
+from tirl.rollout.agent.loop import AgentConfig, AgentLoop, stop_token_ids
+from tirl.rollout.engines.openai.engine import EngineError, OpenAIEngine, OpenAIEngineConfig
+from tirl.rollout.engines.torch.engine import TorchEngine
+from tirl.rollout.engines.vllm.engine import (
     SERVED_NAME,
     VLLMEngine,
     VLLMEngineConfig,
     resolve_vllm_python,
     vllm_missing_reason,
 )
+from tirl.rollout.sampling import SamplingParams
 from tirl.train.logprobs import token_logprobs
 
 LOGPROB_ATOL = 1e-4
@@ -417,7 +417,7 @@ def test_vllm_python_resolution(tmp_path, monkeypatch):
 
 def test_rollout_config_takes_vllm():
     from tirl.commands.run_config import RolloutConfig
-    from tirl.rollout.config import VllmConfig
+    from tirl.rollout.engines.vllm.config import VllmConfig
 
     assert RolloutConfig(engine="vllm", vllm=VllmConfig(args=["--max-model-len", "2048"])).engine == "vllm"
     with pytest.raises(ValueError, match="torch, vllm, openai"):

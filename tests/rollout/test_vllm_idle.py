@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tirl.rollout.vllm_idle import ServerPause, end_watchdog, launch
+from tirl.rollout.engines.vllm.idle import ServerPause, end_watchdog, launch
 
 
 def state(pid: int) -> str:
@@ -108,7 +108,7 @@ def members(pgid: int) -> list[int]:
 # a trainer: starts the stand-in server as VLLMEngine does, pauses it after its "rollouts", then waits to be killed
 TRAINER = """
 import subprocess, time
-from tirl.rollout.vllm_idle import ServerPause, launch
+from tirl.rollout.engines.vllm.idle import ServerPause, launch
 proc, dog = launch(["sh", "-c", "sleep 600 & wait"], stdin=subprocess.DEVNULL)
 pause = ServerPause(proc.pid, enabled=True)
 with pause.awake():
@@ -154,7 +154,7 @@ exec {python} -m http.server "$port" --bind 127.0.0.1 --directory {root}
 """
 ENGINE_TRAINER = """
 import sys, time
-from tirl.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
+from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig
 engine = VLLMEngine(VLLMEngineConfig(model=sys.argv[1], python=sys.argv[2], work_dir=sys.argv[3]))
 with engine.awake():
     pass

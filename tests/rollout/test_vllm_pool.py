@@ -23,10 +23,10 @@ import torch
 from test_vllm_engine import AGENT, LOGPROB_ATOL, build_tool_model, needs_vllm
 
 from tirl.core.rundir import MARKER
-from tirl.rollout.agent import stop_token_ids
-from tirl.rollout.vllm_engine import VLLMEngine, VLLMEngineConfig
-from tirl.rollout.vllm_pool import BUCKET_BYTES, url_share, write_streamed
-from tirl.rollout.vllm_weights import write_weights
+from tirl.rollout.agent.loop import stop_token_ids
+from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig
+from tirl.rollout.engines.vllm.pool import BUCKET_BYTES, url_share, write_streamed
+from tirl.rollout.engines.vllm.weights import write_weights
 from tirl.train import checkpoint
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -194,7 +194,7 @@ def test_streamed_buckets_hold_the_weights_write_weights_writes(tokenizer, tmp_p
 
     model = make_model(tokenizer)
     write_weights(model, tmp_path / "whole", untie_embeddings=True)
-    monkeypatch.setattr("tirl.rollout.vllm_pool.BUCKET_BYTES", 64 * 2**10)
+    monkeypatch.setattr("tirl.rollout.engines.vllm.pool.BUCKET_BYTES", 64 * 2**10)
     write_streamed(model, tmp_path / "buckets", untie_embeddings=True)
     whole = {k: v for f in (tmp_path / "whole").glob("*.safetensors") for k, v in load_file(f).items()}
     files = sorted((tmp_path / "buckets").glob("bucket-*.safetensors"))

@@ -15,9 +15,9 @@ import pytest
 import torch
 
 from conftest import closed_by_peer
-from tirl.rollout.vllm_ext import tirl_weight_receiver as receiver
-from tirl.rollout.vllm_ext.tirl_weight_receiver import WeightReceiver, open_stream, read_frames
-from tirl.rollout.vllm_sync import WeightStream, end_frame, frame, policy_tensors, receiver_workers
+from tirl.rollout.engines.vllm.ext import tirl_weight_receiver as receiver
+from tirl.rollout.engines.vllm.ext.tirl_weight_receiver import WeightReceiver, open_stream, read_frames
+from tirl.rollout.engines.vllm.sync import WeightStream, end_frame, frame, policy_tensors, receiver_workers
 
 
 class FakeWorker(WeightReceiver):

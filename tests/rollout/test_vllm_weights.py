@@ -8,7 +8,7 @@ import torch
 from safetensors import safe_open
 
 from conftest import make_model
-from tirl.rollout.vllm_weights import (
+from tirl.rollout.engines.vllm.weights import (
     INDEX,
     LM_HEAD,
     LM_HEAD_FILE,

@@ -14,8 +14,9 @@ from conftest import make_agent, make_model
 from tirl.cli import main
 from tirl.eval.evaluate import EvalConfig, evaluate
 from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.agent import AgentConfig, AgentLoop
-from tirl.rollout.engine import Generation
+from tirl.rollout.agent.loop import AgentConfig, AgentLoop
+from tirl.rollout.engines.base import RemoteModel
+from tirl.rollout.engines.torch.engine import Generation
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import ToolCallRecord, Trajectory
 from tirl.sandbox import SandboxClient, SandboxConfig
@@ -91,7 +92,7 @@ def test_stop_rule_counts_only_the_sandboxs_own_failures() -> None:
         )
 
 
-class CallThenAnswer:
+class CallThenAnswer(RemoteModel):
     """Every prompt makes one code_interpreter call, then answers."""
 
     def __init__(self, renderer, code: str) -> None:

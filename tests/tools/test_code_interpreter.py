@@ -1,7 +1,7 @@
 """The code interpreter owns its name, schema, code preparation, output text, run settings and viewer display."""
 
 from tirl.chat.hermes import parse_tool_calls
-from tirl.rollout.agent import AgentConfig, AgentLoop
+from tirl.rollout.agent.loop import AgentConfig, AgentLoop
 from tirl.tools import CodeInterpreter, ToolSet, default_tools, show_call, tool
 from tirl.tools.code_interpreter import (
     CODE_INTERPRETER_SCHEMA,

@@ -7,13 +7,14 @@ import time
 from tirl.chat.hermes import call_json, parse_tool_calls
 from tirl.chat.tokcheck import check_rows
 from tirl.rewards.shaping import tool_call_term
-from tirl.rollout.agent import AgentConfig, AgentLoop, stop_token_ids
+from tirl.rollout.agent.loop import AgentConfig, AgentLoop, stop_token_ids
+from tirl.rollout.engines.base import RemoteModel
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation
 from tirl.tools import CodeInterpreter, ToolSet, tool
 
 
-class ScriptedEngine:
+class ScriptedEngine(RemoteModel):
     """Returns each prompt's next scripted turn, ending it with <|im_end|>."""
 
     def __init__(self, renderer, turns):

@@ -22,9 +22,9 @@ import torch
 from conftest import make_model, rl_trainer
 from tirl.demo.arith import generate_problems
 from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.agent import AgentConfig, AgentLoop
-from tirl.rollout.async_agent import AsyncAgentLoop
-from tirl.rollout.engine import TorchEngine
+from tirl.rollout.agent.async_loop import AsyncAgentLoop
+from tirl.rollout.agent.loop import AgentConfig, AgentLoop
+from tirl.rollout.engines.torch.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.train import checkpoint, memory
 from tirl.train.optim import OptimConfig

@@ -30,6 +30,22 @@ def test_gspo_gets_the_gspo_clip_range_unless_set():
     assert _spec("rl.loss.clip_low=0.1", "rl.loss.name=gspo").hyper == {"clip_low": 0.1, "clip_high": 4e-4}
 
 
+def test_an_arm_that_switches_the_loss_gets_the_new_losss_defaults():
+    """`tirl compare` arms apply overrides to a whole saved config (every ppo key written out, clip_c too): naming
+    another loss starts its section afresh, and the arm's own options for it hold in either order."""
+    from tirl.demo.ablation.arms import Arm, arm_config
+
+    base = load_config(TirlConfig, None, ["rl.loss.clip_high=0.3"])
+    assert arm_config(base, Arm("g", ("rl.loss.name=gspo",))).rl.loss.clip_high == 4e-4
+    for order in (
+        ("rl.loss.name=gspo", "rl.loss.clip_low=0.001"),
+        ("rl.loss.clip_low=0.001", "rl.loss.name=gspo"),
+    ):
+        loss = arm_config(base, Arm("g", order)).rl.loss
+        assert (loss.name, loss.clip_low, loss.clip_high) == ("gspo", 0.001, 4e-4), order
+    assert arm_config(base, Arm("p", ("rl.loss.name=ppo",))).rl.loss.clip_high == 0.3  # the same loss: kept
+
+
 def test_the_default_loss_keeps_grpo_tcrs_settings():
     spec = _spec()
     assert spec.hyper == {"clip_low": 0.2, "clip_high": 0.28, "clip_c": 10.0}

@@ -15,14 +15,14 @@ import torch
 from conftest import make_agent, make_model, rl_trainer
 from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.config import RolloutConfig
-from tirl.rollout.engine import TorchEngine
+from tirl.rollout.engines.torch.engine import TorchEngine
 from tirl.rollout.factory import capabilities_for
 from tirl.rollout.sampling import SamplingParams
 from tirl.train import checkpoint
 from tirl.train.optim import OptimConfig
 from tirl.train.overlap import Lookahead, check_off_policy, staleness
 from tirl.train.rl import RLConfig, RLTrainer
-from tirl.train.rl_run import check_engine, check_rl
+from tirl.train.rl_check import check_engine, check_rl
 
 KEYS = (
     "reward/mean",

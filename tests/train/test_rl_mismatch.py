@@ -9,17 +9,19 @@ import torch
 from conftest import make_agent, make_model
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.capabilities import EngineCapabilities, capabilities_of
-from tirl.rollout.engine import TorchEngine
+from tirl.rollout.engines.base import RemoteModel
+from tirl.rollout.engines.torch.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation
 from tirl.train.optim import OptimConfig
 from tirl.train.rl import RLConfig, RLTrainer
-from tirl.train.rl_run import assemble, check_engine
+from tirl.train.rl_check import check_engine
+from tirl.train.rl_run import assemble
 
 SHIFT = 0.3  # the engine reports log pi_rollout = log pi_trainer - 0.3 on every sampled token
 
 
-class ShiftedEngine:
+class ShiftedEngine(RemoteModel):
     """Not the in-process engine (as a vLLM or HTTP engine would be): samples with it, reports shifted log-probs."""
 
     capabilities = EngineCapabilities(

@@ -4,7 +4,7 @@ The model writes `<tool_call>{"name": "code_interpreter", "arguments": {"code": 
 per turn. `parse_tool_calls` reads the syntax; which names and arguments are valid is the task's tools' business
 (`tirl.tools.ToolSet.check`). Anything malformed becomes a `ToolCall` with an `error` text that is fed back to the
 model as the tool response: a broken call never crashes a rollout. The recipe instead drops a malformed call, and a
-turn with no valid call left ends the trajectory: `agent.malformed_calls=drop` (rollout/agent.py) does that.
+turn with no valid call left ends the trajectory: `agent.malformed_calls=drop` (rollout/agent/loop.py) does that.
 
 Nothing here knows a particular tool: the code interpreter's name, schema, code preparation and output formatting
 are `tirl.tools.code_interpreter`'s (tools/ lies above chat/).

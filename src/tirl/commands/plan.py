@@ -22,13 +22,11 @@ The estimate, per process (W processes; FSDP2 shards parameters, gradients and o
 - a fixed reserve for the CUDA context and allocator fragmentation.
 It is an estimate (±25% on activations); `bench/train.py` measures peak memory on the models this machine can run.
 
-The vLLM engine's memory (`rollout_gib`, `rollout_vllm`): its weights in `rollout.dtype` (else `model.dtype`) plus its KV cache
-(`rollout.vllm.kv_cache_gib`; 0 = what `--gpu-memory-utilization` in `rollout.vllm.args` leaves, 0.9 by default). With `rollout.vllm.placement=separate` the servers
-run on GPUs of their own beside the trainer's (`rollout.urls` servers, else the one rank 0 starts): the plan gives
-one server's GPU memory and the split. With `colocated` each rank's engine sleeps (level 1: weights offloaded to
-CPU memory, KV cache freed) during the update and wakes for rollouts, so the rollout phase holds the trainer's
-resident state (sharded weights, gradients, AdamW state, reference, reserve) plus the engine's weights and KV
-cache: that sum must fit too. The KV cache a step wants: every trajectory in flight at its full length.
+The rollout engine's memory (`rollout_gib`, `rollout_engine`, RL only) is the engine's own model
+(`tirl.rollout.engines.<name>.spec.memory`): the torch engine's KV cache (or CUDA-graph arena and bf16 weight copy)
+beside the trainer's resident state (sharded weights, gradients, AdamW state, reference, reserve); vLLM's weights
+and KV cache on GPUs of their own (`separate`) or, asleep during the update, on each training GPU (`colocated`),
+where the sum must fit too; nothing for servers someone else runs (openai).
 """
 
 from __future__ import annotations
@@ -45,10 +43,9 @@ from typing import Any
 from tirl.chat.template import format_mismatch
 from tirl.commands.args import add_config_command, load_run_config
 from tirl.core.errors import TirlError
+from tirl.rollout.engines.spec import BYTES, GIB
 from tirl.train.memory import activation_values_per_token, budget_bytes, head_bytes, tokens_for_budget
 
-GIB = 1024**3
-BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 ARCH_DIR = "configs/arch"
 
 
@@ -79,10 +76,8 @@ class Plan:
     gpu_gib: float
     fits: bool
     notes: list[str] = field(default_factory=list)
-    rollout_gib: float = (
-        0.0  # one vLLM engine: weights + KV cache (0: the torch engine, no engine of its own)
-    )
-    rollout_vllm: str = ""  # where it runs and the GPU split, in words
+    rollout_gib: float = 0.0  # the rollout engine's memory during the rollouts (rl), by its own memory model
+    rollout_engine: str = ""  # where the engine runs, what its memory is made of and the GPU split, in words
     tokens_source: str = ""  # where tokens_per_micro_batch comes from (auto: the trainer's budget rule)
 
     def to_dict(self) -> dict[str, Any]:
@@ -190,12 +185,13 @@ def _check(cfg: Any, stage: str, world: int, seq: int, hf_config: Any) -> list[s
             )
         if rl.mini_batch_size % world:
             raise PlanError(f"rl.mini_batch_size={rl.mini_batch_size} must divide over {world} processes")
-        from tirl.rollout.factory import capabilities_for, rl_refusal
+        from tirl.rollout.factory import capabilities_for
+        from tirl.train.rl_check import check_engine, sampling_of
 
-        if why := rl_refusal(capabilities_for(cfg.rollout.engine), world):
-            raise PlanError(why)
-        if world > 1 and rl.dynamic_sampling:
-            raise PlanError("rl.dynamic_sampling is single-process only for now")
+        try:  # the RL stage's own rules (tirl.train.rl_check), without this machine's checks
+            check_engine(rl, capabilities_for(cfg.rollout.engine), sampling_of(cfg.rollout), world)
+        except ValueError as e:
+            raise PlanError(str(e)) from None
         budget = rl.micro_batch_tokens
     else:
         if cfg.sft.batch_size % world:
@@ -273,13 +269,15 @@ def plan(
     if not m.gradient_checkpointing and total > gpu_gib:
         notes.append("model.gradient_checkpointing=true keeps only each layer's input (see activations)")
     resident = sum(parts[:5]) + reserve_gib  # what stays on the GPU through the rollouts
-    engine_gib, where, fits = _vllm_memory(cfg, hf_config, params, seq, W, gpu_gib, resident, stage)
+    engine_gib, where, fits = _engine_memory(
+        cfg, hf_config, params, seq, W, gpu_gib, resident, stage, compute_bytes
+    )
     return Plan(
         stage=stage, arch=name, processes=W, params=params, trainable=trainable, tokens_per_micro_batch=tokens,
         tokens_source=source, sequence_tokens=seq, weights_gib=parts[0], gathered_gib=parts[1], grads_gib=parts[2],
         optimizer_gib=parts[3], reference_gib=parts[4], activations_gib=parts[5], logits_gib=parts[6],
         reserve_gib=reserve_gib, total_gib=total, gpu_gib=gpu_gib, fits=total <= gpu_gib and fits, notes=notes,
-        rollout_gib=engine_gib, rollout_vllm=where,
+        rollout_gib=engine_gib, rollout_engine=where,
     )  # fmt: skip
 
 
@@ -308,43 +306,30 @@ def _state_bytes(
     return weights, gathered, grads, optimizer, ref
 
 
-def _vllm_memory(
-    cfg: Any, hf: Any, params: int, seq: int, world: int, gpu_gib: float, resident: float, stage: str
+def _engine_memory(
+    cfg: Any,
+    hf: Any,
+    params: int,
+    seq: int,
+    world: int,
+    gpu_gib: float,
+    resident: float,
+    stage: str,
+    compute_bytes: int,
 ) -> tuple[float, str, bool]:
-    """(one engine's GiB, where it runs and how the GPUs split, whether it fits) for rollout.engine=vllm."""
-    ro = cfg.rollout
-    if stage != "rl" or ro.engine != "vllm":
+    """(the engine's GiB, where it runs and what that is made of, whether it fits): the engine's own memory model
+    (`tirl.rollout.engines.<name>.spec`); nothing for SFT."""
+    if stage != "rl":
         return 0.0, "", True
-    # rollout.dtype: the dtype vLLM serves (bfloat16 with fidelity: recipe), else model.dtype
-    served = BYTES[ro.served_dtype(cfg.model.dtype)]
-    weights = params * served / GIB
-    head_dim = getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads
-    kv_token = 2 * hf.num_hidden_layers * hf.num_key_value_heads * head_dim * served
-    servers = max(len(ro.urls), 1) if ro.vllm.placement == "separate" else world
-    ranks_each = -(-world // servers) if ro.vllm.placement == "separate" else 1  # ranks sending to one engine
-    in_flight = min(-(-cfg.rl.prompts_per_step * cfg.rl.n // servers), ro.concurrency * ranks_each)
-    want = in_flight * seq * kv_token / GIB
-    from tirl.rollout.vllm_colocated import engine_kwargs
+    from tirl.rollout.engines.spec import MemoryQuery
+    from tirl.rollout.factory import engine_spec
 
-    kv = (
-        ro.vllm.kv_cache_gib
-        or engine_kwargs(ro.vllm.args, 0).get("gpu_memory_utilization", 0.9) * gpu_gib - weights
-    )
-    need = f"KV cache {kv:.2f} GiB (the step's {in_flight} sequences in flight want {want:.2f})"
-    if ro.vllm.placement == "separate":
-        total = weights + kv
-        where = (
-            f"separate: {servers} vLLM server(s) on GPUs of their own beside the {world} training GPUs "
-            f"({world + servers} in all): weights {weights:.2f} GiB + {need} = {total:.2f} GiB each"
-        )
-        return total, where, total <= gpu_gib
-    total = weights + kv
-    where = (
-        f"colocated: one engine per training GPU, asleep during the update (its {weights:.2f} GiB of weights in CPU "
-        f"memory), awake for rollouts: weights + {need} = {total:.2f} GiB on top of the trainer's resident "
-        f"{resident:.2f} GiB: {resident + total:.2f} GiB of {gpu_gib:g}"
-    )
-    return total, where, resident + total <= gpu_gib
+    query = MemoryQuery(
+        cfg.rollout, hf, params, cfg.model.dtype, compute_bytes, seq, cfg.rl.prompts_per_step * cfg.rl.n, world,
+        gpu_gib, resident,
+    )  # fmt: skip
+    memory = engine_spec(cfg.rollout.engine).memory(query)
+    return memory.gib, memory.where, memory.fits
 
 
 def render(p: Plan) -> str:
@@ -371,7 +356,7 @@ def render(p: Plan) -> str:
     ]
     width = max(len(k) for k, _ in rows)
     lines = [f"{k:<{width}}  {v}" for k, v in rows]
-    lines += [f"vLLM: {p.rollout_vllm}"] if p.rollout_vllm else []
+    lines += [f"rollout engine: {p.rollout_engine}"] if p.rollout_engine else []
     lines += [f"note: {n}" for n in p.notes]
     return "\n".join(lines)
 

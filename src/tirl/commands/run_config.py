@@ -13,7 +13,7 @@ from tirl.core.fidelity import check_fidelity, recipe_data
 from tirl.eval.evaluate import EvalConfig
 from tirl.models.loading import ModelConfig
 from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.agent import AgentConfig
+from tirl.rollout.agent.loop import AgentConfig
 from tirl.rollout.config import RolloutConfig
 from tirl.sandbox.local import SandboxConfig
 from tirl.tasks.task import TaskOptions, default_task_options

@@ -28,7 +28,7 @@ from tirl.eval.evaluate import evaluate, render_generations, summarize_records, 
 from tirl.models.loading import check_device, load_for_inference, load_policy, load_tokenizer
 from tirl.models.lora import is_lora, parameter_counts
 from tirl.rollout import factory
-from tirl.rollout.agent import AgentLoop
+from tirl.rollout.agent.loop import AgentLoop
 from tirl.sandbox import build_sandbox
 from tirl.sandbox.health import check_sandbox
 from tirl.sandbox.types import Sandbox
@@ -37,7 +37,8 @@ from tirl.train import checkpoint, dist, fsdp, reference
 from tirl.train.allocator import bound_onednn_caches, keep_freed_memory
 from tirl.train.manifest import RunIdentity, data_fingerprint
 from tirl.train.rl import RLTrainer
-from tirl.train.rl_run import assemble, check_rl, sampling_of
+from tirl.train.rl_check import check_rl, sampling_of
+from tirl.train.rl_run import assemble
 from tirl.train.sft import SFTConfig, SFTTrainer, sft_run
 
 

@@ -385,36 +385,52 @@ def _pending(overrides: Sequence[str], prefix: str, section: type) -> Any:
 
 
 def apply_overrides(data: Mapping[str, Any], overrides: Sequence[str], cls: type) -> dict[str, Any]:
-    """A copy of `data` with each `dotted.key=value` set; keys are checked against the fields of `cls`."""
+    """A copy of `data` with each `dotted.key=value` set; keys are checked against the fields of `cls`. An override
+    that names another variant of a section (`rl.loss.name=gspo` over a ppo section) drops the section's other keys,
+    wherever it stands in the list: the new variant starts from its own defaults (GSPO from the GSPO paper's clip
+    ranges), and the other overrides set its options."""
     out: dict[str, Any] = copy.deepcopy(dict(data))
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(f"override {item!r} must have the form dotted.key=value")
-        dotted, raw = item.split("=", 1)
-        dotted = dotted.strip()
-        parts = dotted.split(".")
-        if not all(parts):
-            raise ConfigError(f"override {item!r} has an empty key")
-        node, section = out, cls
-        for i, part in enumerate(parts):
-            prefix = ".".join(parts[:i])
-            try:
-                section = _variant(section, node, _pending(overrides, prefix, section))
-            except ValueError as e:
-                raise ConfigError(f"override {item!r}: {e}") from e
-            if part not in _init_fields(section):
-                raise _unknown(section, prefix, part, f" in override {item!r}")
-            tp = _hints(section)[part]
-            if i == len(parts) - 1:
-                node[part] = _parse_override(raw, tp, item)
-                break
-            sub = _dataclass_of(tp)
-            if sub is None:
-                raise ConfigError(f"config key '{_join(prefix, part)}' ({_type_name(tp)}) is not a section")
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node, section = node[part], sub
+    for variants in (True, False):  # variant switches first, so that no option set beside one is dropped
+        for item in overrides:
+            _apply_override(out, item, overrides, cls, variants)
     return out
+
+
+def _apply_override(
+    out: dict[str, Any], item: str, overrides: Sequence[str], cls: type, variants: bool
+) -> None:
+    """Set one `dotted.key=value` in `out` (`variants`: only if it names a section's variant, else only if not)."""
+    if "=" not in item:
+        raise ConfigError(f"override {item!r} must have the form dotted.key=value")
+    dotted, raw = item.split("=", 1)
+    parts = dotted.strip().split(".")
+    if not all(parts):
+        raise ConfigError(f"override {item!r} has an empty key")
+    node, section = out, cls
+    for i, part in enumerate(parts):
+        prefix = ".".join(parts[:i])
+        try:
+            section = _variant(section, node, _pending(overrides, prefix, section))
+        except ValueError as e:
+            raise ConfigError(f"override {item!r}: {e}") from e
+        if part not in _init_fields(section):
+            raise _unknown(section, prefix, part, f" in override {item!r}")
+        tp = _hints(section)[part]
+        if i == len(parts) - 1:
+            is_variant = part == getattr(section, "VARIANT_KEY", None)
+            if is_variant != variants:
+                return
+            value = _parse_override(raw, tp, item)
+            if is_variant and node.get(part, value) != value:
+                node.clear()  # another variant: it starts from its own defaults, not the old one's options
+            node[part] = value
+            return
+        sub = _dataclass_of(tp)
+        if sub is None:
+            raise ConfigError(f"config key '{_join(prefix, part)}' ({_type_name(tp)}) is not a section")
+        if not isinstance(node.get(part), dict):
+            node[part] = {}
+        node, section = node[part], sub
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:

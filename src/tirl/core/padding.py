@@ -1,5 +1,5 @@
 """Where to cut rows into padded passes of similar lengths: one rule for the trainer's micro-batches
-(`tirl.train.batch.micro_batches_by_length`) and the torch engine's pre-fill (`tirl.rollout.engine`), and its
+(`tirl.train.batch.micro_batches_by_length`) and the torch engine's pre-fill (`tirl.rollout.engines.torch.engine`), and its
 variant for rows that share their prompts' passes (`shared_prefix_parts`), and which rows share (`first_rows`)."""
 
 from __future__ import annotations

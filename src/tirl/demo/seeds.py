@@ -122,7 +122,10 @@ def summarize(runs: dict[int, Path]) -> dict[str, Any]:
         "lift_pass@1": {"mean": mean, "lo": lo, "hi": hi, "level": 0.95, "resamples": RESAMPLES},
         "crossover_k": crossovers,
         "crossover_repeats": all(k is not None for k in crossovers.values()),
-        "seconds": {str(s): sum(r["seconds"].values()) for s, r in reports.items()},
+        "seconds": {  # wall seconds (a stage's "NAME cpu" entry is its CPU time)
+            str(s): sum(v for k, v in r["seconds"].items() if not k.endswith(" cpu"))
+            for s, r in reports.items()
+        },
         "machine": cpu_description(),  # float-level results move between CPUs: the numbers name theirs
     }
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import resource
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -69,11 +70,20 @@ def ensure_smollm2(path: Path) -> Path:
     return import_gguf(find_smollm2_gguf(), path)
 
 
+def cpu_seconds() -> float:
+    """User and system seconds of this process and of every child it has waited for (the vLLM server, sandbox
+    workers): a stage's CPU cost, which another job on the machine changes far less than its wall time."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def timed(times: dict[str, float], name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    t0 = time.time()
+    """`fn(*args, **kwargs)`, its wall seconds put in `times[name]` and its CPU seconds in `times[name + " cpu"]`."""
+    t0, c0 = time.time(), cpu_seconds()
     out = fn(*args, **kwargs)
     times[name] = round(time.time() - t0, 1)
-    console.print(f"[dim]{name}: {times[name]:.0f} s[/]")
+    times[f"{name} cpu"] = round(cpu_seconds() - c0, 1)
+    console.print(f"[dim]{name}: {times[name]:.0f} s ({times[f'{name} cpu']:.0f} CPU s)[/]")
     return out
 
 
@@ -111,6 +121,8 @@ def train_stage(run: Run, label: str, kind: str, start: str, data: tuple[str, li
         console.print(describe)
         fn = run_sft if kind == "sft" else run_rl
         resume = _resume_point(run.out / f"{label}.started.json", inputs) if resumable else None
+        if resume is not None:  # its seconds will count the part after the checkpoint only
+            run.report.setdefault("continued_from_checkpoint", []).append(label)
         path = timed(run.times, label, fn, cfg, run.out / label, model_path=run.models[start], rows=rows,
                      resume=resume, restart=resume is None)  # fmt: skip
         stage.record()

@@ -34,7 +34,7 @@ from tirl.eval.bootstrap import (
 from tirl.eval.metrics import default_ks, maj_at_k, pass_at_k_table
 from tirl.eval.samples import Run, Sample
 from tirl.eval.verl_metrics import bootstrap_summary
-from tirl.rollout.toolstats import tool_stats
+from tirl.rollout.agent.toolstats import tool_stats
 
 
 @dataclass

@@ -26,10 +26,10 @@ from tirl.eval.answers import canonical_answers
 from tirl.eval.metrics import default_ks, summarize
 from tirl.eval.verl_metrics import bootstrap_summary
 from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.agent import AgentLoop
-from tirl.rollout.episodes import check_prompt_lengths, model_positions, rollout_and_score
+from tirl.rollout.agent.episodes import check_prompt_lengths, model_positions, rollout_and_score
+from tirl.rollout.agent.loop import AgentLoop
+from tirl.rollout.agent.toolstats import tool_stats
 from tirl.rollout.sampling import SamplingParams
-from tirl.rollout.toolstats import tool_stats
 from tirl.rollout.types import Trajectory
 
 
@@ -166,7 +166,7 @@ def _evaluate_at(
 
 def summarize_records(records: Sequence[SampleRecord], ks: Sequence[int] = ()) -> dict[str, dict[str, float]]:
     """Per data source and overall: avg@n, pass@k, maj@k (answers grouped by the verifier's equivalence, as in
-    `tirl analyze`, so both report the same maj@k), tool use (rollout/toolstats.py's names).
+    `tirl analyze`, so both report the same maj@k), tool use (rollout/agent/toolstats.py's names).
 
     With several temperatures, each source is summarised per temperature under "<source> T=<t>" (samples of
     different temperatures are never pooled into one pass@k).

@@ -231,7 +231,7 @@ def sampled_groups(
     from one generator seeded by `seed` (the same seed, the same samples); a progress bar shows `info()`, and a dead
     sandbox is an error naming `what` (the command) and the problems."""
     from tirl.core.progress import progress
-    from tirl.rollout.episodes import check_prompt_lengths, model_positions, rollout_and_score
+    from tirl.rollout.agent.episodes import check_prompt_lengths, model_positions, rollout_and_score
 
     problems = problem_rows(rows)
     check_prompt_lengths(problems, agent, model_positions(agent), what="sample")

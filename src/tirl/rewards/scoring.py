@@ -3,7 +3,7 @@
 Each response is routed by its problem (`data_source`, `ability`) through the registry to its verifier; verifiers
 that need the sandbox grade their items in one sandbox batch each (code tests), the rest in parallel (batch.py). The verdict says what happened: correct, wrong, no_answer, timeout or error, so a timed-out check is
 never mistaken for a wrong answer when reading results (its task score is still -1: the trainer needs a number).
-Nothing here knows a trajectory: whoever holds trajectories maps each to a `Response` (rollout/episodes.py).
+Nothing here knows a trajectory: whoever holds trajectories maps each to a `Response` (rollout/agent/episodes.py).
 """
 
 from __future__ import annotations

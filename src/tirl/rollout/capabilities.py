@@ -159,7 +159,10 @@ class EngineCapabilities:
 
 def capabilities_of(engine: Any) -> EngineCapabilities:
     """`engine.capabilities`, or an error that says what an engine must declare."""
-    caps = getattr(engine, "capabilities", None)
+    try:
+        caps = engine.capabilities
+    except AttributeError:
+        caps = None
     if not isinstance(caps, EngineCapabilities):
         raise TypeError(
             f"the rollout engine {type(engine).__name__} declares no `capabilities` (an EngineCapabilities from "

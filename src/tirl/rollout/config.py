@@ -1,7 +1,7 @@
 """`rollout.*`: which engine samples the rollouts, how, and which agent loop drives it (`tirl.rollout.factory`).
 
 The keys more than one engine reads sit at `rollout.*`; a key only one engine reads sits in that engine's own
-section, `rollout.torch.*` or `rollout.vllm.*`, so a reader sees which settings a run's engine ignores. The openai
+section, `rollout.torch.*` or `rollout.vllm.*` (declared in the engine's package), so a reader sees which settings a run's engine ignores. The openai
 engine has no section: every key it reads (`urls`, `model_name`, `retries`, the request limits) the vllm engine
 reads too when it samples from servers someone else started. The old flat names (`rollout.vllm_args`) are refused
 with their new ones (`MOVED_KEYS`). This module knows nothing of the factory: the factory builds from it.
@@ -13,96 +13,12 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from tirl.rollout.capabilities import MODES
-from tirl.rollout.packed import PACK_MODES
+from tirl.rollout.engines.torch.config import TorchEngineConfig
+from tirl.rollout.engines.vllm.config import VllmConfig
 
-ENGINES = ("torch", "vllm", "openai")  # rollout.engine's values; tirl.rollout.factory has a builder for each
-PLACEMENTS = ("separate", "colocated")
-SYNCS = ("auto", "memory", "disk")
+# rollout.engine's values: each a package tirl.rollout.engines.<name> with its SPEC (tirl.rollout.factory)
+ENGINES = ("torch", "vllm", "openai")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
-GRAPH_MODES = ("auto", "on", "off")  # rollout.torch.cuda_graphs (tirl.rollout.graph_decode)
-
-
-@dataclass
-class TorchEngineConfig:
-    """`rollout.torch.*`: the in-process engine (`tirl.rollout.engine.TorchEngine`)."""
-
-    max_batch_size: int = 256  # sequences per engine forward
-    # the keys and values of a call's finished rows kept (up to this many MiB) so that the next turn, which extends
-    # them, pre-fills only its new tokens (tirl.rollout.kv_cache.KeptPrefixes); 0 = pre-fill every turn whole
-    keep_prefix_mib: int = 1024
-    # decode steps through torch.compile (dynamic shapes), compiled once per engine: pays on small models, whose
-    # steps are mostly per-operation overhead (the demo's: 1.24-1.29x the eager engine), not on SmolLM2-135M on a
-    # CPU (0.55-0.92x): off by default (docs/benchmarks.md#sampling-engines)
-    compile: bool = False
-    # on a CPU: the Linears' no-grad forwards on weights packed once per weight version for oneDNN
-    # (tirl.rollout.packed). auto = bf16 decode always, fp32 on an AMD CPU (PyTorch's MKL path stops at AVX2
-    # there: SmolLM2's fp32 decode 1.6-1.8x as fast packed) from 512 wide, never with rollout.torch.compile;
-    # on = at any width on any CPU; off = PyTorch's own matmuls
-    pack: str = "auto"
-    # decode steps of static shapes captured as CUDA graphs, one per batch-size bucket, and replayed
-    # (tirl.rollout.graph_decode). auto = on where the model is on a CUDA device and neither compiled nor sharded;
-    # on = that or an error; off = the eager decode. Off by default: its speed on a GPU is not yet measured
-    cuda_graphs: str = "off"
-    # the static step of rollout.torch.cuda_graphs through torch.compile (static shapes, compiled once per bucket
-    # and captured into its graph); needs cuda_graphs on or auto. Off by default: its speed on a GPU is not measured
-    compile_graph_step: bool = False
-    # the CUDA-graph decode's KV arena (tirl.rollout.graph_arena), allocated once and kept: GiB; 0 = a quarter of
-    # the GPU's memory. A chunk whose rows x positions do not fit is refused with the numbers
-    graph_kv_gib: float = 0.0
-
-    def __post_init__(self) -> None:
-        if self.pack not in PACK_MODES:
-            raise ValueError(f"rollout.torch.pack must be one of {', '.join(PACK_MODES)}, got {self.pack!r}")
-        if self.cuda_graphs not in GRAPH_MODES:
-            raise ValueError(
-                f"rollout.torch.cuda_graphs must be one of {', '.join(GRAPH_MODES)}, got {self.cuda_graphs!r}"
-            )
-        if self.compile_graph_step and self.cuda_graphs == "off":
-            raise ValueError(
-                "rollout.torch.compile_graph_step=true compiles the static step of rollout.torch.cuda_graphs, "
-                "which is off: set rollout.torch.cuda_graphs=auto or on"
-            )
-        if not self.graph_kv_gib >= 0:  # NaN fails too
-            raise ValueError(f"rollout.torch.graph_kv_gib must be >= 0 (0 = auto), got {self.graph_kv_gib}")
-        if self.keep_prefix_mib < 0:
-            raise ValueError(
-                f"rollout.torch.keep_prefix_mib must be >= 0 (0 = off), got {self.keep_prefix_mib}"
-            )
-
-
-@dataclass
-class VllmConfig:
-    """`rollout.vllm.*`: the vLLM engine (`tirl.rollout.vllm_engine`, `vllm_pool`, `vllm_colocated`)."""
-
-    python: str = ""  # the Python with vLLM; "" = $TIRL_VLLM_PYTHON, else the repository's .venv-vllm
-    args: list[str] = field(default_factory=list)  # extra server args: [--max-model-len=4096]
-    kv_cache_gib: float = 1.0  # KV cache size; 0 = vLLM's default (on GPU a share of its memory)
-    port: int = 0  # 0 = a free port on 127.0.0.1
-    startup_timeout_s: float = 600.0  # the server must answer within this
-    # separate = servers beside the trainer, shared by every rank (tirl.rollout.vllm_pool); colocated = one engine
-    # in each training process, asleep during updates (GPU only, tirl.rollout.vllm_colocated)
-    placement: str = "separate"
-    # how new weights reach the servers: memory = streamed over a socket into the workers (a worker extension every
-    # managed server has), disk = a safetensors directory the servers reload, auto = memory where every server has
-    # the receiver, else disk (tirl.rollout.vllm_sync)
-    sync: str = "auto"
-    sync_host: str = "127.0.0.1"  # sync=memory: the trainer's address as the servers reach it
-    # on a CPU, one process: the server tirl starts is stopped (SIGSTOP) while the trainer updates, so its polling
-    # costs the update no CPU (tirl.rollout.vllm_idle)
-    pause_idle: bool = True
-
-    def __post_init__(self) -> None:
-        if self.kv_cache_gib < 0 or self.startup_timeout_s <= 0 or not 0 <= self.port < 65536:
-            raise ValueError(
-                "rollout.vllm.kv_cache_gib must be >= 0, rollout.vllm.startup_timeout_s > 0 and "
-                f"rollout.vllm.port in 0..65535; got {self.kv_cache_gib}, {self.startup_timeout_s}, {self.port}"
-            )
-        if self.placement not in PLACEMENTS:
-            raise ValueError(
-                f"unknown rollout.vllm.placement {self.placement!r}; valid: {', '.join(PLACEMENTS)}"
-            )
-        if self.sync not in SYNCS:
-            raise ValueError(f"unknown rollout.vllm.sync {self.sync!r}; valid: {', '.join(SYNCS)}")
 
 
 @dataclass
@@ -132,10 +48,10 @@ class RolloutConfig:
     mode: str = "auto"  # lockstep | async | auto (lock-step for the torch engine, async for servers)
     concurrency: int = 64  # async: trajectories in flight at once
     timeout_s: float = 600.0  # async: a trajectory running longer is returned with stop reason "error"
-    # torch (in-process) | vllm (a vLLM server tirl starts and syncs; tirl.rollout.vllm_engine)
+    # torch (in-process) | vllm (a vLLM server tirl starts and syncs; tirl.rollout.engines.vllm.engine)
     # | openai (a /v1/completions server someone else runs; eval only, no weight sync)
     engine: str = "torch"
-    # openai: server base URLs, used round-robin; vllm: servers someone else started (tirl.rollout.vllm_pool)
+    # openai: server base URLs, used round-robin; vllm: servers someone else started (tirl.rollout.engines.vllm.pool)
     urls: list[str] = field(default_factory=list)
     # openai: the served model's name, checked against /v1/models; vllm with urls: that name ("" = tirl's own)
     model_name: str = ""

@@ -1,5 +1,5 @@
-"""The typed records a rollout produces and the engine seam: the contract between engines, the agent loop, rewards,
-trainers and evaluation.
+"""The typed records a rollout produces: the contract between engines, the agent loop, rewards, trainers and
+evaluation (the engine seam itself is `tirl.rollout.engines.base.Engine`).
 
 A trajectory carries its problem (`ProblemRow`) and which sample of it it is as typed fields; on disk
 (`trajectories.jsonl`) they are written as one flat `meta` object, the format `tirl check-tokens`, `tirl analyze`
@@ -8,18 +8,11 @@ and the viewer read (docs/eval-records.md).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any
 
 from tirl.data.records import ProblemRow
 from tirl.tools.code_interpreter import TOOL_NAME
-
-if TYPE_CHECKING:
-    import torch
-
-    from tirl.rollout.capabilities import EngineCapabilities
-    from tirl.rollout.sampling import SamplingParams
 
 
 @dataclass
@@ -31,39 +24,6 @@ class Generation:
     logprobs: list[float]
     finish_reason: str  # "eos" | "stop" (a stop token such as </tool_call>) | "length" | "error"
     weight_version: int = 0
-
-
-class Engine(Protocol):
-    """The rollout engine seam: token ids in; sampled ids, their log-probs and a finish reason out.
-
-    Log-probs are those of the sampled token under the temperature-scaled distribution (what the trainer
-    recomputes). `max_new_tokens` may differ per prompt (budgets); `seeds`, one per prompt, make a request's
-    sampling reproducible on engines that take a seed per request. `sync_weights(model)` is called by the RL
-    trainer after every optimizer update: an engine that serves a copy of the policy must load the new weights
-    (and drop its prefix cache) before it samples again; the in-process torch engine shares the module, so for it
-    only the version changes. `capabilities` says what the engine can do (the rules that depend on it live in
-    `tirl.rollout.capabilities`); `check(tokenizer)` fails before any rollout when the engine and the tokenizer do
-    not belong together (a server serving another model, a tokenizer with ids the model has no embedding for).
-    """
-
-    capabilities: EngineCapabilities
-    weight_version: int
-
-    def check(self, tokenizer: Any) -> None: ...
-
-    def generate(
-        self,
-        prompts: Sequence[Sequence[int]],
-        params: SamplingParams,
-        *,
-        max_new_tokens: Sequence[int] | int | None = None,
-        generator: torch.Generator | None = None,
-        seeds: Sequence[int] | None = None,
-    ) -> list[Generation]: ...
-
-    def sync_weights(self, model: torch.nn.Module) -> None: ...
-
-    def close(self) -> None: ...
 
 
 @dataclass

@@ -37,7 +37,7 @@ class ToolOutput:
 
 
 class ToolOptions(Protocol):
-    """The run's settings a tool may take (the `agent.*` section, `tirl.rollout.agent.AgentConfig`)."""
+    """The run's settings a tool may take (the `agent.*` section, `tirl.rollout.agent.loop.AgentConfig`)."""
 
     auto_print: bool
 

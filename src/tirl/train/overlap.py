@@ -26,7 +26,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.types import Trajectory
 
 OFF_POLICY_STEPS = (0, 1)
@@ -66,17 +65,8 @@ def staleness(trajs: Sequence[Trajectory], engine_version: int) -> float:
     return float(engine_version - sum(first) / len(first)) if first else 0.0
 
 
-def check_lookahead(off_policy_steps: int, caps: EngineCapabilities) -> None:
-    """`rl.off_policy_steps` refused for an engine that samples from the trainer's own module."""
-    if off_policy_steps and caps.shares_policy:
-        raise ValueError(
-            f"rl.off_policy_steps={off_policy_steps} with rollout.engine={caps.name}: it samples from the module the "
-            "update changes while the update runs; use rollout.engine=vllm, or rl.off_policy_steps=0"
-        )
-
-
 def lookahead(off_policy_steps: int) -> Lookahead | None:
-    """The trainer's `Lookahead` for `rl.off_policy_steps` (None for 0; the engine is checked by `check_lookahead`)."""
+    """The trainer's `Lookahead` for `rl.off_policy_steps` (None for 0; the engine is checked by `tirl.train.rl_check.check_lookahead`)."""
     return Lookahead() if off_policy_steps else None
 
 

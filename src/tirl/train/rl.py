@@ -45,7 +45,7 @@ import torch
 from tirl.algorithms import get_advantage_estimator, get_policy_loss
 from tirl.core.progress import progress
 from tirl.data.records import ProblemRow
-from tirl.rollout.episodes import rollout_and_score
+from tirl.rollout.agent.episodes import rollout_and_score
 from tirl.rollout.factory import awake
 from tirl.rollout.types import Trajectory
 from tirl.train import checkpoint, dist, fsdp, manifest

@@ -12,7 +12,7 @@ import torch
 
 from tirl.algorithms import equal_reward_groups
 from tirl.data.records import ProblemRow
-from tirl.rollout.toolstats import tool_stats
+from tirl.rollout.agent.toolstats import tool_stats
 from tirl.rollout.types import Trajectory
 from tirl.train import dist
 from tirl.train.batch import TokenBatch, collate
@@ -150,21 +150,6 @@ def fitting_prompts(rows: Sequence[ProblemRow], renderer: Any, max_tokens: int) 
             f"dropped {len(rows) - len(kept)} of {len(rows)} RL prompts over agent.max_prompt_tokens={max_tokens}"
         )
     return kept
-
-
-def check_world(cfg: Any, world: int) -> None:
-    """Under torchrun every rank takes an equal share of each step's prompts and of each mini-batch."""
-    if world == 1:
-        return
-    if cfg.prompts_per_step % world or cfg.mini_batch_size % world:
-        raise ValueError(
-            f"rl.prompts_per_step={cfg.prompts_per_step} and rl.mini_batch_size={cfg.mini_batch_size} must both be "
-            f"divisible by the number of processes ({world})"
-        )
-    if cfg.dynamic_sampling:
-        raise ValueError(
-            "rl.dynamic_sampling is single-process only for now: ranks would keep different numbers of groups"
-        )
 
 
 def rank_reduced(values: dict[str, float]) -> dict[str, float]:

@@ -1,6 +1,6 @@
-"""What an RL run trains with, as one typed record, and the one check that RL can run with the chosen engine.
+"""What an RL run trains with, as one typed record.
 
-The stage builder (`tirl.commands.stages.run_rl`) calls `check_rl` before any model loads, builds the model, the
+The stage builder (`tirl.commands.stages.run_rl`) calls `tirl.train.rl_check.check_rl` before any model loads, builds the model, the
 engine and the agent, and hands them to `assemble`, which fits the prompts to the agent, sizes the micro-batches
 for the model and wraps the KL reference. `RLTrainer` keeps the resulting `RLRun` (`trainer.run`) and builds nothing
 of the run itself.
@@ -18,39 +18,15 @@ import torch
 from tirl.core.logging import MetricsLogger
 from tirl.data.records import ProblemRow, problem_rows
 from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.agent import AgentLoop
+from tirl.rollout.agent.episodes import check_prompt_lengths, model_positions
+from tirl.rollout.agent.loop import AgentLoop
 from tirl.rollout.capabilities import EngineCapabilities, capabilities_of
-from tirl.rollout.config import RolloutConfig
-from tirl.rollout.episodes import check_prompt_lengths, model_positions
-from tirl.rollout.factory import capabilities_for, check_placement, rl_refusal
 from tirl.rollout.sampling import SamplingParams
 from tirl.train.manifest import RunIdentity
 from tirl.train.memory import MicroBatchBudget, sized_micro_batches
-from tirl.train.overlap import check_lookahead
 from tirl.train.reference import Reference
-from tirl.train.rl_batch import check_world, fitting_prompts
+from tirl.train.rl_batch import fitting_prompts
 from tirl.train.rl_config import RLConfig
-
-
-def sampling_of(ro: RolloutConfig) -> SamplingParams:
-    """The sampling settings of `rollout.*` that RL samples with."""
-    return SamplingParams(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k)
-
-
-def check_rl(rl: RLConfig, ro: RolloutConfig, world: int) -> None:
-    """Every rule on whether `tirl rl` can run `rl` with `rollout.engine` on `world` processes, checked once, before
-    any model loads (a ValueError naming the setting to change)."""
-    check_engine(rl, capabilities_for(ro.engine), sampling_of(ro), world)
-    check_placement(ro)
-
-
-def check_engine(rl: RLConfig, caps: EngineCapabilities, sampling: SamplingParams, world: int) -> None:
-    """The rules that read the engine's capabilities (`tirl.rollout.capabilities`) and the RL settings."""
-    if why := rl_refusal(caps, world):
-        raise ValueError(why)
-    check_world(rl, world)
-    caps.check_rl_sampling(sampling)
-    check_lookahead(rl.off_policy_steps, caps)
 
 
 @dataclass

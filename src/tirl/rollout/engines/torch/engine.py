@@ -3,7 +3,7 @@
 Each call takes a batch of prompts (token ids of any lengths), left-pads them, pre-fills the cache once (identical
 prompts, a GRPO group's, once for all of them) and decodes step by step, so a step costs one forward pass over one
 new token per sequence. The cache is written in place
-(`tirl.rollout.kv_cache`), never copied as it grows. Finished sequences are dropped from
+(`tirl.rollout.engines.torch.kv_cache`), never copied as it grows. Finished sequences are dropped from
 the batch (their cache rows too), so a long tail of unfinished rollouts runs at its own size.
 
 Log-probs are those of the sampled token under the temperature-scaled distribution, before top-p/top-k truncation:
@@ -14,7 +14,7 @@ casts are made once per batch (autocast's weight cache lives for the whole decod
 the hardware multiplies bf16 natively (AVX512-BF16/AMX, GPUs) decode is faster; the log-probs it reports differ
 from the trainer's fp32 ones, so the engine then declares `same_numerics=False` and RL corrects for them.
 
-On a CPU the Linears run on weights packed for oneDNN once per weight version (`tirl.rollout.packed`, `pack`):
+On a CPU the Linears run on weights packed for oneDNN once per weight version (`tirl.rollout.engines.torch.packed`, `pack`):
 always in bf16, and in fp32 on AMD CPUs for models at least 512 wide, where oneDNN's fp32 kernels ran SmolLM2's
 decode 1.6-1.8x as fast as PyTorch's MKL path (AVX2 there) on an AVX-512 EPYC. fp32 packed products are fp32
 numbers in another summation order, within float rounding of the trainer's.
@@ -25,7 +25,7 @@ tokens (the tool output and what follows): on the demo the second turn's pre-fil
 to ~15. The kept prefix holds the values a full pre-fill would compute, to float rounding (tested). Kept entries
 last one call and are dropped when the weights change.
 
-`cuda_graphs` (`rollout.torch.cuda_graphs`, off by default) decodes through `tirl.rollout.graph_decode` instead:
+`cuda_graphs` (`rollout.torch.cuda_graphs`, off by default) decodes through `tirl.rollout.engines.torch.graph_decode` instead:
 steps of static shapes over buffers allocated once (within `graph_kv_gib`), captured as CUDA graphs per
 batch-size bucket and replayed.
 
@@ -43,9 +43,9 @@ import torch
 from tirl.core.padding import first_rows, least_padding_parts
 from tirl.models.loading import cache_keyword
 from tirl.rollout.capabilities import EngineCapabilities
-from tirl.rollout.graph_decode import graph_decoder
-from tirl.rollout.kv_cache import InPlaceCache, KeptPrefixes, kept_length
-from tirl.rollout.packed import PACK_MODES, PackedLinears, packing_available, packing_pays
+from tirl.rollout.engines.torch.graph_decode import graph_decoder
+from tirl.rollout.engines.torch.kv_cache import InPlaceCache, KeptPrefixes, kept_length
+from tirl.rollout.engines.torch.packed import PACK_MODES, PackedLinears, packing_available, packing_pays
 from tirl.rollout.sampling import SamplingParams, per_prompt_budgets, sample_next
 from tirl.rollout.types import Generation
 
@@ -64,7 +64,7 @@ def unique_rows(prompts: Sequence[Sequence[int]], kept: Sequence[Any]) -> tuple[
 
 
 class TorchEngine:
-    """Generation over an in-process torch model (CPU or GPU); implements `tirl.rollout.types.Engine`.
+    """Generation over an in-process torch model (CPU or GPU); implements `tirl.rollout.engines.base.Engine`.
 
     It samples from the very module the trainer updates, so `sync_weights` only bumps the weight version.
     Per-request `seeds` are not supported (one `generator` drives the whole batch): passing them is an error.
@@ -148,7 +148,7 @@ class TorchEngine:
 
     @contextlib.contextmanager
     def awake(self) -> Iterator[None]:
-        """A phase of rollouts (RL's, through `tirl.rollout.factory.awake`): what the engine keeps from call to call
+        """A phase of rollouts (RL's): what the engine keeps from call to call
         (packed weights, kept prefixes) is dropped after it, so the update that follows has that memory. CUDA graphs
         and their arena are kept (sized once within `graph_kv_gib`): capturing them again each step would cost
         more than the memory."""
@@ -178,6 +178,10 @@ class TorchEngine:
     @property
     def device(self) -> torch.device:
         return next(self.model.parameters()).device
+
+    @property
+    def max_positions(self) -> int:
+        return int(getattr(self.model.config, "max_position_embeddings", 0) or 0)
 
     @torch.no_grad()
     def generate(

@@ -18,7 +18,7 @@ import torch
 from tirl.data.records import ProblemRow
 from tirl.rewards.scoring import Response, Score, score_responses
 from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.agent import AgentLoop
+from tirl.rollout.agent.loop import AgentLoop
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Origin, Outcome, Trajectory
 from tirl.sandbox.health import raise_if_sandbox_down
@@ -80,8 +80,7 @@ def rollout_and_score(
 def model_positions(agent: AgentLoop) -> int:
     """The positions the agent's in-process model holds (max_position_embeddings); 0 when the engine has no model
     of its own to ask (a server, which checks its own context length)."""
-    config = getattr(getattr(agent.engine, "model", None), "config", None)
-    return int(getattr(config, "max_position_embeddings", 0) or 0)
+    return agent.engine.max_positions
 
 
 def check_prompt_lengths(

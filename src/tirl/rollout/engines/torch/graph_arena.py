@@ -1,4 +1,4 @@
-"""The buffers the static decode steps read and write (`tirl.rollout.graph_decode`), sized once from a memory
+"""The buffers the static decode steps read and write (`tirl.rollout.engines.torch.graph_decode`), sized once from a memory
 budget (`rollout.torch.graph_kv_gib`), and the shapes a step runs at.
 
 A step runs at a bucket of B rows (a power of two up to `max_batch_size`) and a capacity of C cache positions

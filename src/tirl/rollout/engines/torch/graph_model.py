@@ -1,4 +1,4 @@
-"""The module the static decode (`tirl.rollout.graph_decode`) runs: the policy's own layers and tensors, with
+"""The module the static decode (`tirl.rollout.engines.torch.graph_decode`) runs: the policy's own layers and tensors, with
 two differences that a CUDA graph needs and that must not touch the trainer's module.
 
 - **Attention over grouped heads.** Each layer attends through `grouped_decode_attention`, registered with

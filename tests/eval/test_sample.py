@@ -16,8 +16,9 @@ from tirl.data.records import ProblemRow
 from tirl.demo.arith import generate_problems
 from tirl.eval.sample import SampleConfig, sample_rows, summary_path
 from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.agent import AgentConfig, AgentLoop
-from tirl.rollout.engine import Generation
+from tirl.rollout.agent.loop import AgentConfig, AgentLoop
+from tirl.rollout.engines.base import RemoteModel
+from tirl.rollout.engines.torch.engine import Generation
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Origin
 from tirl.tools.code_interpreter import tool_call_json
@@ -41,7 +42,7 @@ def scripts(p) -> list[dict]:
     ]
 
 
-class ScriptedEngine:
+class ScriptedEngine(RemoteModel):
     """Sample k of each prompt follows script k (or, with `pick`, a script drawn from the generator); later turns
     are found by the context they continue."""
 

@@ -1,13 +1,13 @@
 """The torch engine's decode as CUDA graphs (`rollout.torch.cuda_graphs`): a step of static shapes, captured once
 per (batch-size bucket, cache capacity) and replayed.
 
-The eager decode (`tirl.rollout.engine`) launches every kernel of every layer from Python at each step and grows
+The eager decode (`tirl.rollout.engines.torch.engine`) launches every kernel of every layer from Python at each step and grows
 its attention mask with `torch.cat`; on a GPU a small model's step is bound by those launches (measured on one H100: about 1%
 of what reading the weights allows). Here a step reads and writes only buffers allocated once
-(`tirl.rollout.graph_arena`: token ids, positions, a mask over the cache's capacity set in place, each layer's
+(`tirl.rollout.engines.torch.graph_arena`: token ids, positions, a mask over the cache's capacity set in place, each layer's
 keys and values written with `index_copy_` at a position held in a device tensor, the logits). Such a step has no
 host synchronisation and no Python-int shape, so `torch.cuda.graph` can capture it and a replay runs it as one
-launch. It runs the policy through `tirl.rollout.graph_model`'s view: attention over grouped heads without copying
+launch. It runs the policy through `tirl.rollout.engines.torch.graph_model`'s view: attention over grouped heads without copying
 the cache, and under bf16 autocast a bf16 copy of the Linears' weights, so that a replay casts no weight.
 
 A chunk's rows pad to their bucket with pad rows; when enough rows finish, the live ones move to the front and the
@@ -37,26 +37,27 @@ from typing import Any, Protocol
 
 import torch
 
-from tirl.rollout.config import GRAPH_MODES
-from tirl.rollout.graph_arena import Arena, ArenaCache, bucket, budget_bytes, columns
-from tirl.rollout.graph_model import RolloutWeights, rollout_weights
-from tirl.rollout.kv_cache import InPlaceCache
+from tirl.rollout.engines.torch.config import GRAPH_MODES
+from tirl.rollout.engines.torch.graph_arena import Arena, ArenaCache, bucket, budget_bytes, columns
+from tirl.rollout.engines.torch.graph_model import RolloutWeights, rollout_weights
+from tirl.rollout.engines.torch.kv_cache import InPlaceCache
 from tirl.rollout.sampling import SamplingParams, sample_next
 from tirl.rollout.types import Generation
 
 
 class DecodeHost(Protocol):
-    """What the graph decode uses of the engine it decodes for (`tirl.rollout.engine.TorchEngine`, which passes
+    """What the graph decode uses of the engine it decodes for (`tirl.rollout.engines.torch.engine.TorchEngine`, which passes
     itself in): the engine's own pre-fill, token bookkeeping and kept prefixes, so that this module never imports
     the engine module that imports it."""
 
     model: torch.nn.Module
     device: torch.device
+    max_positions: int  # 0: unknown
     compute_dtype: torch.dtype | None
     weight_version: int
     max_batch_size: int
     pad_id: int
-    kept: Any  # tirl.rollout.kv_cache.KeptPrefixes
+    kept: Any  # tirl.rollout.engines.torch.kv_cache.KeptPrefixes
     _cache_kw: str
 
     def _prefill(
@@ -68,7 +69,7 @@ class DecodeHost(Protocol):
     ) -> list[int]: ...
 
 
-# attention implementations whose math the static step's own attention (`tirl.rollout.graph_model`) reproduces
+# attention implementations whose math the static step's own attention (`tirl.rollout.engines.torch.graph_model`) reproduces
 ATTENTION_KINDS = ("sdpa", "eager")
 # runs of the step on a side stream before its capture, as torch's CUDA-graph docs ask (lazy initialisations, such
 # as cuBLAS workspaces, happen there rather than inside the capture)
@@ -170,7 +171,7 @@ class _HostCopy:
 class GraphDecoder:
     """The decode of one `TorchEngine` chunk through static steps, replayed from CUDA graphs (`capture=True`) or
     run eagerly (`capture=False`, any device: the tests' check of the static-shape logic). `kv_gib`:
-    `rollout.torch.graph_kv_gib`, the arena's budget (`tirl.rollout.graph_arena`); `compile_step`: the step
+    `rollout.torch.graph_kv_gib`, the arena's budget (`tirl.rollout.engines.torch.graph_arena`); `compile_step`: the step
     through `torch.compile` (`rollout.torch.compile_graph_step`), with `compile_options` (the tests' backend)."""
 
     def __init__(
@@ -250,7 +251,7 @@ class GraphDecoder:
         self._version = eng.weight_version
         if self.arena is None:
             dtype = eng.compute_dtype or eng.model.get_input_embeddings().weight.dtype
-            max_pos = getattr(eng.model.config, "max_position_embeddings", None) or 1 << 20
+            max_pos = eng.max_positions or 1 << 20
             budget = budget_bytes(self.kv_gib, eng.device)
             self.arena = Arena.allocate(cache, dtype, budget, eng.max_batch_size, columns(max_pos), vocab)
             self._host = _HostCopy(eng.max_batch_size, eng.device)

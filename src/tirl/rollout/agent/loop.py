@@ -22,8 +22,9 @@ import torch
 
 from tirl.chat.hermes import ToolCall, parse_tool_calls
 from tirl.chat.template import ChatRenderer
+from tirl.rollout.engines.base import Engine
 from tirl.rollout.sampling import SamplingParams
-from tirl.rollout.types import Engine, Generation, Origin, ToolCallRecord, Trajectory
+from tirl.rollout.types import Generation, Origin, ToolCallRecord, Trajectory
 from tirl.sandbox.types import Sandbox
 from tirl.tools.base import ToolOutput, ToolSet
 from tirl.tools.code_interpreter import code_argument, default_tools

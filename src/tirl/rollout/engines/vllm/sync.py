@@ -7,7 +7,7 @@ loads them with its own in-place reload, the one the directory path uses, so bot
 (a test compares the served log-probs). Memory: one full tensor at a time on rank 0, and none on disk.
 
 `rollout.vllm.sync=auto` (the default) takes this path when every server has the receiver and the directory reload
-(`tirl.rollout.vllm_pool.write_streamed`, `tirl.rollout.vllm_weights`) otherwise: a server someone else started
+(`tirl.rollout.engines.vllm.pool.write_streamed`, `tirl.rollout.engines.vllm.weights`) otherwise: a server someone else started
 without `--worker-extension-cls tirl_weight_receiver.WeightReceiver` still syncs. The stream needs the servers to
 reach the trainer (`rollout.vllm.sync_host`, 127.0.0.1 by default); the directory path needs a shared file system.
 
@@ -42,10 +42,9 @@ from typing import Any
 import torch
 
 from tirl.models.loading import tied_aliases
-from tirl.rollout.vllm_ext import tirl_weight_receiver as wire
-from tirl.rollout.vllm_weights import EMBED_SUFFIX, LM_HEAD
+from tirl.rollout.engines.vllm.ext import tirl_weight_receiver as wire
+from tirl.rollout.engines.vllm.weights import EMBED_SUFFIX, LM_HEAD
 
-SYNCS = ("auto", "memory", "disk")
 RECEIVER_CLS = "tirl_weight_receiver.WeightReceiver"
 RECEIVER_DIR = str(Path(wire.__file__).parent)
 WIRE_NAMES = {v: k for k, v in wire.DTYPES.items()}
@@ -67,7 +66,7 @@ def full_tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
 
 def policy_tensors(model: torch.nn.Module, *, untie: bool) -> Iterator[tuple[str, torch.Tensor]]:
     """What a server loads: the weights under the plain model's names (a LoRA adapter folded in), and the input
-    embedding a second time as `lm_head.weight` when the server serves a tied model untied (`vllm_weights`).
+    embedding a second time as `lm_head.weight` when the server serves a tied model untied (`weights`).
     Under FSDP a collective, as `full_tensors` (a sharded LoRA model merges shard-wise, then gathers each tensor)."""
     from tirl.models.lora import is_lora, merged_state_dict
 
@@ -407,7 +406,7 @@ class ServerSync:
 
     def _post_rpc(self, url: str, body: dict[str, Any], timeout_s: float) -> Any:
         """`POST /collective_rpc` once, without retries: a retried load would wait for a stream already spent."""
-        from tirl.rollout.openai_engine import EngineError
+        from tirl.rollout.engines.openai.engine import EngineError
 
         r = self._client.post(f"{url}/collective_rpc", json=body, timeout=timeout_s)
         if r.status_code >= 400:
@@ -419,7 +418,7 @@ class ServerSync:
     def sync_mode(self, urls: list[str], setting: str = "") -> str:
         """ "memory" or "disk", decided at the first sync from `rollout.vllm.sync` (or `setting`) and what the servers
         carry."""
-        from tirl.rollout.openai_engine import EngineError
+        from tirl.rollout.engines.openai.engine import EngineError
 
         if self._sync_mode:
             return self._sync_mode
@@ -448,7 +447,7 @@ class ServerSync:
 
     def stream_into(self, urls: list[str], tensors: Iterable[tuple[str, torch.Tensor]]) -> StreamResult:
         """Rank 0: stream `tensors` into every server, then reset their prefix caches. Runs `tensors` to its end."""
-        from tirl.rollout.openai_engine import EngineError
+        from tirl.rollout.engines.openai.engine import EngineError
 
         assert self._stream is not None, "sync_mode() decides the path first"
         res = self._stream.push(tensors, urls, self._workers, self._post_rpc, SYNC_RPC_TIMEOUT_S)
@@ -461,7 +460,7 @@ class ServerSync:
 
     def reset_prefix_cache(self, url: str | None = None) -> None:
         """Drop the server's cached KV blocks (the old weights computed them)."""
-        from tirl.rollout.openai_engine import EngineError
+        from tirl.rollout.engines.openai.engine import EngineError
 
         for query in ("", "?reset_running_requests=true"):  # abandoned (timed-out) requests may hold blocks
             if self._request("POST", "/reset_prefix_cache" + query, url=url).get("success"):

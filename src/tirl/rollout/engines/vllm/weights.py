@@ -8,7 +8,7 @@ directory whose config says `tie_word_embeddings: false` and which carries the e
 `lm_head.weight`; every synced directory carries it too. The cost is one extra vocabulary x hidden matrix in vLLM's
 memory and in each sync's writes; the outputs are the tied model's, since both matrices are equal.
 
-Not here: talking to the server (`tirl.rollout.vllm_engine`), merging LoRA (`tirl.models.export.export_hf`) or
+Not here: talking to the server (`tirl.rollout.engines.vllm.engine`), merging LoRA (`tirl.models.export.export_hf`) or
 gathering FSDP shards (`tirl.train.fsdp`).
 """
 

@@ -7,7 +7,7 @@ world-th server from its own index; with fewer, server `rank % servers`. Each ra
 Servers reached by URL are made to reload the run's starting weights first: one may come from another run.
 
 Weight sync is one call on every rank, `sync_weights(policy)` (collective). Rank 0 decides the path once
-(`rollout.vllm.sync`, `tirl.rollout.vllm_sync`) and every rank follows it:
+(`rollout.vllm.sync`, `tirl.rollout.engines.vllm.sync`) and every rank follows it:
 - memory (every managed server, and servers started with the receiver): the weights are gathered tensor by tensor
   (an FSDP2 shard is a DTensor: `full_tensor()` all-gathers it, every rank in the same order) and rank 0 writes
   each one, as it comes, to a socket every vLLM worker reads into its in-place reload. The memory bound is one full
@@ -15,7 +15,7 @@ Weight sync is one call on every rank, `sync_weights(policy)` (collective). Rank
 - disk: the same gathers, but rank 0 keeps them in a bucket of at most `BUCKET_BYTES` plus one tensor and writes
   each full bucket as one safetensors file (no buffer ever holds the whole model), then has every server reload in
   place from that directory.
-Tied embeddings are sent untied either way (see `vllm_weights`). Then every server's prefix cache is reset and rank
+Tied embeddings are sent untied either way (see `weights`). Then every server's prefix cache is reset and rank
 0 broadcasts the outcome: the new weight version, or the error. Every rank waits for it, so no rank samples again
 before every server serves the new weights, and every `Generation` records the version it came from. A failed
 sync (a dead server) raises the same `EngineError`, with the server's log, on every rank.
@@ -37,10 +37,10 @@ import torch
 import torch.distributed as tdist
 
 from tirl.core.io import atomic_dir, atomic_write_json
-from tirl.rollout.openai_engine import EngineError, OpenAIEngine, OpenAIEngineConfig
-from tirl.rollout.vllm_engine import SERVED_NAME, VLLMEngine, VLLMEngineConfig
-from tirl.rollout.vllm_sync import ServerSync, policy_tensors
-from tirl.rollout.vllm_weights import INDEX, ties_embeddings, untie, untied_copy
+from tirl.rollout.engines.openai.engine import EngineError, OpenAIEngine, OpenAIEngineConfig
+from tirl.rollout.engines.vllm.engine import SERVED_NAME, VLLMEngine, VLLMEngineConfig
+from tirl.rollout.engines.vllm.sync import ServerSync, policy_tensors
+from tirl.rollout.engines.vllm.weights import INDEX, ties_embeddings, untie, untied_copy
 
 BUCKET_BYTES = (
     256 * 2**20
@@ -106,7 +106,7 @@ def write_streamed(model: torch.nn.Module, out_dir: Path, *, untie_embeddings: b
 
 
 class VLLMPool(ServerSync, OpenAIEngine):
-    """This rank's client of the shared vLLM servers (module docstring); implements `tirl.rollout.types.Engine`.
+    """This rank's client of the shared vLLM servers (module docstring); implements `tirl.rollout.engines.base.Engine`.
 
     `owner`: the server this process started (rank 0 without `rollout.urls`), stopped by `close()`."""
 

@@ -17,7 +17,7 @@ from tirl.data.records import read_problems
 from tirl.eval.filter import Band, filtered_rows
 from tirl.eval.sample import summary_path
 from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.agent import AgentConfig, AgentLoop
+from tirl.rollout.agent.loop import AgentConfig, AgentLoop
 from tirl.rollout.sampling import SamplingParams
 
 # the scripts each problem's samples cycle through (test_sample.scripts: 0 is wrong, 1 correct): with k = 4,

@@ -16,7 +16,7 @@ takes the whole batch).
 Not tested on a GPU here: this machine has none. `tests/rollout/test_vllm_colocated.py` checks the control flow
 with a fake backend; `VLLMBackend` is written against vLLM's documented `LLM` API (sleep mode, external launcher)
 and imports vllm only when built, in the trainer's own environment. Refused at start-up without a GPU
-(`check_placement`), before any model is loaded.
+(`tirl.rollout.engines.vllm.spec.preflight`), before any model is loaded.
 """
 
 from __future__ import annotations
@@ -28,10 +28,11 @@ from typing import Any, Protocol
 import torch
 
 from tirl.rollout.capabilities import EngineCapabilities
+from tirl.rollout.engines.base import RemoteModel
+from tirl.rollout.engines.vllm.pool import rank
+from tirl.rollout.engines.vllm.sync import full_tensors
 from tirl.rollout.sampling import SamplingParams, per_prompt_budgets
 from tirl.rollout.types import Generation
-from tirl.rollout.vllm_pool import rank
-from tirl.rollout.vllm_sync import full_tensors
 
 
 class Backend(Protocol):
@@ -52,16 +53,6 @@ class Backend(Protocol):
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None: ...
 
     def reset_prefix_cache(self) -> None: ...
-
-
-def check_placement(placement: str) -> None:
-    """Refuse `colocated` on a machine without a GPU, before anything is loaded."""
-    if placement == "colocated" and not torch.cuda.is_available():
-        raise ValueError(
-            "rollout.vllm.placement=colocated runs one vLLM engine inside each training process on its GPU, and this "
-            "machine has no CUDA GPU; use rollout.vllm.placement=separate (vLLM servers beside the trainer), which works "
-            "on CPU"
-        )
 
 
 def engine_kwargs(args: Sequence[str], kv_cache_gib: float) -> dict[str, Any]:
@@ -87,8 +78,8 @@ def engine_kwargs(args: Sequence[str], kv_cache_gib: float) -> dict[str, Any]:
     return out
 
 
-class ColocatedEngine:
-    """One rank's sleeping vLLM engine (module docstring); implements `tirl.rollout.types.Engine`."""
+class ColocatedEngine(RemoteModel):
+    """One rank's sleeping vLLM engine (module docstring); implements `tirl.rollout.engines.base.Engine`."""
 
     capabilities = EngineCapabilities(
         name="vllm", weight_sync="memory", logprobs="renormalized", per_request_seeds=True, multi_process=True,

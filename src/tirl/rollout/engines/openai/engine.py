@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 
 from tirl.rollout.capabilities import EngineCapabilities
+from tirl.rollout.engines.base import RemoteModel
 from tirl.rollout.sampling import SamplingParams, per_prompt_budgets
 from tirl.rollout.timeouts import Throughput
 from tirl.rollout.types import Generation
@@ -57,7 +58,7 @@ class OpenAIEngineConfig:
             raise ValueError("openai engine: concurrency >= 1, retries >= 0 and timeout_s > 0 required")
 
 
-class OpenAIEngine:
+class OpenAIEngine(RemoteModel):
     """See the module docstring. Thread-safe: `generate` fans requests out over a pool.
 
     Log-probs are declared renormalized: a server may truncate before it reports them, and nothing here can tell.

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 
 from tirl.chat.template import ChatRenderer
-from tirl.rollout.agent import (
+from tirl.rollout.agent.loop import (
     AgentConfig,
     AgentLoop,
     apply_tool_results,
@@ -38,8 +38,9 @@ from tirl.rollout.agent import (
     turn_budget,
 )
 from tirl.rollout.capabilities import capabilities_of
+from tirl.rollout.engines.base import Engine
 from tirl.rollout.sampling import SamplingParams
-from tirl.rollout.types import Engine, Origin, Trajectory
+from tirl.rollout.types import Origin, Trajectory
 from tirl.sandbox.types import Sandbox
 from tirl.tools.base import ToolSet
 
@@ -64,7 +65,7 @@ def end_on_model_tokens(t: Trajectory) -> Trajectory:
 def _seed_kwargs(engine: Engine, seed: int) -> dict[str, Any]:
     """A per-request seed, or for an engine without them a generator on its device (one request per call here, so
     the same thing)."""
-    return capabilities_of(engine).seed_kwargs(seed, getattr(engine, "device", "cpu"))
+    return capabilities_of(engine).seed_kwargs(seed, engine.device)
 
 
 class AsyncAgentLoop(AgentLoop):

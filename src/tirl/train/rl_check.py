@@ -1,0 +1,72 @@
+"""Whether an RL run can start: every rule, in one module, each reading the engine's capability record
+(`tirl.rollout.capabilities.EngineCapabilities`) and the RL settings, never the engine's name.
+
+`check_rl` runs in the RL stage before any model loads; `tirl plan` runs `check_engine` (the same rules without
+the machine's own checks: a plan is often made on another machine than the run).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from tirl.rollout.capabilities import EngineCapabilities
+from tirl.rollout.config import ENGINES, RolloutConfig
+from tirl.rollout.factory import capabilities_for, preflight
+from tirl.rollout.sampling import SamplingParams
+
+if TYPE_CHECKING:
+    from tirl.train.rl_config import RLConfig
+
+
+def sampling_of(ro: RolloutConfig) -> SamplingParams:
+    """The sampling settings of `rollout.*` that RL samples with."""
+    return SamplingParams(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k)
+
+
+def check_rl(rl: RLConfig, ro: RolloutConfig, world: int) -> None:
+    """Every rule on whether `tirl rl` can run `rl` with `rollout.engine` on `world` processes, checked once, before
+    any model loads (a ValueError naming the setting to change), and the engine's own checks of this machine."""
+    check_engine(rl, capabilities_for(ro.engine), sampling_of(ro), world)
+    preflight(ro)
+
+
+def check_engine(rl: RLConfig, caps: EngineCapabilities, sampling: SamplingParams, world: int) -> None:
+    """The rules that read the engine's capabilities and the RL settings."""
+    if why := rl_refusal(caps, world):
+        raise ValueError(why)
+    check_world(rl, world)
+    caps.check_rl_sampling(sampling)
+    check_lookahead(rl.off_policy_steps, caps)
+
+
+def rl_refusal(caps: EngineCapabilities, world: int) -> str | None:
+    """Why RL cannot sample with this engine on `world` processes, naming the engines that can; None when it can."""
+    why = caps.why_not_rl(world)
+    if why is None:
+        return None
+    fit = " or ".join(n for n in ENGINES if capabilities_for(n).why_not_rl(world) is None)
+    return f"{why}; use rollout.engine={fit} for tirl rl" + (" on several processes" if world > 1 else "")
+
+
+def check_world(rl: RLConfig, world: int) -> None:
+    """Under torchrun every rank takes an equal share of each step's prompts and of each mini-batch."""
+    if world == 1:
+        return
+    if rl.prompts_per_step % world or rl.mini_batch_size % world:
+        raise ValueError(
+            f"rl.prompts_per_step={rl.prompts_per_step} and rl.mini_batch_size={rl.mini_batch_size} must both be "
+            f"divisible by the number of processes ({world})"
+        )
+    if rl.dynamic_sampling:
+        raise ValueError(
+            "rl.dynamic_sampling is single-process only for now: ranks would keep different numbers of groups"
+        )
+
+
+def check_lookahead(off_policy_steps: int, caps: EngineCapabilities) -> None:
+    """`rl.off_policy_steps` refused for an engine that samples from the trainer's own module."""
+    if off_policy_steps and caps.shares_policy:
+        raise ValueError(
+            f"rl.off_policy_steps={off_policy_steps} with rollout.engine={caps.name}: it samples from the module the "
+            "update changes while the update runs; use rollout.engine=vllm, or rl.off_policy_steps=0"
+        )
