@@ -319,7 +319,7 @@ def plan_estimate(cfg: Any, dims: dict, device: str, gpu_gib: float, budget: int
         run = load_config(TirlConfig, None, [
             f"model.path={tmp}", f"model.device={device}", "model.dtype=float32", "model.autocast=bfloat16",
             "rl.prompts_per_step=1", f"rl.n={dims['batch']}", f"rl.mini_batch_size={dims['batch']}",
-            "rl.micro_batch_size=0", f"rl.micro_batch_tokens={max(budget, seq)}", "rl.kl_coef=0",
+            "rl.micro_batch_size=0", f"rl.micro_batch_tokens={max(budget, seq)}", "rl.kl.coef=0",
             f"agent.max_prompt_tokens={prompt}", f"agent.max_response_tokens={seq - prompt}",
             f"agent.max_tokens_per_turn={seq - prompt}",
         ])  # fmt: skip

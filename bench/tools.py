@@ -15,9 +15,10 @@ import statistics
 import time
 
 from bench.common import cli as common_cli
-from tirl.chat.hermes import call_json, parse_tool_calls, truncate_middle
+from tirl.chat.tool_formats.hermes import call_json, parse_tool_calls
 from tirl.sandbox import LocalSandbox, SandboxConfig
 from tirl.tools import CodeInterpreter, ToolSet
+from tirl.tools.base import truncate_middle
 from tirl.tools.code_interpreter import format_tool_output, prepare_code
 
 CALLS = 64

@@ -79,7 +79,7 @@ def _flat(d, prefix=""):
         ("clip-higher", "rl.loss.clip_high", [0.2, 0.28]),
         ("loss-agg", "rl.loss.agg", ["seq-mean-token-mean", "token-mean"]),
         ("tool-reward", "reward.tool_call_bonus", [False, True]),
-        ("kl", "rl.kl_coef", [0.001, 0.0]),
+        ("kl", "rl.kl.coef", [0.001, 0.0]),
         ("entropy-bonus", "rl.entropy_coef", [0.0, 0.001]),
         ("passk", "rl.advantage.name", ["grpo", "passk"]),
         ("pkpo", "rl.advantage.name", ["grpo", "pkpo"]),

@@ -1,6 +1,8 @@
 """`tirl demo --model smollm2 --task gsm8k --compare data`, the smoke version: the real SmolLM2-135M-Instruct on
 GSM8K through every stage (stitched SFT, one GRPO-TCR step with vLLM, the evaluations, sampling real trajectories
-from the stitched-SFT model, SFT on them, the analysis) on a few problems. Slow: a few minutes on 2 cores."""
+from the stitched-SFT model, SFT on them, the analysis) on a few problems, then the study's data commands on the
+trained model: `tirl data filter` (pass rates beside the rows) and `tirl data sample --keep-retokenized`. Slow: a
+few minutes on 2 cores."""
 
 from __future__ import annotations
 
@@ -50,3 +52,27 @@ def test_gsm8k_demo_runs_every_stage_and_the_data_comparison(tmp_path):
     chunks = [p.read_text() for p in sorted(viewer.glob("chunk-*.js"))]
     # a GSM8K tool call and its output
     assert any("code_interpreter" in c and "tool_response" in c for c in chunks)
+
+    _filter_and_sample_with(out, tmp_path)
+
+
+def _filter_and_sample_with(out: Path, tmp_path: Path) -> None:
+    """The study's data commands on the demo's stitched-SFT model and its 4 held-out problems (torch engine)."""
+    from tirl.cli import main
+
+    common = ["--config", str(out / "config.yaml"), "--data", str(out / "data" / "test.jsonl"),
+              f"model.path={out / 'sft' / 'model'}", "rollout.engine=torch", "agent.max_response_tokens=128"]  # fmt: skip
+    filtered = tmp_path / "rl-filtered.jsonl"
+    # the whole band [0, 1]: every problem kept, each with its rate over k = 2 samples
+    assert main(["data", "filter", *common, "--out", str(filtered), "--k", "2", "--inclusive"]) == 0
+    rows = read_rows(filtered)
+    assert len(rows) == 4 and all(r["extra_info"]["filter"]["k"] == 2 for r in rows)
+    rates = [r["extra_info"]["filter"]["pass_rate"] for r in rows]
+    stats = json.loads((tmp_path / "rl-filtered.jsonl.summary.json").read_text())
+    assert stats["never"] + stats["sometimes"] + stats["always"] == 4 == stats["kept"]
+    assert stats["never"] == rates.count(0.0) and stats["always"] == rates.count(1.0)
+    sampled = tmp_path / "sft-sampled.jsonl"
+    code = main(["data", "sample", *common, "--out", str(sampled), "--n", "2", "--keep-retokenized"])
+    summary = json.loads((tmp_path / "sft-sampled.jsonl.summary.json").read_text())
+    assert code in (0, 1) and summary["samples"] == 8 and summary["retokenized"] <= summary["rows_written"]
+    assert len(read_rows(sampled)) == summary["rows_written"]

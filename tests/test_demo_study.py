@@ -81,8 +81,8 @@ def test_rl_starts_from_the_style_better_on_the_validation_slice(record: dict, t
     assert report["sft_choice"]["chosen"] == "text"
     rl = trained["rl"]
     assert rl["from"].endswith("sft-text/model") and rl["rows"] == rows("rl", 2)
-    assert rl["cfg"].rl.eval_every == cfg.rl.steps // study.VAL_POINTS
-    assert rl["cfg"].rl.eval_data == [str(tmp_path / "out" / "data" / "val-rl.jsonl")]
+    assert rl["cfg"].rl.validation.every == cfg.rl.steps // study.VAL_POINTS
+    assert rl["cfg"].rl.validation.data == [str(tmp_path / "out" / "data" / "val-rl.jsonl")]
     assert rl["cfg"].eval.n == study.VAL_N
     evals = {e["name"]: e for e in record["eval"]}
     assert list(evals) == ["val-sft-code", "val-sft-text", "base", "sft", "math500-sft", "rl", "math500-rl"]

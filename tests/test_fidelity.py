@@ -18,13 +18,13 @@ RECIPE = {  # each row's recipe value, written out by hand from the recipe's cod
     "sandbox.timeout_s": 30.0,
     "sandbox.memory_mb": 2048,
     "reward.code_timeout_s": 30.0,
-    "rl.rollout_correction": "none",
+    "rl.correction.mode": "none",
     "rollout.dtype": "bfloat16",
     "rl.loss.token_mean": "micro",
     "sft.loss_mean": "micro",
     "agent.token_stream": "verl",
     "agent.malformed_calls": "drop",
-    "rl.eval_at_start": True,
+    "rl.validation.at_start": True,
     "eval.log_generations": 20,
 }
 
@@ -76,8 +76,8 @@ def test_rollout_correction_off_under_recipe_with_a_server_engine():
 
     vllm = capabilities_for("vllm")
     tirl, recipe = TirlConfig(), load_config(TirlConfig, None, ["fidelity=recipe"])
-    assert vllm.rollout_correction(tirl.rl.rollout_correction) == "token_tis"
-    assert vllm.rollout_correction(recipe.rl.rollout_correction) == "none"
+    assert vllm.rollout_correction(tirl.rl.correction.mode) == "token_tis"
+    assert vllm.rollout_correction(recipe.rl.correction.mode) == "none"
 
 
 def test_vllm_engine_gets_rollout_dtype(monkeypatch, tokenizer, model, tmp_path):

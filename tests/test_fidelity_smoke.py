@@ -45,7 +45,7 @@ def test_recipe_rl_config_one_step(name, tokenizer, tmp_path, monkeypatch):
     (tmp_path / "val.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[4:]))
     out = tmp_path / "run"
     args = [f"model.path={tmp_path / 'model'}", f"rl.data={tmp_path / 'rl.jsonl'}"]
-    args += [f"rl.eval_data=[{tmp_path / 'val.jsonl'}]", *SMALL]
+    args += [f"rl.validation.data=[{tmp_path / 'val.jsonl'}]", *SMALL]
     assert main(["rl", "--config", str(CONFIGS / f"recipe-{name}.yaml"), *args, "--out", str(out)]) == 0
 
     resolved = (out / "config.yaml").read_text()

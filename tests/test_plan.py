@@ -70,12 +70,12 @@ def test_recipe_memory_matches_the_hand_computation():
 def test_lora_trains_the_hand_counted_adapter_and_needs_no_reference_copy():
     """Rank 16 on all linear layers of Qwen3-4B: per layer 16 x ((2560+4096) + 2 (2560+1024) + (4096+2560)
     + 2 (2560+9728) + (9728+2560)) = 917,504, x 36 layers = 33,030,144 (the head is not adapted)."""
-    cfg = recipe("qwen3-4b-grpo-tcr", "model.lora.rank=16", "rl.kl_coef=0.001")
+    cfg = recipe("qwen3-4b-grpo-tcr", "model.lora.rank=16", "rl.kl.coef=0.001")
     p = plan(cfg, processes=1, arch=QWEN3_4B)
     assert p.trainable == 33_030_144
     assert p.params == 4_022_468_096 and p.reference_gib == 0.0
     assert p.optimizer_gib == pytest.approx(2 * 33_030_144 * 4 / GIB)
-    full = plan(recipe("qwen3-4b-grpo-tcr", "rl.kl_coef=0.001"), processes=1, arch=QWEN3_4B)
+    full = plan(recipe("qwen3-4b-grpo-tcr", "rl.kl.coef=0.001"), processes=1, arch=QWEN3_4B)
     assert full.reference_gib == pytest.approx(4_022_468_096 * 4 / GIB) and full.total_gib > p.total_gib
 
 

@@ -1,6 +1,7 @@
 import json
 
-from tirl.chat.hermes import call_json, parse_tool_calls, truncate_middle
+from tirl.chat.tool_formats.hermes import call_json, parse_tool_calls
+from tirl.tools.base import truncate_middle
 
 
 def test_well_formed_call():

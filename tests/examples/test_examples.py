@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from tirl.chat.hermes import call_json, parse_tool_calls
 from tirl.chat.template import conversation_text
+from tirl.chat.tool_formats.hermes import call_json, parse_tool_calls
 from tirl.commands.run_config import TirlConfig
 from tirl.commands.stages import build_renderer, run_rl
 from tirl.core.config import load_config

@@ -3,8 +3,8 @@
 import pytest
 from test_agent import call, make_loop
 
-from tirl.chat.hermes import parse_tool_calls
 from tirl.chat.tokcheck import check_rollout
+from tirl.chat.tool_formats.hermes import parse_tool_calls
 from tirl.rollout.agent.loop import AgentConfig, turn_calls
 from tirl.rollout.sampling import SamplingParams
 
@@ -56,12 +56,12 @@ def test_malformed_call_dropped_ends_the_trajectory(renderer, sandbox):
     assert set(t.loss_mask) == {1}  # nothing was appended after the sampled turn
 
 
-def test_drop_keeps_the_valid_call_after_a_broken_one():
+def test_drop_keeps_the_valid_call_after_a_broken_one(renderer):
     text = BROKEN + "\n" + call("print(2)")
-    feedback = turn_calls(text, AgentConfig())
-    dropped = turn_calls(text, AgentConfig(malformed_calls="drop"))
+    feedback = turn_calls(text, renderer, AgentConfig())
+    dropped = turn_calls(text, renderer, AgentConfig(malformed_calls="drop"))
     assert [c.error is not None for c in feedback] == [True]  # the first call of the turn, an error
     assert [c.arguments for c in dropped] == [{"code": "print(2)"}]
     unclosed = "<tool_call>\n" + '{"name": "code_interpreter", "arguments": {"code": "1"}}'
     assert parse_tool_calls(unclosed)[0].error is not None
-    assert turn_calls(unclosed, AgentConfig(malformed_calls="drop")) == []
+    assert turn_calls(unclosed, renderer, AgentConfig(malformed_calls="drop")) == []

@@ -1,6 +1,6 @@
 """The code interpreter owns its name, schema, code preparation, output text, run settings and viewer display."""
 
-from tirl.chat.hermes import parse_tool_calls
+from tirl.chat.tool_formats.hermes import parse_tool_calls
 from tirl.rollout.agent.loop import AgentConfig, AgentLoop
 from tirl.tools import CodeInterpreter, ToolSet, default_tools, show_call, tool
 from tirl.tools.code_interpreter import (

@@ -4,8 +4,8 @@ per turn (capped), function tools run concurrently, and the tool-call reward cou
 import threading
 import time
 
-from tirl.chat.hermes import call_json, parse_tool_calls
 from tirl.chat.tokcheck import check_rows
+from tirl.chat.tool_formats.hermes import call_json, parse_tool_calls
 from tirl.rewards.shaping import tool_call_term
 from tirl.rollout.agent.loop import AgentConfig, AgentLoop, stop_token_ids
 from tirl.rollout.engines.base import RemoteModel

@@ -40,6 +40,7 @@ from tirl.train.batch import collate  # noqa: E402
 from tirl.train.logprobs import token_logprobs  # noqa: E402
 from tirl.train.optim import OptimConfig  # noqa: E402
 from tirl.train.rl import RLConfig, RLTrainer  # noqa: E402
+from tirl.train.rl_config import KLConfig  # noqa: E402
 from tirl.train.rl_run import assemble
 from tirl.train.sft import SFTConfig  # noqa: E402
 
@@ -94,7 +95,7 @@ def rl_update(out: Path, lora_rank: int = 0) -> None:
         n=4,
         mini_batch_size=B,
         micro_batch_tokens=60,
-        kl_coef=0.0 if lora_rank else 0.05,
+        kl=KLConfig(coef=0.0 if lora_rank else 0.05),
         entropy_coef=0.01,
         # AdamW's first step is about lr * sign(g) for the default eps, blind to a wrong gradient scale and
         # jumpy where g is near 0; an eps near the gradients' size makes the step follow the gradient itself

@@ -29,6 +29,7 @@ from tirl.rollout.sampling import SamplingParams
 from tirl.train import checkpoint, memory
 from tirl.train.optim import OptimConfig
 from tirl.train.rl import RLConfig
+from tirl.train.rl_config import KLConfig
 from tirl.train.sft import SFTConfig, train_sft
 
 GIB = 1024**3
@@ -115,7 +116,7 @@ def trainer(start, tokenizer, renderer, sandbox, mode, out, *, save_every=0):
         agent = AgentLoop(engine, renderer, sandbox, agent_cfg)
     rows = [p.to_row() for p in generate_problems(8, seed=3)]
     cfg = RLConfig(
-        steps=3, prompts_per_step=4, n=4, mini_batch_size=8, kl_coef=0.01, save_every=save_every,
+        steps=3, prompts_per_step=4, n=4, mini_batch_size=8, kl=KLConfig(coef=0.01), save_every=save_every,
         optim=OptimConfig(lr=1e-2),
     )  # fmt: skip
     return rl_trainer(model, tokenizer, agent, rows, cfg, out, reward=REWARD, seed=3)

@@ -44,7 +44,7 @@ def _rl_overrides(root: Path, steps: int) -> list[str]:
         "rl.n=4",
         "rl.mini_batch_size=16",
         "rl.save_every=1",
-        "rl.kl_coef=0.01",  # the reference model is sharded too
+        "rl.kl.coef=0.01",  # the reference model is sharded too
         "rl.optim.lr=0.01",
         "agent.max_response_tokens=16",
         "agent.max_tokens_per_turn=16",

@@ -22,7 +22,7 @@ def _cfg(root, model_dir):
         None,
         [
             f"model.path={model_dir}", f"rl.data={root / 'rl.jsonl'}", "rl.steps=2", "rl.prompts_per_step=2",
-            "rl.n=4", "rl.mini_batch_size=8", "rl.save_every=1", "rl.kl_coef=0.5", "model.lora.rank=4",
+            "rl.n=4", "rl.mini_batch_size=8", "rl.save_every=1", "rl.kl.coef=0.5", "model.lora.rank=4",
             "rl.optim.lr=0.02", "rl.entropy_coef=0.05", "agent.max_response_tokens=12", "agent.max_tokens_per_turn=12",
             "reward.overlong=true", "reward.overlong_buffer=8", "logging.backends=[jsonl]",
         ],

@@ -10,6 +10,7 @@ from tirl.models.lora import LoraConfig, parameter_counts
 from tirl.train.logprobs import token_logprobs
 from tirl.train.optim import OptimConfig
 from tirl.train.rl import RLConfig
+from tirl.train.rl_config import KLConfig
 from tirl.train.sft import SFTConfig, train_sft
 
 PROMPT = [{"role": "user", "content": "Pick a number."}]
@@ -47,7 +48,7 @@ def test_lora_rl_raises_mean_reward_and_trains_only_the_adapter(tokenizer, rende
         prompts_per_step=8,
         n=8,
         mini_batch_size=32,
-        kl_coef=0.01,  # the reference is the base with the adapter disabled
+        kl=KLConfig(coef=0.01),  # the reference is the base with the adapter disabled
         optim=OptimConfig(lr=3e-3, weight_decay=0.0),  # 3x test_rl_e2e full fine-tuning lr (alpha/rank = 4)
     )
     trainer = rl_trainer(policy, tokenizer, agent, rows, cfg, tmp_path)

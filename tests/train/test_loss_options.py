@@ -14,7 +14,7 @@ from tirl.commands.config import migrate_file
 from tirl.commands.run_config import TirlConfig
 from tirl.core.config import ConfigError, load_config, to_dict
 from tirl.train.batch import collate
-from tirl.train.rl_config import MOVED_TO_VARIANTS
+from tirl.train.rl_config import MOVED_TO_SECTIONS, MOVED_TO_VARIANTS
 from tirl.train.update import LossSpec, accumulate_gradients
 
 
@@ -60,7 +60,7 @@ def test_a_key_the_chosen_loss_lacks_is_refused_with_its_keys():
     assert load_config(TirlConfig, None, ["rl.advantage.k=2", "rl.advantage.name=pkpo"]).rl.advantage.k == 2
 
 
-@pytest.mark.parametrize("old, new", sorted(MOVED_TO_VARIANTS.items()))
+@pytest.mark.parametrize("old, new", sorted({**MOVED_TO_VARIANTS, **MOVED_TO_SECTIONS}.items()))
 def test_old_flat_keys_are_refused_naming_the_new_one(tmp_path, old, new):
     with pytest.raises(ConfigError, match=rf"config key 'rl.{old}' in override .* is now '{new}'"):
         load_config(TirlConfig, None, [f"rl.{old}=1"])
@@ -151,3 +151,16 @@ def test_a_loss_with_its_own_hyperparameter_is_one_function_one_dataclass_one_ca
     half = accumulate_gradients(model, batch, None, None, spec)["loss/total"]
     double = accumulate_gradients(model, batch, None, None, _spec("rl.loss.name=scaled_pg"))["loss/total"]
     assert double == pytest.approx(4 * half)  # the loss read its own scale: 2.0 against 0.5
+
+
+def test_migrate_moves_the_kl_validation_and_correction_keys_into_their_sections(tmp_path):
+    f = tmp_path / "config.yaml"
+    old = {"kl_coef": 0.01, "kl_estimator": "k1", "eval_every": 5, "eval_data": ["v.jsonl"], "eval_at_start": True,
+           "rollout_correction": "seq_mis", "tis_cap": 3.0, "mis_low": 0.1, "mis_high": 2.0, "steps": 7}  # fmt: skip
+    f.write_text(yaml.safe_dump({"rl": old}))
+    notes = migrate_file(f)
+    assert "rl.kl_coef -> rl.kl.coef" in notes and "rl.rollout_correction -> rl.correction.mode" in notes
+    rl = load_config(TirlConfig, f).rl
+    assert (rl.kl.coef, rl.kl.estimator, rl.steps) == (0.01, "k1", 7)
+    assert (rl.validation.every, rl.validation.data, rl.validation.at_start) == (5, ["v.jsonl"], True)
+    assert to_dict(rl.correction) == {"mode": "seq_mis", "tis_cap": 3.0, "mis_low": 0.1, "mis_high": 2.0}

@@ -48,7 +48,7 @@ def _args(root: Path, out: Path, kl: float, *extra: str) -> list[str]:
         "rl.n=4",
         "rl.mini_batch_size=8",  # two optimizer updates per step
         "rl.save_every=2",
-        f"rl.kl_coef={kl}",
+        f"rl.kl.coef={kl}",
         "rl.optim.lr=0.01",
         "agent.max_response_tokens=24",
         "agent.max_tokens_per_turn=24",

@@ -96,8 +96,8 @@ def test_a_three_step_run_validates_on_its_slice_and_draws_its_curves(model_dir,
     (tmp_path / "val.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows[4:]))
     out = tmp_path / "run"
     args = [
-        "rl", f"model.path={model_dir}", f"rl.data={tmp_path / 'rl.jsonl'}", f"rl.eval_data=[{tmp_path / 'val.jsonl'}]",
-        "rl.eval_every=2", "rl.eval_at_start=true", "eval.max_problems=2", "eval.n=2", "rl.steps=3",
+        "rl", f"model.path={model_dir}", f"rl.data={tmp_path / 'rl.jsonl'}", f"rl.validation.data=[{tmp_path / 'val.jsonl'}]",
+        "rl.validation.every=2", "rl.validation.at_start=true", "eval.max_problems=2", "eval.n=2", "rl.steps=3",
         "rl.prompts_per_step=2", "rl.n=2", "agent.max_response_tokens=16", "agent.max_tokens_per_turn=16",
         "logging.backends=[jsonl]", "--out", str(out),
     ]  # fmt: skip

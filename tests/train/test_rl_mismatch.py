@@ -16,6 +16,7 @@ from tirl.rollout.types import Generation
 from tirl.train.optim import OptimConfig
 from tirl.train.rl import RLConfig, RLTrainer
 from tirl.train.rl_check import check_engine
+from tirl.train.rl_config import CorrectionConfig
 from tirl.train.rl_run import assemble
 
 SHIFT = 0.3  # the engine reports log pi_rollout = log pi_trainer - 0.3 on every sampled token
@@ -93,7 +94,7 @@ def test_on_policy_correction_in_the_update_pass_equals_the_recomputed_one(
         torch.manual_seed(0)
         t = _trainer(
             tokenizer, renderer, sandbox, tmp_path / mode, shifted=True, old_logprobs=mode,
-            rollout_correction=correction, mis_high=1e9,  # seq_mis keeps every sequence
+            correction=CorrectionConfig(correction, mis_high=1e9),  # seq_mis keeps every sequence
         )  # fmt: skip
         t.adv_fn = lambda rewards, groups: torch.linspace(-1, 1, len(rewards))  # a signal to learn from
         start = [p.detach().clone() for p in t.run.policy.parameters()]
@@ -115,7 +116,12 @@ def test_on_policy_correction_in_the_update_pass_equals_the_recomputed_one(
 def test_seq_mis_masks_long_shifted_sequences(tokenizer, renderer, sandbox, tmp_path):
     torch.manual_seed(0)
     t = _trainer(
-        tokenizer, renderer, sandbox, tmp_path, shifted=True, rollout_correction="seq_mis", mis_high=1.5
+        tokenizer,
+        renderer,
+        sandbox,
+        tmp_path,
+        shifted=True,
+        correction=CorrectionConfig("seq_mis", mis_high=1.5),
     )
     m = t.step()
     # a sequence of n sampled tokens has rho = exp(0.3 n): kept only when n = 1 (1.35 <= 1.5)
@@ -182,7 +188,7 @@ def test_truncated_sampling_refused_for_renormalizing_engines(tokenizer, rendere
 
 
 def test_bad_correction_config():
-    with pytest.raises(ValueError, match="rollout_correction"):
-        RLConfig(rollout_correction="tis")
+    with pytest.raises(ValueError, match="rl.correction.mode"):
+        CorrectionConfig("tis")
     with pytest.raises(ValueError, match="mis_low"):
-        RLConfig(mis_low=2.0, mis_high=1.0)
+        CorrectionConfig(mis_low=2.0, mis_high=1.0)

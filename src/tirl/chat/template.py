@@ -1,4 +1,4 @@
-"""Chat rendering with Hermes tool calls, token by token, so that rollouts never re-tokenize their history.
+"""Chat rendering with tool calls (`chat.tool_format`), token by token, so that rollouts never re-tokenize their history.
 
 A conversation is rendered as a list of text pieces, each encoded on its own and tagged trainable or not. The agent
 loop builds its tool-response tokens from the same piece functions, so the ids of a conversation rendered turn by
@@ -20,15 +20,19 @@ Formats (`chat.format`), all ChatML with tool results as `<tool_response>` insid
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from tirl.chat.hermes import TOOL_CALL_END, TOOL_CALL_START, call_json
+from tirl.chat.hf_template import TemplateFormat
+from tirl.chat.pieces import Piece
+from tirl.chat.template_check import check_template, synthetic_conversation
+from tirl.chat.tool_formats import ToolCall, ToolFormat
+from tirl.chat.tool_formats import tool_format as tool_format_named
+from tirl.chat.tool_formats.hermes import FORMAT as HERMES
 
 IM_START, IM_END = "<|im_start|>", "<|im_end|>"
-FORMATS = ("chatml", "qwen2.5", "qwen3")
+HAND_FORMATS = ("chatml", "qwen2.5", "qwen3")  # written out here, exact by construction
+FORMATS = (*HAND_FORMATS, "template", "auto")  # template: the tokenizer's own (tirl.chat.hf_template)
 QWEN25_DEFAULT_SYSTEM = "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
 EMPTY_THINK = "<think>\n\n</think>\n\n"
 
@@ -54,18 +58,14 @@ CHATML_JINJA = (
 )
 
 
-@dataclass(frozen=True)
-class Piece:
-    text: str
-    trainable: bool
-
-
 def format_mismatch(fmt: str, *, model_type: str = "", chat_template: str | None = None) -> str | None:
     """Why chat.format `fmt` likely does not match the model's own template, or None. A model prompted in another
     format answers badly and scores near 0, which looks like a bad model rather than a bad setting.
 
     The template decides when there is one (Qwen's list the tools in `<tools>`; plain ChatML ones do not), else
-    the model type (a config.json alone, as `tirl plan` has)."""
+    the model type (a config.json alone, as `tirl plan` has). `template` and `auto` follow the model's template."""
+    if fmt not in HAND_FORMATS:
+        return None
     qwen = "<tools>" in chat_template if chat_template else model_type.startswith("qwen")
     seen = "its chat template" if chat_template else f"a {model_type} model"
     if qwen and fmt == "chatml":
@@ -78,22 +78,9 @@ def format_mismatch(fmt: str, *, model_type: str = "", chat_template: str | None
     return None
 
 
-def _tool_call_text(call: dict[str, Any]) -> str:
-    fn = call.get("function", call)
-    args = fn["arguments"]
-    if isinstance(args, str):
-        args = json.loads(args)
-    return f"{TOOL_CALL_START}\n{call_json(fn['name'], args)}\n{TOOL_CALL_END}"
-
-
-def assistant_body(message: dict[str, Any]) -> str:
-    """The text an assistant turn generates: its content, then each tool call on its own line."""
-    parts = [message.get("content") or ""]
-    for i, call in enumerate(message.get("tool_calls") or []):
-        if parts[0] or i:
-            parts.append("\n")
-        parts.append(_tool_call_text(call))
-    return "".join(parts)
+def assistant_body(message: dict[str, Any], tool_fmt: ToolFormat = HERMES) -> str:
+    """The text an assistant turn generates: its content, then each tool call as `tool_fmt` writes it."""
+    return tool_fmt.assistant_text(message)
 
 
 def tool_turn_pieces(contents: Sequence[str]) -> list[Piece]:
@@ -110,32 +97,21 @@ def generation_prompt(fmt: str = "chatml", *, enable_thinking: bool = True) -> P
     return Piece(f"{IM_START}assistant\n{think}", False)
 
 
-def tools_block(tools: Sequence[dict[str, Any]]) -> str:
-    """Qwen's "# Tools" system text; schemas serialized like the Jinja `tojson` filter (json.dumps defaults)."""
-    listing = "".join("\n" + json.dumps(t, ensure_ascii=False) for t in tools)
-    return (
-        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
-        "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
-        + listing
-        + "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
-        '<tool_call></tool_call> XML tags:\n<tool_call>\n{"name": <function-name>, "arguments": '
-        "<args-json-object>}\n</tool_call>"
-    )
-
-
-def system_text(fmt: str, system: str | None, tools: Sequence[dict[str, Any]] | None) -> str | None:
-    """The system turn's content in format `fmt` (None: no system turn)."""
+def system_text(
+    fmt: str, system: str | None, tools: Sequence[dict[str, Any]] | None, tool_fmt: ToolFormat = HERMES
+) -> str | None:
+    """The system turn's content in format `fmt`, the tools listed as `tool_fmt` does (None: no system turn)."""
     if fmt == "chatml":
         return system
     if fmt == "qwen2.5" and system is None:
         system = QWEN25_DEFAULT_SYSTEM
     if not tools:
         return system
-    return (system + "\n\n" if system is not None else "") + tools_block(tools)
+    return (system + "\n\n" if system is not None else "") + tool_fmt.tools_block(tools)
 
 
-def assistant_text(message: dict[str, Any], fmt: str) -> str:
-    body = assistant_body(message)
+def assistant_text(message: dict[str, Any], fmt: str, tool_fmt: ToolFormat = HERMES) -> str:
+    body = assistant_body(message, tool_fmt)
     reasoning = message.get("reasoning_content")
     if fmt == "qwen3" and isinstance(reasoning, str):
         body = f"<think>\n{reasoning.strip(chr(10))}\n</think>\n\n" + body.lstrip("\n")
@@ -149,13 +125,14 @@ def conversation_pieces(
     fmt: str = "chatml",
     tools: Sequence[dict[str, Any]] | None = None,
     enable_thinking: bool = True,
+    tool_fmt: ToolFormat = HERMES,
 ) -> list[Piece]:
     """The pieces of a whole conversation; validates roles so that a malformed row fails loudly."""
-    if fmt not in FORMATS:
-        raise ValueError(f"unknown chat format {fmt!r}; valid: {', '.join(FORMATS)}")
+    if fmt not in HAND_FORMATS:
+        raise ValueError(f"unknown hand-written chat format {fmt!r}; valid: {', '.join(HAND_FORMATS)}")
     header = generation_prompt(fmt, enable_thinking=enable_thinking)
     has_system = bool(messages) and messages[0].get("role") == "system"
-    system = system_text(fmt, str(messages[0].get("content", "")) if has_system else None, tools)
+    system = system_text(fmt, str(messages[0].get("content", "")) if has_system else None, tools, tool_fmt)
     pieces: list[Piece] = []
     if system is not None:
         pieces += [Piece(f"{IM_START}system\n{system}{IM_END}", False), Piece("\n", False)]
@@ -171,7 +148,12 @@ def conversation_pieces(
             i = j
             continue
         if role == "assistant":
-            pieces += [header, Piece(assistant_text(m, fmt), True), Piece(IM_END, True), Piece("\n", False)]
+            pieces += [
+                header,
+                Piece(assistant_text(m, fmt, tool_fmt), True),
+                Piece(IM_END, True),
+                Piece("\n", False),
+            ]
         elif role == "user":
             pieces.append(Piece(f"{IM_START}{role}\n{m.get('content', '')}{IM_END}", False))
             pieces.append(Piece("\n", False))
@@ -193,19 +175,57 @@ def with_system(messages: Sequence[dict[str, Any]], system_prompt: str | None) -
 
 
 def conversation_text(
-    messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool = False, fmt: str = "chatml"
+    messages: Sequence[dict[str, Any]],
+    *,
+    add_generation_prompt: bool = False,
+    fmt: str = "chatml",
+    tool_fmt: ToolFormat = HERMES,
 ) -> str:
     """The rendered text (for tokenizer training and display; token ids always come from the pieces)."""
-    return "".join(
-        p.text for p in conversation_pieces(messages, add_generation_prompt=add_generation_prompt, fmt=fmt)
+    pieces = conversation_pieces(
+        messages, add_generation_prompt=add_generation_prompt, fmt=fmt, tool_fmt=tool_fmt
     )
+    return "".join(p.text for p in pieces)
+
+
+def _renders_as(tokenizer: Any, fmt: str, tools: list[dict[str, Any]], tool_fmt: ToolFormat) -> bool:
+    """Whether the tokenizer's template writes the synthetic conversation (with and without a system turn, and a
+    prompt's generation header) as hand-written format `fmt` does."""
+    conv = synthetic_conversation(tools)
+    for msgs, gen in ((conv, False), (conv[1:], False), (conv[1:2], True)):
+        ours = conversation_pieces(msgs, add_generation_prompt=gen, fmt=fmt, tools=tools, tool_fmt=tool_fmt)
+        try:
+            theirs = tokenizer.apply_chat_template(
+                msgs, tools=tools or None, tokenize=False, add_generation_prompt=gen
+            )
+        except Exception:  # a template that cannot render it is not this format
+            return False
+        if theirs != "".join(p.text for p in ours):
+            return False
+    return True
+
+
+def auto_format(tokenizer: Any, tools: list[dict[str, Any]], tool_fmt: ToolFormat) -> str:
+    """`chat.format: auto`: the hand-written format the model's template writes (chatml and qwen2.5 compared
+    text for text; qwen3 by its markers, as Qwen3's template strips earlier reasoning where tirl keeps the text
+    sampled), else `template`; `chatml` for a tokenizer without a template."""
+    template = getattr(tokenizer, "chat_template", None)
+    if not isinstance(template, str) or not template:
+        return "chatml"
+    for fmt in ("chatml", "qwen2.5"):
+        if _renders_as(tokenizer, fmt, tools, tool_fmt):
+            return fmt
+    if all(marker in template for marker in (IM_START, "<tools>", "<think>")):
+        return "qwen3"
+    return "template"
 
 
 class ChatRenderer:
     """Encodes pieces with a tokenizer; the single place where chat text becomes token ids.
 
     `tools` are the function schemas put in the system turn (Qwen formats; default: none, the caller passes its
-    task's, `ToolSet.schemas`); a row's own `tools` (SFT files) override them per call.
+    task's, `ToolSet.schemas`); a row's own `tools` (SFT files) override them per call. `tool_format` names how
+    calls are written and read (`chat.tool_format`, `tirl.chat.tool_formats`).
     """
 
     def __init__(
@@ -216,21 +236,29 @@ class ChatRenderer:
         fmt: str = "chatml",
         tools: Sequence[dict[str, Any]] | None = None,
         enable_thinking: bool = True,
+        tool_format: str = "hermes",
     ) -> None:
         if fmt not in FORMATS:
             raise ValueError(f"unknown chat format {fmt!r}; valid: {', '.join(FORMATS)}")
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
-        self.fmt = fmt
         self.tools = list(tools) if tools is not None else []
         self.enable_thinking = enable_thinking
+        self.tool_format = tool_format_named(tool_format)
+        self.fmt = auto_format(tokenizer, self.tools, self.tool_format) if fmt == "auto" else fmt
+        self.template: TemplateFormat | None = None
+        if self.fmt == "template":  # checked before anything trains or samples (tirl.chat.template_check)
+            self.template = TemplateFormat(tokenizer, self.tool_format, enable_thinking=enable_thinking)
+            check_template(self.template, self.tools)
+        self.eos_text = self.template.eos_text if self.template else IM_END  # a sampled turn's closing token
         unk = getattr(tokenizer, "unk_token_id", None)
-        self.eos_id = tokenizer.convert_tokens_to_ids(IM_END)
+        self.eos_id = tokenizer.convert_tokens_to_ids(self.eos_text)
         if not isinstance(self.eos_id, int) or self.eos_id == unk:
             raise ValueError(
-                f"the tokenizer has no {IM_END} token: tirl's chat format is ChatML (Qwen-style)"
+                f"the tokenizer has no {IM_END} token: the hand-written chat formats are ChatML (Qwen-style); "
+                "chat.format=template renders with the model's own chat template"
             )
-        end = tokenizer.convert_tokens_to_ids(TOOL_CALL_END)
+        end = tokenizer.convert_tokens_to_ids(self.tool_format.end)
         self.tool_call_end_id = end if isinstance(end, int) and end != unk else None
 
     @property
@@ -261,13 +289,31 @@ class ChatRenderer:
         add_generation_prompt: bool = False,
         tools: Sequence[dict[str, Any]] | None = None,
     ) -> list[Piece]:
+        if self.template is not None:
+            return self.template.pieces(
+                self.with_system(messages),
+                tools=self.tools if tools is None else tools,
+                add_generation_prompt=add_generation_prompt,
+            )
         return conversation_pieces(
             self.with_system(messages),
             add_generation_prompt=add_generation_prompt,
             fmt=self.fmt,
             tools=self.tools if tools is None else tools,
             enable_thinking=self.enable_thinking,
+            tool_fmt=self.tool_format,
         )
+
+    def parse_calls(
+        self, text: str, schemas: Sequence[dict[str, Any]] | None = None, limit: int | None = None
+    ) -> list[ToolCall]:
+        """The calls of an assistant turn, read as `tool_format` writes them, typed by `schemas` (default: the
+        tools the renderer lists)."""
+        return self.tool_format.parse(text, self.tools if schemas is None else schemas, limit)
+
+    def assistant_body(self, message: dict[str, Any]) -> str:
+        """The text an assistant message generates, calls written in this renderer's tool format."""
+        return assistant_body(message, self.tool_format)
 
     def render(
         self, messages: Sequence[dict[str, Any]], *, tools: Sequence[dict[str, Any]] | None = None
@@ -291,7 +337,13 @@ class ChatRenderer:
         `newline=False` joins the tool turn as verl's agent loop does: `<|im_end|><|im_start|>user`, no newline
         (it renders the tool message alone and strips the template's prefix, which takes the newline with it).
         """
-        pieces = [] if assistant_closed else [Piece(IM_END, False)]
+        pieces = [] if assistant_closed else [Piece(self.eos_text, False)]
+        if self.template is not None:
+            if not newline:
+                raise ValueError(
+                    "agent.token_stream=verl is a ChatML stream; chat.format=template follows the model's template"
+                )
+            return self.encode_pieces(pieces + self.template.tool_pieces(contents, tools=self.tools))[0]
         header = generation_prompt(self.fmt, enable_thinking=self.enable_thinking)
         pieces += [*([Piece("\n", False)] if newline else []), *tool_turn_pieces(contents), header]
         return self.encode_pieces(pieces)[0]

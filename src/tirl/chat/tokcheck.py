@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tirl.chat.template import IM_END, ChatRenderer
+from tirl.chat.template import ChatRenderer
 
 CONTEXT_TOKENS = 8
 
@@ -103,9 +103,14 @@ def _segment_divergence(
 
 
 def _sampled_span(stored: Sequence[int], start: int, text: str, canonical: int, decode: Any) -> int | None:
-    """Length of the stored span from `start` that decodes to `text` (a model may sample a non-canonical split)."""
+    """Length of the stored span from `start` that decodes to `text` (a model may sample a non-canonical split).
+
+    The longest such span: a turn cut inside a character ends in byte tokens that decode to one U+FFFD together,
+    so a shorter span can decode to the same text; the template tokens after a turn always add text."""
     for n in range(1, min(len(stored) - start, 4 * canonical + 8) + 1):
         if decode(stored[start : start + n]) == text:
+            while start + n < len(stored) and decode(stored[start : start + n + 1]) == text:
+                n += 1
             return n
     return None
 
@@ -151,7 +156,7 @@ def check_rollout(
         pos += n
         if k + 1 in responses and k + 1 < len(turns):  # the last turn's result was never appended
             tool = renderer.tool_response_ids(
-                responses[k + 1], assistant_closed=text.endswith(IM_END), newline=stream == "tirl"
+                responses[k + 1], assistant_closed=text.endswith(renderer.eos_text), newline=stream == "tirl"
             )
             if d := _segment_divergence(row, pos, ids[pos : pos + len(tool)], tool, "ids", decode):
                 return d, drift

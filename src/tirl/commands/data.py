@@ -1,5 +1,6 @@
 """`tirl data prepare`, `stitch` and `inspect`, and the `tirl data` parser (with `sample` and `filter` from their own
-modules); what they run lives below: the benchmarks and readers in `tirl.data`, stitching in `tirl.tasks.stitch`."""
+modules); what they run lives below: the benchmarks, the recipe's Hub datasets (`tirl.data.hub`) and the readers in
+`tirl.data`, stitching in `tirl.tasks.stitch`."""
 
 from __future__ import annotations
 
@@ -22,12 +23,29 @@ def prepare_command(
     source: str | None = None,
     force: bool = False,
     split: str = "test",
+    revision: str | None = None,
 ) -> int:
-    """Write benchmark `name` to `out`; an existing `out` (a run's data/rl.jsonl, say) is replaced only if `force`."""
+    """Write benchmark or Hub dataset `name` to `out`; an existing `out` (a run's data/rl.jsonl, say) is replaced
+    only if `force`. A Hub dataset's provenance goes beside it (`OUT.source.json`)."""
     from tirl.core.logging import console
     from tirl.data import claim_rows_out, write_rows
+    from tirl.data.hub import HUB_SETS, prepare_hub, write_record
 
+    if name in HUB_SETS and (source is not None or split != "test"):
+        raise ValueError(f"{name} is fetched from the Hub: --source and --split are for the benchmarks")
+    if name not in HUB_SETS and revision is not None:
+        raise ValueError(f"--revision is for the Hub datasets ({', '.join(HUB_SETS)}), not {name}")
     claim_rows_out(out, force=force)
+    if name in HUB_SETS:
+        rows, record = prepare_hub(name, wording=wording, revision=revision)
+        path = write_rows(out, rows)
+        sidecar = write_record(path, record)
+        console.print(
+            f"{name}: {len(rows)} {record['kind']} rows from {record['repo_id']} @ {record['commit'][:12]} "
+            f"(sha256 {record['sha256'][:16]}) -> {path}, provenance in {sidecar}",
+            soft_wrap=True,
+        )
+        return 0
     rows = prepare(name, wording=wording, source=source, split=split)
     path = write_rows(out, rows)
     console.print(f"{name} {split}: {len(rows)} rows ({wording} wording) -> {path}")
@@ -151,8 +169,9 @@ def inspect_command(file: str, *, model: str | None = None, fmt: str = "qwen3", 
 def _cmd_data(args: argparse.Namespace) -> int:
     if args.data_command == "prepare":
         return prepare_command(
-            args.name, args.out, wording=args.wording, source=args.source, force=args.force, split=args.split
-        )
+            args.name, args.out, wording=args.wording, source=args.source, force=args.force, split=args.split,
+            revision=args.revision,
+        )  # fmt: skip
     if args.data_command == "stitch":
         return stitch_command(
             args.out,
@@ -197,6 +216,7 @@ def add_data_parser(sub: argparse._SubParsersAction) -> None:
     """The `data` subcommands, added to tirl's parser by cli.py."""
     from tirl.chat.template import FORMATS
     from tirl.data.benchmarks import GSM8K_SPLITS, NAMES, WORDINGS
+    from tirl.data.hub import HUB_SETS
 
     data = sub.add_parser("data", help="prepare benchmark files; inspect a dataset").add_subparsers(
         dest="data_command", required=True
@@ -206,8 +226,11 @@ def add_data_parser(sub: argparse._SubParsersAction) -> None:
 
     add_sample_parser(data)  # tirl data sample (commands/sample.py)
     add_filter_parser(data)  # tirl data filter (commands/filter.py)
-    p = data.add_parser("prepare", help="write a benchmark as RL-schema rows (.parquet or .jsonl)")
-    p.add_argument("name", choices=NAMES)
+    p = data.add_parser(
+        "prepare",
+        help="write a benchmark, or the recipe's SFT/RL/eval data fetched from the Hub, as rows (.parquet or .jsonl)",
+    )
+    p.add_argument("name", choices=[*NAMES, *HUB_SETS])
     p.add_argument(
         "--out", required=True, help="output file (.parquet or .jsonl); an existing one needs --force"
     )
@@ -217,10 +240,15 @@ def add_data_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--source", default=None, help="gpqa: GPQA's CSV; livecodebench: the Open-AgentRL parquet")
     p.add_argument("--split", choices=GSM8K_SPLITS, default="test", help="train: gsm8k only (default: test)")
+    p.add_argument(
+        "--revision", default=None, help="open-agentrl-*: a branch, tag or commit (default: the pinned one)"
+    )
     p.set_defaults(fn=_cmd_data)
     _add_stitch_parser(data)
     p = data.add_parser("inspect", help="schema, rows per data_source, a rendered example, invalid rows")
     p.add_argument("file")
-    p.add_argument("--model", default=None, help="tokenizer directory (default: the Qwen vocabulary)")
+    p.add_argument(
+        "--model", default=None, help="tokenizer directory or Hub id (default: the Qwen vocabulary)"
+    )
     p.add_argument("--format", choices=FORMATS, default="qwen3")
     p.set_defaults(fn=_cmd_data)

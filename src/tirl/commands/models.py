@@ -59,7 +59,9 @@ def add_export_parser(sub: argparse._SubParsersAction) -> None:
         help="write a trained model (final model/ or checkpoint-<k>/; a LoRA adapter merged into its base) as a "
         "plain Hugging Face directory for vLLM, tirl eval or the hub",
     )
-    export.add_argument("checkpoint", help="a model directory written by tirl sft/rl")
+    export.add_argument(
+        "checkpoint", help="a model directory written by tirl sft/rl, or a Hub id org/name[@revision]"
+    )
     export.add_argument(
         "--out",
         required=True,

@@ -102,6 +102,22 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
     return data
 
 
+def _config_json(model_path: str) -> Path | None:
+    """model.path's config.json: in the directory, or a Hub id's (fetched alone where allowed; a HubError says
+    how to fetch it)."""
+    from tirl.core.hub import HubError
+    from tirl.models.hub import is_hub_id, resolve_model
+
+    path = Path(model_path) / "config.json"
+    if is_hub_id(model_path):
+        try:
+            path = resolve_model(model_path, files=("config.json",)).path / "config.json"
+        except HubError as e:
+            raise PlanError(f"{e}; or size it without the model: --arch with a config.json or one of: "
+                            f"{', '.join(bundled_archs())}") from e  # fmt: skip
+    return path if path.is_file() else None
+
+
 def load_arch(model_path: str, arch: str = "") -> tuple[str, Any]:
     """(name, transformers config): `arch` (a bundled name or a config.json path) or `model_path`/config.json."""
     from transformers import AutoConfig
@@ -116,8 +132,8 @@ def load_arch(model_path: str, arch: str = "") -> tuple[str, Any]:
             raise PlanError(
                 f"--arch {arch!r} is neither a config.json file nor one of: {', '.join(bundled_archs())}"
             )
-    elif model_path and (Path(model_path) / "config.json").is_file():
-        data, name = _read_json(Path(model_path) / "config.json", "model.path"), model_path
+    elif model_path and (found := _config_json(model_path)) is not None:
+        data, name = _read_json(found, "model.path"), model_path
     else:
         raise PlanError(
             f"model.path {model_path!r} has no config.json (the model is not downloaded yet?): pass --arch with "
@@ -301,7 +317,7 @@ def _state_bytes(
     grads = trainable * train_bytes / W
     optimizer = 2 * trainable * train_bytes / W
     ref = 0.0
-    if stage == "rl" and cfg.rl.kl_coef > 0 and not lora:
+    if stage == "rl" and cfg.rl.kl.coef > 0 and not lora:
         ref = params * BYTES[m.ref_dtype or m.dtype] / W
     return weights, gathered, grads, optimizer, ref
 

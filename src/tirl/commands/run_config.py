@@ -28,14 +28,18 @@ class ChatConfig:
     system_prompt: str = (
         ""  # prepended as a system message when a conversation has none; "" = no system message
     )
-    format: str = "chatml"  # chatml (tiny models) | qwen2.5 | qwen3: see tirl.chat.template
+    # chatml (tiny models) | qwen2.5 | qwen3 | template (the tokenizer's own, checked) | auto: see tirl.chat.template
+    format: str = "chatml"
     enable_thinking: bool = True  # qwen3 only: False puts an empty <think> block in every assistant header
+    tool_format: str = "hermes"  # hermes (JSON) | qwen3_xml (Qwen3-Coder): see tirl.chat.tool_formats
 
     def __post_init__(self) -> None:
         from tirl.chat.template import FORMATS
+        from tirl.chat.tool_formats import tool_format
 
         if self.format not in FORMATS:
             raise ValueError(f"unknown chat.format {self.format!r}; valid: {', '.join(FORMATS)}")
+        tool_format(self.tool_format)  # an unknown name raises listing the valid ones
 
 
 @dataclass

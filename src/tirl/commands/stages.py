@@ -25,6 +25,7 @@ from tirl.data import read_rows
 from tirl.data.recipe_prompts import rewrite_prompts
 from tirl.data.records import ProblemRow, read_problems
 from tirl.eval.evaluate import evaluate, render_generations, summarize_records, write_eval
+from tirl.models.hub import ResolvedModel, resolve_model
 from tirl.models.loading import check_device, load_for_inference, load_policy, load_tokenizer
 from tirl.models.lora import is_lora, parameter_counts
 from tirl.rollout import factory
@@ -67,6 +68,7 @@ def build_renderer(tokenizer: Any, cfg: TirlConfig, task: Task | None = None) ->
         fmt=cfg.chat.format,
         tools=task.toolset().schemas,
         enable_thinking=cfg.chat.enable_thinking,
+        tool_format=cfg.chat.tool_format,
     )
 
 
@@ -95,11 +97,19 @@ def build_agent(
     )  # fmt: skip
 
 
-def _model_path(cfg: TirlConfig, model_path: str | Path | None) -> str:
+def _model(cfg: TirlConfig, model_path: str | Path | None) -> ResolvedModel:
+    """`model_path` (or model.path) as a directory: itself, or a Hub id's cached snapshot with its commit."""
     path = str(model_path or cfg.model.path)
     if not path:
-        raise ValueError("no model: set model.path=DIR (a Hugging Face model directory)")
-    return path
+        raise ValueError(
+            "no model: set model.path=DIR (a Hugging Face model directory, or a Hub id org/name)"
+        )
+    return resolve_model(path)
+
+
+def recorded(cfg: TirlConfig, model: ResolvedModel) -> TirlConfig:
+    """`cfg` with model.path as the run records it: `org/name@<commit>` for a Hub id, the directory as given."""
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=model.label))
 
 
 def warn_chat_format(tokenizer: Any, model: torch.nn.Module, cfg: TirlConfig) -> None:
@@ -182,16 +192,23 @@ def _logger(
 
 
 def run_identity(
-    kind: str, section: Any, seed: int, rows: Sequence[dict[str, Any]], allow: bool
+    kind: str,
+    section: Any,
+    seed: int,
+    rows: Sequence[dict[str, Any]],
+    allow: bool,
+    model: ResolvedModel | None = None,
 ) -> RunIdentity:
     """The stage and the settings (of `section`, cfg.rl or cfg.sft) that a resume of this run must keep: they
-    fix what step k trains on."""
+    fix what step k trains on; a Hub model's `org/name@<commit>` too (a branch that moved is another model)."""
     keys = (
         ("n", "prompts_per_step", "mini_batch_size", "ppo_epochs")
         if kind == "rl"
         else ("epochs", "batch_size")
     )
     settings = {f"{kind}.{k}": getattr(section, k) for k in keys}
+    if model is not None and model.from_hub:
+        settings["model"] = model.label
     return RunIdentity(kind, {"data": data_fingerprint(rows), **settings, "seed": seed}, allow)
 
 
@@ -216,11 +233,12 @@ def run_sft(
     out = Path(out_dir)
     stage = stage or cfg.sft
     rows = rows if rows is not None else read_rows(stage.data)
-    identity = run_identity("sft", stage, cfg.seed, rows, allow_changes)
+    resolved = _model(cfg, model_path)
+    identity = run_identity("sft", stage, cfg.seed, rows, allow_changes, resolved)
     ckpt, state = _resume_point(resume, out, identity, "sft", restart)
     if dist.is_main():
-        save_config(cfg, out / "config.yaml")
-    path = _model_path(cfg, model_path)
+        save_config(recorded(cfg, resolved) if resolved.from_hub else cfg, out / "config.yaml")
+    path = str(resolved.path)
     tokenizer = load_tokenizer(path)
     model = fsdp.shard(_policy(cfg, path), reshard_after_forward=cfg.dist.reshard_after_forward)
     warn_chat_format(tokenizer, model, cfg)
@@ -259,11 +277,12 @@ def run_rl(
     rows = rows if rows is not None else task_rows(cfg, cfg.rl.data, "train")
     if cfg.rl.prompt_rewrite == "verl":
         rows = rewrite_prompts(rows, where=cfg.rl.data or "the task's RL rows")
-    identity = run_identity("rl", cfg.rl, cfg.seed, rows, allow_changes)
+    resolved = _model(cfg, model_path)
+    identity = run_identity("rl", cfg.rl, cfg.seed, rows, allow_changes, resolved)
     ckpt, state = _resume_point(resume, out, identity, "rl", restart)
     if dist.is_main():
-        save_config(cfg, out / "config.yaml")
-    path = _model_path(cfg, model_path)
+        save_config(recorded(cfg, resolved) if resolved.from_hub else cfg, out / "config.yaml")
+    path = str(resolved.path)
     check_sandbox(cfg.sandbox)  # a broken sandbox fails here, not as a model that never solves anything
     tokenizer, model, ref = _rl_policy(cfg, path)
     keys = ("reward/mean", "reward/accuracy", "rollout/tool_calls_per_response", "loss/clipfrac", "time/step")
@@ -273,18 +292,18 @@ def run_rl(
         agent = build_agent(model, tokenizer, cfg, sandbox, model_path=path, work_dir=out)
         stack.callback(agent.engine.close)
         validate = None
-        if cfg.rl.eval_data and (cfg.rl.eval_every or cfg.rl.eval_at_start):
-            validate = validator(cfg, out, agent, str(path), logger=logger)
+        if cfg.rl.validation.data and (cfg.rl.validation.every or cfg.rl.validation.at_start):
+            validate = validator(cfg, out, agent, resolved.label, logger=logger)
         run = assemble(
             model, tokenizer, agent, rows, cfg.rl, sampling=sampling, reward=cfg.reward, out_dir=out, seed=cfg.seed,
             autocast=cfg.model.autocast_dtype(model.config.hidden_size), ref_dtype=cfg.model.reference_dtype,
-            ref_model=ref, activation_gib=cfg.model.activation_gib, logger=logger, ref_source=str(path),
+            ref_model=ref, activation_gib=cfg.model.activation_gib, logger=logger, ref_source=resolved.label,
             identity=identity, validate=validate,
             compile_pad_multiple=cfg.model.compile_pad_multiple if cfg.model.compile_layers else 0,
         )  # fmt: skip
         trainer = RLTrainer(run)
         _restore(trainer, ckpt, state, of=cfg.rl.steps)
-        if trainer.run.validate is not None and cfg.rl.eval_at_start and trainer.step_done == 0:
+        if trainer.run.validate is not None and cfg.rl.validation.at_start and trainer.step_done == 0:
             _validate_at_start(trainer, logger)
         trainer.train()
     if dist.is_main():
@@ -321,7 +340,7 @@ def _rl_policy(cfg: TirlConfig, path: Path) -> tuple[Any, torch.nn.Module, Any]:
     model, reshard = _policy(cfg, path), cfg.dist.reshard_after_forward
     warn_chat_format(tokenizer, model, cfg)
     ref = None
-    if cfg.rl.kl_coef > 0:
+    if cfg.rl.kl.coef > 0:
         ref = reference.copy_before_sharding(model, cfg.model.reference_dtype, reshard_after_forward=reshard)
     return tokenizer, fsdp.shard(model, reshard_after_forward=reshard), ref
 
@@ -342,13 +361,13 @@ def eval_reward(cfg: TirlConfig):
 
 
 def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str, *, logger: Any = None):
-    """step -> `val/<data_source>/<metric>` of the current policy on rl.eval_data (eval.n samples each), and
+    """step -> `val/<data_source>/<metric>` of the current policy on rl.validation.data (eval.n samples each), and
     `val/after_step`: the RL steps done (0: the starting policy). The problems are the first eval.max_problems
     rows of the files (0: all), the same slice every time, as is each evaluation's seed; each evaluation's records go
     to OUT/eval/step-<k>/, where `tirl analyze` reads them, and the first eval.log_generations generations to the
     logger's text log."""
     # read now: a bad file fails at start-up; sliced before the ranks share it, so every rank count sees one slice
-    rows = [row for f in cfg.rl.eval_data for row in read_problems(f)][: cfg.eval.max_problems or None]
+    rows = [row for f in cfg.rl.validation.data for row in read_problems(f)][: cfg.eval.max_problems or None]
     eval_cfg = dataclasses.replace(cfg.eval, max_problems=0)
     conf = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=model_path))  # its tokenizer
 
@@ -384,7 +403,7 @@ def validator(cfg: TirlConfig, out: Path, agent: AgentLoop, model_path: str, *, 
 def inference_agent(cfg: TirlConfig, model_path: str | Path | None, work_dir: Path) -> Iterator[AgentLoop]:
     """The agent `tirl eval` and `tirl data sample` sample with: the model loaded for inference (a LoRA adapter
     merged onto its base), the run's engine and a live sandbox, both closed when the block ends."""
-    path = _model_path(cfg, model_path)
+    path = str(_model(cfg, model_path).path)
     check_sandbox(cfg.sandbox)  # before the model loads: a broken sandbox would score it 0
     tokenizer = load_tokenizer(path)
     model = load_for_inference(cfg.model, path)
@@ -405,13 +424,11 @@ def run_eval(
 ) -> dict[str, dict[str, float]]:
     """n samples per problem of eval.data; writes records, trajectories and summary; returns the summary."""
     out = Path(out_dir)
-    path = _model_path(cfg, model_path)
-    # the model actually evaluated, so `tirl analyze` finds its tokenizer
-    save_config(
-        dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, path=str(path))), out / "config.yaml"
-    )
+    resolved = _model(cfg, model_path)
+    # the model actually evaluated (a Hub id with its commit), so `tirl analyze` finds its tokenizer
+    save_config(recorded(cfg, resolved), out / "config.yaml")
     rows = rows if rows is not None else task_rows(cfg, cfg.eval.data, "test")
-    with inference_agent(cfg, path, out) as agent:
+    with inference_agent(cfg, resolved.path, out) as agent:
         records, trajs = evaluate(
             agent, rows, cfg.eval, model_label=label, seed=cfg.seed, reward=eval_reward(cfg)
         )

@@ -39,6 +39,7 @@ def check_tokens_command(
     strict: bool = False,
     show: int = 10,
     stream: str | None = None,
+    tool_format: str | None = None,
 ) -> int:
     from tirl.commands.run_config import TirlConfig
     from tirl.core.config import load_config
@@ -62,6 +63,7 @@ def check_tokens_command(
         fmt=fmt or cfg.chat.format,
         tools=task.toolset().schemas,
         enable_thinking=cfg.chat.enable_thinking,
+        tool_format=tool_format or cfg.chat.tool_format,
     )
     stream = stream or cfg.agent.token_stream
     res = check_rows(renderer, _jsonl_rows(path), _prompts_by_id(data) if data else None, stream=stream)
@@ -74,7 +76,7 @@ def check_tokens_command(
     console.print(
         f"{file}: {res.rows} rows checked, {len(res.divergences)} diverge, {res.noncanonical_turns} sampled turns "
         f"with a non-canonical token split{' (fatal: --strict)' if strict else ''} "
-        f"({renderer.fmt} format, {stream} token stream, tokenizer {model})",
+        f"({renderer.fmt} format, {renderer.tool_format.name} tool calls, {stream} token stream, tokenizer {model})",
         soft_wrap=True,
     )
     return 0 if res.ok(strict=strict) else 1
@@ -89,17 +91,27 @@ def _cmd_check_tokens(args: argparse.Namespace) -> int:
         data=args.data,
         strict=args.strict,
         stream=args.stream,
+        tool_format=args.tool_format,
     )
 
 
 def add_check_tokens_parser(sub: argparse._SubParsersAction) -> None:
     """`tirl check-tokens`, added to tirl's parser by cli.py."""
     from tirl.chat.template import FORMATS
+    from tirl.chat.tool_formats import TOOL_FORMATS
 
     p = sub.add_parser("check-tokens", help="re-render rollouts or SFT rows; compare ids and loss masks")
     p.add_argument("file", help="trajectories.jsonl (tirl eval) or an SFT file")
-    p.add_argument("--model", default=None, help="tokenizer directory (default: the config's model.path)")
+    p.add_argument(
+        "--model", default=None, help="tokenizer directory or Hub id (default: the config's model.path)"
+    )
     p.add_argument("--format", choices=FORMATS, default=None, help="chat format (default: the config's)")
+    p.add_argument(
+        "--tool-format",
+        choices=list(TOOL_FORMATS),
+        default=None,
+        help="tool-call format (default: the config's)",
+    )
     p.add_argument("--config", default=None, help="run config (default: config.yaml next to FILE, if any)")
     p.add_argument("--data", default=None, help="the evaluated rows, for trajectories without meta.prompt")
     p.add_argument("--strict", action="store_true", help="also fail on sampled turns split non-canonically")

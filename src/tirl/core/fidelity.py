@@ -37,7 +37,7 @@ ROWS: tuple[Row, ...] = (
     Row("sandbox.memory_mb", 1024, 2048, "sandbox memory (MB)"),
     Row("reward.code_timeout_s", 10.0, 30.0, "code-test reward timeout (s)"),
     Row(
-        "rl.rollout_correction",
+        "rl.correction.mode",
         "auto",
         "none",
         "rollout correction (token TIS where engine and trainer round differently)",
@@ -47,7 +47,7 @@ ROWS: tuple[Row, ...] = (
     Row("sft.loss_mean", "token", "micro", "SFT loss normalization"),
     Row("agent.token_stream", "tirl", "verl", "the token stream before a tool turn"),
     Row("agent.malformed_calls", "feedback", "drop", "malformed tool calls"),
-    Row("rl.eval_at_start", False, True, "validation before the first step"),
+    Row("rl.validation.at_start", False, True, "validation before the first step"),
     Row("eval.log_generations", 0, 20, "validation generations logged"),
 )
 

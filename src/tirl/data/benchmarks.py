@@ -279,7 +279,11 @@ def prepare(
         return PACKAGED[name](wording)
     if name in USER_SUPPLIED:
         if source is None:
-            raise ValueError(f"{name} is not packaged (license): pass --source FILE, the published file")
+            hub = {"gpqa": "open-agentrl-gpqa", "livecodebench": "open-agentrl-lcb-v6"}[name]
+            raise ValueError(
+                f"{name} is not packaged (license): pass --source FILE, the published file, or prepare {hub}, "
+                "the recipe's copy fetched from the Hugging Face Hub"
+            )
         if not Path(source).is_file():
             raise FileNotFoundError(f"source file {str(source)!r} does not exist")
         return USER_SUPPLIED[name](wording, source)

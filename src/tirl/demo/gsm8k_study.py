@@ -183,8 +183,11 @@ def run_gsm8k_study(cfg: TirlConfig) -> dict[str, Any]:
     rl_cfg = _with(
         full,
         rl={
-            "eval_data": [str(out / "data" / "val-rl.jsonl")],
-            "eval_every": max(1, cfg.rl.steps // VAL_POINTS),
+            "validation": dataclasses.replace(
+                cfg.rl.validation,
+                data=[str(out / "data" / "val-rl.jsonl")],
+                every=max(1, cfg.rl.steps // VAL_POINTS),
+            )
         },
         eval={"n": VAL_N, "temperatures": [cfg.eval.all_temperatures[0]], "max_problems": 0},
     )

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tirl.chat.hermes import truncate_middle
 from tirl.demo.arith import Problem
 from tirl.sandbox.types import Sandbox
 from tirl.tasks.toolcalls import code_call, run_with_progress
+from tirl.tools.base import truncate_middle
 from tirl.tools.code_interpreter import CODE_INTERPRETER_SCHEMA, format_tool_output
 
 TRAJECTORY_STYLES = ("clean", "no_tool", "fix", "copy_error")

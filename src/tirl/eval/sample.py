@@ -24,8 +24,7 @@ from typing import Any
 
 import torch
 
-from tirl.chat.hermes import TOOL_CALL_START, parse_tool_calls
-from tirl.chat.template import IM_END, ChatRenderer, assistant_body
+from tirl.chat.template import ChatRenderer
 from tirl.chat.tokcheck import Divergence, first_divergence
 from tirl.data.records import ProblemRow, problem_rows
 from tirl.rollout.types import Trajectory
@@ -68,23 +67,25 @@ class SampleStats:
         return out
 
 
-def assistant_message(text: str) -> dict[str, Any]:
+def assistant_message(text: str, renderer: ChatRenderer) -> dict[str, Any]:
     """A sampled turn as an assistant message: its tool calls in the OpenAI form when they render back to the
-    very text sampled, else the text as it was (a malformed call, an odd layout) so it renders unchanged."""
-    text = text.removesuffix(IM_END)
-    if TOOL_CALL_START in text:
-        head = text[: text.index(TOOL_CALL_START)]
-        calls = parse_tool_calls(text)
+    very text sampled (in the renderer's tool format), else the text as it was (a malformed call, an odd layout)
+    so it renders unchanged."""
+    text = text.removesuffix(renderer.eos_text)
+    fmt = renderer.tool_format
+    if fmt.start in text:
+        head = text[: text.index(fmt.start)]
+        calls = renderer.parse_calls(text)
         if calls and all(c.error is None and c.name for c in calls):
             msg = {
                 "role": "assistant",
-                "content": head.removesuffix("\n"),
+                "content": head.removesuffix(fmt.separator),
                 "tool_calls": [
                     {"type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                     for c in calls
                 ],
             }
-            if assistant_body(msg) == text:
+            if renderer.assistant_body(msg) == text:
                 return msg
     return {"role": "assistant", "content": text}
 
@@ -99,7 +100,7 @@ def trajectory_messages(t: Trajectory, renderer: ChatRenderer) -> list[dict[str,
         responses.setdefault(c.turn, []).append(c.response)
     msgs = renderer.with_system(t.problem.prompt)
     for k, text in enumerate(t.turn_texts):
-        msgs.append(assistant_message(text))
+        msgs.append(assistant_message(text, renderer))
         if k + 1 < len(t.turn_texts):
             msgs += [{"role": "tool", "content": r} for r in responses.get(k + 1, [])]
     return msgs

@@ -28,12 +28,20 @@ DATA_DIR = "trajectories-data"
 
 
 def load_tokenizer(path: str | None) -> Any | None:
-    """The `tokenizers` tokenizer of a model directory (fast, no transformers import), or None."""
-    if not path or not (Path(path) / "tokenizer.json").is_file():
+    """The `tokenizers` tokenizer of a model directory or of a Hub id the run recorded (from the cache, never
+    fetched: `tirl.models.hub.cached_file`), fast and without importing transformers; None if neither has one."""
+    if not path:
+        return None
+    found = Path(path) / "tokenizer.json"
+    if not found.is_file():
+        from tirl.models.hub import cached_file
+
+        found = cached_file(path, "tokenizer.json")
+    if found is None:
         return None
     from tokenizers import Tokenizer
 
-    return Tokenizer.from_file(str(Path(path) / "tokenizer.json"))
+    return Tokenizer.from_file(str(found))
 
 
 def mask_spans(ids: Sequence[int], mask: Sequence[int], decode) -> list[dict[str, Any]]:

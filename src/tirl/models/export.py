@@ -3,7 +3,8 @@
 `export_hf(model, tokenizer, out_dir)` writes config, weights (`model.safetensors`) and tokenizer, written whole
 or not at all. A LoRA model is written merged (base + scale * B A per adapted layer), computed into new tensors
 so the live model, and its frozen base that serves as the KL reference, are left exactly as they were.
-`export_checkpoint` does the same from a directory on disk (`tirl export CHECKPOINT --out DIR`): DIR is written
+`export_checkpoint` does the same from a directory on disk or a Hub id (`tirl export CHECKPOINT --out DIR`;
+`tirl.models.hub`): DIR is written
 beside itself and renamed into place, and it must be new, empty or an earlier export (`tirl.core.rundir`), never a
 directory holding the checkpoint or anything else, since a finished export replaces it whole, nor one inside the
 checkpoint (whose manifest would then refuse it as changed). What an export killed midway staged beside DIR is
@@ -29,6 +30,7 @@ import torch
 from tirl.core import rundir
 from tirl.core.io import atomic_dir, remove_stale_staging
 from tirl.models import lora
+from tirl.models.hub import resolve_model
 
 
 def export_hf(model: torch.nn.Module, tokenizer: Any, out_dir: str | Path, *, command: str = "") -> Path:
@@ -118,7 +120,9 @@ def load_exportable(path: str | Path, *, base: str | Path | None = None, dtype: 
 def export_checkpoint(
     path: str | Path, out_dir: str | Path, *, base: str | Path | None = None, dtype: str = "float32"
 ) -> Path:
-    """`tirl export`: the checkpoint at `path` as a plain (merged) HF directory at `out_dir`."""
+    """`tirl export`: the checkpoint at `path` (or a Hub id's cached snapshot) as a plain (merged) HF directory at
+    `out_dir`."""
+    path = resolve_model(path).path
     src, dst = Path(path).resolve(), Path(out_dir).resolve()
     if dst == src or dst in src.parents:
         raise ValueError(

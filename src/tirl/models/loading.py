@@ -26,6 +26,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from tirl.core.config import ConfigError
 from tirl.core.io import atomic_dir
+from tirl.models.hub import resolve_model
 from tirl.models.lora import LoraConfig, apply_lora, is_adapter_dir, load_adapter, recorded_base, save_model
 from tirl.models.precision import bf16_pays
 
@@ -35,7 +36,9 @@ AUTOCAST = {"none": None, "bfloat16": torch.bfloat16, "auto": None}  # auto: bfl
 
 @dataclass
 class ModelConfig:
-    path: str = ""  # a local Hugging Face model directory; the demo fills it with the tiny model it builds
+    # a local Hugging Face model directory, or a Hub id org/name[@revision] (tirl.models.hub); the demo fills it
+    # with the tiny model it builds
+    path: str = ""
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     attn_implementation: str = "sdpa"
     device: str = "cpu"
@@ -125,16 +128,16 @@ def check_device(device: str) -> None:
 
 
 def load_tokenizer(path: str | Path) -> Any:
-    _check_path(path, _TOKENIZER_FILES)
+    """The tokenizer of a model directory or Hub id (`model_dir`)."""
+    path = model_dir(path, _TOKENIZER_FILES)
     if not _has_any(path, TOKENIZER_PATTERNS):
         raise FileNotFoundError(_incomplete(path))
     return AutoTokenizer.from_pretrained(str(path))
 
 
 def load_model(cfg: ModelConfig, path: str | Path | None = None) -> torch.nn.Module:
-    """`path` overrides cfg.path (e.g. a checkpoint written by a previous stage)."""
-    p = path or cfg.path
-    _check_path(p)
+    """`path` overrides cfg.path (e.g. a checkpoint written by a previous stage); either may be a Hub id."""
+    p = model_dir(path or cfg.path)
     if is_adapter_dir(p):
         raise ValueError(
             f"{p} is a LoRA adapter, not a full model: `tirl export {p} --out DIR` writes it merged into its "
@@ -164,8 +167,7 @@ def load_policy(cfg: ModelConfig, path: str | Path | None = None) -> torch.nn.Mo
 
 def load_for_inference(cfg: ModelConfig, path: str | Path | None = None) -> torch.nn.Module:
     """A full model, or a LoRA adapter directory loaded onto its recorded base and merged (faster to sample)."""
-    p = path or cfg.path
-    _check_path(p)
+    p = model_dir(path or cfg.path)
     if is_adapter_dir(p):
         base = load_model(dataclasses.replace(cfg, path=recorded_base(p)))
         return load_adapter(base, p).merge_and_unload().eval()
@@ -220,19 +222,24 @@ def _incomplete(path: str | Path) -> str:
     )
 
 
-def _check_path(path: str | Path | None, needs: tuple[str, ...] = _MODEL_FILES) -> None:
-    """A local directory holding one of `needs`, or an error naming the path (not a backend's traceback)."""
+def model_dir(path: str | Path | None, needs: tuple[str, ...] = _MODEL_FILES) -> Path:
+    """The one place a `model.path` becomes a directory: a local one as given, or a Hub id's cached snapshot
+    (`tirl.models.hub`, fetched first where allowed); it must hold one of `needs`, else an error names the path
+    (not a backend's traceback)."""
     if not path:
-        raise ValueError("model.path is empty: set it to a local Hugging Face model directory")
-    if not Path(path).is_dir():
+        raise ValueError("model.path is empty: set it to a Hugging Face model directory or Hub id (org/name)")
+    resolved = resolve_model(path)
+    where = f"{str(path)!r}" + (f" (cached at {resolved.path})" if resolved.from_hub else "")
+    if not resolved.path.is_dir():
         raise FileNotFoundError(
-            f"model.path {str(path)!r} is not a directory (tirl loads local checkpoints only)"
+            f"model.path {where} is not a directory, nor a Hugging Face Hub id (org/name or org/name@revision)"
         )
-    if not any((Path(path) / f).is_file() for f in needs):
+    if not any((resolved.path / f).is_file() for f in needs):
         raise FileNotFoundError(
-            f"model.path {str(path)!r} has no config.json: not a Hugging Face model directory (one that "
+            f"model.path {where} has no config.json: not a Hugging Face model directory (one that "
             "save_pretrained writes, with config.json, weights and tokenizer; a .gguf file: `tirl model import`)"
         )
+    return resolved.path
 
 
 def tied_aliases(model: torch.nn.Module) -> set[str]:

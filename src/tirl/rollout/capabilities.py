@@ -15,7 +15,7 @@ only have the config's engine name), never the engine's class or name. The rules
   bench/rollout_async.py measured the async loop faster on the tiny torch model too (2-core CPU shared with other
   jobs: 1.6-1.7x without slow tool calls, 2.2-4.8x with them), but lock-step keeps the demo's sampled trajectories
   and the exact-resume path (one generator for the batch) as they are; `rollout.mode: async` opts in.
-- `rl.rollout_correction: auto` is off (none) when the engine shares the policy module and computes in fp32 like
+- `rl.correction.mode: auto` is off (none) when the engine shares the policy module and computes in fp32 like
   the trainer, so its sampling log-probs are the trainer's own computation, and token_tis (cap 2.0) otherwise
   (another process, or bf16 on either side: `with_precision`): it keeps every sequence (no data dropped on
   small batches) and bounds each token's weight, verl's first fix for engine/trainer mismatch
@@ -128,7 +128,7 @@ class EngineCapabilities:
         return mode
 
     def rollout_correction(self, mode: str) -> str:
-        """The correction `rl.rollout_correction` names; "auto" resolved for this engine."""
+        """The correction `rl.correction.mode` names; "auto" resolved for this engine."""
         if mode == "auto":
             return "none" if self.exact_logprobs else "token_tis"
         return mode

@@ -21,7 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from tirl.chat.hermes import ToolCall, truncate_middle
+from tirl.chat.tool_formats import ToolCall
 from tirl.sandbox.types import Sandbox
 from tirl.tools.schema import check_arguments, function_schema
 
@@ -224,6 +224,14 @@ class ToolSet:
             for k, o in zip(idx, results[name], strict=True):
                 out[k] = ToolOutput(_truncate(o.text, max_chars, truncate_side), o.status, o.exec_result)
         return [o for o in out if o is not None]
+
+
+def truncate_middle(text: str, max_chars: int = 256, *, marker: str = "...(truncated)...") -> str:
+    """Keep the first and last max_chars/2 characters (the recipe's `middle` mode)."""
+    if max_chars <= 0 or len(text) <= max_chars:
+        return text
+    half = max_chars // 2
+    return text[:half] + marker + text[len(text) - (max_chars - half) :]
 
 
 def _truncate(text: str, max_chars: int, side: str) -> str:

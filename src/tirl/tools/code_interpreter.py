@@ -4,8 +4,8 @@ a call is shown in the trajectory viewer, and the default tool set of a task and
 
 Everyone else asks this module: the chat renderer lists the schemas it is given and knows no tool (chat/ lies
 below tools/), the agent loop hands its `agent.*` settings to its tools (`ToolSet.configured`), SFT writers and
-the demo's solver format outputs with `format_tool_output`. Deliberately not here: the Hermes call syntax
-(`tirl.chat.hermes`, shared by every tool) and running code (`tirl.sandbox`).
+the demo's solver format outputs with `format_tool_output`. Deliberately not here: the call syntax
+(`tirl.chat.tool_formats`, shared by every tool) and running code (`tirl.sandbox`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from tirl.chat.hermes import call_json
+from tirl.chat.tool_formats.hermes import call_json
 from tirl.sandbox.types import Sandbox
 from tirl.tools.base import Tool, ToolOptions, ToolOutput, call_text
 from tirl.tools.schema import check_arguments

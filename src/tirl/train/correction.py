@@ -1,7 +1,7 @@
 """The engine/trainer log-prob correction of an RL step, resolved once: its mode and bounds, the weights it puts on
 the advantages, and the metrics it logs. The math is `tirl.algorithms.rollout_correction`'s; this record only
-carries `rl.rollout_correction` (resolved for the engine by `EngineCapabilities.rollout_correction`) and its
-`tis_cap` / `mis_low` / `mis_high` to wherever the old log-probs are known: before the update (a recomputation) or
+carries `rl.correction.mode` (resolved for the engine by `EngineCapabilities.rollout_correction`) and its
+`rl.correction.tis_cap` / `mis_low` / `mis_high` to wherever the old log-probs are known: before the update (a recomputation) or
 inside it (an on-policy update's own pass, `tirl.train.update`)."""
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ class RolloutCorrection:
 
     @classmethod
     def of(cls, mode: str, cfg: Any) -> RolloutCorrection:
-        """`mode` (resolved for the engine) with the bounds of an `RLConfig` (`cfg`)."""
+        """`mode` (resolved for the engine) with the bounds of `rl.correction` (`cfg`)."""
         return cls(mode, cap=cfg.tis_cap, low=cfg.mis_low, high=cfg.mis_high)
 
     @property

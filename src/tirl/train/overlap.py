@@ -7,7 +7,7 @@ verl's one-step-off-policy recipe, AReaL and prime-rl overlap generation with tr
 4. wait for batch k+1, then sync the new weights: an engine never reloads under a batch's requests.
 Every batch after the first is therefore exactly one update stale; `rollout/staleness` logs it (the engine's weight
 version minus the mean version the batch's trajectories were sampled from: 1.0). The old log-probs are recomputed
-with the current policy, so the engine/trainer correction (`rl.rollout_correction`, token TIS by default for a
+with the current policy, so the engine/trainer correction (`rl.correction.mode`, token TIS by default for a
 server engine) covers the staleness too, and `rollout/logprob_diff_*` include it.
 
 Resume: batch k+1 is complete before step k's checkpoint is written (it is waited for before the sync), so the

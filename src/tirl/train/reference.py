@@ -1,4 +1,4 @@
-"""The KL reference policy: the model the policy is kept close to when `rl.kl_coef > 0`.
+"""The KL reference policy: the model the policy is kept close to when `rl.kl.coef > 0`.
 
 For a LoRA policy it is the policy's own frozen base, run with the adapter disabled (peft's `disable_adapter`):
 no second copy of the weights, and by construction exactly the model training started from. For full fine-tuning

@@ -8,7 +8,7 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
 2. Clip-higher: asymmetric ratio clip 1-0.2 / 1+0.28 (the "C"), plus dual-clip (c = 10) for negative advantages
    (`rl.loss.*` of the default loss, `ppo`).
 3. Overlong reward shaping (DAPO): a soft penalty as the response nears the budget (the "R").
-4. No KL penalty and no reference model by default; `kl_coef > 0` turns on a k1/k3 penalty in the loss.
+4. No KL penalty and no reference model by default; `rl.kl.coef > 0` turns on a k1/k3 penalty in the loss.
 5. Tool-output tokens are in the context but never in the loss (`loss_mask`), and they count toward the budget.
 6. A group whose rewards are all equal gets exactly zero advantage (group statistics in float64, equal groups
    detected explicitly); `adv/zero_share` is the share of such groups. No dynamic re-sampling replaces them.
@@ -68,6 +68,7 @@ from tirl.train.rl_batch import (
 from tirl.train.rl_config import RLConfig
 from tirl.train.rl_run import RLRun
 from tirl.train.signals import graceful_stop
+from tirl.train.token_check import token_fidelity
 from tirl.train.update import LossSpec, accumulate_gradients, no_grad_logprobs
 
 
@@ -82,7 +83,9 @@ class RLTrainer:
         cfg = run.cfg
         self.run = run  # kept whole, read where needed: the trainer copies none of its fields
         self.world = dist.world_size()
-        self.corr = RolloutCorrection.of(run.engine_caps.rollout_correction(cfg.rollout_correction), cfg)
+        self.corr = RolloutCorrection.of(
+            run.engine_caps.rollout_correction(cfg.correction.mode), cfg.correction
+        )
         self.adv_fn = get_advantage_estimator(cfg.advantage.name, **cfg.advantage.hyperparameters())
         self.loss_fn = get_policy_loss(cfg.loss.name)
         self.local_mini = cfg.mini_batch_size // self.world  # trajectories per update on this rank
@@ -184,6 +187,7 @@ class RLTrainer:
         if self.ahead and self.step_done + 1 < cfg.steps:
             self._sample_ahead()
         t_rollout = time.time() - t0
+        fidelity = token_fidelity(trajs, self.run.agent.renderer, self.run.agent.config.token_stream)
         rewards = torch.tensor([s.reward for s in scores])
         groups = torch.tensor([t.group for t in trajs])
         adv = self.adv_fn(rewards, groups)
@@ -198,6 +202,7 @@ class RLTrainer:
             update, mismatch = self._train_on(batch, trajs)
         metrics, stats = global_rollout_metrics(trajs, scores, rewards, groups, adv)
         metrics.update(update)
+        metrics.update(fidelity)
         metrics.update(dyn)
         metrics.update({} if stale is None else {"rollout/staleness": stale})
         metrics.update(rank_reduced(mismatch))
@@ -314,7 +319,11 @@ class RLTrainer:
                     )
                 manifest.check_weights(self.run.policy, f"RL step {step}")
                 self.step_done = step + 1
-                if self.run.validate is not None and cfg.eval_every and self.step_done % cfg.eval_every == 0:
+                if (
+                    self.run.validate is not None
+                    and cfg.validation.every
+                    and self.step_done % cfg.validation.every == 0
+                ):
                     with fsdp.gathered(self.run.policy):
                         val = self.run.validate(self.step_done)
                     m.update(val)
@@ -335,7 +344,7 @@ class RLTrainer:
 
     @property
     def correction(self) -> str:
-        """`rl.rollout_correction` resolved for this engine."""
+        """`rl.correction.mode` resolved for this engine."""
         return self.corr.mode
 
     @property

@@ -1,7 +1,9 @@
 """`rl:` of a run's config: GRPO-TCR's settings with the reference recipe's defaults, checked when loaded (a bad
 value fails at start-up, naming the valid ones, not after the first rollout). The loop that reads them is
 `tirl.train.rl`. The estimator's and the loss's own settings are not here: `rl.advantage.*` and `rl.loss.*` are
-the options dataclasses registered with them (`tirl.algorithms`), built by name as `task.*` is."""
+the options dataclasses registered with them (`tirl.algorithms`), built by name as `task.*` is. The KL penalty,
+the validation during training and the rollout correction are sections of their own (`rl.kl.*`,
+`rl.validation.*`, `rl.correction.*`); the batching and checkpoint keys stay flat, the same keys as `sft.*`."""
 
 from __future__ import annotations
 
@@ -33,11 +35,78 @@ MOVED_TO_VARIANTS = {
     "loss_norm_len": "rl.loss.norm_len",
     "token_mean": "rl.loss.token_mean",
 }
+# the flat keys of rl.* before the KL penalty, the validation and the rollout correction had sections of their own
+MOVED_TO_SECTIONS = {
+    "kl_coef": "rl.kl.coef",
+    "kl_estimator": "rl.kl.estimator",
+    "eval_every": "rl.validation.every",
+    "eval_data": "rl.validation.data",
+    "eval_at_start": "rl.validation.at_start",
+    "rollout_correction": "rl.correction.mode",
+    "tis_cap": "rl.correction.tis_cap",
+    "mis_low": "rl.correction.mis_low",
+    "mis_high": "rl.correction.mis_high",
+}
+
+
+@dataclass
+class KLConfig:
+    """`rl.kl.*`: a penalty toward the initial policy in the loss (off by default, as in the recipe: no reference
+    model is loaded then)."""
+
+    coef: float = 0.0
+    estimator: Literal["k1", "k3"] = "k3"
+
+    def __post_init__(self) -> None:
+        check_range("rl.kl.coef", self.coef, 0)  # at load time, not after a rollout
+
+
+@dataclass
+class ValidationConfig:
+    """`rl.validation.*`: held-out benchmark files sampled during training (eval.n samples each; records kept in
+    OUT/eval/step-<k>/)."""
+
+    every: int = 0  # steps between validations; 0 = none
+    data: list[str] = field(default_factory=list)  # benchmark files
+    at_start: bool = False  # validate before the first step too (verl's val_before_train)
+
+    def __post_init__(self) -> None:
+        if self.every < 0 or (self.every and not self.data):
+            raise ValueError(
+                f"rl.validation.every={self.every} needs rl.validation.data (a list of benchmark files) and must be "
+                ">= 0"
+            )
+
+
+@dataclass
+class CorrectionConfig:
+    """`rl.correction.*`: the engine/trainer log-prob mismatch (`tirl.algorithms.rollout_correction`)."""
+
+    # auto = none for an engine that shares the policy module (the torch engine), token_tis otherwise
+    # (tirl.rollout.capabilities says why)
+    mode: Literal["auto", "none", "token_tis", "seq_mis"] = "auto"
+    tis_cap: float = 2.0  # token_tis: weights min(pi_old / pi_rollout, cap) (verl's rollout_is_threshold)
+    # seq_mis: sequences whose ratio is outside [mis_low, mis_high] are masked (TRL's 0, 3)
+    mis_low: float = 0.0
+    mis_high: float = 3.0
+
+    def __post_init__(self) -> None:
+        if self.mode not in ("auto", *CORRECTIONS):
+            raise ValueError(f"rl.correction.mode={self.mode!r}; valid: auto, {', '.join(CORRECTIONS)}")
+        check_range("rl.correction.mis_low", self.mis_low, 0)
+        check_range("rl.correction.tis_cap", self.tis_cap, 0, low_open=True)
+        check_range(
+            "rl.correction.mis_high",
+            self.mis_high,
+            self.mis_low,
+            low_open=True,
+            low_name="rl.correction.mis_low",
+        )
 
 
 @dataclass
 class RLConfig:
-    MOVED_KEYS: ClassVar[dict[str, str]] = MOVED_TO_VARIANTS
+    MOVED_KEYS: ClassVar[dict[str, str]] = {**MOVED_TO_VARIANTS, **MOVED_TO_SECTIONS}
     # what the moved keys meant when a config left them out: `tirl config migrate` writes these where the new
     # variant's own default differs (rl.policy_loss=gspo ran with 0.2 / 0.28, GSPOOptions' default is 3e-4 / 4e-4)
     MOVED_DEFAULTS: ClassVar[dict[str, Any]] = {
@@ -59,8 +128,7 @@ class RLConfig:
     # the policy loss by name and its own settings (rl.loss.name picks the dataclass: tirl.algorithms)
     loss: LossOptions = field(default_factory=default_loss_options)
     prompt_rewrite: Literal["none", "verl"] = "none"  # verl: the recipe's rl.data rewrite (recipe_prompts.py)
-    kl_coef: float = 0.0
-    kl_estimator: Literal["k1", "k3"] = "k3"
+    kl: KLConfig = field(default_factory=KLConfig)
     entropy_coef: float = 0.0
     # DAPO: drop groups whose rewards are all equal, sample more prompts to refill
     dynamic_sampling: bool = False
@@ -72,24 +140,12 @@ class RLConfig:
     # auto: the engine's sampling log-probs when they are the trainer's own (capabilities.old_logprobs); recompute:
     # always a no-grad pass (measures the engine/trainer mismatch)
     old_logprobs: Literal["auto", "recompute"] = "auto"
-    eval_every: int = (
-        0  # steps between validations on eval_data (records kept in OUT/eval/step-<k>/); 0 = none
-    )
-    eval_data: list[str] = field(
-        default_factory=list
-    )  # benchmark files validated during training (eval.n each)
-    eval_at_start: bool = False  # validate before the first step too (verl's val_before_train)
+    validation: ValidationConfig = field(default_factory=ValidationConfig)
     log_samples: int = 2  # trajectories per step logged as text (JSONL samples file, TensorBoard, wandb)
     save_every: int = 0  # steps between resumable checkpoints (checkpoint-<step>/); 0 = only the final model
     keep_last: int = 0  # complete checkpoints kept, oldest deleted first, never the newest; 0 = all
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-6, weight_decay=0.01, grad_clip=1.0))
-    # engine/trainer log-prob mismatch (tirl.algorithms.rollout_correction): auto = none for an engine that shares
-    # the policy module (the torch engine), token_tis otherwise (tirl.rollout.capabilities says why)
-    rollout_correction: Literal["auto", "none", "token_tis", "seq_mis"] = "auto"
-    tis_cap: float = 2.0  # token_tis: weights min(pi_old / pi_rollout, cap) (verl's rollout_is_threshold)
-    # seq_mis: sequences whose ratio is outside [mis_low, mis_high] are masked (TRL's 0, 3)
-    mis_low: float = 0.0
-    mis_high: float = 3.0
+    correction: CorrectionConfig = field(default_factory=CorrectionConfig)
     # 1: step k+1's rollouts are sampled with step k's weights while step k's update runs (tirl.train.overlap)
     off_policy_steps: int = 0
 
@@ -109,10 +165,6 @@ class RLConfig:
         except ValueError as e:
             own = "".join(f", rl.advantage.{k}={v}" for k, v in adv.hyperparameters().items())
             raise ValueError(f"rl.advantage.name={adv.name!r} with rl.n={self.n}{own}: {e}") from None
-        if self.eval_every < 0 or (self.eval_every and not self.eval_data):
-            raise ValueError(
-                f"rl.eval_every={self.eval_every} needs rl.eval_data (a list of benchmark files) and must be >= 0"
-            )
         if self.save_every < 0 or self.keep_last < 0:
             raise ValueError(
                 f"save_every and keep_last must be >= 0, got {self.save_every}, {self.keep_last}"
@@ -120,17 +172,17 @@ class RLConfig:
         if self.dynamic_max_rounds < 0:
             raise ValueError(f"dynamic_max_rounds must be >= 0, got {self.dynamic_max_rounds}")
         check_micro_batch(self.micro_batch_size, self.micro_batch_tokens)
-        if self.rollout_correction not in ("auto", *CORRECTIONS):
-            raise ValueError(
-                f"rl.rollout_correction={self.rollout_correction!r}; valid: auto, {', '.join(CORRECTIONS)}"
-            )
         if self.old_logprobs not in ("auto", "recompute"):
             raise ValueError(f"rl.old_logprobs={self.old_logprobs!r}; valid: auto, recompute")
         check_range("entropy_coef", self.entropy_coef)  # at load time, not after a rollout
-        for name, low in (("kl_coef", 0), ("mis_low", 0), ("tis_cap", 0)):
-            check_range(name, getattr(self, name), low, low_open=name == "tis_cap")
-        check_range("mis_high", self.mis_high, self.mis_low, low_open=True, low_name="mis_low")
         check_off_policy(self.off_policy_steps, dynamic_sampling=self.dynamic_sampling)
 
 
-__all__ = ["MOVED_TO_VARIANTS", "RLConfig"]
+__all__ = [
+    "MOVED_TO_SECTIONS",
+    "MOVED_TO_VARIANTS",
+    "CorrectionConfig",
+    "KLConfig",
+    "RLConfig",
+    "ValidationConfig",
+]

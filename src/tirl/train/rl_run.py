@@ -46,7 +46,7 @@ class RLRun:
     engine_caps: EngineCapabilities  # the engine's, with the run's precision
     logger: MetricsLogger | None = None
     autocast: torch.dtype | None = None  # model.autocast's dtype
-    reference: Reference | None = None  # the KL reference (rl.kl_coef > 0)
+    reference: Reference | None = None  # the KL reference (rl.kl.coef > 0)
     ref_source: str = ""  # where the reference (the initial policy) was loaded from
     identity: RunIdentity | None = None  # what checkpoints record, and a resume must match
     validate: Callable[[int], dict[str, float]] | None = None  # step -> validation metrics
@@ -73,7 +73,7 @@ def assemble(
 ) -> RLRun:
     """The `RLRun` of these parts: prompts longer than agent.max_prompt_tokens dropped (verl's
     filter_overlong_prompts; an error if none is left or one runs past the model's positions), `micro_batch_tokens:
-    auto` sized for `activation_gib` (tirl.train.memory), the KL reference wrapped when rl.kl_coef > 0 (`ref_model`:
+    auto` sized for `activation_gib` (tirl.train.memory), the KL reference wrapped when rl.kl.coef > 0 (`ref_model`:
     its copy when `policy` cannot be copied, being FSDP-sharded; else a frozen copy of `policy`, none for LoRA).
     `rest`: RLRun's optional fields (logger, ref_source, identity, validate)."""
     if not rows:
@@ -81,7 +81,7 @@ def assemble(
     fitted = fitting_prompts(problem_rows(rows), agent.renderer, agent.config.max_prompt_tokens)
     check_prompt_lengths(fitted, agent, model_positions(agent), what="rl.data")
     cfg, budget = sized_micro_batches(cfg, policy, autocast, activation_gib)
-    reference = Reference(policy, ref_dtype, copy=ref_model) if cfg.kl_coef > 0 else None
+    reference = Reference(policy, ref_dtype, copy=ref_model) if cfg.kl.coef > 0 else None
     caps = capabilities_of(agent.engine).with_precision(None, autocast)  # bf16: not exact
     return RLRun(
         policy, tokenizer, agent, fitted, cfg, budget, sampling, reward, Path(out_dir), seed, caps,

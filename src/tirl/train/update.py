@@ -79,7 +79,7 @@ class LossSpec:
         """The spec an `RLConfig` (`cfg`) asks for, with the trainer's resolved loss, length and temperature."""
         return cls(
             loss_fn, hyper=cfg.loss.hyperparameters(), agg=cfg.loss.agg, norm_len=norm_len, temperature=temperature,
-            kl_coef=cfg.kl_coef, kl_estimator=cfg.kl_estimator, entropy_coef=cfg.entropy_coef,
+            kl_coef=cfg.kl.coef, kl_estimator=cfg.kl.estimator, entropy_coef=cfg.entropy_coef,
             micro_batch_size=cfg.micro_batch_size, micro_batch_tokens=cfg.micro_batch_tokens,
             token_mean=cfg.loss.token_mean, autocast=autocast, share_prefix=cfg.share_prefix, compiled=compiled,
         )  # fmt: skip

@@ -67,8 +67,8 @@ ALGORITHM_PRESETS = {
         _paper(
             "kl",
             "a small KL penalty to the SFT model (k3, 0.001) against none",
-            Arm("small-kl", ("rl.kl_coef=0.001", "rl.kl_estimator=k3"), "KL k3, coefficient 0.001"),
-            Arm("no-kl", ("rl.kl_coef=0.0",), "no KL"),
+            Arm("small-kl", ("rl.kl.coef=0.001", "rl.kl.estimator=k3"), "KL k3, coefficient 0.001"),
+            Arm("no-kl", ("rl.kl.coef=0.0",), "no KL"),
         ),
         _paper(
             "entropy-bonus",

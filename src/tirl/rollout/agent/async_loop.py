@@ -158,7 +158,7 @@ class _Run:
             )[0]
             with self.cond:
                 self._guard(i)
-                calls = apply_turn(t, g, lp.renderer, cfg)
+                calls = apply_turn(t, g, lp.renderer, cfg, lp.tools.schemas)
             if not calls:
                 return t
             outs = execute_tool_calls(lp.tools, lp.sandbox, calls, cfg)

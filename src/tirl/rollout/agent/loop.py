@@ -20,8 +20,8 @@ from typing import Any, Literal
 
 import torch
 
-from tirl.chat.hermes import ToolCall, parse_tool_calls
 from tirl.chat.template import ChatRenderer
+from tirl.chat.tool_formats import ToolCall
 from tirl.rollout.engines.base import Engine
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation, Origin, ToolCallRecord, Trajectory
@@ -125,7 +125,7 @@ class AgentLoop:
                 tuple[int, list[ToolCall], bool]
             ] = []  # (trajectory, its calls, turn closed by EOS)
             for i, g in zip(live, gens, strict=True):
-                calls = apply_turn(trajs[i], g, self.renderer, cfg)
+                calls = apply_turn(trajs[i], g, self.renderer, cfg, self.tools.schemas)
                 if calls:
                     pending.append((i, calls, g.finish_reason == "eos"))
             outputs = iter(self._execute([c for _, calls, _ in pending for c in calls]))
@@ -147,15 +147,22 @@ def turn_budget(t: Trajectory, cfg: AgentConfig) -> int:
     return min(cfg.max_tokens_per_turn, cfg.max_response_tokens - t.response_length)
 
 
-def apply_turn(t: Trajectory, g: Generation, renderer: ChatRenderer, cfg: AgentConfig) -> list[ToolCall]:
-    """Append a sampled turn (ids, mask 1, log-probs); return its calls (at most `max_calls_per_turn`) if the
-    trajectory goes on, else [] with `t.stop_reason` set (the stop rules of the module docstring)."""
+def apply_turn(
+    t: Trajectory,
+    g: Generation,
+    renderer: ChatRenderer,
+    cfg: AgentConfig,
+    schemas: Sequence[dict[str, Any]] = (),
+) -> list[ToolCall]:
+    """Append a sampled turn (ids, mask 1, log-probs); return its calls (at most `max_calls_per_turn`, read in the
+    renderer's tool format and typed by the tools' `schemas`) if the trajectory goes on, else [] with
+    `t.stop_reason` set (the stop rules of the module docstring)."""
     t.response_ids += g.token_ids
     t.loss_mask += [1] * len(g.token_ids)
     t.logprobs += g.logprobs
     t.turn_texts.append(renderer.tokenizer.decode(g.token_ids, skip_special_tokens=False))
     t.weight_versions.append(g.weight_version)
-    calls = turn_calls(t.turn_texts[-1], cfg)
+    calls = turn_calls(t.turn_texts[-1], renderer, cfg, schemas)
     spent = t.response_length >= cfg.max_response_tokens
     if not calls:
         # with malformed_calls="drop", a turn stopped at </tool_call> whose calls were all dropped ends as an answer
@@ -170,12 +177,15 @@ def apply_turn(t: Trajectory, g: Generation, renderer: ChatRenderer, cfg: AgentC
     return []
 
 
-def turn_calls(text: str, cfg: AgentConfig) -> list[ToolCall]:
+def turn_calls(
+    text: str, renderer: ChatRenderer, cfg: AgentConfig, schemas: Sequence[dict[str, Any]] = ()
+) -> list[ToolCall]:
     """The calls of a turn that run, at most `max_calls_per_turn`; with `malformed_calls="drop"` the ones that do
     not parse are dropped first, as verl's Hermes parser does."""
-    if cfg.malformed_calls == "feedback":
-        return parse_tool_calls(text, limit=cfg.max_calls_per_turn)
-    return [c for c in parse_tool_calls(text) if c.error is None][: cfg.max_calls_per_turn]
+    calls = renderer.parse_calls(text, schemas)
+    if cfg.malformed_calls == "drop":
+        calls = [c for c in calls if c.error is None]
+    return calls[: cfg.max_calls_per_turn]
 
 
 def apply_tool_results(

@@ -16,10 +16,13 @@ if TYPE_CHECKING:
 def build(ro: RolloutConfig, x: EngineInputs) -> Engine:
     """One managed server in one process; under torchrun, or with `rollout.urls`, a pool of servers every rank
     samples from (`tirl.rollout.engines.vllm.pool`); colocated: one sleeping engine per rank."""
+    from tirl.models.hub import resolve_model
     from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig
     from tirl.rollout.engines.vllm.pool import build_pool, world_size
     from tirl.rollout.engines.vllm.weights import is_plain_hf_dir, servable_dir
 
+    # vLLM serves a directory: a Hub id (the stages pass its snapshot already) becomes its cached snapshot
+    model_path = str(resolve_model(x.model_path).path) if x.model_path else ""
     v = ro.vllm
     if v.placement == "colocated":
         from tirl.rollout.engines.vllm.colocated import ColocatedEngine, VLLMBackend, engine_kwargs
@@ -27,19 +30,19 @@ def build(ro: RolloutConfig, x: EngineInputs) -> Engine:
         preflight(ro)
         kw = engine_kwargs(v.args, v.kv_cache_gib)
         backend = VLLMBackend(
-            x.model_path, dtype=ro.served_dtype(x.dtype), stop_ids=[x.eos_id, *x.stop_ids], extra=kw
+            model_path, dtype=ro.served_dtype(x.dtype), stop_ids=[x.eos_id, *x.stop_ids], extra=kw
         )
         return ColocatedEngine(backend, eos_ids=[x.eos_id], stop_ids=x.stop_ids)
     wd = x.work_dir / "vllm" if x.work_dir else None
     pooled = bool(ro.urls) or world_size() > 1
-    if pooled and not is_plain_hf_dir(x.model_path):  # a sharded policy cannot be exported by one rank alone
+    if pooled and not is_plain_hf_dir(model_path):  # a sharded policy cannot be exported by one rank alone
         raise ValueError(
             f"rollout.engine=vllm under torchrun or with rollout.urls serves model.path as it is, and "
-            f"{x.model_path or 'the model'} is no plain Hugging Face directory (config.json, *.safetensors, "
+            f"{model_path or 'the model'} is no plain Hugging Face directory (config.json, *.safetensors, "
             "tokenizer): export it first with tirl export"
         )
     vcfg = VLLMEngineConfig(
-        model=str(servable_dir(x.model_path, x.model, x.tokenizer, wd)), python=v.python, port=v.port,
+        model=str(servable_dir(model_path, x.model, x.tokenizer, wd)), python=v.python, port=v.port,
         kv_cache_gib=v.kv_cache_gib, dtype=ro.served_dtype(x.dtype), extra_args=list(v.args),
         startup_timeout_s=v.startup_timeout_s, work_dir=str(wd or ""), eos_ids=[x.eos_id],
         stop_ids=list(x.stop_ids), concurrency=ro.concurrency, request_timeout_s=ro.request_timeout_s,
