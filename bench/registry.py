@@ -66,6 +66,12 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     Benchmark(
         "rl_overlap", 14, "RL step with rl.off_policy_steps 0 against 1, vLLM engine", f"{VLLM}; {SMOLLM2}"
     ),
+    Benchmark(
+        "rl_stream",
+        60,
+        "RL synchronous, off_policy_steps=1 and streaming (K 1, 2, partial) on long-tailed multi-turn rollouts",
+        f"{VLLM}; {SMOLLM2}",
+    ),
     Benchmark("vllm_sync", 10, "weight sync into a vLLM server, memory against disk", f"{VLLM}; {SMOLLM2}"),
     Benchmark(
         "vllm_idle",

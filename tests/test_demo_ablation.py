@@ -93,6 +93,22 @@ def test_each_preset_changes_only_its_key_on_the_demo_config(name, key, values):
     assert {k for k in arms[0] if arms[0][k] != arms[1][k]} == {key}
 
 
+def test_the_smollm2_presets_run_its_stages_and_change_lora_or_only_the_sft_rows():
+    from tirl.demo.command import CONFIGS
+
+    lora, data = get_preset("lora"), get_preset("data")
+    base = load_config(TirlConfig, CONFIGS / lora.config)
+    arms = [_flat(to_dict(arm_config(base, a))) for a in lora.study.arms]
+    assert {k for k in arms[0] if arms[0][k] != arms[1][k]} == {"model.lora.rank", "rl.optim.lr"}
+    assert (arms[0]["model.lora.rank"], arms[1]["model.lora.rank"], arms[1]["rl.optim.lr"]) == (0, 16, 1e-4)
+    assert lora.study.stages == data.study.stages == "smollm2" and lora.study.train == "rl"
+    base = load_config(TirlConfig, CONFIGS / data.config)
+    assert base.task.name == "gsm8k" and data.study.train == "sft"
+    stitched, real = data.study.arms
+    assert to_dict(arm_config(base, stitched)) == to_dict(arm_config(base, real))  # no config key differs...
+    assert (stitched.sft_data, real.sft_data) == ("", "sampled")  # ...the SFT rows do
+
+
 def test_list_presets_names_every_preset(capsys):
     assert main(["compare", "--list-presets"]) == 0
     said = capsys.readouterr().out
@@ -254,3 +270,32 @@ def test_start_init_gives_every_arm_its_own_sft_and_a_stop_request_ends_the_comp
     fail["rl-a"] = StopRequested("ckpt", 1)
     with pytest.raises(StopRequested):
         runner.run_arms(TirlConfig(), Study("s", (Arm("a"), Arm("b"))), runner.Layout(tmp_path))
+
+
+def test_an_arm_on_other_sft_rows_trains_its_own_sft_and_train_sft_compares_the_sft_models(
+    stages, tmp_path, monkeypatch
+):
+    calls, _ = stages
+    made = []
+
+    def data_start(cfg, out, source, shared):
+        made.append((str(out), source, shared.sft_fingerprint))
+        return pipeline.Start(shared.prep, Path(out) / "model", f"own-{source}")
+
+    monkeypatch.setattr(pipeline, "data_start", data_start)
+    arms = (Arm("stitched"), Arm("real", sft_data="sampled"))
+    runs = runner.run_arms(TirlConfig(), Study("d", arms, train="sft"), runner.Layout(tmp_path))
+    seed = tmp_path / "seed-0"
+    assert made == [(str(seed / "sft-real"), "sampled", f"sft-{seed}")]  # from the shared start
+    assert [kind for kind, _ in calls] == ["sft", "eval", "eval"]  # no RL
+    assert [(r.arm, r.status, r.own_sft, r.rl_dir) for r in runs] == [
+        ("stitched", "done", False, ""),
+        ("real", "done", True, ""),
+    ]
+
+
+def test_the_tiny_stages_have_no_other_sft_rows(stages, tmp_path):
+    runs = runner.run_arms(
+        TirlConfig(), Study("d", (Arm("a"), Arm("b", sft_data="sampled"))), runner.Layout(tmp_path)
+    )
+    assert runs[1].status == "failed" and "SFT data 'sampled'" in runs[1].error

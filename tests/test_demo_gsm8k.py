@@ -28,17 +28,26 @@ def test_gsm8k_demo_runs_every_stage_and_the_data_comparison(tmp_path):
     ])  # fmt: skip
     report = json.loads((out / "report.json").read_text())
     assert report["task"] == "gsm8k"
-    stages = {"data", "sft", "rl", "eval_base", "eval_sft", "eval_rl", "sample", "analyze"}
+    stages = {"data", "sft", "rl", "eval_base", "eval_sft", "eval_rl", "analyze"}
     assert stages <= set(report["seconds"]), report["seconds"]
     test = read_rows(out / "data" / "test.jsonl")  # the held-out set is saved with the run
     assert len(test) == 4 and all(r["data_source"] == "gsm8k" for r in test)
     stitched = read_rows(out / "data" / "sft.jsonl")
     assert len(stitched) == 64 and all(r["style"] == "stitched" for r in stitched)
+    # the data preset of tirl compare, in compare-data/: the stitched SFT (the demo's sft/) against SFT on the
+    # stitched-SFT model's own correct samples (sft-real/), both evaluated the same way
+    compared = json.loads((out / "compare-data" / "report.json").read_text())
+    runs = {r["arm"]: r for r in compared["runs"]}
+    assert runs["stitched"]["status"] == "done" and compared["study"]["train"] == "sft"
     sampled = json.loads((out / "data" / "sft-real.jsonl.summary.json").read_text())
-    assert sampled["rows_written"] == report["real_rows"] <= 64
-    if report["real_rows"]:  # SFT on the sampled rows, evaluated like the others
-        assert {"sft-real", "eval_sft-real"} <= set(report["seconds"]) and "sft-real" in report["models"]
+    assert sampled["rows_written"] <= 64
+    # SFT on the sampled rows, evaluated like the stitched one and compared with it
+    if sampled["rows_written"]:
+        assert runs["real"]["status"] == "done" and (out / "sft-real" / "model").is_dir()
+        assert [c["arm"] for c in compared["comparisons"]] == ["real"]
+        check_tokens(out / "compare-data", ["stitched", "real"])
     else:  # none correct: every allowed problem was tried (2 per wanted row), 4 samples each
+        assert "no correct sampled trajectory" in runs["real"]["error"]
         assert sampled["problems"] == 2 * 64 and sampled["samples"] == 4 * sampled["problems"]
     sft = report["summary"]["sft"]["gsm8k"]
     # the stitched SFT taught the tool call: the sandbox ran its code

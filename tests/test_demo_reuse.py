@@ -17,7 +17,7 @@ import tirl.demo.smollm2 as smollm2
 import tirl.demo.tiny as tiny
 from tirl.commands.run_config import TirlConfig
 from tirl.core.config import load_config
-from tirl.demo.command import DEMO_CONFIG, DEMO_MODELS
+from tirl.demo.command import DEMO_CONFIG, DEMO_MODELS, DEMO_TASKS
 
 
 def fake_rows(cfg: TirlConfig, out: Path) -> dict:
@@ -127,3 +127,58 @@ def test_compare_retrains_the_demo_checkpoints_made_from_other_settings(calls, t
     assert run("rl.steps=3") == ["rl", "rl-passk"]
     assert "RL (rl): redoing it" in capsys.readouterr().out
     assert run("rl.steps=3", "task.levels=[1]") == ["rl", "rl-passk", "sft"]  # the data: SFT and all after it
+
+
+def test_compare_lora_after_the_smollm2_demo_trains_only_the_adapter(calls, tmp_path):
+    """`tirl demo --model smollm2 --compare lora`: the preset's stages are the demo's, so its sft/ and rl/ (arm
+    `full`) are reused and only rl-lora/ trains; the arms are evaluated into compare-lora/."""
+    cfg = load_config(TirlConfig, DEMO_MODELS["smollm2"], [f"out_dir={tmp_path / 'demo'}", "task.num_test=3"])
+    smollm2.run_smollm2_demo(cfg)
+    calls.clear()
+    report = compare.run_compare(cfg, "lora", temperatures=None)
+    assert sorted(calls) == ["eval-full", "eval-lora", "rl-lora"]
+    assert (tmp_path / "demo" / "compare-lora" / "eval-lora" / "summary.json").is_file()
+    assert [r["rl_dir"] for r in report["runs"]] == [str(tmp_path / "demo" / d) for d in ("rl", "rl-lora")]
+    record = json.loads((tmp_path / "demo" / "rl-lora" / "model.fingerprint.json").read_text())
+    assert (
+        record["inputs"]["config model"]
+        != json.loads((tmp_path / "demo" / "rl" / "model.fingerprint.json").read_text())["inputs"][
+            "config model"
+        ]
+    )  # the adapter's rank is an input of its RL stage
+
+
+def test_compare_data_trains_sft_on_the_sampled_rows_and_compares_the_sft_models(
+    calls, tmp_path, monkeypatch
+):
+    import tirl.demo.ablation.smollm2_stages as smollm2_stages
+    import tirl.tasks.gsm8k as gsm8k
+
+    sampled = []
+
+    def sample(run, pool, want):
+        sampled.append((run.models["sft"], want))
+        return [{"real": i} for i in range(want)]
+
+    monkeypatch.setattr(smollm2_stages, "sample_real_rows", sample)
+    monkeypatch.setattr(gsm8k, "sample_pool", lambda task, seed: [])
+    out = tmp_path / "demo"
+    cfg = load_config(TirlConfig, DEMO_TASKS["gsm8k"], [f"out_dir={out}", "task.num_test=3"])
+    smollm2.run_smollm2_demo(cfg)
+    calls.clear()
+    report = compare.run_compare(cfg, "data", temperatures=None)
+    # the stitched SFT is the demo's (reused); the real arm's SFT trains from the base on the sampled rows; no RL
+    assert sorted(calls) == ["eval-real", "eval-stitched", "sft-real"]
+    assert sampled == [(out / "sft" / "model", 2)]
+    assert {r["arm"]: r["rl_dir"] for r in report["runs"]} == {"stitched": "", "real": ""}
+    record = json.loads((out / "sft-real" / "model.fingerprint.json").read_text())
+    assert "data sft-real rows" in record["inputs"] and "model base" in record["inputs"]
+    assert report["study"]["train"] == "sft" and report["study"]["expect"] == {"real": 1}
+    # after RL (`tirl demo --compare data` runs both): the stitched arm's RL is the demo's rl/ (reused), the real
+    # arm's RL starts from its SFT model, which is reused; the RL models are compared
+    calls.clear()
+    after = compare.run_compare(cfg, "data-rl", temperatures=None)
+    assert sorted(calls) == ["eval-real", "eval-stitched", "rl-real"]  # no sft-real: its SFT model is reused
+    runs = {r["arm"]: r["rl_dir"] for r in after["runs"]}
+    assert runs["stitched"] == str(out / "rl") and runs["real"].endswith("rl-real")
+    assert after["study"]["train"] == "rl"

@@ -1,5 +1,5 @@
-"""Chat templates written in the shapes of four model families, plus two that re-render history, for the tiny test
-tokenizer (`with_family_tokens` adds the special tokens they need to a copy of it)."""
+"""Chat templates written in the shapes of four model families, two that re-render history and two that write tool
+calls themselves (Qwen3-Coder's XML, Llama 3.1's JSON), for the tiny test tokenizer (`with_family_tokens` adds the special tokens they need to a copy of it)."""
 
 import copy
 
@@ -85,12 +85,46 @@ DROPS_SEPARATOR = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 
+# Templates that write tool calls themselves from `tool_calls` (chat.tool_format=template). Qwen3-Coder's shape: the
+# content trimmed between newlines, each call as <tool_call>/<function=...>/<parameter=...> XML (mappings as JSON)
+QWEN3_CODER = (
+    "{%- for message in messages %}"
+    "{%- if message.role == 'assistant' and message.tool_calls %}"
+    "{{- '<|im_start|>assistant' }}"
+    "{%- if message.content and message.content | trim | length > 0 %}{{- '\n' + message.content | trim + '\n' }}{%- endif %}"
+    "{%- for tc in message.tool_calls %}{%- if tc.function is defined %}{%- set tc = tc.function %}{%- endif %}"
+    "{{- '\n<tool_call>\n<function=' + tc.name + '>\n' }}"
+    "{%- for k, v in tc.arguments | items %}"
+    "{{- '<parameter=' + k + '>\n' + (v | tojson if v is mapping or (v is sequence and v is not string) else v | string) + '\n</parameter>\n' }}"
+    "{%- endfor %}{{- '</function>\n</tool_call>' }}{%- endfor %}"
+    "{{- '<|im_end|>\n' }}"
+    "{%- elif message.role == 'tool' %}"
+    "{%- if loop.index0 == 0 or messages[loop.index0 - 1].role != 'tool' %}{{- '<|im_start|>user' }}{%- endif %}"
+    "{{- '\n<tool_response>\n' + message.content + '\n</tool_response>' }}"
+    "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}{{- '<|im_end|>\n' }}{%- endif %}"
+    "{%- else %}{{- '<|im_start|>' + message.role + '\n' + message.content + '<|im_end|>\n' }}"
+    "{%- endif %}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
+)
+
+# Llama 3.1's shape: each call a JSON object {"name", "parameters"} after <|python_tag|>, tool results as ipython
+LLAMA31 = LLAMA3.replace(
+    "{{- '<|start_header_id|>' + role + '<|end_header_id|>\\n\\n' + content | trim + '<|eot_id|>' }}",
+    "{{- '<|start_header_id|>' + role + '<|end_header_id|>\\n\\n' + content | trim }}"
+    "{%- for tc in message.tool_calls or [] %}{%- if tc.function is defined %}{%- set tc = tc.function %}{%- endif %}"
+    "{{- '<|python_tag|>{\"name\": \"' + tc.name + '\", \"parameters\": ' + tc.arguments | tojson + '}' }}"
+    "{%- endfor %}{{- '<|eot_id|>' }}",
+)
+assert LLAMA31 != LLAMA3
+
 TOKENS = [
     "<|begin_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>",
     "<s>", "</s>", "[INST]", "[/INST]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[TOOL_RESULTS]", "[/TOOL_RESULTS]",
     "<bos>", "<start_of_turn>", "<end_of_turn>",
     "<｜begin▁of▁sentence｜>", "<｜User｜>", "<｜Assistant｜>", "<｜end▁of▁sentence｜>",
     "<｜tool▁outputs▁begin｜>", "<｜tool▁output▁begin｜>", "<｜tool▁output▁end｜>", "<｜tool▁outputs▁end｜>",
+    "<|python_tag|>",
 ]  # fmt: skip
 
 

@@ -125,7 +125,8 @@ def test_malformed_xml_calls_get_the_formats_error_text(body, error):
         assert SHAPE in call.error  # the message shows the shape the model must write
 
 
-@pytest.mark.parametrize("name", list(TOOL_FORMATS))
+# json's calls have no closing tag: a call runs to the next header or the end of the turn
+@pytest.mark.parametrize("name", [n for n, f in TOOL_FORMATS.items() if f.end])
 def test_an_unclosed_call_is_an_error_not_a_crash(name):
     fmt = tool_format(name)
     text = fmt.render("run", {"code": "1"}) + "\n" + fmt.render("run", {"code": "2"}).removesuffix(fmt.end)
@@ -134,8 +135,41 @@ def test_an_unclosed_call_is_an_error_not_a_crash(name):
 
 
 def test_an_unknown_tool_format_lists_the_valid_ones():
-    with pytest.raises(ValueError, match="unknown chat.tool_format 'json5'; valid: hermes, qwen3_xml"):
+    with pytest.raises(
+        ValueError, match="unknown chat.tool_format 'json5'; valid: hermes, qwen3_xml, json, template"
+    ):
         tool_format("json5")
+
+
+def test_llama_json_calls_parse_with_either_key_and_after_whitespace():
+    code = json.dumps({"name": "run", "parameters": {"code": 'print("<|python_tag|>")'}})
+    text = f'Let me run both.<|python_tag|> {code}\n<|python_tag|>{{"name": "run", "arguments": {{"timeout": 5}}}}'
+    first, second = tool_format("json").parse(text, SCHEMAS)
+    assert first.arguments == {"code": 'print("<|python_tag|>")'} and first.error is None
+    assert second.arguments == {"timeout": 5} and second.name == "run"
+    assert tool_format("json").parse(text, SCHEMAS, limit=1) == [first]
+
+
+@pytest.mark.parametrize(
+    "after, error",
+    [
+        ('{"name": "run", "parameters": {"code": "x"', "is not valid JSON"),
+        ('["run"]', 'must be a JSON object written as <|python_tag|>{"name": NAME'),
+        ('{"name": "run", "parameters": "x = 1"}', "parameters of 'run' must be a JSON object"),
+        ('{"name": "run", "parameters": {}} and then some prose', "only another call may follow a tool call"),
+    ],
+)
+def test_malformed_json_calls_get_the_formats_error_text(after, error):
+    [call] = tool_format("json").parse("<|python_tag|>" + after, SCHEMAS)
+    assert call.arguments is None or "follow" in error
+    assert call.error.startswith("Error: ") and error in call.error
+
+
+def test_the_json_tools_block_lists_each_schema_as_indented_json():
+    block = tool_format("json").tools_block(SCHEMAS[:1])
+    assert block.startswith("Given the following functions, please respond with a JSON for a function call")
+    assert '<|python_tag|>{"name": NAME, "parameters": {ARGUMENT: VALUE, ...}}' in block
+    assert block.endswith(json.dumps(SCHEMAS[0], indent=4))
 
 
 def test_the_xml_tools_block_lists_each_parameter_in_qwen3_coders_layout():

@@ -13,17 +13,21 @@ some rendering not extend the one before it: that is a `HistoryRewrite`, raised 
 `tirl.chat.template_check` runs it on a synthetic tool conversation before anything trains or samples.
 
 Assistant tool calls are written into the turn's content by the run's tool-call format (`chat.tool_format`), so
-the parser reads back what the renderer wrote; the template's own tool-call rendering is not used, while its tool
-listing (`tools=`) is. Deliberately not here: the hand-written formats (`tirl.chat.template`), token ids.
+the parser reads back what the renderer wrote, and the template's tool listing (`tools=`) is used. With
+`chat.tool_format: template` (`tool_fmt=None`) the template writes the calls itself from the message's `tool_calls`,
+and they are read with the registered format that reads back a probe call as the template writes it
+(`tirl.chat.tool_formats.format_of_calls`; none: refused). Deliberately not here: the hand-written formats
+(`tirl.chat.template`), token ids.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from tirl.chat.pieces import Piece
-from tirl.chat.tool_formats import ToolFormat
+from tirl.chat.tool_formats import ToolFormat, format_of_calls
 
 SNIPPET_CHARS = 40
 
@@ -60,11 +64,14 @@ class TemplateFormat:
     def __init__(
         self,
         tokenizer: Any,
-        tool_fmt: ToolFormat,
+        tool_fmt: ToolFormat | None,
         *,
         template: str | None = None,
         enable_thinking: bool = True,
+        tools: Sequence[dict[str, Any]] = (),
     ) -> None:
+        """`tool_fmt` None: the template writes tool calls (`chat.tool_format: template`), read with the format
+        found by rendering a probe call (typed by `tools`)."""
         self.tokenizer = tokenizer
         self.template = template or getattr(tokenizer, "chat_template", None)
         if not isinstance(self.template, str) or not self.template:
@@ -72,14 +79,23 @@ class TemplateFormat:
                 "chat.format=template but the tokenizer has no chat template: use a hand-written format "
                 "(chatml, qwen2.5, qwen3) or a model directory whose tokenizer carries one"
             )
-        self.tool_fmt = tool_fmt
+        self.own_calls = tool_fmt is None
         self.enable_thinking = enable_thinking
-        self.eos_text = self._end_of_turn()
+        if tool_fmt is not None:
+            self.tool_fmt = tool_fmt
+        self.eos_text = self._end_of_turn()  # renders no call: needs no tool-call format
+        if tool_fmt is None:
+            self.tool_fmt = format_of_calls(self.assistant_text, tools)
 
     def _message(self, m: dict[str, Any]) -> dict[str, Any]:
         if m.get("role") != "assistant":
             return {"role": m.get("role"), "content": str(m.get("content") or "")}
-        out = {"role": "assistant", "content": self.tool_fmt.assistant_text(m)}
+        if self.own_calls:
+            out = {"role": "assistant", "content": str(m.get("content") or "")}
+            if m.get("tool_calls"):
+                out["tool_calls"] = [_openai_call(c) for c in m["tool_calls"]]
+        else:
+            out = {"role": "assistant", "content": self.tool_fmt.assistant_text(m)}
         if isinstance(m.get("reasoning_content"), str):
             out["reasoning_content"] = m["reasoning_content"]
         return out
@@ -122,6 +138,18 @@ class TemplateFormat:
                 f"(after {body!r} it writes {after[:40]!r}); tirl needs an end-of-turn token to stop sampling at"
             )
         return min(hits, key=lambda h: h[0])[1]  # earliest; the longest at a tie (sorted longest first)
+
+    def assistant_text(self, m: dict[str, Any]) -> str:
+        """The text an assistant message generates, without the end-of-turn token: written by the tool-call format,
+        or (the template's own calls) the template's text of the turn after a one-question conversation."""
+        if not self.own_calls:
+            return self.tool_fmt.assistant_text(m)
+        user = {"role": "user", "content": "Hi."}
+        head = self.render([user], add_generation_prompt=True)
+        text = self.render([user, m])
+        if not text.startswith(head):
+            raise HistoryRewrite(1, "assistant", head, text)
+        return self.split_turn(text[len(head) :])[0].text.removesuffix(self.eos_text)
 
     def pieces(
         self,
@@ -189,3 +217,11 @@ class TemplateFormat:
         pieces = self.pieces(conv, tools=tools, add_generation_prompt=True)
         last = max(k for k, p in enumerate(pieces) if p.trainable)
         return pieces[last + 1 :]
+
+
+def _openai_call(call: dict[str, Any]) -> dict[str, Any]:
+    """A tool call in the OpenAI form templates read (`function.name`, `function.arguments` as a mapping)."""
+    fn = call.get("function", call)
+    args = fn.get("arguments") or {}
+    args = json.loads(args) if isinstance(args, str) else args
+    return {"type": "function", "function": {"name": fn["name"], "arguments": args}}

@@ -24,9 +24,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from tirl.chat.hf_template import TemplateFormat
+from tirl.chat.per_turn import HISTORY, cut_turns, one_stream_refusal, template_turns
 from tirl.chat.pieces import Piece
-from tirl.chat.template_check import check_template, synthetic_conversation
-from tirl.chat.tool_formats import ToolCall, ToolFormat
+from tirl.chat.template_check import checked_template, synthetic_conversation
+from tirl.chat.tool_formats import TEMPLATE, ToolCall, ToolFormat
 from tirl.chat.tool_formats import tool_format as tool_format_named
 from tirl.chat.tool_formats.hermes import FORMAT as HERMES
 
@@ -225,7 +226,10 @@ class ChatRenderer:
 
     `tools` are the function schemas put in the system turn (Qwen formats; default: none, the caller passes its
     task's, `ToolSet.schemas`); a row's own `tools` (SFT files) override them per call. `tool_format` names how
-    calls are written and read (`chat.tool_format`, `tirl.chat.tool_formats`).
+    calls are written and read (`chat.tool_format`, `tirl.chat.tool_formats`; `template`: the chat template writes
+    them, `chat.format` template or auto). `history` is `chat.history`: `per_turn` makes SFT's `samples` one per
+    assistant turn (`tirl.chat.per_turn`) and, where the template re-renders history (`divergence`), refuses the
+    token streams sampling builds.
     """
 
     def __init__(
@@ -237,19 +241,32 @@ class ChatRenderer:
         tools: Sequence[dict[str, Any]] | None = None,
         enable_thinking: bool = True,
         tool_format: str = "hermes",
+        history: str = "exact",
     ) -> None:
         if fmt not in FORMATS:
             raise ValueError(f"unknown chat format {fmt!r}; valid: {', '.join(FORMATS)}")
+        if history not in HISTORY:
+            raise ValueError(f"unknown chat.history {history!r}; valid: {', '.join(HISTORY)}")
         self.tokenizer = tokenizer
         self.system_prompt = system_prompt
         self.tools = list(tools) if tools is not None else []
         self.enable_thinking = enable_thinking
-        self.tool_format = tool_format_named(tool_format)
-        self.fmt = auto_format(tokenizer, self.tools, self.tool_format) if fmt == "auto" else fmt
+        own_calls = tool_format == TEMPLATE  # the template writes them: no hand-written format can
+        self.tool_format = HERMES if own_calls else tool_format_named(tool_format)
+        if fmt == "auto":
+            fmt = "template" if own_calls else auto_format(tokenizer, self.tools, self.tool_format)
+        self.fmt = fmt
+        if own_calls and self.fmt != "template":
+            raise ValueError(f"chat.tool_format=template needs chat.format=template or auto, not {fmt}")
+        self.history = history
         self.template: TemplateFormat | None = None
+        self.divergence: str | None = None  # per_turn: why the template gives no single token stream
         if self.fmt == "template":  # checked before anything trains or samples (tirl.chat.template_check)
-            self.template = TemplateFormat(tokenizer, self.tool_format, enable_thinking=enable_thinking)
-            check_template(self.template, self.tools)
+            self.template, self.divergence = checked_template(
+                tokenizer, None if own_calls else self.tool_format, self.tools,
+                enable_thinking=enable_thinking, history=history,
+            )  # fmt: skip
+            self.tool_format = self.template.tool_fmt
         self.eos_text = self.template.eos_text if self.template else IM_END  # a sampled turn's closing token
         unk = getattr(tokenizer, "unk_token_id", None)
         self.eos_id = tokenizer.convert_tokens_to_ids(self.eos_text)
@@ -258,7 +275,7 @@ class ChatRenderer:
                 f"the tokenizer has no {IM_END} token: the hand-written chat formats are ChatML (Qwen-style); "
                 "chat.format=template renders with the model's own chat template"
             )
-        end = tokenizer.convert_tokens_to_ids(self.tool_format.end)
+        end = tokenizer.convert_tokens_to_ids(self.tool_format.end) if self.tool_format.end else None
         self.tool_call_end_id = end if isinstance(end, int) and end != unk else None
 
     @property
@@ -312,7 +329,10 @@ class ChatRenderer:
         return self.tool_format.parse(text, self.tools if schemas is None else schemas, limit)
 
     def assistant_body(self, message: dict[str, Any]) -> str:
-        """The text an assistant message generates, calls written in this renderer's tool format."""
+        """The text an assistant message generates, calls written in this renderer's tool format (or, with the
+        template's own calls, as the template writes them)."""
+        if self.template is not None:
+            return self.template.assistant_text(message)
         return assistant_body(message, self.tool_format)
 
     def render(
@@ -321,11 +341,32 @@ class ChatRenderer:
         """ids and loss_mask of a whole conversation (SFT)."""
         return self.encode_pieces(self.pieces(messages, tools=tools))
 
+    def samples(
+        self, messages: Sequence[dict[str, Any]], *, tools: Sequence[dict[str, Any]] | None = None
+    ) -> list[tuple[list[int], list[int]]]:
+        """SFT's (ids, loss_mask) samples of a conversation: the whole of it (chat.history=exact), or one per
+        assistant turn (per_turn, `tirl.chat.per_turn`): prompted with the template's own text where it re-renders
+        history, else with the stream sampling builds."""
+        if self.history != "per_turn":
+            return [self.render(messages, tools=tools)]
+        msgs, tools = self.with_system(messages), self.tools if tools is None else tools
+        if self.template is not None and self.divergence is not None:
+            return [self.encode_pieces(p) for p in template_turns(self.template, msgs, tools)]
+        turns = cut_turns(msgs, lambda m: self.pieces(m, tools=tools))
+        return [self.encode_pieces(p) for p in turns]
+
+    def require_one_stream(self, what: str) -> None:
+        """Refuse `what` (a sampler: RL, evaluation) when chat.history=per_turn covers a template that gives no
+        single token stream."""
+        if self.divergence is not None:
+            raise ValueError(one_stream_refusal(what, self.divergence))
+
     def text(self, messages: Sequence[dict[str, Any]], *, add_generation_prompt: bool = False) -> str:
         return "".join(p.text for p in self.pieces(messages, add_generation_prompt=add_generation_prompt))
 
     def prompt_ids(self, messages: Sequence[dict[str, Any]]) -> list[int]:
         """The prompt a rollout starts from: the conversation plus the assistant generation header."""
+        self.require_one_stream("sampling")
         return self.encode_pieces(self.pieces(messages, add_generation_prompt=True))[0]
 
     def tool_response_ids(
@@ -337,6 +378,7 @@ class ChatRenderer:
         `newline=False` joins the tool turn as verl's agent loop does: `<|im_end|><|im_start|>user`, no newline
         (it renders the tool message alone and strips the template's prefix, which takes the newline with it).
         """
+        self.require_one_stream("the agent loop")
         pieces = [] if assistant_closed else [Piece(self.eos_text, False)]
         if self.template is not None:
             if not newline:

@@ -4,7 +4,9 @@ equals the whole conversation rendered as pieces, id for id, with the loss mask 
 and every rendering extends the one before (no history re-rendered).
 
 A template that fails is refused with its first divergence: the message and character where the texts part
-(`HistoryRewrite`), or the token position with both sides' ids and text. Deliberately not here: rendering
+(`HistoryRewrite`), or the token position with both sides' ids and text; under `chat.history: per_turn` the
+divergence is kept instead (SFT trains each turn as its own sample, `tirl.chat.per_turn`, whose samples of the
+same conversation must render) and sampling is refused with it. Deliberately not here: rendering
 (`tirl.chat.hf_template`) and checking stored files (`tirl.chat.tokcheck`).
 """
 
@@ -14,7 +16,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from tirl.chat.hf_template import TemplateFormat
+from tirl.chat.per_turn import HISTORY, template_turns
 from tirl.chat.pieces import Piece
+from tirl.chat.tool_formats import ToolFormat
 
 CONTEXT_TOKENS = 6
 
@@ -60,7 +64,7 @@ def loop_stream(
     for k in range(start, len(conv)):
         m = conv[k]
         if m["role"] == "assistant":
-            sampled = fmt.tokenizer.encode(fmt.tool_fmt.assistant_text(m), add_special_tokens=False) + [eos]
+            sampled = fmt.tokenizer.encode(fmt.assistant_text(m), add_special_tokens=False) + [eos]
             ids, mask = ids + sampled, mask + [1] * len(sampled)
         elif conv[k - 1]["role"] != "tool":  # the first of a run of tool messages: one tool turn
             run = [x["content"] for x in conv[k:]][: _tool_run(conv, k)]
@@ -103,3 +107,27 @@ def check_template(fmt: TemplateFormat, tools: Sequence[dict[str, Any]] = ()) ->
                 "chat.format=template: rendering turn by turn does not give the whole conversation's "
                 + _divergence(what, a, b, decode if what == "ids" else lambda x: "")
             )
+
+
+def checked_template(
+    tokenizer: Any,
+    tool_fmt: ToolFormat | None,
+    tools: Sequence[dict[str, Any]],
+    *,
+    enable_thinking: bool = True,
+    history: str = "exact",
+) -> tuple[TemplateFormat, str | None]:
+    """The tokenizer's template as a `TemplateFormat` (`tool_fmt` None: its own tool calls), checked: with
+    history `exact` a failing check raises; with `per_turn` its message is returned as the divergence (None: the
+    template keeps history) once each turn's sample of the synthetic conversation renders."""
+    if history not in HISTORY:
+        raise ValueError(f"unknown chat.history {history!r}; valid: {', '.join(HISTORY)}")
+    fmt = TemplateFormat(tokenizer, tool_fmt, enable_thinking=enable_thinking, tools=tools)
+    try:
+        check_template(fmt, tools)
+    except ValueError as e:
+        if history == "exact":
+            raise
+        template_turns(fmt, synthetic_conversation(tools), tools)
+        return fmt, str(e)
+    return fmt, None

@@ -31,15 +31,28 @@ class ChatConfig:
     # chatml (tiny models) | qwen2.5 | qwen3 | template (the tokenizer's own, checked) | auto: see tirl.chat.template
     format: str = "chatml"
     enable_thinking: bool = True  # qwen3 only: False puts an empty <think> block in every assistant header
-    tool_format: str = "hermes"  # hermes (JSON) | qwen3_xml (Qwen3-Coder): see tirl.chat.tool_formats
+    # hermes (JSON) | qwen3_xml (Qwen3-Coder) | json (Llama 3.1) | template (the chat template's own, read with the
+    # format that matches it; chat.format template or auto): see tirl.chat.tool_formats
+    tool_format: str = "hermes"
+    # exact: a template that re-renders history is refused | per_turn: SFT trains each assistant turn as its own
+    # sample (prompt: the template's rendering before it), RL and eval refuse such a template: see tirl.chat.per_turn
+    history: str = "exact"
 
     def __post_init__(self) -> None:
-        from tirl.chat.template import FORMATS
-        from tirl.chat.tool_formats import tool_format
+        from tirl.chat.per_turn import HISTORY
+        from tirl.chat.template import FORMATS, HAND_FORMATS
+        from tirl.chat.tool_formats import TEMPLATE, tool_format
 
         if self.format not in FORMATS:
             raise ValueError(f"unknown chat.format {self.format!r}; valid: {', '.join(FORMATS)}")
-        tool_format(self.tool_format)  # an unknown name raises listing the valid ones
+        if self.tool_format != TEMPLATE:
+            tool_format(self.tool_format)  # an unknown name raises listing the valid ones
+        elif self.format in HAND_FORMATS:
+            raise ValueError(
+                f"chat.tool_format=template needs chat.format=template or auto, not {self.format}"
+            )
+        if self.history not in HISTORY:
+            raise ValueError(f"unknown chat.history {self.history!r}; valid: {', '.join(HISTORY)}")
 
 
 @dataclass

@@ -69,6 +69,7 @@ def build_renderer(tokenizer: Any, cfg: TirlConfig, task: Task | None = None) ->
         tools=task.toolset().schemas,
         enable_thinking=cfg.chat.enable_thinking,
         tool_format=cfg.chat.tool_format,
+        history=cfg.chat.history,
     )
 
 
@@ -90,8 +91,11 @@ def build_agent(
     """The task's renderer and tools around `tirl.rollout.factory.build_agent`'s engine and loop; the caller closes
     `agent.engine` (a server engine's process)."""
     task = current_task(cfg)
+    renderer = build_renderer(tokenizer, cfg, task)
+    # chat.history=per_turn with a template that re-renders history: refused before an engine starts
+    renderer.require_one_stream("sampling for RL, evaluation or tirl data sample")
     return factory.build_agent(
-        cfg.rollout, cfg.agent, model=model, tokenizer=tokenizer, renderer=build_renderer(tokenizer, cfg, task),
+        cfg.rollout, cfg.agent, model=model, tokenizer=tokenizer, renderer=renderer,
         sandbox=sandbox, tools=task.toolset(), dtype=cfg.model.dtype, autocast=cfg.model.autocast_dtype(model.config.hidden_size),
         model_path=model_path, work_dir=work_dir,
     )  # fmt: skip

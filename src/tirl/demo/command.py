@@ -48,13 +48,17 @@ def demo_command(args: argparse.Namespace) -> int:
         with claim(cfg.out_dir, "demo"):
             run_gsm8k_study(cfg)
         return 0
+    if args.compare and not _compare_fits(args):
+        return 2
     if args.model == "smollm2":
-        from tirl.demo.compare_data import compare_data
+        from tirl.demo.compare import run_compare
         from tirl.demo.smollm2 import run_smollm2_demo
 
         cfg = _config(args)
         with claim(cfg.out_dir, "demo"):
-            run_smollm2_demo(cfg, args.compare, compare_data)
+            run_smollm2_demo(cfg)
+            for name in _presets_of(args.compare):  # their training stages the demo's own (reused)
+                run_compare(cfg, name, temperatures=None)
         return 0
     if args.compare:
         from tirl.demo.compare import run_compare
@@ -82,6 +86,27 @@ def demo_command(args: argparse.Namespace) -> int:
     return 0
 
 
+def _presets_of(compare: str | None) -> tuple[str, ...]:
+    """The presets `--compare` runs after the SmolLM2 demo: data compares the SFT models, then the RL models."""
+    return ("data", "data-rl") if compare == "data" else (compare,) if compare else ()
+
+
+def _compare_fits(args: argparse.Namespace) -> bool:
+    """--compare names a comparison of --model's demo (data: on --task gsm8k); else says which it takes."""
+    from tirl.demo.ablation.presets import SMOLLM2_PRESETS, objectives
+
+    if args.model == "smollm2":
+        ok = args.compare in SMOLLM2_PRESETS and (args.compare != "data" or args.task == "gsm8k")
+        takes = "lora, or data with --task gsm8k"
+    else:
+        ok, takes = args.compare in objectives(), f"a pass@k objective: {', '.join(objectives())}"
+    if not ok:
+        print(
+            f"tirl demo --model {args.model}: --compare {args.compare!r}; it takes {takes}", file=sys.stderr
+        )
+    return ok
+
+
 def compare_command(args: argparse.Namespace) -> int:
     from tirl.demo.ablation.command import main_compare
 
@@ -95,10 +120,12 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
     demo.add_argument(
         "--compare",
         default=None,
-        metavar="OBJECTIVE",
-        help="also train RL with this pass@k objective (an advantage estimator taking rl.advantage.k: passk, pkpo, "
-        "or one registered with a k) from the same SFT checkpoint and seed, evaluate SFT, "
-        "GRPO-TCR and it at --temperatures, and analyse the three together (reuses checkpoints in OUT_DIR)",
+        metavar="NAME",
+        help="then run the preset of tirl compare NAME on the demo's stages, into OUT_DIR/compare-NAME (reuses "
+        "checkpoints in OUT_DIR): the tiny demo takes a pass@k objective (an advantage estimator taking "
+        "rl.advantage.k: passk, pkpo, or one registered with a k: RL with it against GRPO-TCR from the same SFT, "
+        "SFT evaluated beside them at --temperatures); --model smollm2 takes lora (LoRA RL against full RL) and, "
+        "with --task gsm8k, data (SFT on sampled real trajectories against stitched ones)",
     )
     demo.add_argument("--temperatures", default="0.6,1.0", help="evaluation temperatures of --compare")
     demo.add_argument(

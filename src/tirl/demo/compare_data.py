@@ -1,4 +1,5 @@
-"""`tirl demo --model smollm2 --task gsm8k --compare data`: do real end-to-end trajectories beat stitched ones?
+"""The real trajectories of the `data` comparison (`tirl compare --preset data`, `tirl demo --model smollm2 --task
+gsm8k --compare data`): do real end-to-end trajectories beat stitched ones?
 
 The stitched-SFT model samples `SAMPLE_N` tool-using trajectories per problem of the task's sample pool (the SFT
 problems first, then other train problems; never an RL or test problem) at the rollout temperature, with the real
@@ -7,9 +8,9 @@ there are as many as stitched SFT rows, or `SAMPLE_MAX_PROBLEMS_PER_ROW` x that 
 stitched-SFT model and not the base: the base never calls the tool in this format (GSM8K base evaluation: no tool
 call), so it has no correct tool trajectories to give; the stitched-SFT model is the first model that has.
 
-Then SFT from the base on those rows with the stitched SFT's settings (`sft-real`), evaluated as the others; RL from
-whichever SFT has the higher pass@1 on the held-out problems: when that is the real-data SFT, GRPO-TCR from it
-(`rl-real`) with the same settings, else the main run's RL already is that run.
+The comparison's arm `real` then trains SFT from the base on those rows with the stitched SFT's settings
+(`sft-real`), evaluated as the stitched SFT is (`tirl.demo.ablation.smollm2_stages.data_start`). Not here: the
+arms, their training and evaluation (`tirl.demo.ablation`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from tirl.core.io import atomic_write_json
 from tirl.core.logging import console
 from tirl.data import read_rows, write_rows
 from tirl.demo.reuse import SAMPLE_KEYS, Stage, config_inputs, rows_input
-from tirl.demo.smollm2 import Run, evaluate_stage, timed, train_stage
+from tirl.demo.smollm2 import Run
 
 SAMPLE_N = 4  # samples per problem
 SAMPLE_MAX_PROBLEMS_PER_ROW = 2  # problems tried per wanted row at most: the sampling budget
@@ -86,45 +87,3 @@ def sample_real_rows(run: Run, pool: list[dict[str, Any]], want: int) -> list[di
         f"{stats.get('samples', 0)} samples of {stats.get('problems', 0)} problems: {len(kept)} rows kept"
     )
     return kept
-
-
-def pass_at_1(summary: dict[str, Any]) -> float:
-    """pass@1 of an evaluation summary's first temperature."""
-    return next(s["pass@1"] for s in summary.values() if isinstance(s, dict) and "pass@1" in s)
-
-
-def _train_and_evaluate(run: Run, label: str, kind: str, start: str, data: tuple[str, list[dict]]) -> None:
-    """SFT or RL (`kind`, every weight) from model `start` on `data` into OUT_DIR/label, then evaluated; each
-    reused when made from the same inputs."""
-    from tirl.models.lora import LoraConfig
-
-    full = dataclasses.replace(run.cfg, model=dataclasses.replace(run.cfg.model, lora=LoraConfig()))
-    describe = f"[bold]{label}[/]: from {start} on {len(data[1])} rows, every weight"
-    path = train_stage(run, label, kind, start, data, full, describe)
-    run.report["models"][label] = str(path)
-    evaluate_stage(run, label)
-
-
-def compare_data(run: Run) -> None:
-    """The comparison (module docstring); adds `sft-real` (and `rl-real`) to the run's models and report."""
-    from tirl.tasks.gsm8k import sample_pool
-
-    cfg, report = run.cfg, run.report
-    if cfg.task.name != "gsm8k":
-        raise ValueError(f"--compare data runs on the gsm8k task (its sample pool), not {cfg.task.name!r}")
-    want = len(run.rows["sft_rows"])
-    real = timed(run.times, "sample", sample_real_rows, run, sample_pool(cfg.task, cfg.seed), want)
-    report["real_rows"] = len(real)
-    run.save()
-    if not real:
-        console.print(
-            "[bold red]no correct sampled trajectory[/]: nothing to train on; --compare data stops here"
-        )
-        return
-    _train_and_evaluate(run, "sft-real", "sft", "base", ("sft-real rows", real))
-    summary = report["summary"]
-    report["better_sft"] = "sft-real" if pass_at_1(summary["sft-real"]) > pass_at_1(summary["sft"]) else "sft"
-    console.print(f"better SFT on the held-out problems (pass@1): {report['better_sft']}")
-    run.save()
-    if report["better_sft"] == "sft-real":  # else the main run's RL already is the RL from the better SFT
-        _train_and_evaluate(run, "rl-real", "rl", "sft-real", ("rl rows", run.rows["rl_rows"]))

@@ -11,12 +11,12 @@ with its own ChatML format and Hermes tool calls (`configs/demo-smollm2.yaml`):
    `tirl analyze` over the three against the base (`analysis/`) and over the trained ones against SFT
    (`analysis-vs-sft/`: does RL widen what SFT solves, or sharpen it?): curves with intervals, crossover, solvable
    sets, best temperature per k, audit, tool use, viewer.
-`--compare lora` also trains RL with a LoRA adapter (rank 16, `LORA_LR`) from the same SFT checkpoint, seed and
-steps, and adds it to the evaluations and the analysis. Stage times go to `report.json`.
+Stage times go to `report.json`. `--compare lora|data` runs after it, as the presets of `tirl compare` that reuse
+its stages (`tirl.demo.compare`, `tirl.demo.ablation.smollm2_stages`): LoRA RL against full RL from this SFT
+checkpoint; SFT on the stitched-SFT model's own sampled trajectories against the stitched SFT.
 
 `--task gsm8k` runs the same stages on GSM8K (`configs/demo-smollm2-gsm8k.yaml`, docs/gsm8k.md): stitched SFT
-trajectories from the human solutions, the base evaluated with `BASE_EVAL_N` samples; `--compare data` adds SFT
-on as many real trajectories sampled by the stitched-SFT model (`tirl.demo.compare_data`).
+trajectories from the human solutions, the base evaluated with `BASE_EVAL_N` samples.
 
 A model (`sft/model`, `rl/model`, `rl-lora/model`, ...) or an evaluation already in OUT_DIR is reused when it was
 made from the same inputs (its config sections, its data, the model it started from: `tirl.demo.reuse`), so
@@ -30,7 +30,6 @@ import dataclasses
 import json
 import resource
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,9 +54,7 @@ from tirl.demo.reuse import (
 from tirl.eval.analyze import print_summary, run_analyze
 from tirl.models.lora import LoraConfig
 
-LORA_RANK = 16
 BASE_EVAL_N = 4  # GSM8K: the base never calls the tool (none in 800 samples); 4 samples show it
-LORA_LR = 1e-4  # docs/configuration.md, "Memory options and LoRA": about 10x the full-parameter rate
 
 
 def ensure_smollm2(path: Path) -> Path:
@@ -144,26 +141,17 @@ def _resume_point(started: Path, inputs: dict[str, str]) -> str | None:
     return "auto" if same else None
 
 
-def _train(run: Run, compare: str | None) -> None:
-    """SFT, RL and (with `compare`) LoRA RL, each reused when made from the same inputs."""
+def _train(run: Run) -> None:
+    """SFT and RL, each reused when made from the same inputs."""
     cfg, rows = run.cfg, run.rows
     full = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, lora=LoraConfig()))
     describe = f"[bold]SFT[/] on {len(rows['sft_rows'])} tool trajectories, every weight"
     train_stage(run, "sft", "sft", "base", ("sft rows", rows["sft_rows"]), full, describe)
-    runs = [("rl", full)]
-    if compare == "lora":
-        lora = dataclasses.replace(
-            cfg,
-            model=dataclasses.replace(cfg.model, lora=LoraConfig(rank=LORA_RANK)),
-            rl=dataclasses.replace(cfg.rl, optim=dataclasses.replace(cfg.rl.optim, lr=LORA_LR)),
-        )
-        runs.append(("rl-lora", lora))
-    for label, run_cfg in runs:
-        describe = (
-            f"[bold]RL[/] {label}: GRPO-TCR with the {run_cfg.rollout.engine} engine, {run_cfg.rl.steps} steps of "
-            f"{run_cfg.rl.prompts_per_step} prompts x {run_cfg.rl.n}, lr {run_cfg.rl.optim.lr:g}"
-        )
-        train_stage(run, label, "rl", "sft", ("rl rows", rows["rl_rows"]), run_cfg, describe)
+    describe = (
+        f"[bold]RL[/] rl: GRPO-TCR with the {full.rollout.engine} engine, {full.rl.steps} steps of "
+        f"{full.rl.prompts_per_step} prompts x {full.rl.n}, lr {full.rl.optim.lr:g}"
+    )
+    train_stage(run, "rl", "rl", "sft", ("rl rows", rows["rl_rows"]), full, describe)
 
 
 def _earlier_times(report: Path) -> dict[str, float]:
@@ -212,18 +200,10 @@ def eval_stage(
     return summary
 
 
-def run_smollm2_demo(
-    cfg: TirlConfig, compare: str | None = None, compare_data: Callable[[Run], None] | None = None
-) -> dict[str, Any]:
-    """The whole run (module docstring); returns the report written to OUT_DIR/report.json. `compare_data` runs
-    `--compare data` on the run (`tirl.demo.compare_data.compare_data`, passed in by the command: it is built from
-    this module's stages, so this module does not import it)."""
+def run_smollm2_demo(cfg: TirlConfig) -> dict[str, Any]:
+    """The whole run (module docstring); returns the report written to OUT_DIR/report.json."""
     from tirl.demo.tiny import demo_rows
 
-    if compare not in (None, "lora", "data"):
-        raise ValueError(f"tirl demo --model smollm2 --compare takes 'lora' or 'data', got {compare!r}")
-    if compare == "data" and compare_data is None:
-        raise ValueError("--compare data needs the data comparison (tirl.demo.compare_data.compare_data)")
     setup_torch(cfg)
     out = Path(cfg.out_dir)
     save_config(cfg, out / "config.yaml")
@@ -232,12 +212,10 @@ def run_smollm2_demo(
     base = timed(times, "import", ensure_smollm2, Path(cfg.model.path))
     run = Run(cfg, out, timed(times, "data", demo_rows, cfg, out), report, times)
     run.models["base"], run.prints["base"] = base, files_fingerprint(base)
-    _train(run, "lora" if compare == "lora" else None)
+    _train(run)
     report["models"] = {k: str(v) for k, v in run.models.items()}
     for label in list(run.models):
         evaluate_stage(run, label)
-    if compare == "data":
-        compare_data(run)
     models = run.models
     print_table(report["summary"])
     analysis = timed(

@@ -5,7 +5,8 @@ Per data source and per model (and temperature): avg@n, pass@k for every k in 1.
 bootstrap interval over problems. With several temperatures, the best temperature per k and the envelope curve.
 For each model against the first (the baseline), on the problems both have: the paired difference at each k,
 the crossover k with its bootstrap interval, and the solvable sets. Per model: tool-use statistics split by
-correct / incorrect, and the lucky-guess audit of correct answers.
+correct / incorrect, the lucky-guess audit of correct answers, and the reasoning mode: accuracy by tool calls per
+answer and whether correct answers make fewer calls than wrong ones on the same problem (`reasoning_mode`).
 
 Choices worth knowing: the envelope picks each k's best temperature on the full data and then bootstraps with
 that choice fixed (so its interval ignores the selection; it is optimistic by construction). Samples of
@@ -32,6 +33,7 @@ from tirl.eval.bootstrap import (
     resample_weights,
 )
 from tirl.eval.metrics import default_ks, maj_at_k, pass_at_k_table
+from tirl.eval.reasoning_mode import reasoning_mode
 from tirl.eval.samples import Run, Sample
 from tirl.eval.verl_metrics import bootstrap_summary
 from tirl.rollout.agent.toolstats import tool_stats
@@ -423,6 +425,12 @@ def analyze_runs(runs: Sequence[Run], cfg: AnalysisConfig) -> dict:
             src: tool_block([s for s in r.samples if s.record.data_source == src])
             for src in sorted({s.record.data_source for s in r.samples})
         }
+        for r in runs
+    }
+    report["reasoning_mode"] = {  # tool calls per answer against accuracy (`tirl.eval.reasoning_mode`)
+        r.label: reasoning_mode(
+            [s.record for s in r.samples], num_resamples=cfg.num_resamples, seed=cfg.seed, level=cfg.level
+        )  # fmt: skip
         for r in runs
     }
     report["audit"] = {

@@ -100,6 +100,8 @@ def print_summary(report: dict, out: Path) -> None:
             f"arithmetic statement; final number from the tool in {100 * a['answer_source']['tool']:.1f}%",
             markup=False,
         )
+    for label, m in report.get("reasoning_mode", {}).items():
+        console.print(f"reasoning mode {label}: {m['verdict']}", markup=False, soft_wrap=True)
     console.print(
         f"report: {out / 'report.html'}  (numbers: {out / 'report.json'}; trajectories: {out / 'trajectories.html'})"
     )

@@ -24,6 +24,10 @@ only have the config's engine name), never the engine's class or name. The rules
   (`old_logprobs`).
 - Seeds: an engine with per-request seeds gets one integer per request; one without gets a `torch.Generator`
   (`seed_kwargs`). A resumed run re-sends the weights to an engine that holds its own copy (`sync_on_resume`).
+- Streaming RL (`rl.stream.*`) samples while the update runs: it needs an engine with weights of its own (not one
+  sharing the policy module, which the update changes under the sampler) whose sync passes a gate that waits for the
+  requests in flight (`sync_gate`); partial rollouts need one that can interrupt them and go on from the tokens
+  sampled so far (`partial_rollouts`; `why_not_stream`).
 """
 
 from __future__ import annotations
@@ -56,6 +60,10 @@ class EngineCapabilities:
     batches_requests: bool  # batches concurrent `generate` calls itself (a server): the async loop's default
     # its log-probs are the trainer's own numbers: false when the engine decodes, or the trainer computes, in bf16
     same_numerics: bool = True
+    # its sync waits for (or interrupts) the requests in flight (`tirl.rollout.engines.gate.RequestGate`)
+    sync_gate: bool = False
+    # it can interrupt a request at a sync, keep its tokens and continue from them with the new weights
+    partial_rollouts: bool = False
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -105,6 +113,25 @@ class EngineCapabilities:
             return (
                 f"rollout.engine={self.name} cannot run under torchrun (each of the {world} processes "
                 "samples with an engine of its own, and this engine works in one process only)"
+            )
+        return None
+
+    def why_not_stream(self, *, partial: bool) -> str | None:
+        """Why streaming RL (`rl.stream.enabled`; `partial`: `rl.stream.partial`) cannot sample with this engine."""
+        if self.shares_policy:
+            return (
+                f"rl.stream.enabled with rollout.engine={self.name}: it samples from the module the update changes "
+                "while the update runs; use rollout.engine=vllm (separate placement), or rl.stream.enabled=false"
+            )
+        if not self.sync_gate:
+            return (
+                f"rl.stream.enabled with rollout.engine={self.name}: its weight sync cannot wait for the requests in "
+                "flight, so a turn could be sampled by two policies; use rollout.engine=vllm (separate placement)"
+            )
+        if partial and not self.partial_rollouts:
+            return (
+                f"rl.stream.partial with rollout.engine={self.name}: it cannot interrupt a request and continue "
+                "from its tokens; use rollout.engine=vllm (separate placement), or rl.stream.partial=false"
             )
         return None
 

@@ -18,12 +18,21 @@ from tirl.tools.code_interpreter import TOOL_NAME
 @dataclass
 class Generation:
     """One sampled continuation: `token_ids` and their `logprobs` (same length), why it stopped, and the version of
-    the policy weights that sampled it (bumped by `Engine.sync_weights`)."""
+    the policy weights that sampled it (bumped by `Engine.sync_weights`). A generation interrupted by a sync and
+    continued with the new weights (partial rollouts) has `token_versions`, one per token; `weight_version` is then
+    its first token's."""
 
     token_ids: list[int]
     logprobs: list[float]
     finish_reason: str  # "eos" | "stop" (a stop token such as </tool_call>) | "length" | "error"
     weight_version: int = 0
+    token_versions: list[int] | None = None  # (len(token_ids),); None: every token is `weight_version`'s
+
+    def versions(self) -> list[int]:
+        """The version that sampled each token."""
+        if self.token_versions is None:
+            return [self.weight_version] * len(self.token_ids)
+        return list(self.token_versions)
 
 
 @dataclass
@@ -92,6 +101,8 @@ class Trajectory:
     temperature: float | None = None  # the sampling temperature
     # (turns,) the policy version of each sampled turn
     weight_versions: list[int] = field(default_factory=list)
+    # (R,) the policy version of each token: -1 on tool tokens; empty in records from before it existed
+    token_versions: list[int] = field(default_factory=list)
     error: str | None = None  # why the rollout was abandoned (stop_reason "error")
     outcome: Outcome | None = None  # set once graded
 
@@ -135,6 +146,23 @@ class Trajectory:
     def num_tool_errors(self) -> int:
         return sum(1 for c in self.tool_calls if c.is_error)
 
+    def turn_token_versions(self) -> list[int] | None:
+        """Per-token versions as the per-turn list gives them (each turn's model tokens, a run of loss-mask 1, get
+        its version; -1 elsewhere); None without a version for every turn that sampled tokens."""
+        out, turn, prev = [], -1, 0
+        for m in self.loss_mask:
+            turn += 1 if m and not prev else 0
+            if m and turn >= len(self.weight_versions):
+                return None
+            out.append(self.weight_versions[turn] if m else -1)
+            prev = m
+        return out
+
+    @property
+    def spans_versions(self) -> bool:
+        """Some turn was sampled by more than one policy version (interrupted by a sync, partial rollouts)."""
+        return bool(self.token_versions) and self.token_versions != self.turn_token_versions()
+
     @property
     def assistant_text(self) -> str:
         return "".join(self.turn_texts)
@@ -142,9 +170,16 @@ class Trajectory:
     def check(self) -> None:
         """Raise if the per-token lists disagree in length (a broken trajectory must never reach the trainer)."""
         n = len(self.response_ids)
-        if len(self.loss_mask) != n or len(self.logprobs) != n:
+        if len(self.loss_mask) != n or len(self.logprobs) != n or len(self.token_versions) not in (0, n):
             raise ValueError(
-                f"trajectory lists differ: ids {n}, mask {len(self.loss_mask)}, logprobs {len(self.logprobs)}"
+                f"trajectory lists differ: ids {n}, mask {len(self.loss_mask)}, logprobs {len(self.logprobs)}, "
+                f"token versions {len(self.token_versions)}"
+            )
+        if self.token_versions and any(
+            (v < 0) == bool(m) for v, m in zip(self.token_versions, self.loss_mask, strict=True)
+        ):
+            raise ValueError(
+                "trajectory token versions disagree with the loss mask: -1 exactly on tool tokens"
             )
 
     def meta(self) -> dict[str, Any]:
@@ -161,6 +196,8 @@ class Trajectory:
                 out[name] = getattr(self, name)
         if self.weight_versions:
             out["weight_versions"] = list(self.weight_versions)
+        if self.token_versions:
+            out["token_versions"] = list(self.token_versions)
         if self.error is not None:
             out["error"] = self.error
         if self.outcome is not None:
@@ -186,7 +223,7 @@ class Trajectory:
         outcome = None
         if "verdict" in m:
             outcome = Outcome(bool(m["correct"]), float(m["score"]), m.get("pred"), str(m["verdict"]))
-        return cls(
+        t = cls(
             **{f: d[f] for f in _RECORD_FIELDS if f in d and f != "tool_calls"},
             tool_calls=[ToolCallRecord(**c) for c in d.get("tool_calls", [])],
             problem=problem,
@@ -194,9 +231,11 @@ class Trajectory:
             group=m.get("group"),
             temperature=m.get("temperature"),
             weight_versions=list(m.get("weight_versions", [])),
+            token_versions=list(m.get("token_versions", [])),
             error=m.get("error"),
             outcome=outcome,
         )
+        return t
 
 
 # the fields written as they are; the typed fields after them go into `meta`

@@ -6,7 +6,7 @@ verl's one-step-off-policy recipe, AReaL and prime-rl overlap generation with tr
 3. update the policy on batch k;
 4. wait for batch k+1, then sync the new weights: an engine never reloads under a batch's requests.
 Every batch after the first is therefore exactly one update stale; `rollout/staleness` logs it (the engine's weight
-version minus the mean version the batch's trajectories were sampled from: 1.0). The old log-probs are recomputed
+version minus the version that sampled each trained token, averaged: 1.0; `staleness_metrics`). The old log-probs are recomputed
 with the current policy, so the engine/trainer correction (`rl.correction.mode`, token TIS by default for a
 server engine) covers the staleness too, and `rollout/logprob_diff_*` include it.
 
@@ -22,6 +22,7 @@ under the sampler's feet, so the trainer refuses `off_policy_steps: 1` with it.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -60,9 +61,33 @@ class Lookahead:
 
 
 def staleness(trajs: Sequence[Trajectory], engine_version: int) -> float:
-    """Updates between the weights each trajectory was first sampled with and the engine's now, averaged."""
-    first = [t.weight_versions[0] for t in trajs if t.weight_versions]
-    return float(engine_version - sum(first) / len(first)) if first else 0.0
+    """Updates between the weights that sampled each trained token and the engine's now, averaged over tokens."""
+    return staleness_metrics(trajs, engine_version)["rollout/staleness"]
+
+
+def token_ages(trajs: Sequence[Trajectory], engine_version: int) -> Counter[int]:
+    """Sampled tokens by age (the engine's version minus the version that sampled them); a trajectory without
+    per-token versions counts its turns' (`Trajectory.turn_token_versions`)."""
+    ages: Counter[int] = Counter()
+    for t in trajs:
+        versions = t.token_versions or t.turn_token_versions() or []
+        ages.update(engine_version - v for v, m in zip(versions, t.loss_mask, strict=False) if m)
+    return ages
+
+
+def staleness_metrics(trajs: Sequence[Trajectory], engine_version: int) -> dict[str, float]:
+    """`rollout/staleness` as a distribution over the sampled tokens: its mean, its max (`_max`: the largest over
+    ranks) and the share of tokens `k` updates old (`rollout/staleness_share/k`, k from 0 to the max)."""
+    ages = token_ages(trajs, engine_version)
+    total = sum(ages.values())
+    if not total:
+        return {"rollout/staleness": 0.0, "rollout/staleness_max": 0.0}
+    out = {
+        "rollout/staleness": sum(a * c for a, c in ages.items()) / total,
+        "rollout/staleness_max": float(max(ages)),
+    }
+    out.update({f"rollout/staleness_share/{a}": ages.get(a, 0) / total for a in range(max(ages) + 1)})
+    return out
 
 
 def lookahead(off_policy_steps: int) -> Lookahead | None:

@@ -28,6 +28,8 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
    rollouts of each, with its own in-process engine or from the shared vLLM servers (seeds from seed and rank):
    groups stay whole on one rank, so advantages need no communication and no token crosses ranks; only loss
    normalizers, gradients and metrics are reduced. The weight sync after each update is collective.
+12. Rollouts may run ahead of the update: one step (`rl.off_policy_steps`, `tirl.train.overlap`) or continuously,
+   with a staleness bound (`rl.stream.*`, `tirl.train.stream`); the rollout correction covers the stale tokens.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import torch
 from tirl.algorithms import get_advantage_estimator, get_policy_loss
 from tirl.core.progress import progress
 from tirl.data.records import ProblemRow
+from tirl.rollout.agent.async_loop import draw_seeds
 from tirl.rollout.agent.episodes import rollout_and_score
 from tirl.rollout.factory import awake
 from tirl.rollout.types import Trajectory
@@ -54,7 +57,7 @@ from tirl.train.checkpoint import CheckpointError
 from tirl.train.compiled import CompiledLayers
 from tirl.train.correction import RolloutCorrection
 from tirl.train.optim import SkipGuard, build_optimizer, clip_and_step
-from tirl.train.overlap import lookahead, staleness
+from tirl.train.overlap import lookahead, staleness_metrics
 from tirl.train.perf import Timers, peak_memory_mb
 from tirl.train.rl_batch import (
     TRUNCATED,
@@ -68,6 +71,7 @@ from tirl.train.rl_batch import (
 from tirl.train.rl_config import RLConfig
 from tirl.train.rl_run import RLRun
 from tirl.train.signals import graceful_stop
+from tirl.train.stream import GroupWork, StreamProducer, flatten
 from tirl.train.token_check import token_fidelity
 from tirl.train.update import LossSpec, accumulate_gradients, no_grad_logprobs
 
@@ -97,7 +101,14 @@ class RLTrainer:
         self.norm_len = cfg.loss.norm_len or run.agent.config.max_response_tokens
         self.skips = SkipGuard(cfg.optim.max_skipped_in_row)
         self.ahead = lookahead(cfg.off_policy_steps)  # the batch sampled during the update
-        self.rank_state = ("generator", "pending") if self.ahead else ("generator",)
+        self.stream = self._producer()  # groups sampled continuously (rl.stream.enabled)
+        self.rank_state = (
+            "generator",
+            *(("pending",) if self.ahead else ()),
+            *(("stream",) if self.stream else ()),
+        )
+        self.rounds = 0  # rounds of prompts handed to the stream producer
+        self.trained_groups: list[tuple[int, int]] = []  # (round, index) of every streamed group trained
         self.updates_done = self.step_done = 0
         self.timers = Timers()
         self.last_trajectories: list[Trajectory] = []
@@ -105,6 +116,43 @@ class RLTrainer:
         self.loss_spec = LossSpec.for_rl(
             cfg, self.loss_fn, self.norm_len, run.sampling.logprob_temperature, run.autocast, compiled
         )
+
+    def _producer(self) -> StreamProducer | None:
+        """The stream producer of `rl.stream.*`, for an engine that can stream (checked again on the engine built:
+        `rollout.engine=vllm` may be colocated)."""
+        run, s = self.run, self.run.cfg.stream
+        if not s.enabled:
+            return None
+        if why := run.engine_caps.why_not_stream(partial=s.partial):
+            raise ValueError(why)
+        local = run.cfg.prompts_per_step // self.world
+        return StreamProducer(
+            run.agent, run.sampling, run.reward, n=run.cfg.n, capacity=s.capacity(local),
+            max_staleness=s.max_staleness, partial=s.partial,
+            workers=max(1, min(s.capacity(local), getattr(run.agent, "concurrency", 1) // run.cfg.n)),
+        )  # fmt: skip
+
+    def _submit_round(self) -> None:
+        """Hand the producer a step's worth of prompts, each trajectory's request seed drawn as a synchronous step
+        draws them (`tirl.train.stream`)."""
+        rows, n = self._next_prompts(), self.run.cfg.n
+        seeds = draw_seeds(len(rows) * n, self.gen)
+        works = [GroupWork(self.rounds, i, r, tuple(seeds[i * n : (i + 1) * n])) for i, r in enumerate(rows)]
+        self.stream.submit(works)
+        self.rounds += 1
+
+    def _stream_batch(self) -> tuple[list[Trajectory], list[Any], dict[str, float]]:
+        """This step's groups from the producer: rounds up to this step + K submitted, then the first finished
+        groups within the staleness bound, numbered as a synchronous step numbers them."""
+        while self.rounds <= self.step_done + self.run.cfg.stream.max_staleness:
+            self._submit_round()
+        local = len(dist.rank_share(list(range(self.run.cfg.prompts_per_step))))
+        with self.timers.time("rollout"):
+            groups, stats = self.stream.take(local, self.run.agent.engine.weight_version, self._submit_round)
+        self.trained_groups += [g.work.key for g in groups]
+        if self.run.engine_caps.sync_gate:  # such an engine has its gate (tirl.rollout.engines.base)
+            stats["stream/interrupted_requests"] = float(self.run.agent.engine.gate.interruptions)
+        return (*flatten(groups, dist.rank() * local), rank_reduced(stats))
 
     def _next_prompts(self) -> list[ProblemRow]:
         """Epoch-wise shuffled prompts: each row is used once before any is reused. Every rank draws the same
@@ -182,8 +230,12 @@ class RLTrainer:
     def step(self) -> dict[str, float]:
         cfg = self.run.cfg
         t0 = time.time()
-        trajs, scores, dyn = (self.ahead and self.ahead.take()) or self._sample_batch()
-        stale = staleness(trajs, self.run.agent.engine.weight_version) if self.ahead else None
+        if self.stream:
+            trajs, scores, dyn = self._stream_batch()
+        else:
+            trajs, scores, dyn = (self.ahead and self.ahead.take()) or self._sample_batch()
+        version = self.run.agent.engine.weight_version
+        stale = staleness_metrics(trajs, version) if self.ahead or self.stream else {}
         if self.ahead and self.step_done + 1 < cfg.steps:
             self._sample_ahead()
         t_rollout = time.time() - t0
@@ -204,8 +256,7 @@ class RLTrainer:
         metrics.update(update)
         metrics.update(fidelity)
         metrics.update(dyn)
-        metrics.update({} if stale is None else {"rollout/staleness": stale})
-        metrics.update(rank_reduced(mismatch))
+        metrics.update(rank_reduced(mismatch | stale))
         perf = self.timers.pop()
         perf["perf/step_s/update"] -= perf.get("perf/step_s/sync", 0.0)  # sync is timed inside the update
         sampled = sum(s.sampled_tokens for s in stats)
@@ -230,7 +281,7 @@ class RLTrainer:
         cfg = self.run.cfg
         on_policy = cfg.ppo_epochs == 1 and self.local_mini >= len(trajs)
         source = self.run.engine_caps.old_logprobs(
-            on_policy=on_policy, correction=self.correction, fresh=self.ahead is None, mode=cfg.old_logprobs
+            on_policy=on_policy, correction=self.correction, fresh=self._fresh, mode=cfg.old_logprobs
         )
         old_logp, mismatch, in_pass = None, {}, source == "policy" and self.corr.active
         if source == "engine":
@@ -307,6 +358,21 @@ class RLTrainer:
 
         SIGTERM / SIGINT finish the current step, write a checkpoint and raise `StopRequested`."""
         cfg, history = self.run.cfg, []
+        with contextlib.ExitStack() as stack:
+            if self.stream:  # the producer stops with the steps, however they end
+                stack.callback(self.stream.close)
+            self._steps(history)
+        per_step = max(1, self.updates_done // max(1, self.step_done))  # every step takes as many updates
+        first = (self.updates_done - self.skips.in_row) // per_step
+        manifest.check_last_update(self.skips.in_row, f"RL step {first}")
+        fsdp.save_model(
+            self.run.policy, self.run.tokenizer, self.run.out_dir / "model", extra={"step": cfg.steps}
+        )
+        return history
+
+    def _steps(self, history: list[dict[str, float]]) -> None:
+        """Steps from `step_done` to `steps`, each logged, validated when due and checkpointed when due."""
+        cfg = self.run.cfg
         with graceful_stop() as stop, progress("RL", cfg.steps) as bar:
             bar.advance(self.step_done)
             for step in range(self.step_done, cfg.steps):
@@ -334,13 +400,11 @@ class RLTrainer:
                     self, self.run.out_dir, step=self.step_done, every=cfg.save_every,
                     stopping=dist.any_rank(stop.requested), tokenizer=self.run.tokenizer, keep_last=cfg.keep_last,
                 )  # fmt: skip
-        per_step = max(1, self.updates_done // max(1, self.step_done))  # every step takes as many updates
-        first = (self.updates_done - self.skips.in_row) // per_step
-        manifest.check_last_update(self.skips.in_row, f"RL step {first}")
-        fsdp.save_model(
-            self.run.policy, self.run.tokenizer, self.run.out_dir / "model", extra={"step": cfg.steps}
-        )
-        return history
+
+    @property
+    def _fresh(self) -> bool:
+        """The rollouts come from the weights this step starts with (never sampled ahead of the last sync)."""
+        return self.ahead is None and (self.stream is None or self.run.cfg.stream.max_staleness == 0)
 
     @property
     def correction(self) -> str:
@@ -361,17 +425,28 @@ class RLTrainer:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything the next step depends on besides the weights, the optimizer and the global generators."""
-        return {
-            "step": self.step_done,
-            "scheduler": self.sched.state_dict(),
-            "order": list(self._order),
-            "order_rng": self.rng.getstate(),
-            "generator": self.gen.get_state(),
-            "updates_done": self.updates_done,
-            "skips": (self.skips.in_row, self.skips.total),
-            "ref_source": self.run.ref_source,
-            "wandb_id": self.run.logger.run_id if self.run.logger else None,
-        } | ({"pending": self.ahead.pending} if self.ahead else {})
+        return (
+            {
+                "step": self.step_done,
+                "scheduler": self.sched.state_dict(),
+                "order": list(self._order),
+                "order_rng": self.rng.getstate(),
+                "generator": self.gen.get_state(),
+                "updates_done": self.updates_done,
+                "skips": (self.skips.in_row, self.skips.total),
+                "ref_source": self.run.ref_source,
+                "wandb_id": self.run.logger.run_id if self.run.logger else None,
+            }
+            | ({"pending": self.ahead.pending} if self.ahead else {})
+            | self._stream_state()
+        )
+
+    def _stream_state(self) -> dict[str, Any]:
+        """The producer's buffer and unfinished work (`StreamProducer.snapshot`), with the rounds drawn so far."""
+        if not self.stream:
+            return {}
+        snap = self.stream.snapshot(self.run.agent.engine.weight_version)
+        return {"stream": snap | {"rounds": self.rounds, "trained_groups": list(self.trained_groups)}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The restored weights (already in the policy) reach a server engine too: it still serves the weights it
@@ -393,6 +468,12 @@ class RLTrainer:
             self.ahead.pending = state.get("pending")
         if self.run.engine_caps.sync_on_resume:  # a server engine still serves the weights it started with
             self.run.agent.engine.sync_weights(self.run.policy)
+        if (
+            self.stream and state.get("stream") is not None
+        ):  # its groups keep their age on the engine's counter
+            self.rounds = int(state["stream"]["rounds"])
+            self.trained_groups = list(state["stream"]["trained_groups"])
+            self.stream.restore(state["stream"], self.run.agent.engine.weight_version)
 
 
 __all__ = ["RLConfig", "RLTrainer", "trajectory_batch"]

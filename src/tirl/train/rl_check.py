@@ -26,7 +26,13 @@ def sampling_of(ro: RolloutConfig) -> SamplingParams:
 def check_rl(rl: RLConfig, ro: RolloutConfig, world: int) -> None:
     """Every rule on whether `tirl rl` can run `rl` with `rollout.engine` on `world` processes, checked once, before
     any model loads (a ValueError naming the setting to change), and the engine's own checks of this machine."""
-    check_engine(rl, capabilities_for(ro.engine), sampling_of(ro), world)
+    caps = capabilities_for(ro.engine)
+    check_engine(rl, caps, sampling_of(ro), world)
+    if rl.stream.enabled and caps.rollout_loop(ro.mode) != "async":
+        raise ValueError(
+            f"rl.stream.enabled with rollout.mode={ro.mode}: streaming runs each group through the async agent loop; "
+            "use rollout.mode=async (or auto with a server engine)"
+        )
     preflight(ro)
 
 
@@ -37,6 +43,7 @@ def check_engine(rl: RLConfig, caps: EngineCapabilities, sampling: SamplingParam
     check_world(rl, world)
     caps.check_rl_sampling(sampling)
     check_lookahead(rl.off_policy_steps, caps)
+    check_stream(rl, caps, world)
 
 
 def rl_refusal(caps: EngineCapabilities, world: int) -> str | None:
@@ -69,4 +76,21 @@ def check_lookahead(off_policy_steps: int, caps: EngineCapabilities) -> None:
         raise ValueError(
             f"rl.off_policy_steps={off_policy_steps} with rollout.engine={caps.name}: it samples from the module the "
             "update changes while the update runs; use rollout.engine=vllm, or rl.off_policy_steps=0"
+        )
+
+
+def check_stream(rl: RLConfig, caps: EngineCapabilities, world: int) -> None:
+    """`rl.stream.*`: an engine that can sample while the update runs (and interrupt requests, for partial
+    rollouts), and a buffer that holds at least one step's groups on each rank."""
+    s = rl.stream
+    if not s.enabled:
+        return
+    if why := caps.why_not_stream(partial=s.partial):
+        raise ValueError(why)
+    local = rl.prompts_per_step // world
+    if s.capacity(local) < local:
+        raise ValueError(
+            f"rl.stream.buffer_groups={s.buffer_groups} holds fewer groups than a step takes on each of the {world} "
+            f"processes ({local} = rl.prompts_per_step / processes): the trainer would wait for ever; use at least "
+            f"{local}, or 0 for (rl.stream.max_staleness + 1) x {local}"
         )

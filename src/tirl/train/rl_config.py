@@ -3,7 +3,7 @@ value fails at start-up, naming the valid ones, not after the first rollout). Th
 `tirl.train.rl`. The estimator's and the loss's own settings are not here: `rl.advantage.*` and `rl.loss.*` are
 the options dataclasses registered with them (`tirl.algorithms`), built by name as `task.*` is. The KL penalty,
 the validation during training and the rollout correction are sections of their own (`rl.kl.*`,
-`rl.validation.*`, `rl.correction.*`); the batching and checkpoint keys stay flat, the same keys as `sft.*`."""
+`rl.validation.*`, `rl.correction.*`, `rl.stream.*`); the batching and checkpoint keys stay flat, the same keys as `sft.*`."""
 
 from __future__ import annotations
 
@@ -105,6 +105,35 @@ class CorrectionConfig:
 
 
 @dataclass
+class StreamConfig:
+    """`rl.stream.*`: streaming RL (`tirl.train.stream`): groups sampled continuously while the trainer updates, a
+    batch taken as soon as enough are finished, groups more than `max_staleness` updates old dropped."""
+
+    enabled: bool = False
+    max_staleness: int = (
+        1  # K: a group whose oldest token is more than K updates old is dropped (0: synchronous)
+    )
+    # groups finished or in flight at most, on each rank; 0 = (max_staleness + 1) x the rank's prompts per step
+    buffer_groups: int = 0
+    partial: bool = (
+        False  # a sync interrupts the requests in flight, which go on from their tokens with new weights
+    )
+
+    def __post_init__(self) -> None:
+        if self.max_staleness < 0 or self.buffer_groups < 0:
+            raise ValueError(
+                f"rl.stream.max_staleness={self.max_staleness} and rl.stream.buffer_groups={self.buffer_groups} "
+                "must be >= 0"
+            )
+        if self.partial and not self.enabled:
+            raise ValueError("rl.stream.partial=true needs rl.stream.enabled=true")
+
+    def capacity(self, local_groups: int) -> int:
+        """Groups the buffer holds at most, for `local_groups` groups per step on this rank."""
+        return self.buffer_groups or (self.max_staleness + 1) * local_groups
+
+
+@dataclass
 class RLConfig:
     MOVED_KEYS: ClassVar[dict[str, str]] = {**MOVED_TO_VARIANTS, **MOVED_TO_SECTIONS}
     # what the moved keys meant when a config left them out: `tirl config migrate` writes these where the new
@@ -148,6 +177,7 @@ class RLConfig:
     correction: CorrectionConfig = field(default_factory=CorrectionConfig)
     # 1: step k+1's rollouts are sampled with step k's weights while step k's update runs (tirl.train.overlap)
     off_policy_steps: int = 0
+    stream: StreamConfig = field(default_factory=StreamConfig)
 
     def __post_init__(self) -> None:
         for name in ("steps", "prompts_per_step", "n", "mini_batch_size", "ppo_epochs", "logprob_batch_size"):
@@ -176,6 +206,11 @@ class RLConfig:
             raise ValueError(f"rl.old_logprobs={self.old_logprobs!r}; valid: auto, recompute")
         check_range("entropy_coef", self.entropy_coef)  # at load time, not after a rollout
         check_off_policy(self.off_policy_steps, dynamic_sampling=self.dynamic_sampling)
+        if self.stream.enabled and (self.off_policy_steps or self.dynamic_sampling):
+            raise ValueError(
+                "rl.stream.enabled with rl.off_policy_steps=1 or rl.dynamic_sampling: streaming already samples "
+                "during the update, and refilling rounds would draw prompts while it runs; use one of them"
+            )
 
 
 __all__ = [
@@ -184,5 +219,6 @@ __all__ = [
     "CorrectionConfig",
     "KLConfig",
     "RLConfig",
+    "StreamConfig",
     "ValidationConfig",
 ]

@@ -73,13 +73,14 @@ class SFTConfig:
 def render_rows(
     rows: Sequence[dict[str, Any]], renderer: ChatRenderer, *, max_length: int, source: str = ""
 ) -> list[tuple[list[int], list[int]]]:
-    """(ids, loss mask) per row; an error names `source` (the data file) and the row, counted from 1."""
+    """(ids, loss mask) per row, or per assistant turn of a row with chat.history=per_turn
+    (`ChatRenderer.samples`); an error names `source` (the data file) and the row, counted from 1."""
     out = []
     for n, row in enumerate(rows, start=1):
         where = f"{source or 'SFT data'}: row {n}"
         if isinstance(row.get("prompt"), str) and isinstance(row.get("completion"), str):
             prompt, completion = renderer.encode(row["prompt"]), renderer.encode(row["completion"])
-            ids, mask = prompt + completion, [0] * len(prompt) + [1] * len(completion)
+            samples = [(prompt + completion, [0] * len(prompt) + [1] * len(completion))]
         else:
             msgs = row.get("messages")
             if not isinstance(msgs, list) or not msgs:
@@ -88,14 +89,15 @@ def render_rows(
                     f"'completion' strings), got {type(msgs).__name__}"
                 )
             try:
-                ids, mask = renderer.render(msgs, tools=row.get("tools"))
+                samples = renderer.samples(msgs, tools=row.get("tools"))
             except (ValueError, KeyError, TypeError) as e:
                 raise ValueError(f"{where}: {e}") from e
-        if len(ids) > max_length:
-            raise ValueError(f"{where}: {len(ids)} tokens exceed sft.max_length={max_length}")
-        if sum(mask) == 0:
-            raise ValueError(f"{where}: no assistant tokens to train on")
-        out.append((ids, mask))
+        for ids, mask in samples or [([], [])]:  # per_turn: a row without assistant turns has no samples
+            if len(ids) > max_length:
+                raise ValueError(f"{where}: {len(ids)} tokens exceed sft.max_length={max_length}")
+            if sum(mask) == 0:
+                raise ValueError(f"{where}: no assistant tokens to train on")
+        out += samples
     return out
 
 

@@ -38,7 +38,9 @@ class ToolFormat:
     """One tool-call format: how a call is written (`render`: the whole call text, tags included), read back
     (`parse_body`: the text between the tags, with the tools' schemas), and announced in the system turn
     (`tools_block`: the listing of the schemas and the instructions). `separator` goes between an assistant turn's
-    content and its first call, and between calls. `end` is the stop string of a turn that calls a tool."""
+    content and its first call, and between calls. `end` is the stop string of a turn that calls a tool ("": none,
+    the turn ends at the end-of-turn token). `parse_turn`, where set, reads a whole turn's calls itself (a format
+    whose calls have no closing tag, `tirl.chat.tool_formats.json_calls`)."""
 
     name: str
     render: Callable[[str, Mapping[str, Any]], str]
@@ -47,11 +49,15 @@ class ToolFormat:
     separator: str = "\n"
     start: str = TOOL_CALL_START
     end: str = TOOL_CALL_END
+    parse_turn: Callable[[str, Schemas], list[ToolCall]] | None = None
 
     def parse(self, text: str, schemas: Schemas = (), limit: int | None = None) -> list[ToolCall]:
         """Every call of an assistant turn in order, at most `limit` (empty: the turn is the final answer).
 
         An opening tag without its closing tag after the last closed call counts as a malformed call."""
+        if self.parse_turn is not None:
+            found = self.parse_turn(text, schemas)
+            return found[:limit] if limit is not None else found
         calls = []
         end = 0
         for m in _block_re(self.start, self.end).finditer(text):

@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from tirl.commands.run_config import TirlConfig
 
 STARTS = ("sft", "init")  # sft: arms share each seed's SFT model; init: every arm trains its own SFT
+TRAINS = ("rl", "sft")  # what an arm trains up to, and whose model is evaluated and compared
+STAGE_SETS = ("tiny", "smollm2")  # which demo's stages run the arms (`tirl.demo.ablation.runner.stage_set`)
 START_LABEL = "sft"  # the label of the shared SFT model's evaluation (Study.evaluate_start)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _NEXT_KEY = re.compile(
@@ -31,11 +33,16 @@ _NEXT_KEY = re.compile(
 
 @dataclass(frozen=True)
 class Arm:
-    """One arm: its name (a directory name too) and the dotted overrides it applies to the base config."""
+    """One arm: its name (a directory name too) and the dotted overrides it applies to the base config.
+
+    `sft_data`: an arm that changes the SFT rows rather than a config key names the rows it trains SFT on instead
+    of the base's (`sampled`, of the SmolLM2 stages: the trajectories the seed's shared SFT model samples and gets
+    right); it trains its own SFT model, from the base model."""
 
     name: str
     overrides: tuple[str, ...] = ()
     note: str = ""  # what the arm stands for, shown in the report
+    sft_data: str = ""
 
     def __post_init__(self) -> None:
         if not _NAME.match(self.name) or self.name == START_LABEL:
@@ -51,7 +58,9 @@ class Study:
 
     `expect`: the claim being tested, per arm: +1 if the arm should beat the baseline's pass@1, -1 if it should lose
     (an arm without one is reported without a verdict on a claim). `evaluate_start`: the shared SFT model is
-    evaluated too and analysed with the arms (as the pass@k comparison needs)."""
+    evaluated too and analysed with the arms (as the pass@k comparison needs). `train`: rl (each arm trains RL
+    from its SFT model, and the RL model is compared) or sft (the arms' SFT models are compared; no RL).
+    `stages`: the demo whose stages run (tiny, or smollm2: SmolLM2-135M-Instruct with vLLM)."""
 
     name: str
     arms: tuple[Arm, ...]
@@ -61,6 +70,8 @@ class Study:
     expect: Mapping[str, int] = field(default_factory=dict)
     evaluate_start: bool = False
     summary: str = ""
+    train: str = "rl"
+    stages: str = "tiny"
 
     def __post_init__(self) -> None:
         names = [a.name for a in self.arms]
@@ -76,6 +87,10 @@ class Study:
             raise ConfigError(f"--seeds must be >= 1, got {self.seeds}")
         if self.start not in STARTS:
             raise ConfigError(f"--start {self.start!r}; valid: {', '.join(STARTS)}")
+        if self.train not in TRAINS or self.stages not in STAGE_SETS:
+            raise ConfigError(
+                f"train {self.train!r}, stages {self.stages!r}; valid: {', '.join(TRAINS)} and {', '.join(STAGE_SETS)}"
+            )
         bad = {a: s for a, s in self.expect.items() if a not in names or s not in (1, -1)}
         if bad:
             raise ConfigError(f"expect: arms of the study with +1 or -1, got {bad}")

@@ -17,7 +17,11 @@ if TYPE_CHECKING:
 
 
 def add_compare_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--config", default=None, help="base YAML config (default: the demo's, configs/demo.yaml)")
+    p.add_argument(
+        "--config",
+        default=None,
+        help="base YAML config (default: the preset's, else the demo's configs/demo.yaml)",
+    )
     p.add_argument("overrides", nargs="*", help="dotted overrides of the base config, for every arm")
     p.add_argument(
         "--arm",
@@ -63,7 +67,8 @@ def build_study(args: argparse.Namespace, default_config: Path) -> tuple[TirlCon
     # `task=NAME` is short for `task.name=NAME`, as in `tirl demo`
     own = [f"task.name={o[5:]}" if o.startswith("task=") else o for o in args.overrides]
     base_overrides = [*(preset.base_overrides if preset else ()), *own]
-    base = load_config(TirlConfig, args.config or default_config, base_overrides)
+    packaged = default_config.parent / preset.config if preset and preset.config else default_config
+    base = load_config(TirlConfig, args.config or packaged, base_overrides)
     study = Study(
         preset.study.name if preset else "arms",
         tuple(arms),
@@ -73,6 +78,8 @@ def build_study(args: argparse.Namespace, default_config: Path) -> tuple[TirlCon
         expect=preset.study.expect if preset else {},
         evaluate_start=preset.study.evaluate_start if preset else False,
         summary=preset.study.summary if preset else "",
+        train=preset.study.train if preset else "rl",
+        stages=preset.study.stages if preset else "tiny",
     )
     return base, study
 

@@ -3,8 +3,9 @@ arm's own), its RL run and its evaluation; each reused when its output was made 
 (`tirl.demo.reuse`), so an interrupted comparison resumes where it stopped and a changed arm is redone.
 
 The records and names are the tiny demo's own (`tirl.demo.tiny`: `sft_stage`, and RL's inputs as `rl_stage` has
-them), so a comparison can reuse the checkpoints `tirl demo` left (`tirl demo --compare`). Not here: which arm
-shares which SFT model, or what happens when a stage fails (`runner`).
+them), so a comparison can reuse the checkpoints `tirl demo` left (`tirl demo --compare`). RL and evaluation
+read only a `Start`'s rows and model, so the SmolLM2 stages (`smollm2_stages`) use them too and differ only in how a
+start is made. Not here: which arm shares which SFT model, or what happens when a stage fails (`runner`).
 """
 
 from __future__ import annotations
@@ -52,6 +53,13 @@ def prepare_start(cfg: TirlConfig, out: Path) -> Start:
         path = tiny.train_sft_model(cfg, out, prep, {})
         stage.record()
     return Start(prep, Path(path), stage.fingerprint)
+
+
+def data_start(cfg: TirlConfig, out: Path, source: str, shared: Start) -> Start:
+    """An arm's start on other SFT rows (`Arm.sft_data`): the tiny demo has no other source of them."""
+    raise ValueError(
+        f"SFT data {source!r}: the tiny demo's stages have none (the smollm2 stages have 'sampled')"
+    )
 
 
 def train_rl(cfg: TirlConfig, out: Path, start: Start) -> tuple[Path, str]:

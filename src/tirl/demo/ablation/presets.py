@@ -10,6 +10,13 @@ arms spell their setting out. The entropy bonus has no claim: the recipe keeps e
 The objective presets (`passk`, `pkpo`, and any registered advantage estimator that takes pass@k's k) are what
 `tirl demo --compare OBJECTIVE` runs: GRPO-TCR against that objective from one SFT checkpoint, the SFT model
 evaluated beside them at T = 0.6 and 1.0.
+
+The SmolLM2 presets run SmolLM2-135M-Instruct's stages (`Study.stages`, its packaged config unless --config names
+another) and are what `tirl demo --model smollm2 --compare lora|data` runs: `lora`, RL with a LoRA adapter against
+RL on every weight from one SFT checkpoint; `data`, SFT on trajectories the stitched-SFT model sampled itself and got
+right against SFT on the stitched ones (an arm that changes the SFT rows: `Arm.sft_data`), the SFT models compared
+(`Study.train = "sft"`), on GSM8K; `data-rl`, the same arms after RL with the same settings from each arm's SFT
+model (the paper compares the models after RL). `--compare data` runs both, the second reusing the first's SFT.
 """
 
 from __future__ import annotations
@@ -22,14 +29,25 @@ from tirl.demo.ablation.arms import Arm, Study
 
 PAPER_SEEDS = 5  # the issue's study: 5 seeds of the demo per preset
 OBJECTIVE_TEMPERATURES = (0.6, 1.0)  # `tirl demo --compare`'s default --temperatures
+LORA_RANK = 16
+LORA_LR = 1e-4  # docs/configuration.md, "Memory options and LoRA": about 10x the full-parameter rate
+
+
+# the data comparison's arms: SFT on stitched trajectories, or on the ones the stitched-SFT model sampled and got right
+DATA_ARMS = (
+    Arm("stitched", (), "SFT on stitched trajectories from the human solutions"),
+    Arm("real", (), "SFT on the stitched-SFT model's own correct trajectories", sft_data="sampled"),
+)
 
 
 @dataclass(frozen=True)
 class Preset:
-    """A study by name, with the base overrides it needs (applied before the user's own)."""
+    """A study by name, with the base overrides it needs (applied before the user's own) and its packaged base
+    config (a file of `tirl/configs/`; empty: the demo's)."""
 
     study: Study
     base_overrides: tuple[str, ...] = field(default_factory=tuple)
+    config: str = ""
 
 
 def _paper(name: str, summary: str, plain: Arm, chosen: Arm, sign: int = 1, claim: bool = True) -> Preset:
@@ -103,14 +121,59 @@ def objective_preset(objective: str) -> Preset:
     return Preset(study, (f"eval.temperatures=[{temps}]",))
 
 
+SMOLLM2_PRESETS = {
+    "lora": Preset(
+        Study(
+            "lora",
+            (
+                Arm("full", ("model.lora.rank=0",), "RL on every weight"),
+                Arm(
+                    "lora",
+                    (f"model.lora.rank={LORA_RANK}", f"rl.optim.lr={LORA_LR:g}"),
+                    "RL with a LoRA adapter",
+                ),
+            ),
+            stages="smollm2",
+            summary=f"RL with a rank-{LORA_RANK} LoRA adapter (lr {LORA_LR:g}) against RL on every weight, from one "
+            "SFT checkpoint of SmolLM2-135M-Instruct",
+        ),
+        config="demo-smollm2.yaml",
+    ),
+    "data": Preset(
+        Study(
+            "data",
+            DATA_ARMS,
+            expect={"real": 1},
+            train="sft",
+            stages="smollm2",
+            summary="SFT of SmolLM2-135M-Instruct on real sampled trajectories against stitched ones, on GSM8K",
+        ),
+        config="demo-smollm2-gsm8k.yaml",
+    ),
+    "data-rl": Preset(
+        Study(
+            "data-rl",
+            DATA_ARMS,
+            expect={"real": 1},
+            stages="smollm2",
+            summary="the data comparison after RL: GRPO-TCR with the same settings from each arm's SFT model (the "
+            "real-trajectory one and the stitched one), the RL models compared, on GSM8K",
+        ),
+        config="demo-smollm2-gsm8k.yaml",
+    ),
+}
+
+
 def preset_names() -> list[str]:
-    return [*ALGORITHM_PRESETS, *objectives()]
+    return [*ALGORITHM_PRESETS, *objectives(), *SMOLLM2_PRESETS]
 
 
 def get_preset(name: str) -> Preset:
     """The preset called `name`; an unknown name lists the valid ones."""
     if name in ALGORITHM_PRESETS:
         return ALGORITHM_PRESETS[name]
+    if name in SMOLLM2_PRESETS:
+        return SMOLLM2_PRESETS[name]
     if name in objectives():
         return objective_preset(name)
     raise ConfigError(f"unknown preset {name!r}; valid: {', '.join(preset_names())}")
@@ -121,8 +184,12 @@ def describe_presets() -> list[str]:
     lines = []
     for name in preset_names():
         p = get_preset(name)
-        arms = "; ".join(f"{a.name}: {' '.join(a.overrides) or '(base config)'}" for a in p.study.arms)
+        arms = "; ".join(
+            f"{a.name}: {' '.join(a.overrides) or '(base config)'}{f' (SFT data: {a.sft_data})' * bool(a.sft_data)}"
+            for a in p.study.arms
+        )
+        where = f"; config {p.config}" if p.config else ""
         lines.append(
-            f"{name} ({p.study.seeds} seed{'s' * (p.study.seeds > 1)}): {p.study.summary}. Arms: {arms}"
+            f"{name} ({p.study.seeds} seed{'s' * (p.study.seeds > 1)}{where}): {p.study.summary}. Arms: {arms}"
         )
     return lines

@@ -35,11 +35,16 @@ def study_record(study: Study, base: TirlConfig) -> dict[str, Any]:
     return {
         "name": study.name,
         "summary": study.summary,
-        "arms": [{"name": a.name, "overrides": list(a.overrides), "note": a.note} for a in study.arms],
+        "arms": [
+            {"name": a.name, "overrides": list(a.overrides), "note": a.note, "sft_data": a.sft_data}
+            for a in study.arms
+        ],
         "baseline": study.baseline_arm,
         "seeds": list(range(base.seed, base.seed + study.seeds)),
         "start": study.start,
         "expect": dict(study.expect),
+        "train": study.train,
+        "stages": study.stages,
     }
 
 

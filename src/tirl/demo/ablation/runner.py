@@ -6,7 +6,8 @@ together (`tirl analyze`, the baseline first).
 
 An arm that fails, a bad override or a crash, is recorded with its error (`ArmRun`) and the others go on; a stop
 request (`StopRequested`) or Ctrl-C ends the comparison, and a rerun resumes it: every finished stage is reused
-(`pipeline`). Not here: the numbers across seeds (`summary`).
+(`pipeline`). The stages are the tiny demo's (`pipeline`) or SmolLM2's (`smollm2_stages`), as the study names them
+(`stage_set`). Not here: the numbers across seeds (`summary`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import traceback
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 from tirl.commands.run_config import TirlConfig
 from tirl.core.io import atomic_write_json
@@ -62,12 +64,22 @@ class ArmRun:
     seconds: float = 0.0
 
 
+def stage_set(name: str) -> ModuleType:
+    """The module whose `prepare_start`, `data_start`, `train_rl`, `evaluate` and `sft_sources` run a study's
+    arms: the tiny demo's (`pipeline`) or SmolLM2's (imported when named: it is the only one that needs vLLM)."""
+    if name == "smollm2":
+        from tirl.demo.ablation import smollm2_stages
+
+        return smollm2_stages
+    return pipeline
+
+
 class _Shared:
     """A seed's shared data and SFT model (of the base config, in `out`), made on first use; a failure is kept and
     given to every arm asking."""
 
-    def __init__(self, cfg: TirlConfig, out: Path) -> None:
-        self.cfg, self.out = cfg, out
+    def __init__(self, cfg: TirlConfig, out: Path, stages: ModuleType) -> None:
+        self.cfg, self.out, self.stages = cfg, out, stages
         self._start: pipeline.Start | None = None
         self._error = ""
 
@@ -76,7 +88,7 @@ class _Shared:
             raise RuntimeError(f"the seed's shared SFT failed: {self._error}")
         if self._start is None:
             try:
-                self._start = pipeline.prepare_start(self.cfg, self.out)
+                self._start = self.stages.prepare_start(self.cfg, self.out)
             except StopRequested:
                 raise
             except Exception as e:
@@ -106,18 +118,31 @@ def _seeded(cfg: TirlConfig, seed: int) -> TirlConfig:
 
 def _run_arm(arm: Arm, cfg: TirlConfig, seed: int, study: Study, shared: _Shared, layout: Layout) -> ArmRun:
     t0 = time.time()
-    own = study.start == "init" or pipeline.sft_sources(cfg) != pipeline.sft_sources(shared.cfg)
-    if own:
+    stages = shared.stages
+    own_dir = layout.train_dir(seed) / f"sft-{arm.name}"
+    own = (
+        study.start == "init"
+        or bool(arm.sft_data)
+        or stages.sft_sources(cfg) != stages.sft_sources(shared.cfg)
+    )
+    if arm.sft_data:  # its rows come from the shared start (the sampled ones: from its SFT model)
+        console.print(f"[bold]{arm.name}[/]: its own SFT model, on the {arm.sft_data} SFT rows")
+        start = stages.data_start(cfg, own_dir, arm.sft_data, shared.get())
+    elif own:
         console.print(
             f"[bold]{arm.name}[/]: its own SFT model (its SFT settings or data differ, or --start init)"
         )
-        start = pipeline.prepare_start(cfg, layout.train_dir(seed) / f"sft-{arm.name}")
+        start = stages.prepare_start(cfg, own_dir)
     else:
         start = shared.get()
-    model = pipeline.train_rl(cfg, layout.rl_dir(seed, arm.name), start)
+    rl_dir = ""
+    if study.train == "sft":  # the arms' SFT models are what is compared
+        model = (start.sft, start.sft_fingerprint)
+    else:
+        model = stages.train_rl(cfg, layout.rl_dir(seed, arm.name), start)
+        rl_dir = str(layout.rl_dir(seed, arm.name))
     eval_dir = layout.eval_dir(seed) / f"eval-{arm.name}"
-    pipeline.evaluate(cfg, eval_dir, model, arm.name, start)
-    rl_dir = str(layout.rl_dir(seed, arm.name))
+    stages.evaluate(cfg, eval_dir, model, arm.name, start)
     return ArmRun(arm.name, seed, "done", "", rl_dir, str(eval_dir), own, round(time.time() - t0, 1))
 
 
@@ -125,14 +150,14 @@ def _run_seed(
     base: TirlConfig, configs: dict[str, TirlConfig | str], seed: int, study: Study, layout: Layout
 ) -> list[ArmRun]:
     seed_base = _seeded(base, seed)
-    shared = _Shared(seed_base, layout.train_dir(seed))
+    shared = _Shared(seed_base, layout.train_dir(seed), stage_set(study.stages))
     runs: list[ArmRun] = []
     labels: list[str] = []
     if study.evaluate_start:
         try:
             start = shared.get()
             out = layout.eval_dir(seed) / f"eval-{START_LABEL}"
-            pipeline.evaluate(seed_base, out, (start.sft, start.sft_fingerprint), START_LABEL, start)
+            shared.stages.evaluate(seed_base, out, (start.sft, start.sft_fingerprint), START_LABEL, start)
             labels.append(START_LABEL)
         except StopRequested:
             raise

@@ -55,7 +55,7 @@ def end_on_model_tokens(t: Trajectory) -> Trajectory:
     while n and t.loss_mask[n - 1] == 0:
         n -= 1
     if n < len(t.loss_mask):
-        del t.response_ids[n:], t.loss_mask[n:], t.logprobs[n:]
+        del t.response_ids[n:], t.loss_mask[n:], t.logprobs[n:], t.token_versions[n:]
         for record in t.tool_calls:  # the dropped tool turn held the results of the last turn's calls
             if record.turn == t.turns:
                 record.result_seen = False
@@ -94,12 +94,21 @@ class AsyncAgentLoop(AgentLoop):
         *,
         origins: Sequence[Origin] | None = None,
         generator: torch.Generator | None = None,
+        seeds: Sequence[int] | None = None,
     ) -> list[Trajectory]:
-        """One trajectory per prompt, in prompt order. `generator` draws one integer seed per trajectory, which
-        seeds each of its requests (`EngineCapabilities.seed_kwargs`)."""
+        """One trajectory per prompt, in prompt order. `generator` draws one integer seed per trajectory (as
+        `draw_seeds` does), which seeds each of its requests (`EngineCapabilities.seed_kwargs`); `seeds` gives
+        them instead (the streaming trainer draws a step's seeds at once and runs them group by group)."""
         trajs = self.new_trajectories(prompts, origins)
-        seeds = torch.randint(0, 2**31 - 1, (len(trajs),), generator=generator).tolist()
+        seeds = draw_seeds(len(trajs), generator) if seeds is None else list(seeds)
+        if len(seeds) != len(trajs):
+            raise ValueError(f"{len(trajs)} prompts but {len(seeds)} seeds: give one seed per prompt")
         return _Run(self, trajs, params, seeds).wait()
+
+
+def draw_seeds(n: int, generator: torch.Generator | None) -> list[int]:
+    """`n` request seeds from `generator`: what `AsyncAgentLoop.run` draws for `n` prompts."""
+    return torch.randint(0, 2**31 - 1, (n,), generator=generator).tolist()
 
 
 class _Run:

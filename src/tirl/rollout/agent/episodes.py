@@ -48,11 +48,12 @@ def rollout_and_score(
     first_group: int | None = None,
     timed: Callable[[str], AbstractContextManager[object]] | None = None,
     sampling_context: Callable[[], AbstractContextManager[object]] | None = None,
+    seeds: Sequence[int] | None = None,
 ) -> tuple[list[Trajectory], list[Score]]:
     """`n` scored trajectories per problem, in problem order; a dead sandbox raises naming `where` (it is not a
     bad policy). `timed(phase)` wraps the "rollout" and the "reward"
     phase, `sampling_context()` the rollout inside it (the RL trainer times both phases and gathers a sharded
-    policy for sampling)."""
+    policy for sampling). `seeds`: one request seed per trajectory instead of `generator`'s (the async loop only)."""
     timed = timed or (lambda _phase: nullcontext())
     sampling_context = sampling_context or nullcontext
     origins = [
@@ -66,7 +67,10 @@ def rollout_and_score(
         for k in range(n)
     ]
     with timed("rollout"), sampling_context():
-        trajs = agent.run([o.problem.prompt for o in origins], params, origins=origins, generator=generator)
+        given = {} if seeds is None else {"seeds": seeds}
+        trajs = agent.run(
+            [o.problem.prompt for o in origins], params, origins=origins, generator=generator, **given
+        )
     raise_if_sandbox_down((c.exec_result for t in trajs for c in t.tool_calls if c.exec_result), where)
     with timed("reward"):
         scores = score_responses(

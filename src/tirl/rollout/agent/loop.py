@@ -160,6 +160,7 @@ def apply_turn(
     t.response_ids += g.token_ids
     t.loss_mask += [1] * len(g.token_ids)
     t.logprobs += g.logprobs
+    t.token_versions += g.versions()
     t.turn_texts.append(renderer.tokenizer.decode(g.token_ids, skip_special_tokens=False))
     t.weight_versions.append(g.weight_version)
     calls = turn_calls(t.turn_texts[-1], renderer, cfg, schemas)
@@ -214,6 +215,7 @@ def apply_tool_results(
     t.response_ids += ids
     t.loss_mask += [0] * len(ids)
     t.logprobs += [0.0] * len(ids)
+    t.token_versions += [-1] * len(ids)
     return True
 
 

@@ -31,7 +31,9 @@ class Engine(Protocol):
     the engine and the tokenizer do not belong together (a server serving another model, a tokenizer with ids the
     model has no embedding for). `awake()` brackets a phase of rollouts (a colocated engine sleeps outside it, a
     paused server is continued, the torch engine keeps its prefix cache for it). `max_positions`: the positions the
-    model in this process holds, 0 for a server (which checks its own context length).
+    model in this process holds, 0 for a server (which checks its own context length). An engine whose capabilities
+    say `sync_gate` also has `gate`, the `tirl.rollout.engines.gate.RequestGate` its requests pass and its sync
+    closes (`gate.interrupt` on: partial rollouts, where the capabilities say `partial_rollouts`).
     """
 
     capabilities: EngineCapabilities

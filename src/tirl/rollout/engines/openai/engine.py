@@ -9,12 +9,15 @@ and the server's vocabulary with the tokenizer's (a probe `/detokenize` where th
 fails at start-up, not as garbage rollouts.
 
 Weights: this engine cannot push new weights to a generic server, so `sync_weights` raises; RL with it is refused
-at start-up (its capabilities say `weight_sync="none"`). Evaluation needs no sync.
+at start-up (its capabilities say `weight_sync="none"`). Evaluation needs no sync. Every request passes the engine's
+`gate` (`tirl.rollout.engines.gate`), which a subclass's sync closes; with `gate.interrupt` on (partial rollouts)
+requests stream their tokens and go on across a sync from what they have (`tirl.rollout.engines.openai.partial`).
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import threading
 import time
 from collections.abc import Sequence
@@ -26,11 +29,13 @@ import httpx
 
 from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.engines.base import RemoteModel
+from tirl.rollout.engines.gate import RequestGate
 from tirl.rollout.sampling import SamplingParams, per_prompt_budgets
 from tirl.rollout.timeouts import Throughput
 from tirl.rollout.types import Generation
 
 RETRY_STATUS = {429, 500, 502, 503, 504}
+INTERRUPTED = ""  # a streamed request's finish reason when a sync interrupted it
 
 
 class EngineError(RuntimeError):
@@ -66,7 +71,7 @@ class OpenAIEngine(RemoteModel):
 
     capabilities = EngineCapabilities(
         name="openai", weight_sync="none", logprobs="renormalized", per_request_seeds=True, multi_process=False,
-        batches_requests=True,
+        batches_requests=True, sync_gate=True, partial_rollouts=True,
     )  # fmt: skip
 
     def __init__(self, cfg: OpenAIEngineConfig) -> None:
@@ -79,6 +84,9 @@ class OpenAIEngine(RemoteModel):
         self._client = httpx.Client(timeout=cfg.timeout_s, limits=limits)
         self._pool = ThreadPoolExecutor(max_workers=cfg.concurrency, thread_name_prefix="tirl-openai")
         self.throughput = Throughput(cfg.min_tokens_per_s)
+        self.gate = (
+            RequestGate()
+        )  # a sync (a subclass's) waits for the requests in flight, or interrupts them
 
     def _url(self) -> str:
         with self._lock:
@@ -139,9 +147,10 @@ class OpenAIEngine(RemoteModel):
                     f"{r.json().get('prompt')!r} there, {want!r} here): wrong model for this tokenizer"
                 )
 
-    def _one(
+    def body(
         self, prompt: Sequence[int], params: SamplingParams, budget: int, seed: int | None
-    ) -> Generation:
+    ) -> dict[str, Any]:
+        """The `/v1/completions` request for one prompt: ids in, sampled ids and their log-probs out."""
         body: dict[str, Any] = {
             "model": self.cfg.model,
             "prompt": list(prompt),
@@ -158,12 +167,87 @@ class OpenAIEngine(RemoteModel):
         }
         if seed is not None:
             body["seed"] = seed
-        t0 = time.monotonic()
-        limit = self.throughput.limit(self.cfg.timeout_s, budget)
-        choice = self._request("POST", "/v1/completions", body, timeout=limit)["choices"][0]
-        gen = self._parse(choice, budget)
+        return body
+
+    def _one(
+        self, prompt: Sequence[int], params: SamplingParams, budget: int, seed: int | None
+    ) -> Generation:
+        if self.gate.interrupt:  # partial rollouts: streamed, interrupted by a sync and continued after it
+            return self._partial(prompt, params, budget, seed)
+        with self.gate.request():
+            t0 = time.monotonic()
+            limit = self.throughput.limit(self.cfg.timeout_s, budget)
+            choice = self._request(
+                "POST", "/v1/completions", self.body(prompt, params, budget, seed), timeout=limit
+            )
+            gen = self._parse(choice["choices"][0], budget)
         self.throughput.observe(len(gen.token_ids), time.monotonic() - t0)
         return gen
+
+    def _partial(
+        self, prompt: Sequence[int], params: SamplingParams, budget: int, seed: int | None
+    ) -> Generation:
+        """One generation across weight syncs: streamed; a sync interrupts it (the response closed, so the server
+        aborts the request), the tokens so far are kept with their log-probs and the version that sampled them, and
+        it goes on from that prefix with the new weights. A connection that fails mid-stream keeps its tokens too and
+        is retried from them (`retries`), so nothing is sampled twice or lost. A continuation is seeded with
+        `seed + tokens kept`: the same request never repeats its random stream from the start."""
+        ids: list[int] = []
+        lps: list[float] = []
+        versions: list[int] = []
+        finish, failures = None, 0
+        while finish is None and len(ids) < budget:
+            with self.gate.request():
+                version, before = self.weight_version, len(ids)
+                resumed = None if seed is None else (seed + before) % 2**31
+                body = self.body([*prompt, *ids], params, budget - before, resumed)
+                try:
+                    finish = self._stream_into(body, ids, lps, budget - before)
+                    why = "the stream ended without a finish reason"
+                except (httpx.HTTPError, EngineError) as e:
+                    why = f"{type(e).__name__}: {e}"
+            versions += [version] * (len(ids) - before)
+            if finish == INTERRUPTED:
+                finish = None
+                self.gate.note_interruption()
+            elif finish is None:
+                failures += 1
+                if failures > self.cfg.retries:
+                    raise EngineError(f"streamed request failed after {failures} attempts: {why}")
+                time.sleep(self.cfg.backoff_s * 2 ** (failures - 1))
+        gen = self._parse(
+            {"token_ids": ids, "logprobs": {"token_logprobs": lps}, "finish_reason": finish}, budget
+        )
+        gen.weight_version = versions[0] if versions else self.weight_version
+        gen.token_versions = versions
+        return gen
+
+    def _stream_into(self, body: dict[str, Any], ids: list[int], lps: list[float], budget: int) -> str | None:
+        """Stream one request, appending each chunk's ids and log-probs as it comes; its finish reason, INTERRUPTED
+        when a sync interrupted it (the response is closed, which aborts it on the server), None when the stream
+        ended without one."""
+        base = self._url()
+        limit = self.throughput.limit(self.cfg.timeout_s, budget)
+        with self._client.stream(
+            "POST", base + "/v1/completions", json={**body, "stream": True}, timeout=limit
+        ) as r:
+            if r.status_code >= 400:
+                raise EngineError(f"{base}/v1/completions: HTTP {r.status_code} {r.read()[:500]!r}")
+            for line in r.iter_lines():
+                if not line.startswith("data:") or line[5:].strip() == "[DONE]":
+                    continue
+                choice = json.loads(line[5:])["choices"][0]
+                new = choice.get("token_ids") or []
+                lp = (choice.get("logprobs") or {}).get("token_logprobs") or []
+                if len(new) != len(lp):
+                    raise EngineError(f"server streamed {len(new)} token ids but {len(lp)} log-probs")
+                ids += new
+                lps += [float(x) for x in lp]
+                if choice.get("finish_reason"):
+                    return str(choice["finish_reason"])
+                if self.gate.interrupted():
+                    return INTERRUPTED
+        return None
 
     def _parse(self, choice: dict[str, Any], budget: int) -> Generation:
         ids = choice.get("token_ids")

@@ -219,7 +219,7 @@ class VLLMEngine(ServerSync, OpenAIEngine):
 
     capabilities = EngineCapabilities(
         name="vllm", weight_sync="disk", logprobs="renormalized", per_request_seeds=True, multi_process=True,
-        batches_requests=True,
+        batches_requests=True, sync_gate=True, partial_rollouts=True,
     )  # fmt: skip
 
     def __init__(self, cfg: VLLMEngineConfig) -> None:
@@ -347,6 +347,10 @@ class VLLMEngine(ServerSync, OpenAIEngine):
     def sync_weights(self, model: Any) -> None:
         """Serve `model`'s current weights (streamed in memory, or written and reloaded: `rollout.vllm.sync`), drop the
         prefix cache, bump the version."""
+        with self.gate.exclusive():  # no request runs under the reload (tirl.rollout.engines.gate)
+            self._sync(model)
+
+    def _sync(self, model: Any) -> None:
         self.pause.thaw()
         if why := self._dead():
             raise EngineError(why)

@@ -149,6 +149,10 @@ class VLLMPool(ServerSync, OpenAIEngine):
 
     def sync_weights(self, model: Any) -> None:
         """Every server serves `model`'s weights once this returns, on every rank. Collective (module docstring)."""
+        with self.gate.exclusive():  # this rank's requests end first (tirl.rollout.engines.gate)
+            self._sync(model)
+
+    def _sync(self, model: Any) -> None:
         if self._agreed_mode() == "memory":
             self._stream_all(model)
         else:
