@@ -266,7 +266,7 @@ def state_dtypes(model: Any, opt: Any) -> dict[str, str]:
 def tirl_update(model: Any, mini: Any, dims: dict, device: str, autocast: Any, budget: int) -> tuple:
     from tirl.algorithms import get_policy_loss
     from tirl.train.optim import OptimConfig, build_optimizer, clip_and_step
-    from tirl.train.update import LossSpec, accumulate_gradients
+    from tirl.train.rl.update import LossSpec, accumulate_gradients
 
     spec = LossSpec(
         get_policy_loss("ppo"), hyper={"clip_low": 0.2, "clip_high": 0.28, "clip_c": 10.0}, agg="token-mean", norm_len=dims["seq"],

@@ -95,7 +95,7 @@ def dry_run(model: Path, heldout: Path) -> dict:
     from tirl.commands.run_config import TirlConfig
     from tirl.core.config import load_config
     from tirl.rollout.factory import capabilities_for
-    from tirl.train.rl_check import check_engine, sampling_of
+    from tirl.train.rl.check import check_engine, sampling_of
 
     checked = {}
     for mode in MODES:

@@ -1,7 +1,7 @@
 """RL update throughput and peak memory by training option, each against the single-process full fp32 update.
 
 One RL mini-batch (synthetic ids, a response mask and advantages, as a rollout would hand the trainer) goes through
-the real update path (`tirl.train.update.accumulate_gradients` with micro-batches, then the AdamW step) for:
+the real update path (`tirl.train.rl.update.accumulate_gradients` with micro-batches, then the AdamW step) for:
 full fp32, bf16 autocast, gradient checkpointing, both, LoRA (rank 16, all linear layers), and full / LoRA on 2
 processes (`torchrun`, FSDP2 over gloo, each process taking half the batch). Every variant runs in a fresh
 subprocess so that its peak resident memory is its own; on 2 processes the peak is the larger rank's.
@@ -89,7 +89,7 @@ def worker(args: argparse.Namespace) -> None:
     from tirl.models.loading import load_policy
     from tirl.train import dist, fsdp
     from tirl.train.optim import OptimConfig, build_optimizer, clip_and_step
-    from tirl.train.update import LossSpec, accumulate_gradients
+    from tirl.train.rl.update import LossSpec, accumulate_gradients
 
     cfg = load_config(TirlConfig, None, [f"model.path={args.model}", *args.overrides])
     distributed = dist.init_distributed(cfg.dist, cfg.model.device)

@@ -110,12 +110,12 @@ def sandbox():
 
 
 def rl_trainer(model, tokenizer, agent, rows, cfg, out_dir, *, seed: int = 0, **kw):
-    """An RLTrainer over these parts as the RL stage assembles them (`tirl.train.rl_run.assemble`), sampling with
+    """An RLTrainer over these parts as the RL stage assembles them (`tirl.train.rl.run.assemble`), sampling with
     the defaults and grading with the default reward unless `kw` says otherwise."""
     from tirl.rewards.shaping import RewardConfig
     from tirl.rollout.sampling import SamplingParams
-    from tirl.train.rl import RLTrainer
-    from tirl.train.rl_run import assemble
+    from tirl.train.rl.run import assemble
+    from tirl.train.rl.trainer import RLTrainer
 
     kw = {"sampling": SamplingParams(), "reward": RewardConfig(), **kw}
     return RLTrainer(assemble(model, tokenizer, agent, rows, cfg, out_dir=out_dir, seed=seed, **kw))

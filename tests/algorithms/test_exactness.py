@@ -6,7 +6,7 @@ import torch
 from tirl.algorithms import equal_reward_groups, get_advantage_estimator
 from tirl.rewards.shaping import RewardConfig, shape_reward
 from tirl.train.optim import NonFiniteError, OptimConfig, SkipGuard, build_optimizer, clip_and_step
-from tirl.train.rl import RLConfig
+from tirl.train.rl.trainer import RLConfig
 
 
 @pytest.mark.parametrize("name", ["grpo", "drgrpo", "rloo"])
@@ -112,7 +112,7 @@ def test_finite_grad_but_non_finite_loss_is_skipped():
 def test_sft_defaults_are_the_recipe_sft_trainers():
     """verl's sft_trainer.yaml (the recipe's SFT): AdamW lr 1e-5, betas (0.9, 0.95), wd 0.01, 10% warm-up, cosine;
     the RL trainer keeps (0.9, 0.999)."""
-    from tirl.train.rl import RLConfig
+    from tirl.train.rl.trainer import RLConfig
     from tirl.train.sft import SFTConfig
 
     o = SFTConfig().optim

@@ -115,7 +115,7 @@ def test_estimators_check_their_own_hyperparameters():
 
 def test_rl_config_asks_the_estimator_not_its_name():
     from tirl.demo.compare import objectives
-    from tirl.train.rl import RLConfig
+    from tirl.train.rl.trainer import RLConfig
 
     with pytest.raises(
         ValueError, match=r"rl.advantage.name='pkpo' with rl.n=4, rl.advantage.k=5: k=5 must be in"

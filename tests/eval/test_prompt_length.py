@@ -72,8 +72,8 @@ def test_rl_checks_its_rows_the_same_way_after_max_prompt_tokens(
     """rl.data with agent.max_prompt_tokens=0 (no filter): a prompt past the positions is named at start-up."""
     from tirl.rewards.shaping import RewardConfig
     from tirl.rollout.sampling import SamplingParams
-    from tirl.train.rl import RLConfig, RLTrainer
-    from tirl.train.rl_run import assemble
+    from tirl.train.rl.run import assemble
+    from tirl.train.rl.trainer import RLConfig, RLTrainer
 
     short = {"prompt": [{"role": "user", "content": "2 * 3?"}], "reward_model": {"ground_truth": "6"}}
     long = {"prompt": [{"role": "user", "content": "add " * 200}], "reward_model": {"ground_truth": "6"}}

@@ -177,7 +177,7 @@ def one_update(
     from tirl.train.batch import TokenBatch
     from tirl.train.memory import GIB, resolve_micro_batch_tokens
     from tirl.train.optim import OptimConfig, build_optimizer, clip_and_step
-    from tirl.train.update import LossSpec, accumulate_gradients
+    from tirl.train.rl.update import LossSpec, accumulate_gradients
 
     device = next(model.parameters()).device
     model.train()

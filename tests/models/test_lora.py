@@ -15,7 +15,7 @@ from tirl.models import lora
 from tirl.models.export import export_checkpoint, export_hf
 from tirl.models.loading import ModelConfig, load_for_inference, load_model, load_policy, save_checkpoint
 from tirl.train.logprobs import token_logprobs
-from tirl.train.reference import Reference
+from tirl.train.rl.reference import Reference
 
 IDS = torch.randint(0, 200, (2, 12), generator=torch.Generator().manual_seed(0))
 

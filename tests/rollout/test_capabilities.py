@@ -12,7 +12,7 @@ from tirl.rollout.capabilities import EngineCapabilities, capabilities_of
 from tirl.rollout.config import RolloutConfig
 from tirl.rollout.factory import ENGINES, EngineInputs, agent_loop, build_engine, capabilities_for
 from tirl.rollout.sampling import SamplingParams
-from tirl.train.rl_check import rl_refusal
+from tirl.train.rl.check import rl_refusal
 
 SHARED = EngineCapabilities(
     name="inproc", weight_sync="shared", logprobs="full", per_request_seeds=False, multi_process=True,

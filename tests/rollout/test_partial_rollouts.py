@@ -15,7 +15,7 @@ import pytest
 from tirl.rollout.engines.openai.engine import EngineError, OpenAIEngine, OpenAIEngineConfig
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation, Trajectory
-from tirl.train.overlap import staleness_metrics
+from tirl.train.rl.overlap import staleness_metrics
 
 EOS, STOP = 2, 9
 

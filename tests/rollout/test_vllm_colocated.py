@@ -20,8 +20,8 @@ from tirl.rollout.engines.vllm.colocated import ColocatedEngine
 from tirl.rollout.engines.vllm.config import VllmConfig
 from tirl.rollout.engines.vllm.spec import preflight
 from tirl.rollout.sampling import SamplingParams
-from tirl.train.rl import RLConfig, RLTrainer
-from tirl.train.rl_run import assemble
+from tirl.train.rl.run import assemble
+from tirl.train.rl.trainer import RLConfig, RLTrainer
 
 
 class FakeBackend:

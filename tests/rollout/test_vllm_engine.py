@@ -202,9 +202,9 @@ def test_rl_update_then_sync_serves_the_new_policy(server, tiny, tokenizer, rend
     log-probs (not the old one's), and every sample records the new weight version. Skipping the sync fails."""
     from tirl.rewards.shaping import RewardConfig
     from tirl.train.optim import OptimConfig
-    from tirl.train.rl import RLConfig, RLTrainer
-    from tirl.train.rl_batch import trajectory_batch
-    from tirl.train.rl_run import assemble
+    from tirl.train.rl.batch import trajectory_batch
+    from tirl.train.rl.run import assemble
+    from tirl.train.rl.trainer import RLConfig, RLTrainer
 
     old, _ = tiny
     policy = copy.deepcopy(old)

@@ -23,8 +23,8 @@ from tirl.sandbox import SandboxClient, SandboxConfig
 from tirl.sandbox.auth import TOKEN_ENV
 from tirl.sandbox.health import SandboxBroken, check_sandbox, raise_if_sandbox_down
 from tirl.train.optim import OptimConfig
-from tirl.train.rl import RLConfig, RLTrainer
-from tirl.train.rl_run import assemble
+from tirl.train.rl.run import assemble
+from tirl.train.rl.trainer import RLConfig, RLTrainer
 
 DEAD = "http://127.0.0.1:1"  # nothing listens on port 1: connection refused at once
 

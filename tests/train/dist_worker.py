@@ -39,9 +39,9 @@ from tirl.train import dist, fsdp  # noqa: E402
 from tirl.train.batch import collate  # noqa: E402
 from tirl.train.logprobs import token_logprobs  # noqa: E402
 from tirl.train.optim import OptimConfig  # noqa: E402
-from tirl.train.rl import RLConfig, RLTrainer  # noqa: E402
-from tirl.train.rl_config import KLConfig  # noqa: E402
-from tirl.train.rl_run import assemble
+from tirl.train.rl.config import KLConfig  # noqa: E402
+from tirl.train.rl.run import assemble
+from tirl.train.rl.trainer import RLConfig, RLTrainer  # noqa: E402
 from tirl.train.sft import SFTConfig  # noqa: E402
 
 B = 8

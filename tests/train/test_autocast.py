@@ -9,7 +9,7 @@ from tirl.algorithms import get_policy_loss
 from tirl.train.batch import collate
 from tirl.train.logprobs import token_logprobs
 from tirl.train.optim import OptimConfig, build_optimizer, clip_and_step
-from tirl.train.update import LossSpec, accumulate_gradients
+from tirl.train.rl.update import LossSpec, accumulate_gradients
 
 
 def _batch(tokenizer, B=6):

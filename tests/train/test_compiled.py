@@ -17,7 +17,7 @@ from tirl.rollout.sampling import SamplingParams
 from tirl.train.compiled import CompiledLayers, decoder_layers
 from tirl.train.logprobs import token_logprobs
 from tirl.train.optim import OptimConfig
-from tirl.train.rl import RLConfig, trajectory_batch
+from tirl.train.rl.trainer import RLConfig, trajectory_batch
 
 FAST = {"backend": "aot_eager"}
 

@@ -28,8 +28,8 @@ from tirl.rollout.engines.torch.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.train import checkpoint, memory
 from tirl.train.optim import OptimConfig
-from tirl.train.rl import RLConfig
-from tirl.train.rl_config import KLConfig
+from tirl.train.rl.config import KLConfig
+from tirl.train.rl.trainer import RLConfig
 from tirl.train.sft import SFTConfig, train_sft
 
 GIB = 1024**3

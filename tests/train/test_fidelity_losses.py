@@ -7,8 +7,8 @@ from test_micro_batches import _batch
 from conftest import make_model
 from tirl.algorithms import aggregate, get_policy_loss
 from tirl.train.batch import micro_batches, slice_rows
+from tirl.train.rl.update import LossSpec, accumulate_gradients, micro_norm
 from tirl.train.sft import SFTConfig, sft_loss, sft_step
-from tirl.train.update import LossSpec, accumulate_gradients, micro_norm
 
 
 def test_micro_norm_by_hand():

@@ -9,8 +9,8 @@ from tirl.models.loading import ModelConfig, load_policy
 from tirl.models.lora import LoraConfig, parameter_counts
 from tirl.train.logprobs import token_logprobs
 from tirl.train.optim import OptimConfig
-from tirl.train.rl import RLConfig
-from tirl.train.rl_config import KLConfig
+from tirl.train.rl.config import KLConfig
+from tirl.train.rl.trainer import RLConfig
 from tirl.train.sft import SFTConfig, train_sft
 
 PROMPT = [{"role": "user", "content": "Pick a number."}]

@@ -14,8 +14,8 @@ from tirl.commands.config import migrate_file
 from tirl.commands.run_config import TirlConfig
 from tirl.core.config import ConfigError, load_config, to_dict
 from tirl.train.batch import collate
-from tirl.train.rl_config import MOVED_TO_SECTIONS, MOVED_TO_VARIANTS
-from tirl.train.update import LossSpec, accumulate_gradients
+from tirl.train.rl.config import MOVED_TO_SECTIONS, MOVED_TO_VARIANTS
+from tirl.train.rl.update import LossSpec, accumulate_gradients
 
 
 def _spec(*overrides: str) -> LossSpec:

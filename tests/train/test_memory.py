@@ -16,7 +16,7 @@ from tirl.train.memory import (
     resolve_micro_batch_tokens,
     tokens_for_budget,
 )
-from tirl.train.rl import RLConfig
+from tirl.train.rl.trainer import RLConfig
 from tirl.train.sft import SFTConfig
 
 

@@ -7,7 +7,7 @@ from conftest import make_model
 from tirl.algorithms import get_policy_loss
 from tirl.train.batch import collate, micro_batches, slice_rows
 from tirl.train.logprobs import token_logprobs
-from tirl.train.update import LossSpec, accumulate_gradients
+from tirl.train.rl.update import LossSpec, accumulate_gradients
 
 
 def _batch(tokenizer, B=8, seed=0):

@@ -20,9 +20,9 @@ from tirl.rollout.factory import capabilities_for
 from tirl.rollout.sampling import SamplingParams
 from tirl.train import checkpoint
 from tirl.train.optim import OptimConfig
-from tirl.train.overlap import Lookahead, check_off_policy, staleness
-from tirl.train.rl import RLConfig, RLTrainer
-from tirl.train.rl_check import check_engine, check_rl
+from tirl.train.rl.check import check_engine, check_rl
+from tirl.train.rl.overlap import Lookahead, check_off_policy, staleness
+from tirl.train.rl.trainer import RLConfig, RLTrainer
 
 KEYS = (
     "reward/mean",

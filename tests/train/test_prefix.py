@@ -12,7 +12,7 @@ from tirl.core.padding import shared_prefix_parts
 from tirl.train.batch import collate
 from tirl.train.logprobs import shares_prefixes, token_logprobs
 from tirl.train.prefix import _expand, _rows, plan_shared_prefixes
-from tirl.train.update import LossSpec, accumulate_gradients
+from tirl.train.rl.update import LossSpec, accumulate_gradients
 
 
 def _batch(vocab: int, seed: int = 0):

@@ -16,7 +16,7 @@ from tirl.cli import main
 from tirl.demo.arith import generate_problems
 from tirl.eval.curves import run_curves
 from tirl.rollout.types import Trajectory
-from tirl.train.rl_batch import global_rollout_metrics
+from tirl.train.rl.batch import global_rollout_metrics
 
 
 def _traj(group: int, logprobs: list[float], mask: list[int]) -> Trajectory:

@@ -5,7 +5,7 @@ import torch
 
 from conftest import make_agent, make_model, rl_trainer
 from tirl.train.optim import OptimConfig
-from tirl.train.rl import RLConfig
+from tirl.train.rl.trainer import RLConfig
 from tirl.train.sft import SFTConfig, train_sft
 
 PROMPT = [{"role": "user", "content": "Pick a number."}]

@@ -14,10 +14,10 @@ from tirl.rollout.engines.torch.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation
 from tirl.train.optim import OptimConfig
-from tirl.train.rl import RLConfig, RLTrainer
-from tirl.train.rl_check import check_engine
-from tirl.train.rl_config import CorrectionConfig
-from tirl.train.rl_run import assemble
+from tirl.train.rl.check import check_engine
+from tirl.train.rl.config import CorrectionConfig
+from tirl.train.rl.run import assemble
+from tirl.train.rl.trainer import RLConfig, RLTrainer
 
 SHIFT = 0.3  # the engine reports log pi_rollout = log pi_trainer - 0.3 on every sampled token
 

@@ -1,7 +1,7 @@
 """The RL trainer logs the same tool-use numbers as `tirl analyze`, split by correct / incorrect."""
 
 from tirl.rollout.types import ToolCallRecord, Trajectory
-from tirl.train.rl_batch import rollout_metrics
+from tirl.train.rl.batch import rollout_metrics
 
 
 def _traj(calls: list[str], stop: str, length: int) -> Trajectory:

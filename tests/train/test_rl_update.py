@@ -9,8 +9,8 @@ from conftest import make_agent, make_model, rl_trainer
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.sampling import SamplingParams
 from tirl.train.optim import OptimConfig
-from tirl.train.rl import RLConfig, RLTrainer, trajectory_batch
-from tirl.train.rl_run import assemble
+from tirl.train.rl.run import assemble
+from tirl.train.rl.trainer import RLConfig, RLTrainer, trajectory_batch
 
 
 def _trainer(model, tokenizer, renderer, sandbox, tmp_path, mini_batch):
@@ -132,7 +132,7 @@ def test_the_trainers_keep_their_run_record_and_copy_none_of_its_fields(
 ):
     from dataclasses import fields
 
-    from tirl.train.rl_run import RLRun
+    from tirl.train.rl.run import RLRun
     from tirl.train.sft import SFTConfig, SFTRun, SFTTrainer, sft_run
 
     rl = _trainer(make_model(tokenizer), tokenizer, renderer, sandbox, tmp_path / "rl", mini_batch=8)

@@ -7,7 +7,7 @@ from tirl.rewards.scoring import Score
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Origin
 from tirl.train.optim import OptimConfig
-from tirl.train.rl import RLConfig
+from tirl.train.rl.trainer import RLConfig
 
 ROW = {"prompt": [{"role": "user", "content": "What is 2 * 3?"}], "reward_model": {"ground_truth": "6"}}
 

@@ -11,7 +11,7 @@ from tirl.rollout.engines.base import RemoteModel
 from tirl.rollout.types import Generation
 from tirl.tools.code_interpreter import default_tools
 from tirl.train.optim import OptimConfig
-from tirl.train.rl import RLConfig
+from tirl.train.rl.trainer import RLConfig
 
 CALL = "Let me run it.\n\n<tool_call>\n<function=code_interpreter>\n<parameter=code>\nprint(2 * 3)\n</parameter>\n"
 CALL += "</function>\n</tool_call>"

@@ -1,4 +1,4 @@
-"""Streaming RL (`rl.stream.*`, tirl.train.stream): K = 0 is the synchronous loop to the bit, old groups are dropped
+"""Streaming RL (`rl.stream.*`, tirl.train.rl.stream): K = 0 is the synchronous loop to the bit, old groups are dropped
 and counted, the buffer stays bounded, a failed group and a kill-and-resume lose and repeat nothing.
 
 The trainer tests sample with the async agent loop from `ServerLike`: the in-process torch engine on its own copy of
@@ -30,10 +30,10 @@ from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
 from tirl.train import checkpoint
 from tirl.train.optim import OptimConfig
-from tirl.train.rl import RLConfig, RLTrainer
-from tirl.train.rl_check import check_engine, check_rl
-from tirl.train.rl_config import StreamConfig
-from tirl.train.stream import FinishedGroup, GroupFailed, GroupWork, StreamProducer
+from tirl.train.rl.check import check_engine, check_rl
+from tirl.train.rl.config import StreamConfig
+from tirl.train.rl.stream import FinishedGroup, GroupFailed, GroupWork, StreamProducer
+from tirl.train.rl.trainer import RLConfig, RLTrainer
 
 VOLATILE = ("time/", "perf/", "memory/", "stream/", "rollout/staleness")
 

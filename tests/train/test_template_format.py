@@ -11,7 +11,7 @@ from tirl.chat.template import ChatRenderer
 from tirl.chat.tokcheck import check_rollout
 from tirl.rollout.sampling import SamplingParams
 from tirl.train.optim import OptimConfig
-from tirl.train.rl import RLConfig
+from tirl.train.rl.trainer import RLConfig
 from tirl.train.sft import SFTConfig, train_sft
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "chat"))

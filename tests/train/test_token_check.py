@@ -10,7 +10,7 @@ from tirl.rollout.engines.base import RemoteModel
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation, Origin
 from tirl.tools.code_interpreter import tool_call_json
-from tirl.train.token_check import token_fidelity
+from tirl.train.rl.token_check import token_fidelity
 
 CALL = f"Let me run it.\n<tool_call>\n{tool_call_json('print(6 * 7)')}\n</tool_call>"
 

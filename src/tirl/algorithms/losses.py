@@ -288,7 +288,7 @@ class LossOptions:
     name: str = "ppo"  # a registered policy loss (register_policy_loss)
     agg: Aggregation = "token-mean"
     norm_len: int = 0  # the constant of seq-mean-token-sum-norm; 0 = the response budget (agent)
-    # exact: the token mean over the mini-batch; micro: verl's per-micro-batch token-mean (tirl.train.update)
+    # exact: the token mean over the mini-batch; micro: verl's per-micro-batch token-mean (tirl.train.rl.update)
     token_mean: Literal["exact", "micro"] = "exact"
 
     def __post_init__(self) -> None:

@@ -18,7 +18,7 @@ def filter_command(args: argparse.Namespace) -> int:
     from tirl.commands.stages import eval_reward, inference_agent
     from tirl.core.io import atomic_write_json
     from tirl.data import write_rows
-    from tirl.train.rl_check import sampling_of
+    from tirl.train.rl.check import sampling_of
 
     out = check_outputs(args.out, force=args.force)
     if args.k < 1:

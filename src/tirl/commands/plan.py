@@ -202,9 +202,9 @@ def _check(cfg: Any, stage: str, world: int, seq: int, hf_config: Any) -> list[s
         if rl.mini_batch_size % world:
             raise PlanError(f"rl.mini_batch_size={rl.mini_batch_size} must divide over {world} processes")
         from tirl.rollout.factory import capabilities_for
-        from tirl.train.rl_check import check_engine, sampling_of
+        from tirl.train.rl.check import check_engine, sampling_of
 
-        try:  # the RL stage's own rules (tirl.train.rl_check), without this machine's checks
+        try:  # the RL stage's own rules (tirl.train.rl.check), without this machine's checks
             check_engine(rl, capabilities_for(cfg.rollout.engine), sampling_of(cfg.rollout), world)
         except ValueError as e:
             raise PlanError(str(e)) from None

@@ -19,7 +19,7 @@ from tirl.sandbox.local import SandboxConfig
 from tirl.tasks.task import TaskOptions, default_task_options
 from tirl.train.dist import DistConfig
 from tirl.train.optim import OptimConfig
-from tirl.train.rl import RLConfig
+from tirl.train.rl.trainer import RLConfig
 from tirl.train.sft import SFTConfig
 
 

@@ -34,12 +34,13 @@ from tirl.sandbox import build_sandbox
 from tirl.sandbox.health import check_sandbox
 from tirl.sandbox.types import Sandbox
 from tirl.tasks import Task, load_task
-from tirl.train import checkpoint, dist, fsdp, reference
+from tirl.train import checkpoint, dist, fsdp
 from tirl.train.allocator import bound_onednn_caches, keep_freed_memory
 from tirl.train.manifest import RunIdentity, data_fingerprint
-from tirl.train.rl import RLTrainer
-from tirl.train.rl_check import check_rl, sampling_of
-from tirl.train.rl_run import assemble
+from tirl.train.rl import reference
+from tirl.train.rl.check import check_rl, sampling_of
+from tirl.train.rl.run import assemble
+from tirl.train.rl.trainer import RLTrainer
 from tirl.train.sft import SFTConfig, SFTTrainer, sft_run
 
 

@@ -2,7 +2,7 @@
 
 What LoRA changes elsewhere, and where:
 - the optimizer only sees the adapter (`build_optimizer` takes parameters with `requires_grad`);
-- the KL reference is the policy's own base with the adapter disabled (`tirl.train.reference`): no second copy;
+- the KL reference is the policy's own base with the adapter disabled (`tirl.train.rl.reference`): no second copy;
 - a saved model or checkpoint holds the adapter (`adapter_model.safetensors`, `adapter_config.json`) and
   `base_model.json`, which records the base's absolute path and a fingerprint that resuming, evaluation and
   `tirl export` check before loading the adapter onto it;

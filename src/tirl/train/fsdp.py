@@ -2,7 +2,7 @@
 
 Each decoder layer (the model's `_no_split_modules` classes) is one FSDP unit, the root (embeddings, final norm,
 LM head) another. Gradients are reduced with SUM, never AVG: the trainers already divide every micro-batch's loss
-by the mini-batch's global token or sequence count (`tirl.train.update`), so the sum over ranks of the local
+by the mini-batch's global token or sequence count (`tirl.train.rl.update`), so the sum over ranks of the local
 gradients is the mini-batch's gradient. Forcing SUM also keeps clear of gloo's AVG reduce-scatter, which summed
 instead of averaging in some torch versions (pytorch issue 162338; torch 2.13 here averages correctly, and the
 tests compare with a single-process gradient either way).

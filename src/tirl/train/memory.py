@@ -3,7 +3,7 @@
 Without a bound, a mini-batch goes through one forward/backward and its activations scale with it: the RL step of
 a 135M-parameter model (SmolLM2, 64 trajectories of about 170 tokens) peaked at 19 GB (`bench/rl_step.py`). `auto` (the default of `rl` and `sft`)
 splits each mini-batch into micro-batches whose activations fit a budget; gradients accumulate, so the update is
-the mini-batch's to float rounding (`tirl.train.update`).
+the mini-batch's to float rounding (`tirl.train.rl.update`).
 
 The budget (`model.activation_gib`, 0 = by the device):
 - CPU: 1 GiB, or a quarter of the machine's memory (MemTotal, and the cgroup's limit where one is set) when that

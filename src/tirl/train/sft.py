@@ -168,7 +168,7 @@ def sft_step(
     if cfg.loss_mean == "micro":
         num_micro = float(all_reduce_sum(torch.tensor(float(sum(p is not None for p in passes.parts)))))
     total, n = 0.0, 0
-    # weights cast once per batch (tirl.train.update); `batch` may be None on this rank
+    # weights cast once per batch (tirl.train.rl.update); `batch` may be None on this rank
     with autocast_context(torch.device(device), autocast):
         for _, micro in passes:
             denom = num_tokens if cfg.loss_mean == "token" else micro_tokens(micro) * num_micro
@@ -182,7 +182,7 @@ def sft_step(
 
 @dataclass
 class SFTRun:
-    """The SFT trainer's inputs, rendered and sized (`sft_run` builds one), as `tirl.train.rl_run.RLRun` is RL's."""
+    """The SFT trainer's inputs, rendered and sized (`sft_run` builds one), as `tirl.train.rl.run.RLRun` is RL's."""
 
     model: torch.nn.Module
     renderer: ChatRenderer

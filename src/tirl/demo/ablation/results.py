@@ -16,7 +16,7 @@ from typing import Any
 from tirl.demo.ablation.runner import ArmRun
 from tirl.eval.metrics import default_ks, pass_at_k
 
-# RL metrics drawn per arm, mean and band over seeds (`tirl.train.rl_batch`, `tirl.train.update`): those a run logged
+# RL metrics drawn per arm, mean and band over seeds (`tirl.train.rl.batch`, `tirl.train.rl.update`): those a run logged
 TRAINING_SERIES = (
     "reward/mean",
     "reward/accuracy",

@@ -1,6 +1,6 @@
 """Requests in flight against a weight sync: the gate a server engine's requests pass and its sync closes.
 
-Streaming RL (`rl.stream.*`, `tirl.train.stream`) keeps sampling while the trainer updates, so a sync can come while
+Streaming RL (`rl.stream.*`, `tirl.train.rl.stream`) keeps sampling while the trainer updates, so a sync can come while
 requests are in flight. The sync must not reload weights under them (a turn would be sampled half by one policy and
 half by the other without a record of where), so `exclusive()` closes the gate: new requests wait, and
 

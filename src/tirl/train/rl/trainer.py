@@ -28,8 +28,8 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
    rollouts of each, with its own in-process engine or from the shared vLLM servers (seeds from seed and rank):
    groups stay whole on one rank, so advantages need no communication and no token crosses ranks; only loss
    normalizers, gradients and metrics are reduced. The weight sync after each update is collective.
-12. Rollouts may run ahead of the update: one step (`rl.off_policy_steps`, `tirl.train.overlap`) or continuously,
-   with a staleness bound (`rl.stream.*`, `tirl.train.stream`); the rollout correction covers the stale tokens.
+12. Rollouts may run ahead of the update: one step (`rl.off_policy_steps`, `tirl.train.rl.overlap`) or continuously,
+   with a staleness bound (`rl.stream.*`, `tirl.train.rl.stream`); the rollout correction covers the stale tokens.
 """
 
 from __future__ import annotations
@@ -55,11 +55,9 @@ from tirl.train import checkpoint, dist, fsdp, manifest
 from tirl.train.batch import TokenBatch, slice_rows
 from tirl.train.checkpoint import CheckpointError
 from tirl.train.compiled import CompiledLayers
-from tirl.train.correction import RolloutCorrection
 from tirl.train.optim import SkipGuard, build_optimizer, clip_and_step
-from tirl.train.overlap import lookahead, staleness_metrics
 from tirl.train.perf import Timers, peak_memory_mb
-from tirl.train.rl_batch import (
+from tirl.train.rl.batch import (
     TRUNCATED,
     global_rollout_metrics,
     groups_with_signal,
@@ -68,12 +66,14 @@ from tirl.train.rl_batch import (
     rollout_logprobs,
     trajectory_batch,
 )
-from tirl.train.rl_config import RLConfig
-from tirl.train.rl_run import RLRun
+from tirl.train.rl.config import RLConfig
+from tirl.train.rl.correction import RolloutCorrection
+from tirl.train.rl.overlap import lookahead, staleness_metrics
+from tirl.train.rl.run import RLRun
+from tirl.train.rl.stream import GroupWork, StreamProducer, flatten
+from tirl.train.rl.token_check import token_fidelity
+from tirl.train.rl.update import LossSpec, accumulate_gradients, no_grad_logprobs
 from tirl.train.signals import graceful_stop
-from tirl.train.stream import GroupWork, StreamProducer, flatten
-from tirl.train.token_check import token_fidelity
-from tirl.train.update import LossSpec, accumulate_gradients, no_grad_logprobs
 
 
 class RLTrainer:
@@ -82,7 +82,7 @@ class RLTrainer:
     rank_state: tuple[str, ...] = ("generator",)  # each rank samples and orders mini-batches with its own
 
     def __init__(self, run: RLRun) -> None:
-        """`run`: the policy, engine, prompts and settings, checked and sized (`tirl.train.rl_run.assemble`); the
+        """`run`: the policy, engine, prompts and settings, checked and sized (`tirl.train.rl.run.assemble`); the
         trainer adds only the algorithm's own state (estimator, loss, optimizer, generators, counters)."""
         cfg = run.cfg
         self.run = run  # kept whole, read where needed: the trainer copies none of its fields
@@ -134,7 +134,7 @@ class RLTrainer:
 
     def _submit_round(self) -> None:
         """Hand the producer a step's worth of prompts, each trajectory's request seed drawn as a synchronous step
-        draws them (`tirl.train.stream`)."""
+        draws them (`tirl.train.rl.stream`)."""
         rows, n = self._next_prompts(), self.run.cfg.n
         seeds = draw_seeds(len(rows) * n, self.gen)
         works = [GroupWork(self.rounds, i, r, tuple(seeds[i * n : (i + 1) * n])) for i, r in enumerate(rows)]
@@ -310,7 +310,7 @@ class RLTrainer:
     ) -> dict[str, float]:
         """Policy-gradient updates; `old_logp` None means on-policy (one update over the whole batch), and then
         `seen` (B, T), if given, receives that pass's detached log-probs and the rollout correction is applied in
-        it (`tirl.train.update`)."""
+        it (`tirl.train.rl.update`)."""
         cfg = self.run.cfg
         spec = self.loss_spec
         if seen is not None:
@@ -464,7 +464,7 @@ class RLTrainer:
             self.gen.set_state(state["generator"])
         self.updates_done = int(state["updates_done"])
         self.skips.in_row, self.skips.total = state["skips"]
-        if self.ahead:  # the batch sampled during the checkpointed step's update (tirl.train.overlap)
+        if self.ahead:  # the batch sampled during the checkpointed step's update (tirl.train.rl.overlap)
             self.ahead.pending = state.get("pending")
         if self.run.engine_caps.sync_on_resume:  # a server engine still serves the weights it started with
             self.run.agent.engine.sync_weights(self.run.policy)

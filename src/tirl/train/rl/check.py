@@ -15,7 +15,7 @@ from tirl.rollout.factory import capabilities_for, preflight
 from tirl.rollout.sampling import SamplingParams
 
 if TYPE_CHECKING:
-    from tirl.train.rl_config import RLConfig
+    from tirl.train.rl.config import RLConfig
 
 
 def sampling_of(ro: RolloutConfig) -> SamplingParams:

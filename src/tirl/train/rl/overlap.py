@@ -91,7 +91,7 @@ def staleness_metrics(trajs: Sequence[Trajectory], engine_version: int) -> dict[
 
 
 def lookahead(off_policy_steps: int) -> Lookahead | None:
-    """The trainer's `Lookahead` for `rl.off_policy_steps` (None for 0; the engine is checked by `tirl.train.rl_check.check_lookahead`)."""
+    """The trainer's `Lookahead` for `rl.off_policy_steps` (None for 0; the engine is checked by `tirl.train.rl.check.check_lookahead`)."""
     return Lookahead() if off_policy_steps else None
 
 

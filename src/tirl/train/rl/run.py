@@ -1,6 +1,6 @@
 """What an RL run trains with, as one typed record.
 
-The stage builder (`tirl.commands.stages.run_rl`) calls `tirl.train.rl_check.check_rl` before any model loads, builds the model, the
+The stage builder (`tirl.commands.stages.run_rl`) calls `tirl.train.rl.check.check_rl` before any model loads, builds the model, the
 engine and the agent, and hands them to `assemble`, which fits the prompts to the agent, sizes the micro-batches
 for the model and wraps the KL reference. `RLTrainer` keeps the resulting `RLRun` (`trainer.run`) and builds nothing
 of the run itself.
@@ -24,9 +24,9 @@ from tirl.rollout.capabilities import EngineCapabilities, capabilities_of
 from tirl.rollout.sampling import SamplingParams
 from tirl.train.manifest import RunIdentity
 from tirl.train.memory import MicroBatchBudget, sized_micro_batches
-from tirl.train.reference import Reference
-from tirl.train.rl_batch import fitting_prompts
-from tirl.train.rl_config import RLConfig
+from tirl.train.rl.batch import fitting_prompts
+from tirl.train.rl.config import RLConfig
+from tirl.train.rl.reference import Reference
 
 
 @dataclass

@@ -2,7 +2,7 @@
 the advantages, and the metrics it logs. The math is `tirl.algorithms.rollout_correction`'s; this record only
 carries `rl.correction.mode` (resolved for the engine by `EngineCapabilities.rollout_correction`) and its
 `rl.correction.tis_cap` / `mis_low` / `mis_high` to wherever the old log-probs are known: before the update (a recomputation) or
-inside it (an on-policy update's own pass, `tirl.train.update`)."""
+inside it (an on-policy update's own pass, `tirl.train.rl.update`)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,6 @@ from tirl.algorithms import aggregate, kl_penalty
 from tirl.train import dist
 from tirl.train.batch import TokenBatch, slice_rows
 from tirl.train.compiled import CompiledLayers
-from tirl.train.correction import RolloutCorrection
 from tirl.train.dist import all_reduce_sum
 from tirl.train.fsdp import MicroBatchPasses, batch_parts, idle_forward, matched_parts
 from tirl.train.logprobs import (
@@ -37,6 +36,7 @@ from tirl.train.logprobs import (
     backward_outside_autocast,
     token_logprobs,
 )
+from tirl.train.rl.correction import RolloutCorrection
 
 
 @dataclass

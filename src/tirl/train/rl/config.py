@@ -1,6 +1,6 @@
 """`rl:` of a run's config: GRPO-TCR's settings with the reference recipe's defaults, checked when loaded (a bad
 value fails at start-up, naming the valid ones, not after the first rollout). The loop that reads them is
-`tirl.train.rl`. The estimator's and the loss's own settings are not here: `rl.advantage.*` and `rl.loss.*` are
+`tirl.train.rl.trainer`. The estimator's and the loss's own settings are not here: `rl.advantage.*` and `rl.loss.*` are
 the options dataclasses registered with them (`tirl.algorithms`), built by name as `task.*` is. The KL penalty,
 the validation during training and the rollout correction are sections of their own (`rl.kl.*`,
 `rl.validation.*`, `rl.correction.*`, `rl.stream.*`); the batching and checkpoint keys stay flat, the same keys as `sft.*`."""
@@ -21,7 +21,7 @@ from tirl.algorithms.rollout_correction import CORRECTIONS
 from tirl.core.config import check_range
 from tirl.train.batch import check_micro_batch
 from tirl.train.optim import OptimConfig
-from tirl.train.overlap import check_off_policy
+from tirl.train.rl.overlap import check_off_policy
 
 # the flat keys of rl.* before the estimator and the loss carried their own settings -> their new keys
 MOVED_TO_VARIANTS = {
@@ -106,7 +106,7 @@ class CorrectionConfig:
 
 @dataclass
 class StreamConfig:
-    """`rl.stream.*`: streaming RL (`tirl.train.stream`): groups sampled continuously while the trainer updates, a
+    """`rl.stream.*`: streaming RL (`tirl.train.rl.stream`): groups sampled continuously while the trainer updates, a
     batch taken as soon as enough are finished, groups more than `max_staleness` updates old dropped."""
 
     enabled: bool = False
@@ -175,7 +175,7 @@ class RLConfig:
     keep_last: int = 0  # complete checkpoints kept, oldest deleted first, never the newest; 0 = all
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-6, weight_decay=0.01, grad_clip=1.0))
     correction: CorrectionConfig = field(default_factory=CorrectionConfig)
-    # 1: step k+1's rollouts are sampled with step k's weights while step k's update runs (tirl.train.overlap)
+    # 1: step k+1's rollouts are sampled with step k's weights while step k's update runs (tirl.train.rl.overlap)
     off_policy_steps: int = 0
     stream: StreamConfig = field(default_factory=StreamConfig)
 
