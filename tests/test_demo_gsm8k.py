@@ -70,7 +70,7 @@ def _filter_and_sample_with(out: Path, tmp_path: Path) -> None:
     from tirl.cli import main
 
     common = ["--config", str(out / "config.yaml"), "--data", str(out / "data" / "test.jsonl"),
-              f"model.path={out / 'sft' / 'model'}", "rollout.engine=torch", "agent.max_response_tokens=128"]  # fmt: skip
+              f"model.path={out / 'sft' / 'model'}", "rollout.engine=torch", "agent.max_response_tokens=64"]  # fmt: skip
     filtered = tmp_path / "rl-filtered.jsonl"
     # the whole band [0, 1]: every problem kept, each with its rate over k = 2 samples
     assert main(["data", "filter", *common, "--out", str(filtered), "--k", "2", "--inclusive"]) == 0
@@ -83,5 +83,6 @@ def _filter_and_sample_with(out: Path, tmp_path: Path) -> None:
     sampled = tmp_path / "sft-sampled.jsonl"
     code = main(["data", "sample", *common, "--out", str(sampled), "--n", "2", "--keep-retokenized"])
     summary = json.loads((tmp_path / "sft-sampled.jsonl.summary.json").read_text())
-    assert code in (0, 1) and summary["samples"] == 8 and summary["retokenized"] <= summary["rows_written"]
-    assert len(read_rows(sampled)) == summary["rows_written"]
+    assert code in (0, 1) and summary["samples"] == 8 and summary["retokenized"] <= summary["kept"]
+    assert summary["settings"]["keep_retokenized"]
+    assert len(read_rows(sampled)) == summary["kept"] if summary["kept"] else sampled.read_text() == ""
