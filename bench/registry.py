@@ -68,9 +68,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     ),
     Benchmark(
         "rl_stream",
-        60,
-        "RL synchronous, off_policy_steps=1 and streaming (K 1, 2, partial) on long-tailed multi-turn rollouts",
-        f"{VLLM}; {SMOLLM2}",
+        25,
+        "RL synchronous, off_policy_steps=1 and streaming (K 1, 2, partial) on the demo's multi-turn rollouts",
+        VLLM,
     ),
     Benchmark("vllm_sync", 10, "weight sync into a vLLM server, memory against disk", f"{VLLM}; {SMOLLM2}"),
     Benchmark(

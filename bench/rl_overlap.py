@@ -59,6 +59,8 @@ def summary(history: list[dict]) -> dict:
 def main(argv: list[str] | None = None) -> None:
     import tempfile
 
+    import torch
+
     ap = argparse.ArgumentParser(prog="python -m bench.rl_overlap", description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(result_path("rl_overlap")))
     args = ap.parse_args(argv)
@@ -80,6 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     with VLLMEngine(cfg) as server:
         startup = time.perf_counter() - t0
         os.sched_setaffinity(0, {1})  # the trainer on core 1
+        torch.set_num_threads(1)  # one OpenMP thread: a second on the same core spins against the first
         url = f"http://127.0.0.1:{server.port}"
         results = {}
         for off in (0, 1):

@@ -90,3 +90,23 @@ def test_no_argument_lists_the_benchmarks_and_runs_none(monkeypatch, capsys) -> 
     assert "--all" in err and "engine_batching" in err  # the usage and the list
     assert cli.main(["--all", "--max-minutes", "0.5"]) == 0
     assert ran == [b.name for b in cli.BENCHMARKS if b.default and b.minutes <= 0.5]
+
+
+@pytest.mark.parametrize("workload", ["demo", "smollm2"])
+def test_every_rl_stream_mode_passes_the_start_rules_on_its_workload(workload, tmp_path) -> None:
+    from bench import rl_stream
+
+    from tirl.commands.run_config import TirlConfig
+    from tirl.core.config import load_config
+
+    heldout = rl_stream.arith_heldout(tmp_path / "heldout.jsonl", 4)
+    checked = rl_stream.dry_run(workload, tmp_path / "MODEL", heldout)
+    assert set(checked) == set(rl_stream.MODES)
+    assert [m for m, c in checked.items() if c["stream"]] == ["stream_k1", "stream_k2", "stream_k1_partial"]
+    args = rl_stream.overrides(workload, tmp_path / "MODEL", "http://127.0.0.1:1", heldout, "synchronous")
+    cfg = load_config(TirlConfig, rl_stream.base_config(workload), args)
+    # the demo workload is the demo's own RL stage (its batch and turns), only the engine and the steps set here
+    assert (cfg.rl.prompts_per_step, cfg.rl.n, cfg.agent.max_turns) == (
+        (32, 8, 16) if workload == "demo" else (4, 4, 4)
+    )
+    assert cfg.rollout.engine == "vllm" and cfg.threads == 1

@@ -177,3 +177,23 @@ def test_a_stream_that_dies_keeps_its_tokens_and_is_retried_from_them():
 
     with pytest.raises(EngineError, match="failed after 3 attempts: ConnectError"):
         _engine(always_dies, interrupt=True).generate([[1]], SamplingParams(), max_new_tokens=8, seeds=[3])
+
+
+def test_a_server_that_is_gone_fails_the_partial_request_at_once_naming_why():
+    """An engine that manages its server (vLLM) knows when the process has exited: no retries, its reason kept."""
+    from tirl.rollout.engines.openai.engine import EngineGone
+
+    calls = []
+
+    class GoneEngine(SyncingEngine):
+        def _stream_into(self, body, ids, lps, budget):
+            calls.append(len(ids))
+            raise EngineGone("the vLLM server (pid 7) exited with code -9; log server.log:\nKilled")
+
+    eng = GoneEngine(
+        OpenAIEngineConfig(urls=["http://a"], model="m", retries=3, backoff_s=0.0, eos_ids=[EOS])
+    )
+    eng.gate.interrupt = True
+    with pytest.raises(EngineGone, match=r"(?s)exited with code -9.*Killed"):
+        eng._one([1, 2], SamplingParams(), 8, seed=0)
+    assert calls == [0]  # tried once, not retries + 1 times

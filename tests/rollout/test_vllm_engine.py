@@ -16,6 +16,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -339,6 +340,16 @@ def test_killed_server_gives_engine_error_not_a_hang(server, renderer):
         server.generate(prompt_ids(renderer, ["hi"]), SamplingParams(), max_new_tokens=8)
     with pytest.raises(EngineError, match="exited"):
         server.sync_weights(torch.nn.Linear(1, 1))
+    server.gate.interrupt = (
+        True  # partial rollouts stream their requests: the same at-once error, with the log
+    )
+    try:
+        with pytest.raises(
+            EngineError, match=rf"(?s)exited with code -9; log {re.escape(str(server.log_path))}"
+        ):
+            server.generate(prompt_ids(renderer, ["hi"]), SamplingParams(), max_new_tokens=8)
+    finally:
+        server.gate.interrupt = False
     assert time.monotonic() - t0 < 10
 
 

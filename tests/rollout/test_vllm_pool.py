@@ -156,6 +156,27 @@ def test_two_ranks_sample_one_step_ahead(tiny_dir, server, tmp_path):
 
 @needs_vllm
 @pytest.mark.slow
+def test_two_ranks_stream_with_partial_rollouts(tiny_dir, server, tmp_path):
+    """rl.stream with partial rollouts under torchrun: each rank's producer samples its share of the groups while
+    the ranks update, every sync interrupts the requests in flight on both ranks, nothing older than K = 1 is
+    trained, and the run checkpoints and finishes."""
+    out = tmp_path / "rl"
+    url = f"rollout.urls=[http://127.0.0.1:{server.port}]"
+    stream = ("rl.stream.enabled=true", "rl.stream.partial=true", "rl.stream.max_staleness=1")
+    rc, err = _finish(_torchrun(*_args(tiny_dir, out, 3, url, *stream)))
+    assert rc == 0, err[-4000:]
+    steps = [s for s in _steps(out) if "stream/dropped_groups" in s]
+    assert len(steps) == 3
+    assert steps[0]["rollout/staleness"] == 0.0  # the first batch is sampled before any update
+    for s in steps:
+        assert s["rollout/staleness_max"] <= 1.0, s
+        assert s["loss/skipped_updates"] == 0.0
+    checkpoint.verify(out / "checkpoint-3")
+    assert (out / "model" / "config.json").is_file()
+
+
+@needs_vllm
+@pytest.mark.slow
 def test_a_killed_server_fails_the_run_and_keeps_the_last_checkpoint(tiny_dir, server, tmp_path):
     out = tmp_path / "rl"
     url = f"rollout.urls=[http://127.0.0.1:{server.port}]"

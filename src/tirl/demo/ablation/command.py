@@ -10,7 +10,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tirl.demo.ablation.arms import STARTS, Study, parse_arm, read_arms_file
+from tirl.demo.ablation.arms import STAGE_SETS, STARTS, Study, parse_arm, read_arms_file
 
 if TYPE_CHECKING:
     from tirl.commands.run_config import TirlConfig
@@ -47,13 +47,26 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
         help="sft: each seed's SFT model is trained once and shared by the arms with the base's SFT settings (an arm "
         "that changes them trains its own); init: every arm trains its own SFT from the built model",
     )
+    p.add_argument(
+        "--only",
+        default="",
+        metavar="NAME,NAME",
+        help="run only these arms of the preset (or the file), e.g. the baseline and one other",
+    )
+    p.add_argument(
+        "--stages",
+        choices=STAGE_SETS,
+        default=None,
+        help="whose demo stages run the arms: tiny (the demo's ~1M-parameter model) or smollm2 (SmolLM2-135M-Instruct "
+        "with vLLM, base config configs/demo-smollm2.yaml unless --config); default: the preset's, else tiny",
+    )
     p.add_argument("--out", default=None, help="output directory (default: runs/compare-<preset, or arms>)")
 
 
 def build_study(args: argparse.Namespace, default_config: Path) -> tuple[TirlConfig, Study]:
     """The base config and the study the arguments describe."""
     from tirl.commands.run_config import TirlConfig
-    from tirl.core.config import load_config
+    from tirl.core.config import ConfigError, load_config
     from tirl.demo.ablation.presets import get_preset
 
     preset = get_preset(args.preset) if args.preset else None
@@ -64,10 +77,26 @@ def build_study(args: argparse.Namespace, default_config: Path) -> tuple[TirlCon
         arms += more
         baseline = baseline or file_baseline
     arms += [parse_arm(a) for a in args.arm]
+    expect = dict(preset.study.expect) if preset else {}
+    if args.only:
+        only = [n.strip() for n in args.only.split(",") if n.strip()]
+        unknown = sorted(set(only) - {a.name for a in arms})
+        if unknown:
+            raise ConfigError(f"--only {args.only!r}: no arm {unknown}; arms: {[a.name for a in arms]}")
+        arms = [a for a in arms if a.name in only]
+        expect = {a: s for a, s in expect.items() if a in only}
+        if baseline and baseline not in only:
+            baseline = ""
     # `task=NAME` is short for `task.name=NAME`, as in `tirl demo`
     own = [f"task.name={o[5:]}" if o.startswith("task=") else o for o in args.overrides]
     base_overrides = [*(preset.base_overrides if preset else ()), *own]
-    packaged = default_config.parent / preset.config if preset and preset.config else default_config
+    stages = args.stages or (preset.study.stages if preset else "tiny")
+    if preset and preset.config:
+        packaged = default_config.parent / preset.config
+    elif stages == "smollm2":
+        packaged = default_config.parent / "demo-smollm2.yaml"  # the demo's arms on SmolLM2's own config
+    else:
+        packaged = default_config
     base = load_config(TirlConfig, args.config or packaged, base_overrides)
     study = Study(
         preset.study.name if preset else "arms",
@@ -75,11 +104,11 @@ def build_study(args: argparse.Namespace, default_config: Path) -> tuple[TirlCon
         baseline=args.baseline or baseline,
         seeds=args.seeds if args.seeds is not None else preset.study.seeds if preset else 1,
         start=args.start,
-        expect=preset.study.expect if preset else {},
+        expect=expect,
         evaluate_start=preset.study.evaluate_start if preset else False,
         summary=preset.study.summary if preset else "",
         train=preset.study.train if preset else "rl",
-        stages=preset.study.stages if preset else "tiny",
+        stages=stages,
     )
     return base, study
 

