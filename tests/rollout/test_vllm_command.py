@@ -12,7 +12,7 @@ from tirl.rollout.engines.vllm.engine import VLLMEngineConfig, server_command, u
 
 
 def _model(tmp_path, length=None):
-    config = {} if length is None else {"max_position_embeddings": length}
+    config = {"model_type": "qwen2"} | ({} if length is None else {"max_position_embeddings": length})
     (tmp_path / "config.json").write_text(json.dumps(config))
     return str(tmp_path)
 

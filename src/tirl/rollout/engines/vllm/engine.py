@@ -32,7 +32,6 @@ paused), by its watchdog (`tirl.rollout.engines.vllm.idle.launch`).
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import signal
@@ -42,6 +41,7 @@ import sys
 import tempfile
 import time
 import weakref
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,7 +54,7 @@ from tirl.rollout.engines.openai.engine import EngineError, EngineGone, OpenAIEn
 from tirl.rollout.engines.vllm.config import SYNCS
 from tirl.rollout.engines.vllm.idle import ServerPause, end_watchdog, launch
 from tirl.rollout.engines.vllm.sync import RECEIVER_DIR, ServerSync, policy_tensors, receiver_args
-from tirl.rollout.engines.vllm.weights import ties_embeddings, untied_copy, write_weights
+from tirl.rollout.engines.vllm.weights import model_length, ties_embeddings, untied_copy, write_weights
 
 VLLM_PYTHON_ENV = "TIRL_VLLM_PYTHON"
 SERVED_NAME = "tirl-policy"
@@ -189,13 +189,7 @@ def unchunked_prefill_args(extra_args: list[str], model_dir: str) -> list[str]:
         return []
     out = ["--no-enable-chunked-prefill"]
     if _arg_value(extra_args, "--max-num-batched-tokens") is None:
-        length = _arg_value(extra_args, "--max-model-len")
-        if length is None:  # the model's own length, which vLLM takes when not told
-            try:
-                config = json.loads((Path(model_dir) / "config.json").read_text())
-                length = config.get("max_position_embeddings")
-            except (OSError, ValueError, AttributeError):
-                length = None
+        length = _arg_value(extra_args, "--max-model-len") or model_length(model_dir)
         try:
             tokens = max(8192, int(length or 0))
         except ValueError:
@@ -350,24 +344,23 @@ class VLLMEngine(ServerSync, OpenAIEngine):
         timeout: float | None = None,
     ) -> Any:
         """`OpenAIEngine._request`, but a dead server fails at once, with its exit code and log, not after retries."""
-        self.pause.thaw()
-        if why := self._dead():
-            raise EngineGone(why)
-        try:
+        with self._alive():
             return super()._request(method, path, body, url, timeout)
-        except EngineError as e:
-            if why := self._dead():
-                raise EngineGone(why) from e
-            raise
 
     def _stream_into(self, body: dict[str, Any], ids: list[int], lps: list[float], budget: int) -> str | None:
-        """A partial rollout's stream, but a dead server fails at once with its exit code and log (the tokens kept
-        so far stay with the caller), not after the stream's retries."""
+        """A partial rollout's stream, the same way (the tokens kept so far stay with the caller)."""
+        with self._alive():
+            return super()._stream_into(body, ids, lps, budget)
+
+    @contextlib.contextmanager
+    def _alive(self) -> Iterator[None]:
+        """Around a call to the server: a server whose process has exited fails it with `EngineGone` (its exit code
+        and log's tail), before the call and when the call fails."""
         self.pause.thaw()
         if why := self._dead():
             raise EngineGone(why)
         try:
-            return super()._stream_into(body, ids, lps, budget)
+            yield
         except (httpx.HTTPError, EngineError) as e:
             if why := self._dead():
                 raise EngineGone(why) from e

@@ -45,12 +45,26 @@ def is_plain_hf_dir(path: str | Path) -> bool:
     )
 
 
-def ties_embeddings(model_dir: str | Path) -> bool:
-    """Whether the model's output layer is its input embedding (the class default when config.json omits it)."""
+def _text_config(model_dir: str | Path) -> Any:
+    """The language model's part of the model's config (the whole config for a text-only model)."""
     from transformers import AutoConfig
 
-    cfg = AutoConfig.from_pretrained(model_dir)
-    return bool(getattr(cfg.get_text_config(), "tie_word_embeddings", False))
+    return AutoConfig.from_pretrained(model_dir).get_text_config()
+
+
+def ties_embeddings(model_dir: str | Path) -> bool:
+    """Whether the model's output layer is its input embedding (the class default when config.json omits it)."""
+    return bool(getattr(_text_config(model_dir), "tie_word_embeddings", False))
+
+
+def model_length(model_dir: str | Path) -> int | None:
+    """The positions the model holds (max_position_embeddings), or None when its config does not say or cannot
+    be read (then vLLM, which reads it too, names the problem)."""
+    try:
+        length = getattr(_text_config(model_dir), "max_position_embeddings", None)
+    except (OSError, ValueError):
+        return None
+    return length if isinstance(length, int) else None
 
 
 def untie(model_dir: Path) -> None:
