@@ -36,17 +36,19 @@ def demo_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    if args.study and (args.model != "smollm2" or args.task != "gsm8k" or args.compare):
+    if args.study and (args.model != "smollm2" or args.task != "gsm8k" or args.compare not in (None, "data")):
         print(
-            "tirl demo: --study runs with --model smollm2 --task gsm8k (without --compare)", file=sys.stderr
+            "tirl demo: --study runs with --model smollm2 --task gsm8k (and takes --compare data only)",
+            file=sys.stderr,
         )
         return 2
     if args.study:
+        from tirl.demo.gsm8k_data_study import run_study_data_comparison
         from tirl.demo.gsm8k_study import run_gsm8k_study
 
         cfg = _config(args)
         with claim(cfg.out_dir, "demo"):
-            run_gsm8k_study(cfg)
+            (run_study_data_comparison if args.compare else run_gsm8k_study)(cfg)
         return 0
     if args.compare and not _compare_fits(args):
         return 2
@@ -133,7 +135,9 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="with --model smollm2 --task gsm8k: the GSM8K study (configs/study-smollm2-gsm8k.yaml, hours): SFT "
         "on ~2,000 stitched rows in two styles chosen on a validation slice, RL on the problems it solves "
-        "sometimes, validation curve, base/SFT/RL at two temperatures, MATH500 transfer (docs/gsm8k.md)",
+        "sometimes, validation curve, base/SFT/RL at two temperatures, MATH500 transfer (docs/gsm8k.md); with "
+        "--compare data, on a study that has chosen its SFT: SFT then RL on 400 rows the study's SFT model sampled "
+        "against 400 stitched rows of the same problems, into OUT_DIR/compare-data",
     )
     demo.add_argument(
         "--seeds",

@@ -39,9 +39,28 @@ def _merge(total: dict[str, Any], part: dict[str, Any]) -> None:
             total.setdefault(k, []).extend(v)
 
 
-def sample_real_rows(run: Run, pool: list[dict[str, Any]], want: int) -> list[dict]:
-    """Up to `want` verified-correct trajectories of the stitched-SFT model on `pool` (in order), written to
-    data/sft-real.jsonl with a summary beside it; reused when that file was sampled from the same inputs."""
+def _settings_inputs(n: int, max_problems: int | None, keep_retokenized: bool) -> dict[str, str]:
+    """The sampling settings as stage inputs, each only when set otherwise than the demo sets it, so the demo's
+    sampled rows keep their fingerprint."""
+    return {
+        **({"samples per problem": str(n)} if n != SAMPLE_N else {}),
+        **({"problems tried": str(max_problems)} if max_problems is not None else {}),
+        **({"keep retokenized": "yes"} if keep_retokenized else {}),
+    }
+
+
+def sample_real_rows(
+    run: Run,
+    pool: list[dict[str, Any]],
+    want: int,
+    n: int = SAMPLE_N,
+    max_problems: int | None = None,
+    keep_retokenized: bool = False,
+) -> list[dict]:
+    """Up to `want` verified-correct trajectories of model `sft` on `pool` (in order), `n` samples per problem,
+    written to data/sft-real.jsonl with a summary beside it; reused when that file was sampled from the same
+    inputs. `max_problems`: the problems tried at most (default `SAMPLE_MAX_PROBLEMS_PER_ROW` x `want`);
+    `keep_retokenized`: `tirl data sample --keep-retokenized`."""
     from tirl.commands.stages import eval_reward, inference_agent
     from tirl.eval.sample import SampleConfig, sample_rows, summary_path
     from tirl.rollout.sampling import SamplingParams
@@ -53,17 +72,18 @@ def sample_real_rows(run: Run, pool: list[dict[str, Any]], want: int) -> list[di
         "model sft": run.prints["sft"],
         **rows_input("sample pool", pool),
         "wanted rows": str(want),
+        **_settings_inputs(n, max_problems, keep_retokenized),
     }
     stage = Stage("sample", path, inputs)
     if stage.reusable(path.is_file()):
         return read_rows(path)
-    scfg = SampleConfig(n=SAMPLE_N, keep=1)
+    scfg = SampleConfig(n=n, keep=1, keep_retokenized=keep_retokenized)
     params = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
-    limit = min(len(pool), SAMPLE_MAX_PROBLEMS_PER_ROW * want)
+    limit = min(len(pool), SAMPLE_MAX_PROBLEMS_PER_ROW * want if max_problems is None else max_problems)
     kept: list[dict[str, Any]] = []
     stats: dict[str, Any] = {}
     console.print(
-        f"[bold]sample[/]: {model} samples {SAMPLE_N} trajectories per problem at T={params.temperature} until "
+        f"[bold]sample[/]: {model} samples {n} trajectories per problem at T={params.temperature} until "
         f"{want} problems have a correct one (at most {limit} problems)"
     )
     with inference_agent(cfg, model, out / "sample") as agent:

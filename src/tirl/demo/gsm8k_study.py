@@ -85,8 +85,8 @@ def study_rows(cfg: TirlConfig, out: Path) -> dict[str, list[dict[str, Any]]]:
     return rows
 
 
-def _with(cfg: TirlConfig, **sections: dict[str, Any]) -> TirlConfig:
-    """`cfg` with some keys of some sections replaced (`_with(cfg, eval={"n": 4})`)."""
+def with_keys(cfg: TirlConfig, **sections: dict[str, Any]) -> TirlConfig:
+    """`cfg` with some keys of some sections replaced (`with_keys(cfg, eval={"n": 4})`)."""
     return dataclasses.replace(
         cfg, **{k: dataclasses.replace(getattr(cfg, k), **v) for k, v in sections.items()}
     )
@@ -98,7 +98,7 @@ def pass_at_1(summary: dict[str, Any]) -> float:
 
 def choose_sft(run: Run, full: TirlConfig) -> str:
     """Both styles' SFT, each on the validation slice; the label of the better (module docstring, step 2)."""
-    val_cfg = _with(full, eval={"n": VAL_N, "temperatures": [full.eval.all_temperatures[0]]})
+    val_cfg = with_keys(full, eval={"n": VAL_N, "temperatures": [full.eval.all_temperatures[0]]})
     scores = {}
     for style in STYLES:
         rows = run.rows[f"sft-{style}"]
@@ -175,12 +175,12 @@ def run_gsm8k_study(cfg: TirlConfig) -> dict[str, Any]:
     run = Run(cfg, out, timed(times, "data", study_rows, cfg, out), report, times)
     report["rows"] = {k: len(v) for k, v in run.rows.items()}
     run.models["base"], run.prints["base"] = base, files_fingerprint(base)
-    full = _with(cfg, model={"lora": LoraConfig()})
+    full = with_keys(cfg, model={"lora": LoraConfig()})
     choose_sft(run, full)
     rl_rows = timed(times, "filter", filter_rl_rows, run)
     report["rows"]["rl"] = len(rl_rows)
     write_rows(out / "data" / "val-rl.jsonl", run.rows["val"])
-    rl_cfg = _with(
+    rl_cfg = with_keys(
         full,
         rl={
             "validation": dataclasses.replace(
@@ -194,11 +194,11 @@ def run_gsm8k_study(cfg: TirlConfig) -> dict[str, Any]:
     describe = f"[bold]RL[/]: GRPO-TCR, {cfg.rl.steps} steps of {cfg.rl.prompts_per_step} x {cfg.rl.n} on {len(rl_rows)} problems"
     train_stage(run, "rl", "rl", "sft", ("rl rows", rl_rows), rl_cfg, describe, True)
     test = ("test rows", run.rows["test"])
-    first_t = _with(cfg, eval={"temperatures": [cfg.eval.all_temperatures[0]]})
+    first_t = with_keys(cfg, eval={"temperatures": [cfg.eval.all_temperatures[0]]})
     eval_stage(run, "base", "base", test, first_t)
     for label in ("sft", "rl"):
         eval_stage(run, label, label, test, cfg)
-        transfer = _with(first_t, eval={"n": TRANSFER_N})
+        transfer = with_keys(first_t, eval={"n": TRANSFER_N})
         eval_stage(run, label, f"math500-{label}", ("math500 level 1-2", transfer_rows()), transfer)
     report["models"] = {k: str(v) for k, v in run.models.items()}
     print_table({k: v for k, v in report["summary"].items() if not k.startswith("val-")})
