@@ -55,8 +55,9 @@ def seen(monkeypatch, tmp_path) -> dict:
     def evaluate(cfg, out_dir, *, model_path, label, rows):
         seen["eval"].append({"name": label, "from": str(model_path), "temps": cfg.eval.all_temperatures})
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        summary = {"gsm8k/T=1.0": {"pass@1": 0.1, "pass@16": 0.2, "samples_per_problem": 16, "tool_calls_per_response": 1.0,
-                                   "no_tool_share": 0.0, "tool_error_rate": 0.0}}  # fmt: skip
+        summary = {"gsm8k/T=1.0": {"pass@1": 0.1, "pass@16": 0.2, "samples_per_problem": 16,
+                                   "tool_calls_per_response": 1.0, "no_tool_share": 0.0,
+                                   "tool_error_rate": 0.0}}  # fmt: skip
         (Path(out_dir) / "summary.json").write_text(json.dumps(summary))
         return summary
 
@@ -116,11 +117,8 @@ def test_both_arms_train_on_the_same_problems_then_rl_from_each(seen: dict, tmp_
     study = finished_study(tmp_path)
     report = data_study.run_study_data_comparison(config(tmp_path))
     (sample,) = seen["sample"]
-    assert sample["pool"] == [
-        "gsm8k-train-2",
-        "gsm8k-train-5",
-        "gsm8k-train-7",
-    ]  # the study's SFT problems only
+    # the study's SFT problems only, in the task's pool order
+    assert sample["pool"] == ["gsm8k-train-2", "gsm8k-train-5", "gsm8k-train-7"]
     assert sample["want"] == data_study.ROWS and sample["n"] == data_study.SAMPLE_N and sample["retok"]
     assert sample["sampler"] == str(study / "sft-text" / "model")
     trained = {t["out"]: t for t in seen["train"]}

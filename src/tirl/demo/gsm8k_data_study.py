@@ -11,8 +11,8 @@ On the directory of a GSM8K study that has chosen its SFT model and filtered its
    trajectories come from and nothing else;
 3. SFT from the base on each with the study's SFT settings (`sft-stitched`, `sft-real`), each evaluated on the
    test problems at the first evaluation temperature;
-4. RL from each with the study's RL settings (without its validation curve) on the study's RL problems (`rl-stitched`, `rl-real`), evaluated the
-   same way;
+4. RL from each with the study's RL settings (without its validation curve) on the study's RL problems
+   (`rl-stitched`, `rl-real`), evaluated the same way;
 5. `tirl analyze` over the two SFT models (`analysis-sft/`) and over the two RL models (`analysis-rl/`): pass@k
    with paired intervals over problems, solvable sets.
 Why the study's SFT model samples: the base never calls the tool in this format, so the first model with correct
@@ -32,9 +32,8 @@ from tirl.core.logging import console
 from tirl.data import read_rows, write_rows
 from tirl.demo.compare_data import sample_real_rows
 from tirl.demo.gsm8k_study import with_keys
-from tirl.demo.reuse import files_fingerprint
+from tirl.demo.reuse import every_weight, files_fingerprint
 from tirl.demo.smollm2 import Run, _earlier_times, ensure_smollm2, eval_stage, print_table, timed, train_stage
-from tirl.models.lora import LoraConfig
 
 ROWS = 400  # SFT rows per arm
 SAMPLE_N = 8  # answers per problem: at this model's pass@8 (~30%), 400 rows take ~1,400 of the 2,000 problems
@@ -96,7 +95,7 @@ def sft_rows(run: Run, study: Path, chosen: str) -> None:
 def train_and_evaluate(run: Run) -> None:
     """Steps 3-4 (module docstring): each arm's SFT, then its RL, each evaluated on the test problems."""
     cfg, rows = run.cfg, run.rows
-    full = with_keys(cfg, model={"lora": LoraConfig()})
+    full = every_weight(cfg)
     first_t = with_keys(cfg, eval={"temperatures": [cfg.eval.all_temperatures[0]]})
     test = ("test rows", rows["test"])
     for arm in ARMS:

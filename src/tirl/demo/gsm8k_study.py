@@ -29,9 +29,8 @@ from tirl.commands.run_config import TirlConfig
 from tirl.core.config import save_config
 from tirl.core.logging import console
 from tirl.data import read_rows, write_rows
-from tirl.demo.reuse import SAMPLE_KEYS, Stage, config_inputs, files_fingerprint, rows_input
+from tirl.demo.reuse import SAMPLE_KEYS, Stage, config_inputs, every_weight, files_fingerprint, rows_input
 from tirl.demo.smollm2 import Run, _earlier_times, ensure_smollm2, eval_stage, print_table, timed, train_stage
-from tirl.models.lora import LoraConfig
 
 FILTER_K = 4  # answers per RL candidate: rates 0, 1/4, 1/2, 3/4, 1
 VAL_N = 4  # samples per validation problem (SFT choice and RL's curve)
@@ -175,7 +174,7 @@ def run_gsm8k_study(cfg: TirlConfig) -> dict[str, Any]:
     run = Run(cfg, out, timed(times, "data", study_rows, cfg, out), report, times)
     report["rows"] = {k: len(v) for k, v in run.rows.items()}
     run.models["base"], run.prints["base"] = base, files_fingerprint(base)
-    full = with_keys(cfg, model={"lora": LoraConfig()})
+    full = every_weight(cfg)
     choose_sft(run, full)
     rl_rows = timed(times, "filter", filter_rl_rows, run)
     report["rows"]["rl"] = len(rl_rows)

@@ -58,6 +58,16 @@ def config_inputs(cfg: Any, keys: Sequence[str]) -> dict[str, str]:
     return inputs
 
 
+def every_weight(cfg: Any) -> Any:
+    """`cfg` with `model.lora` off: the demos' SFT stages train every weight whatever `model.lora` says (an adapter
+    is the RL stage's choice), and their inputs are read from the config they train with."""
+    import dataclasses
+
+    from tirl.models.lora import LoraConfig
+
+    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, lora=LoraConfig()))
+
+
 def rows_input(name: str, rows: Sequence[Any]) -> dict[str, str]:
     return {f"data {name}": digest(list(rows))}
 

@@ -47,12 +47,12 @@ from tirl.demo.reuse import (
     SFT_KEYS,
     Stage,
     config_inputs,
+    every_weight,
     files_fingerprint,
     model_done,
     rows_input,
 )
 from tirl.eval.analyze import print_summary, run_analyze
-from tirl.models.lora import LoraConfig
 
 BASE_EVAL_N = 4  # GSM8K: the base never calls the tool (none in 800 samples); 4 samples show it
 
@@ -144,7 +144,7 @@ def _resume_point(started: Path, inputs: dict[str, str]) -> str | None:
 def _train(run: Run) -> None:
     """SFT and RL, each reused when made from the same inputs."""
     cfg, rows = run.cfg, run.rows
-    full = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, lora=LoraConfig()))
+    full = every_weight(cfg)
     describe = f"[bold]SFT[/] on {len(rows['sft_rows'])} tool trajectories, every weight"
     train_stage(run, "sft", "sft", "base", ("sft rows", rows["sft_rows"]), full, describe)
     describe = (

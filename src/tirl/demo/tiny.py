@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -25,10 +24,9 @@ from tirl.core.config import save_config
 from tirl.core.io import atomic_write_json
 from tirl.core.logging import console
 from tirl.data import write_rows
-from tirl.demo.reuse import RL_KEYS, SFT_KEYS, Stage, config_inputs, digest, rows_input
+from tirl.demo.reuse import RL_KEYS, SFT_KEYS, Stage, config_inputs, digest, every_weight, rows_input
 from tirl.demo.tiny_model import build_tiny
 from tirl.eval.analyze import print_summary, run_analyze
-from tirl.models.lora import LoraConfig
 from tirl.sandbox import build_sandbox
 from tirl.tasks import load_task
 
@@ -85,7 +83,7 @@ def prepare(cfg: TirlConfig, out: Path) -> dict[str, Any]:
 
 def sft_stage(cfg: TirlConfig, out: Path, prep: dict[str, Any]) -> Stage:
     """What `train_sft_model`'s checkpoint (the warm-up's too) is made from (`tirl.demo.reuse`)."""
-    full = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, lora=LoraConfig()))
+    full = every_weight(cfg)
     inputs = {
         **config_inputs(full, (*SFT_KEYS, "task.warmup")),
         "model init": prep["init_fingerprint"],
@@ -110,7 +108,7 @@ def train_sft_model(cfg: TirlConfig, out: Path, prep: dict[str, Any], times: dic
 
     Both train every weight, whatever model.lora says: an adapter on a model built from scratch has nothing to
     adapt, so `model.lora.rank > 0` in the demo applies to its RL stage only."""
-    cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, lora=LoraConfig()))
+    cfg = every_weight(cfg)
     t0 = time.time()
     start = prep["init"]
     if cfg.task.warmup.epochs:

@@ -10,7 +10,6 @@ start is made. Not here: which arm shares which SFT model, or what happens when 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,8 +19,7 @@ from tirl.commands.run_config import TirlConfig
 from tirl.commands.stages import run_eval, run_rl
 from tirl.core.logging import console
 from tirl.demo import tiny
-from tirl.demo.reuse import EVAL_KEYS, RL_KEYS, Stage, config_inputs, model_done, rows_input
-from tirl.models.lora import LoraConfig
+from tirl.demo.reuse import EVAL_KEYS, RL_KEYS, Stage, config_inputs, every_weight, model_done, rows_input
 
 # the config sections an SFT model of the tiny demo is made from, data included: arms that agree on them share it
 SFT_SOURCES = ("model", "chat", "seed", "task", "sandbox", "sft")
@@ -39,7 +37,7 @@ class Start:
 def sft_sources(cfg: TirlConfig) -> dict[str, str]:
     """What decides an SFT model (and its data): two configs that agree here make the same one. The tiny demo's
     SFT trains every weight whatever `model.lora` says (`tiny.train_sft_model`), so LoRA is left out."""
-    full = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, lora=LoraConfig()))
+    full = every_weight(cfg)
     return config_inputs(full, SFT_SOURCES)
 
 

@@ -10,23 +10,16 @@ Not here: the demo's own stages (base evaluation, its analysis and report: `tirl
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from tirl.commands.run_config import TirlConfig
 from tirl.demo import smollm2, tiny
 from tirl.demo.ablation.pipeline import Start, evaluate, sft_sources, train_rl
 from tirl.demo.compare_data import sample_real_rows
-from tirl.demo.reuse import files_fingerprint
-from tirl.models.lora import LoraConfig
+from tirl.demo.reuse import every_weight, files_fingerprint
 
 __all__ = ["data_start", "evaluate", "prepare_start", "sft_sources", "train_rl"]
 SFT_DATA = ("sampled",)
-
-
-def _full(cfg: TirlConfig) -> TirlConfig:
-    """SFT trains every weight, whatever `model.lora` says (as the demo's does)."""
-    return dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, lora=LoraConfig()))
 
 
 def prepare_start(cfg: TirlConfig, out: Path) -> Start:
@@ -38,7 +31,7 @@ def prepare_start(cfg: TirlConfig, out: Path) -> Start:
     run.models["base"], run.prints["base"] = base, files_fingerprint(base)
     describe = f"[bold]SFT[/] on {len(rows['sft_rows'])} tool trajectories, every weight"
     path = smollm2.train_stage(
-        run, "sft", "sft", "base", ("sft rows", rows["sft_rows"]), _full(cfg), describe
+        run, "sft", "sft", "base", ("sft rows", rows["sft_rows"]), every_weight(cfg), describe
     )
     return Start({**rows, "run": run}, path, run.prints["sft"])
 
@@ -61,5 +54,5 @@ def data_start(cfg: TirlConfig, out: Path, source: str, shared: Start) -> Start:
         raise RuntimeError("no correct sampled trajectory: nothing to train SFT on")
     describe = f"[bold]{out.name}[/]: from base on {len(real)} sampled rows, every weight"
     data = (f"{out.name} rows", real)
-    path = smollm2.train_stage(run, out.name, "sft", "base", data, _full(cfg), describe)
+    path = smollm2.train_stage(run, out.name, "sft", "base", data, every_weight(cfg), describe)
     return Start(shared.prep, path, run.prints[out.name])
