@@ -16,6 +16,8 @@ arms, their training and evaluation (`tirl.demo.ablation`).
 from __future__ import annotations
 
 import dataclasses
+import json
+from pathlib import Path
 from typing import Any
 
 from tirl.core.io import atomic_write_json
@@ -37,6 +39,36 @@ def _merge(total: dict[str, Any], part: dict[str, Any]) -> None:
             total.setdefault(k, {}).update(v)
         elif isinstance(v, list):
             total.setdefault(k, []).extend(v)
+
+
+@dataclasses.dataclass(frozen=True)
+class Progress:
+    """The sampling done so far, saved after each chunk so that a stopped run goes on from the next chunk instead
+    of sampling an hour again. Each chunk's seed is fixed by its start, so going on gives the rows an unbroken run
+    gives. Used only when made from the same inputs as the stage."""
+
+    path: Path
+    inputs: dict[str, str]
+
+    def load(self) -> tuple[int, list[dict[str, Any]], dict[str, Any]]:
+        """(the next problem to sample, the rows kept, the summary counts); (0, [], {}) when nothing usable."""
+        try:
+            saved = json.loads(self.path.read_text(encoding="utf-8"))
+            if saved["inputs"] == self.inputs:
+                return int(saved["next"]), list(saved["kept"]), dict(saved["stats"])
+        except FileNotFoundError:
+            pass
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            console.print(f"[yellow]sample: ignoring {self.path} ({type(e).__name__}: {e}); starting over[/]")
+        return 0, [], {}
+
+    def save(self, next_problem: int, kept: list[dict[str, Any]], stats: dict[str, Any]) -> None:
+        atomic_write_json(
+            self.path, {"inputs": self.inputs, "next": next_problem, "kept": kept, "stats": stats}, indent=None
+        )
+
+    def clear(self) -> None:
+        self.path.unlink(missing_ok=True)
 
 
 def _settings_inputs(n: int, max_problems: int | None, keep_retokenized: bool) -> dict[str, str]:
@@ -80,22 +112,25 @@ def sample_real_rows(
     scfg = SampleConfig(n=n, keep=1, keep_retokenized=keep_retokenized)
     params = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
     limit = min(len(pool), SAMPLE_MAX_PROBLEMS_PER_ROW * want if max_problems is None else max_problems)
-    kept: list[dict[str, Any]] = []
-    stats: dict[str, Any] = {}
+    progress = Progress(path.with_name(f"{path.stem}.progress.json"), inputs)
+    start, kept, stats = progress.load()
     console.print(
         f"[bold]sample[/]: {model} samples {n} trajectories per problem at T={params.temperature} until "
         f"{want} problems have a correct one (at most {limit} problems)"
+        + (f"; continuing after {start} problems ({len(kept)} rows)" if start else "")
     )
-    with inference_agent(cfg, model, out / "sample") as agent:
-        for s in range(0, limit, SAMPLE_CHUNK):
-            rows, part = sample_rows(
-                agent, pool[s : min(limit, s + SAMPLE_CHUNK)], scfg, params=params, reward=eval_reward(cfg),
-                seed=cfg.seed + s, batch_problems=cfg.eval.batch_problems,
-            )  # fmt: skip
-            kept += rows
-            _merge(stats, part.summary())
-            if len(kept) >= want:
-                break
+    if start < limit and len(kept) < want:
+        with inference_agent(cfg, model, out / "sample") as agent:
+            for s in range(start, limit, SAMPLE_CHUNK):
+                rows, part = sample_rows(
+                    agent, pool[s : min(limit, s + SAMPLE_CHUNK)], scfg, params=params, reward=eval_reward(cfg),
+                    seed=cfg.seed + s, batch_problems=cfg.eval.batch_problems,
+                )  # fmt: skip
+                kept += rows
+                _merge(stats, part.summary())
+                progress.save(s + SAMPLE_CHUNK, kept, stats)
+                if len(kept) >= want:
+                    break
     kept = kept[:want]
     write_rows(path, kept)
     stats.update(
@@ -103,6 +138,7 @@ def sample_real_rows(
     )
     atomic_write_json(summary_path(path), stats)
     stage.record()
+    progress.clear()
     console.print(
         f"{stats.get('samples', 0)} samples of {stats.get('problems', 0)} problems: {len(kept)} rows kept"
     )

@@ -17,7 +17,8 @@ On the directory of a GSM8K study that has chosen its SFT model and filtered its
    with paired intervals over problems, solvable sets.
 Why the study's SFT model samples: the base never calls the tool in this format, so the first model with correct
 tool trajectories to give is one SFT taught; what its 2,000 stitched rows taught it is in the sampled rows too.
-Each stage is reused when made from the same inputs, the training stages continue from their newest checkpoint.
+Each stage is reused when made from the same inputs; the training stages continue from their newest checkpoint and
+the sampling from its last finished chunk.
 """
 
 from __future__ import annotations
