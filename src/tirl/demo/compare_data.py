@@ -64,7 +64,9 @@ class Progress:
 
     def save(self, next_problem: int, kept: list[dict[str, Any]], stats: dict[str, Any]) -> None:
         atomic_write_json(
-            self.path, {"inputs": self.inputs, "next": next_problem, "kept": kept, "stats": stats}, indent=None
+            self.path,
+            {"inputs": self.inputs, "next": next_problem, "kept": kept, "stats": stats},
+            indent=None,
         )
 
     def clear(self) -> None:
