@@ -60,7 +60,11 @@ def record(monkeypatch, tmp_path) -> dict:
     monkeypatch.setattr(smollm2, "run_rl", train)
     monkeypatch.setattr(smollm2, "run_eval", evaluate)
     monkeypatch.setattr(stages, "setup_torch", lambda cfg: None)
-    monkeypatch.setattr(analyze, "run_analyze", lambda *a, **k: {})
+    def analyzed(dirs, out, labels):
+        seen.setdefault("analyze", []).append(([Path(d).name for d in dirs], Path(out).name, labels))
+        return {}
+
+    monkeypatch.setattr(analyze, "run_analyze", analyzed)
     monkeypatch.setattr(analyze, "print_summary", lambda *a, **k: None)
     monkeypatch.setattr(study, "ensure_smollm2", lambda path: base)
     monkeypatch.setattr(study, "study_rows", lambda cfg, out: fake)
@@ -92,6 +96,12 @@ def test_rl_starts_from_the_style_better_on_the_validation_slice(record: dict, t
     saved = json.loads((tmp_path / "out" / "report.json").read_text())
     assert saved["rows"]["rl"] == 2 and set(saved["summary"]) >= {"base", "sft", "rl", "math500-rl"}
     assert {"rl", "rl cpu", "eval_sft", "eval_sft cpu"} <= set(saved["seconds"])
+    assert record["analyze"] == [
+        (["eval-base", "eval-sft", "eval-rl"], "analysis", ["base", "sft", "rl"]),
+        (["eval-sft", "eval-rl"], "analysis-vs-sft", ["sft", "rl"]),
+        (["eval-math500-sft", "eval-math500-rl"], "analysis-math500", ["sft", "rl"]),
+    ]
+    assert saved["analysis_math500"] == "analysis-math500/report.json"
 
 
 def test_a_rerun_reuses_every_stage(record: dict, tmp_path: Path) -> None:

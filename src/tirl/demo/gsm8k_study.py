@@ -15,7 +15,8 @@ continue from the newest one when a run stopped midway (`train_stage(resumable=T
    (`curves.png`, `curves.json` beside its metrics);
 5. base, SFT and RL on the test problems at every `eval.temperatures` (the base at the first only), `tirl analyze`
    over the three and over RL against SFT;
-6. transfer: SFT and RL on MATH500's level-1 and level-2 problems (`TRANSFER_N` samples).
+6. transfer: SFT and RL on MATH500's level-1 and level-2 problems (`TRANSFER_N` samples), `tirl analyze` over
+   the two (`analysis-math500/`: pass@1..TRANSFER_N with paired intervals).
 `report.json` holds every summary, the style chosen and why, the filter's counts and each stage's seconds.
 """
 
@@ -206,8 +207,13 @@ def run_gsm8k_study(cfg: TirlConfig) -> dict[str, Any]:
         times, "analyze", run_analyze, [out / f"eval-{m}" for m in evals], out / "analysis", labels=evals
     )
     versus = run_analyze([out / "eval-sft", out / "eval-rl"], out / "analysis-vs-sft", labels=["sft", "rl"])
+    transfer = run_analyze(
+        [out / "eval-math500-sft", out / "eval-math500-rl"], out / "analysis-math500", labels=["sft", "rl"]
+    )
     report["analysis"], report["analysis_vs_sft"] = "analysis/report.json", "analysis-vs-sft/report.json"
+    report["analysis_math500"] = "analysis-math500/report.json"
     run.save()
     print_summary(analysis, out / "analysis")
     print_summary(versus, out / "analysis-vs-sft")
+    print_summary(transfer, out / "analysis-math500")
     return report
