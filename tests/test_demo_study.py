@@ -60,6 +60,7 @@ def record(monkeypatch, tmp_path) -> dict:
     monkeypatch.setattr(smollm2, "run_rl", train)
     monkeypatch.setattr(smollm2, "run_eval", evaluate)
     monkeypatch.setattr(stages, "setup_torch", lambda cfg: None)
+
     def analyzed(dirs, out, labels):
         seen.setdefault("analyze", []).append(([Path(d).name for d in dirs], Path(out).name, labels))
         return {}
