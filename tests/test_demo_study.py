@@ -18,6 +18,8 @@ from tirl.commands.run_config import TirlConfig
 from tirl.core.config import load_config
 from tirl.demo.command import STUDY_CONFIG
 
+CURVES = {"validation": {"after_step": [0, 10], "pass@1": {"gsm8k": [0.05, 0.075]}}, "train": {"step": [0]}}
+
 
 def rows(name: str, n: int) -> list[dict]:
     return [{"name": name, "i": i} for i in range(n)]
@@ -33,6 +35,8 @@ def record(monkeypatch, tmp_path) -> dict:
         model = Path(out_dir) / "model"
         model.mkdir(parents=True, exist_ok=True)
         (model / "config.json").write_text("{}")
+        if Path(out_dir).name == "rl":  # what the RL stage writes last (tirl.eval.curves)
+            (Path(out_dir) / "curves.json").write_text(json.dumps(CURVES))
         return model
 
     def evaluate(cfg, out_dir, *, model_path, label, rows):
@@ -103,6 +107,7 @@ def test_rl_starts_from_the_style_better_on_the_validation_slice(record: dict, t
         (["eval-math500-sft", "eval-math500-rl"], "analysis-math500", ["sft", "rl"]),
     ]
     assert saved["analysis_math500"] == "analysis-math500/report.json"
+    assert saved["rl_curves"] == CURVES  # the learning curve in the report itself
 
 
 def test_a_rerun_reuses_every_stage(record: dict, tmp_path: Path) -> None:

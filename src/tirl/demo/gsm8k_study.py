@@ -17,12 +17,14 @@ continue from the newest one when a run stopped midway (`train_stage(resumable=T
    over the three and over RL against SFT;
 6. transfer: SFT and RL on MATH500's level-1 and level-2 problems (`TRANSFER_N` samples), `tirl analyze` over
    the two (`analysis-math500/`: pass@1..TRANSFER_N with paired intervals).
-`report.json` holds every summary, the style chosen and why, the filter's counts and each stage's seconds.
+`report.json` holds every summary, the style chosen and why, the filter's counts, RL's curves and each stage's
+seconds.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
@@ -151,6 +153,15 @@ def filter_rl_rows(run: Run) -> list[dict[str, Any]]:
     return rows
 
 
+def rl_curves(rl_dir: Path) -> dict[str, Any] | None:
+    """RL's curves (validation pass@1, training reward, entropy, signal share; `rl/curves.json`) for report.json,
+    so the report alone holds the run's learning curve; None when the run wrote none."""
+    try:
+        return json.loads((rl_dir / "curves.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return None
+
+
 def transfer_rows() -> list[dict[str, Any]]:
     from tirl.data.benchmarks import prepare_math500
 
@@ -193,6 +204,7 @@ def run_gsm8k_study(cfg: TirlConfig) -> dict[str, Any]:
     )
     describe = f"[bold]RL[/]: GRPO-TCR, {cfg.rl.steps} steps of {cfg.rl.prompts_per_step} x {cfg.rl.n} on {len(rl_rows)} problems"
     train_stage(run, "rl", "rl", "sft", ("rl rows", rl_rows), rl_cfg, describe, True)
+    report["rl_curves"] = rl_curves(out / "rl")
     test = ("test rows", run.rows["test"])
     first_t = with_keys(cfg, eval={"temperatures": [cfg.eval.all_temperatures[0]]})
     eval_stage(run, "base", "base", test, first_t)
