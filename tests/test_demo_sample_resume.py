@@ -20,6 +20,9 @@ class Stopped(Exception):
     pass
 
 
+ANSWER = {"role": "assistant", "content": "\\boxed{0}"}
+
+
 def problem(i: int) -> dict:
     return {
         "data_source": "gsm8k",
@@ -67,7 +70,6 @@ def a_run(tmp_path: Path, name: str = "out") -> Run:
     return run
 
 
-ANSWER = {"role": "assistant", "content": "\\boxed{0}"}
 POOL = [problem(i) for i in range(40)]
 
 
