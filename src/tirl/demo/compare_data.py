@@ -83,6 +83,39 @@ def _settings_inputs(n: int, max_problems: int | None, keep_retokenized: bool) -
     }
 
 
+def _sample_chunks(
+    run: Run, pool: list[dict[str, Any]], want: int, scfg: Any, progress: Progress
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Model `sft`'s kept rows and summary counts over `pool`, `SAMPLE_CHUNK` problems at a time until `want` rows,
+    going on from `progress` and saving it after each chunk."""
+    from tirl.commands.stages import eval_reward, inference_agent
+    from tirl.eval.sample import sample_rows
+    from tirl.rollout.sampling import SamplingParams
+
+    cfg, model = run.cfg, run.models["sft"]
+    params = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
+    start, kept, stats = progress.load()
+    console.print(
+        f"[bold]sample[/]: {model} samples {scfg.n} trajectories per problem at T={params.temperature} until "
+        f"{want} problems have a correct one (at most {len(pool)} problems)"
+        + (f"; continuing after {start} problems ({len(kept)} rows)" if start else "")
+    )
+    if start >= len(pool) or len(kept) >= want:
+        return kept, stats
+    with inference_agent(cfg, model, run.out / "sample") as agent:
+        for s in range(start, len(pool), SAMPLE_CHUNK):
+            rows, part = sample_rows(
+                agent, pool[s : s + SAMPLE_CHUNK], scfg, params=params, reward=eval_reward(cfg),
+                seed=cfg.seed + s, batch_problems=cfg.eval.batch_problems,
+            )  # fmt: skip
+            kept += rows
+            _merge(stats, part.summary())
+            progress.save(s + SAMPLE_CHUNK, kept, stats)
+            if len(kept) >= want:
+                break
+    return kept, stats
+
+
 def sample_real_rows(
     run: Run,
     pool: list[dict[str, Any]],
@@ -95,9 +128,7 @@ def sample_real_rows(
     written to data/sft-real.jsonl with a summary beside it; reused when that file was sampled from the same
     inputs. `max_problems`: the problems tried at most (default `SAMPLE_MAX_PROBLEMS_PER_ROW` x `want`);
     `keep_retokenized`: `tirl data sample --keep-retokenized`."""
-    from tirl.commands.stages import eval_reward, inference_agent
-    from tirl.eval.sample import SampleConfig, sample_rows, summary_path
-    from tirl.rollout.sampling import SamplingParams
+    from tirl.eval.sample import SampleConfig, summary_path
 
     cfg, out, model = run.cfg, run.out, run.models["sft"]
     path = out / "data" / "sft-real.jsonl"
@@ -112,27 +143,9 @@ def sample_real_rows(
     if stage.reusable(path.is_file()):
         return read_rows(path)
     scfg = SampleConfig(n=n, keep=1, keep_retokenized=keep_retokenized)
-    params = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
     limit = min(len(pool), SAMPLE_MAX_PROBLEMS_PER_ROW * want if max_problems is None else max_problems)
     progress = Progress(path.with_name(f"{path.stem}.progress.json"), inputs)
-    start, kept, stats = progress.load()
-    console.print(
-        f"[bold]sample[/]: {model} samples {n} trajectories per problem at T={params.temperature} until "
-        f"{want} problems have a correct one (at most {limit} problems)"
-        + (f"; continuing after {start} problems ({len(kept)} rows)" if start else "")
-    )
-    if start < limit and len(kept) < want:
-        with inference_agent(cfg, model, out / "sample") as agent:
-            for s in range(start, limit, SAMPLE_CHUNK):
-                rows, part = sample_rows(
-                    agent, pool[s : min(limit, s + SAMPLE_CHUNK)], scfg, params=params, reward=eval_reward(cfg),
-                    seed=cfg.seed + s, batch_problems=cfg.eval.batch_problems,
-                )  # fmt: skip
-                kept += rows
-                _merge(stats, part.summary())
-                progress.save(s + SAMPLE_CHUNK, kept, stats)
-                if len(kept) >= want:
-                    break
+    kept, stats = _sample_chunks(run, pool[:limit], want, scfg, progress)
     kept = kept[:want]
     write_rows(path, kept)
     stats.update(

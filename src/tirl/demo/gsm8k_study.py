@@ -171,7 +171,6 @@ def transfer_rows() -> list[dict[str, Any]]:
 def run_gsm8k_study(cfg: TirlConfig) -> dict[str, Any]:
     """The whole study (module docstring); returns the report written to OUT_DIR/report.json."""
     from tirl.commands.stages import setup_torch
-    from tirl.eval.analyze import print_summary, run_analyze
 
     if cfg.task.name != "gsm8k" or cfg.task.num_val < 1:
         raise ValueError(
@@ -214,18 +213,26 @@ def run_gsm8k_study(cfg: TirlConfig) -> dict[str, Any]:
         eval_stage(run, label, f"math500-{label}", ("math500 level 1-2", transfer_rows()), transfer)
     report["models"] = {k: str(v) for k, v in run.models.items()}
     print_table({k: v for k, v in report["summary"].items() if not k.startswith("val-")})
-    evals = ["base", "sft", "rl"]
-    analysis = timed(
-        times, "analyze", run_analyze, [out / f"eval-{m}" for m in evals], out / "analysis", labels=evals
-    )
-    versus = run_analyze([out / "eval-sft", out / "eval-rl"], out / "analysis-vs-sft", labels=["sft", "rl"])
-    transfer = run_analyze(
-        [out / "eval-math500-sft", out / "eval-math500-rl"], out / "analysis-math500", labels=["sft", "rl"]
-    )
-    report["analysis"], report["analysis_vs_sft"] = "analysis/report.json", "analysis-vs-sft/report.json"
-    report["analysis_math500"] = "analysis-math500/report.json"
-    run.save()
-    print_summary(analysis, out / "analysis")
-    print_summary(versus, out / "analysis-vs-sft")
-    print_summary(transfer, out / "analysis-math500")
+    timed(times, "analyze", analyze_study, run)
     return report
+
+
+ANALYSES = {  # folder: (its evaluations, its labels)
+    "analysis": (["eval-base", "eval-sft", "eval-rl"], ["base", "sft", "rl"]),
+    "analysis-vs-sft": (["eval-sft", "eval-rl"], ["sft", "rl"]),
+    "analysis-math500": (["eval-math500-sft", "eval-math500-rl"], ["sft", "rl"]),
+}
+
+
+def analyze_study(run: Run) -> None:
+    """Step 5's and 6's `tirl analyze`: base, SFT and RL together, RL against SFT, and the transfer; each
+    folder's report.json named in the study's."""
+    from tirl.eval.analyze import print_summary, run_analyze
+
+    results = {}
+    for folder, (evals, labels) in ANALYSES.items():
+        results[folder] = run_analyze([run.out / e for e in evals], run.out / folder, labels=labels)
+        run.report[folder.replace("-", "_")] = f"{folder}/report.json"
+    run.save()
+    for folder, result in results.items():
+        print_summary(result, run.out / folder)
