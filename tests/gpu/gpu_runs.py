@@ -71,7 +71,9 @@ def command(args: list[str], *, nproc: int = 0, worker: bool = False) -> list[st
 
 
 def env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(SRC), "TIRL_QUIET": "1"}
+    """This environment with tirl's source first on PYTHONPATH; what was on it stays (offline wheels, docs/gpu.md)."""
+    path = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH", "")]))
+    return {**os.environ, "PYTHONPATH": path, "TIRL_QUIET": "1"}
 
 
 def run(cmd: list[str], timeout: float = 600) -> subprocess.CompletedProcess:

@@ -92,3 +92,23 @@ def test_the_dry_run_runs_every_phase(tmp_path):
         json.loads((tmp_path / "gpu-update.json").read_text())["update"]["variants"]["tirl"]["tokens_per_s"]
         > 0
     )
+
+
+def test_phases_picks_some_and_refuses_an_unknown_name(tmp_path, monkeypatch, capsys):
+    ran = []
+    monkeypatch.setattr(ds, "session", lambda plan, out, budget: ran.append([p.name for p in plan]) or 0)
+    assert ds.main(["--out", str(tmp_path), "--phases", "bench-demo,gpu-check"]) == 0
+    assert ran == [["gpu-check", "bench-demo"]]  # the session's own order
+    with pytest.raises(SystemExit):
+        ds.main(["--out", str(tmp_path), "--phases", "gpu-chek"])
+    assert "unknown phase(s) gpu-chek" in capsys.readouterr().err
+
+
+def test_a_phase_keeps_what_was_on_the_python_path(tmp_path, monkeypatch):
+    """Offline wheels installed with `pip --target DIR` reach tirl through PYTHONPATH=DIR: a phase adds tirl's
+    source and keeps DIR (else every `python -m tirl` in it fails on a missing math_verify)."""
+    monkeypatch.setenv("PYTHONPATH", "/tmp/site")
+    code = "import os; print(os.environ['PYTHONPATH'])"
+    record = ds.run_phase(ds.Phase("path", (sys.executable, "-c", code), 30), tmp_path, 30)
+    assert record["rc"] == 0
+    assert record["tail"].strip().split(":") == [str(ROOT / "src"), str(ROOT), "/tmp/site"]

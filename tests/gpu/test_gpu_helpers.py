@@ -30,6 +30,9 @@ from gpu_runs import (
     weight_gap,
     write_tiny,
 )
+from gpu_runs import (
+    env as gpu_runs_env,
+)
 
 from conftest import make_model
 from tirl.train import checkpoint
@@ -178,3 +181,17 @@ def test_gpu_check_fails_when_no_test_ran_on_the_gpu(monkeypatch, capsys, outcom
     assert gpu_check.main(run=fake_pytest(*outcomes, code=code)) == expected
     said = capsys.readouterr().err
     assert ("nothing was checked" in said) == (expected == 3), said
+
+
+def test_subprocesses_keep_the_python_path_and_collection_keeps_cuda_visible(monkeypatch):
+    """On the GPU machine tirl's dependencies came as wheels on PYTHONPATH, and pytest collects every test module:
+    the runs' environment keeps that path, and importing test_dist's worker module must not hide the GPU
+    (`CUDA_VISIBLE_DEVICES=""` is for its own torchrun processes only)."""
+    monkeypatch.setenv("PYTHONPATH", "/tmp/site")
+    assert gpu_runs_env()["PYTHONPATH"].split(os.pathsep) == [str(ROOT / "src"), "/tmp/site"]
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    code = "import os, sys; sys.path.insert(0, 'tests/train'); import dist_worker; print(repr(os.environ.get('CUDA_VISIBLE_DEVICES')))"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT / "src")},
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "None"

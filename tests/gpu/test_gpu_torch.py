@@ -1,5 +1,5 @@
-"""`make gpu-check` on one CUDA GPU with nothing but PyTorch: tirl's own paths on the GPU, no vLLM, in about two
-minutes on one H100 (an estimate: none of this has run on a GPU yet).
+"""`make gpu-check` on one CUDA GPU with nothing but PyTorch: tirl's own paths on the GPU, no vLLM, in 152 s on
+one H100 (2026-11-27, docs/results/gpu/gpu-check.log).
 
 Every RL run is `tirl rl` on the tests' tiny Qwen2 (random weights) at lr 5e-2 with two mini-batches per step and
 the old log-probs recomputed (`gpu_runs.rl_args`), so each step logs `rollout/logprob_diff_max`, the largest

@@ -21,7 +21,10 @@ import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
+if (
+    __name__ == "__main__"
+):  # a CPU run under torchrun; imported (test_dist), it must not hide a GPU from pytest
+    os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # conftest's tiny tokenizer and model
 
 import torch  # noqa: E402
