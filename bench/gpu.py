@@ -16,9 +16,14 @@ with its dtype given.
   6 x parameters x real tokens / s (attention FLOPs left out), peak allocated memory, and `tirl plan`'s estimate
   for that update beside tirl's peak.
 - The tiny demo on CUDA, shortened (fewer rows and RL steps): seconds per stage from its report.
+- `--profile`: where the time goes (`torch.profiler`, one more call after the timed one, so the timed figures
+  carry no profiler overhead) for the engine's bf16 decode rows and tirl's update: wall and device-busy
+  milliseconds per step, and the ops that took most of each (a step that is host-bound shows a device busy for a
+  small share of its wall time).
 
     python -m bench gpu                       # one GPU: about 5 minutes on an H100
     python -m bench gpu --device cpu --small  # every part at a tiny shape on a CPU, in about a minute
+    python -m bench gpu --parts decode,update --profile   # and where their time goes
 
 Without CUDA it refuses unless given `--device cpu --small`. Writes bench/results/gpu.json (`--out`), again after
 each part, so that a run cut short keeps what it measured (`--parts` runs some of them).
@@ -45,6 +50,11 @@ FULL = {"decode_batch": 64, "prompt": 128, "new": 256, "batch": 16, "seq": 2048,
 SMALL = {"decode_batch": 4, "prompt": 16, "new": 8, "batch": 4, "seq": 64, "steps": 1}
 FIXED_MICRO = 4  # the fixed micro-batch size whose padding the result reports beside the token budget's
 PARTS = ("decode", "update", "demo")
+PROFILED_DECODE = (
+    "torch engine, fp32 weights, bf16 autocast",
+    "torch engine CUDA graphs, fp32 weights, bf16 autocast",
+)
+TOP_OPS = 12
 # decode rows: (name, weights, engine keywords; None = HF generate)
 DECODE = (
     ("torch engine, fp32 weights, fp32", "float32", {}),
@@ -56,8 +66,8 @@ DECODE = (
 )  # fmt: skip
 TINY_SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
               "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512}  # fmt: skip
-DEMO_FULL = ["task.num_sft=300", "task.num_rl=200", "task.num_test=32", "task.warmup.epochs=1", "sft.epochs=1",
-             "rl.steps=3", "eval.n=1"]  # fmt: skip
+DEMO_FULL = ["task.num_sft=300", "task.num_rl=200", "task.num_test=16", "task.warmup.epochs=1", "sft.epochs=1",
+             "rl.steps=2", "eval.n=1"]  # fmt: skip
 DEMO_SMALL = ["task.num_sft=32", "task.num_rl=16", "task.num_test=4", "task.warmup.epochs=1", "sft.epochs=1",
               "rl.steps=1", "rl.prompts_per_step=4", "rl.n=2", "rl.mini_batch_size=8", "eval.n=1",
               "agent.max_response_tokens=48", "agent.max_tokens_per_turn=24", "reward.overlong_buffer=16"]  # fmt: skip
@@ -117,9 +127,32 @@ def graphs_available() -> str:
     return ""
 
 
-def engine_tok_s(model: Any, prompts: list[list[int]], new: int, device: str, **kw: Any) -> dict:
+def where_time_goes(run: Any, device: str, steps: int) -> dict:
+    """`run()` under `torch.profiler`: wall and device-busy ms per step (the device's kernels' own times summed;
+    0 on a CPU) and the `TOP_OPS` ops with the most own time (device time on CUDA, host time on a CPU)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device == "cuda"
+    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
+    with profile(activities=activities) as prof, stopwatch() as t:
+        run()
+        sync(device)
+    ops = prof.key_averages()
+    own = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
+    top = sorted(ops, key=own, reverse=True)[:TOP_OPS]
+    return {
+        "steps": steps, "wall_ms_per_step": t.s * 1e3 / steps,
+        "device_busy_ms_per_step": sum(e.self_device_time_total for e in ops) / 1e3 / steps,
+        "top_ops": [{"op": e.key, "calls": e.count, "self_device_ms": e.self_device_time_total / 1e3,
+                     "self_host_ms": e.self_cpu_time_total / 1e3} for e in top],
+    }  # fmt: skip
+
+
+def engine_tok_s(
+    model: Any, prompts: list[list[int]], new: int, device: str, profile: bool = False, **kw: Any
+) -> dict:
     """The torch engine: a warm-up call of the timed length (its graphs captured, its arena and the allocator
-    sized), then the timed one."""
+    sized), then the timed one; with `profile`, a third call of that length under the profiler."""
     import torch
 
     from tirl.rollout.engines.torch.engine import TorchEngine
@@ -140,6 +173,10 @@ def engine_tok_s(model: Any, prompts: list[list[int]], new: int, device: str, **
     row = {"tokens": tokens, "seconds": t.s, "tokens_per_s": tokens / t.s}
     if engine.graphs is not None:
         row["captures_in_timed_call"] = engine.graphs.captures - captures
+    if profile:
+        gen = torch.Generator().manual_seed(2)
+        row["profile"] = where_time_goes(lambda: engine.generate(prompts, params, max_new_tokens=new, generator=gen),
+                                         device, new)  # fmt: skip
     engine.close()
     return row
 
@@ -158,7 +195,9 @@ def hf_tok_s(model: Any, ids: Any, new: int, device: str) -> dict:
     return {"tokens": tokens, "seconds": t.s, "tokens_per_s": tokens / t.s}
 
 
-def decode_row(cfg: Any, dims: dict, device: str, ids: Any, weights: str, kw: dict | None) -> dict | str:
+def decode_row(
+    cfg: Any, dims: dict, device: str, ids: Any, weights: str, kw: dict | None, profile: bool = False
+) -> dict | str:
     """One decode figure: `kw` the engine's keywords (None: HF `generate`), on a model built with `weights`."""
     import torch
 
@@ -172,19 +211,21 @@ def decode_row(cfg: Any, dims: dict, device: str, ids: Any, weights: str, kw: di
         if kw is None:
             run = hf_tok_s(model, ids.to(device), dims["new"], device)
         else:
-            run = engine_tok_s(model, ids.tolist(), dims["new"], device, **{**kw, "compute_dtype": autocast})
+            kw = {**kw, "compute_dtype": autocast}
+            run = engine_tok_s(model, ids.tolist(), dims["new"], device, profile, **kw)
     row = {**precision(model, autocast), **run}
     del model
     free(device)
     return row
 
 
-def decode(cfg: Any, dims: dict, device: str) -> dict:
+def decode(cfg: Any, dims: dict, device: str, profile: bool = False) -> dict:
     import torch
 
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1, cfg.vocab_size - 1, (dims["decode_batch"], dims["prompt"]), generator=g)
-    rows = {name: decode_row(cfg, dims, device, ids, weights, kw) for name, weights, kw in DECODE}
+    rows = {name: decode_row(cfg, dims, device, ids, weights, kw, profile and name in PROFILED_DECODE)
+            for name, weights, kw in DECODE}  # fmt: skip
     base = rows["HF generate, bf16 weights"]["tokens_per_s"]
     for r in rows.values():
         if isinstance(r, dict):
@@ -263,7 +304,9 @@ def state_dtypes(model: Any, opt: Any) -> dict[str, str]:
     return {"params": precision(model)["weights"], "optimizer_state": "/".join(sorted(moments))}
 
 
-def tirl_update(model: Any, mini: Any, dims: dict, device: str, autocast: Any, budget: int) -> tuple:
+def tirl_update(
+    model: Any, mini: Any, dims: dict, device: str, autocast: Any, budget: int, profile: bool = False
+) -> tuple:
     from tirl.algorithms import get_policy_loss
     from tirl.train.optim import OptimConfig, build_optimizer, clip_and_step
     from tirl.train.rl.update import LossSpec, accumulate_gradients
@@ -279,10 +322,13 @@ def tirl_update(model: Any, mini: Any, dims: dict, device: str, autocast: Any, b
         stats = accumulate_gradients(model, mini, None, None, spec)
         clip_and_step(model, opt, sched, cfg, loss=stats["loss/total"])
 
-    return (*timed_steps(step, dims["steps"], device), opt)
+    timed = timed_steps(step, dims["steps"], device)
+    return (*timed, opt, where_time_goes(step, device, 1) if profile else None)
 
 
-def plain_update(model: Any, mini: Any, dims: dict, device: str, autocast: Any, budget: int) -> tuple:
+def plain_update(
+    model: Any, mini: Any, dims: dict, device: str, autocast: Any, budget: int, profile: bool = False
+) -> tuple:
     """HF's own loss (forward with labels) per micro-batch (the same rows as tirl's, cut to their longest),
     weighted by its share of the trained tokens, and PyTorch's fused AdamW: what a trainer without tirl's head,
     packing or accounting would run."""
@@ -304,7 +350,7 @@ def plain_update(model: Any, mini: Any, dims: dict, device: str, autocast: Any, 
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    return (*timed_steps(step, dims["steps"], device), opt)
+    return (*timed_steps(step, dims["steps"], device), opt, None)
 
 
 def plan_estimate(cfg: Any, dims: dict, device: str, gpu_gib: float, budget: int) -> dict:
@@ -327,7 +373,7 @@ def plan_estimate(cfg: Any, dims: dict, device: str, gpu_gib: float, budget: int
     return {"total_gib": p.total_gib, "activations_gib": p.activations_gib, "logits_gib": p.logits_gib}
 
 
-def update(cfg: Any, dims: dict, device: str) -> dict:
+def update(cfg: Any, dims: dict, device: str, profile: bool = False) -> dict:
     """fp32 master weights under bf16 autocast (tirl's RL update), on a CPU too (its dry run runs the same path)."""
     import torch
 
@@ -341,10 +387,10 @@ def update(cfg: Any, dims: dict, device: str) -> dict:
         model = build(cfg, device, "float32").train()
         budget = budget or resolve_micro_batch_tokens("auto", model, autocast=autocast).tokens
         params = sum(p.numel() for p in model.parameters())
-        s, peak, opt = fn(model, mini, dims, device, autocast, budget)
+        s, peak, opt, prof = fn(model, mini, dims, device, autocast, budget, profile)
         rows[name] = {**precision(model, autocast), **state_dtypes(model, opt), "seconds_per_update": s,
                       "tokens_per_s": tokens / s, "tflop_per_s": 6 * params * tokens / s / 1e12,
-                      "peak_allocated_gib": peak}  # fmt: skip
+                      "peak_allocated_gib": peak, **({"profile": prof} if prof else {})}  # fmt: skip
         del model, opt
         free(device)
     rows["tirl"]["speed_vs_plain"] = (
@@ -401,6 +447,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--parts", default=",".join(PARTS), help=f"which of {', '.join(PARTS)} to run")
     ap.add_argument("--out", default=str(result_path("gpu")))
+    ap.add_argument(
+        "--profile", action="store_true", help="where decode's and the update's time goes (one more call)"
+    )
     a = ap.parse_args(argv)
     parts = [p for p in a.parts.split(",") if p]
     if not parts or set(parts) - set(PARTS):
@@ -424,7 +473,8 @@ def main(argv: list[str] | None = None) -> int:
         "machine": versions(a.device),
         "shape": "tiny Qwen3" if a.small else "Qwen3-0.6B (random weights)",
     }
-    run = {"decode": lambda: decode(cfg, dims, a.device), "update": lambda: update(cfg, dims, a.device),
+    run = {"decode": lambda: decode(cfg, dims, a.device, a.profile),
+           "update": lambda: update(cfg, dims, a.device, a.profile),
            "demo": lambda: demo(a.device, a.small)}  # fmt: skip
     for part in parts:  # written after each part: a run cut short keeps what it measured
         result[part] = run[part]()

@@ -48,6 +48,26 @@ def test_every_figure_runs_in_the_precision_it_names():
         ), name
 
 
+def test_profile_says_where_a_decode_step_and_an_update_spend_their_time():
+    """`--profile`: the engine's bf16 decode row and tirl's update carry a profile (on a CPU: host times, a device
+    busy for 0 ms); rows not profiled carry none, and the timed figures are the same fields as without it."""
+    gpu = importlib.import_module("bench.gpu")
+    cfg, dims = gpu.model_config(small=True), {**gpu.SMALL, "new": 3}
+    rows = gpu.decode(cfg, dims, "cpu", profile=True)["variants"]
+    prof = rows["torch engine, fp32 weights, bf16 autocast"]["profile"]
+    assert prof["steps"] == 3 and prof["wall_ms_per_step"] > 0 and prof["device_busy_ms_per_step"] == 0
+    assert 0 < len(prof["top_ops"]) <= gpu.TOP_OPS and all(op["calls"] >= 1 for op in prof["top_ops"])
+    hosts = [op["self_host_ms"] for op in prof["top_ops"]]
+    assert hosts == sorted(hosts, reverse=True) and any("aten::" in op["op"] for op in prof["top_ops"])
+    assert (
+        "profile" not in rows["torch engine, fp32 weights, fp32"]
+        and "profile" not in rows["HF generate, bf16 weights"]
+    )
+    upd = gpu.update(cfg, dims, "cpu", profile=True)["variants"]
+    assert upd["tirl"]["profile"]["steps"] == 1 and upd["tirl"]["profile"]["top_ops"]
+    assert "profile" not in upd["plain HF"]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal of a machine without CUDA")
 def test_refuses_without_cuda_and_on_a_cpu_without_small(tmp_path):
     r = bench("--out", str(tmp_path / "gpu.json"))

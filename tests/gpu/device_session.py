@@ -4,17 +4,18 @@ part, then `make gpu-check`'s tests, each phase a process with its own timeout, 
     python tests/gpu/device_session.py --out DIR                        # on the GPU machine (device time is short)
     python tests/gpu/device_session.py --device cpu --small --out DIR   # the dry run on a CPU (2-5 minutes)
 
-Phases, most wanted first, so that a session cut short keeps what matters (`phases`; each timeout is about 1.2x
-what the phase took on one H100 80GB, 2026-11-27, docs/results/gpu/):
+Phases, most wanted first, so that a session cut short keeps what matters (`phases`). "took": on one H100 80GB,
+2026-11-27 (docs/results/gpu/), before `--profile` (one more call per profiled row, not yet timed on a GPU) and
+with the demo at 3 RL steps and 32 test problems; the timeouts allow for both:
 
 | phase | what | took | timeout |
 |---|---|---|---|
 | env | versions, the GPU, and which of the offline wheels' modules import (`OFFLINE_WHEELS`, docs/gpu.md) | 10 s | 15 s |
 | graph-decode | the CUDA-graph decode's GPU tests (`tests/rollout/test_graph_decode.py -m gpu`) | 22 s | 35 s |
-| bench-decode | `python -m bench gpu --parts decode`: engine (eager, bf16, CUDA graphs) and HF `generate` | 111 s | 130 s |
-| bench-update | `python -m bench gpu --parts update`: tirl's update and a plain HF one, Qwen3-0.6B shape | 35 s | 45 s |
+| bench-decode | `python -m bench gpu --parts decode --profile`: engine (eager, bf16, CUDA graphs), HF `generate` | 111 s | 150 s |
+| bench-update | `python -m bench gpu --parts update --profile`: tirl's update and a plain HF one | 35 s | 60 s |
 | gpu-check | `make gpu-check`'s runner (`tests/gpu/gpu_check.py`), the graph tests left out (run above) | ~155 s | 180 s |
-| bench-demo | `python -m bench gpu --parts demo`: the tiny demo's stages on CUDA | ~145 s | 165 s |
+| bench-demo | `python -m bench gpu --parts demo`: the tiny demo's stages on CUDA (now 2 RL steps, 16 tests) | ~145 s | 130 s |
 
 DIR gets `session.json` (rewritten after each phase: its command, exit code, seconds, whether it timed out, the
 tail of its output), each phase's whole output as `PHASE.log`, and the benchmark's JSON per part
@@ -68,12 +69,16 @@ def phases(cpu: bool) -> list[Phase]:
     check = (
         (py, "-m", "pytest", "-q", "-m", "gpu", "tests", *collect) if cpu else (py, "tests/gpu/gpu_check.py")
     )
-    s = (20, 60, 90, 90, 90, 220) if cpu else (15, 35, 130, 45, 180, 165)  # the dry run: the demo on a CPU
+    s = (20, 60, 90, 90, 90, 220) if cpu else (15, 35, 150, 60, 180, 130)  # the dry run: the demo on a CPU
     return [
         Phase("env", (py, str(Path(__file__).relative_to(ROOT)), "--env", "{out}/env.json"), s[0]),
         Phase("graph-decode", (py, "-m", "pytest", "-q", "-rs", "-m", "gpu", GRAPH_TESTS, *collect), s[1]),
-        Phase("bench-decode", (*bench, "--parts", "decode", "--out", "{out}/gpu-decode.json"), s[2]),
-        Phase("bench-update", (*bench, "--parts", "update", "--out", "{out}/gpu-update.json"), s[3]),
+        Phase(
+            "bench-decode", (*bench, "--parts", "decode", "--profile", "--out", "{out}/gpu-decode.json"), s[2]
+        ),
+        Phase(
+            "bench-update", (*bench, "--parts", "update", "--profile", "--out", "{out}/gpu-update.json"), s[3]
+        ),
         Phase("gpu-check", (*check, f"--ignore={GRAPH_TESTS}"), s[4]),
         Phase("bench-demo", (*bench, "--parts", "demo", "--out", "{out}/gpu-demo.json"), s[5]),
     ]
