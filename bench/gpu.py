@@ -129,14 +129,18 @@ def graphs_available() -> str:
 
 def where_time_goes(run: Any, device: str, steps: int) -> dict:
     """`run()` under `torch.profiler`: wall and device-busy ms per step (the device's kernels' own times summed;
-    0 on a CPU) and the `TOP_OPS` ops with the most own time (device time on CUDA, host time on a CPU)."""
+    0 on a CPU) and the `TOP_OPS` ops with the most own time (device time on CUDA, host time on a CPU); where the
+    profiler fails, the error in their place."""
     from torch.profiler import ProfilerActivity, profile
 
     cuda = device == "cuda"
     activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
-    with profile(activities=activities) as prof, stopwatch() as t:
-        run()
-        sync(device)
+    try:
+        with profile(activities=activities) as prof, stopwatch() as t:
+            run()
+            sync(device)
+    except Exception as e:  # noqa: BLE001 - a profiler that fails must not cost the timed figures beside it
+        return {"error": f"{type(e).__name__}: {e}"[:2000]}
     ops = prof.key_averages()
     own = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
     top = sorted(ops, key=own, reverse=True)[:TOP_OPS]

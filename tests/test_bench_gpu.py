@@ -67,6 +67,11 @@ def test_profile_says_where_a_decode_step_and_an_update_spend_their_time():
     assert upd["tirl"]["profile"]["steps"] == 1 and upd["tirl"]["profile"]["top_ops"]
     assert "profile" not in upd["plain HF"]
 
+    def broken() -> None:
+        raise RuntimeError("CUPTI_ERROR_NOT_INITIALIZED")
+
+    assert gpu.where_time_goes(broken, "cpu", 1) == {"error": "RuntimeError: CUPTI_ERROR_NOT_INITIALIZED"}
+
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal of a machine without CUDA")
 def test_refuses_without_cuda_and_on_a_cpu_without_small(tmp_path):
