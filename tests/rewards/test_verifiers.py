@@ -1,6 +1,7 @@
 """The reward registry on real benchmark rows: HumanEval through the sandbox, MATH-500, AIME, GSM8K, GPQA letters."""
 
 import json
+import signal
 
 import pytest
 
@@ -231,3 +232,57 @@ def test_a_code_block_against_a_plain_truth_is_an_error_item_not_a_crashed_batch
     )
     assert (bad.score, bad.correct) == (-1.0, False) and "code ground truth" in bad.details["error"]
     assert ok.correct
+
+
+def _kill_workers(signum: int) -> None:
+    """Send `signum` to every worker of the grading pool and wait until each is gone (Ctrl-C or a stop signal
+    sent to the whole process group, or the memory killer)."""
+    import os
+    import time
+
+    from tirl.rewards import batch
+
+    procs = list(batch._pool._processes.values())
+    for proc in procs:
+        os.kill(proc.pid, signum)
+    deadline = time.monotonic() + 30
+    while any(proc.is_alive() for proc in procs) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(proc.is_alive() for proc in procs)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_workers_killed_between_batches_cost_no_grade(signum):
+    """A stop signal to the process group killed the grading workers while the run went on to finish its step
+    (it checkpoints after it): the next batch is graded in a fresh pool, not raised as BrokenProcessPool nor
+    turned into errors (which would have been the rewards of the step saved in the checkpoint)."""
+    items = [("math", "\\boxed{\\frac{1}{2}}", "\\frac12"), ("math", "\\boxed{3}", "\\sqrt{9}")]
+    assert [g.correct for g in grade_many(items, workers=2, timeout_s=10)] == [True, True]
+    _kill_workers(signum)
+    graded = grade_many(items, workers=2, timeout_s=10)
+    assert [g.correct for g in graded] == [True, True], [g.details for g in graded]
+
+
+def dies_once(response: str, ground_truth: str, timeout_s: float = 5.0):
+    """A verifier whose worker dies the first time it grades (the marker file named by the response is made
+    first): the memory killer in the middle of a batch."""
+    import os
+    from pathlib import Path
+
+    from tirl.rewards.math import GradeResult
+
+    marker = Path(response)
+    if not marker.exists():
+        marker.write_text("died")
+        os._exit(1)
+    return GradeResult(1.0, True, "ok", {})
+
+
+def test_a_worker_dying_in_a_batch_has_its_items_graded_again(tmp_path):
+    from tirl.rewards.registry import register_verifier
+
+    register_verifier("dies-once", dies_once, in_workers=True, replace=True)
+    items = [("dies-once", str(tmp_path / "marker"), "x"), ("math", "\\boxed{3}", "\\sqrt{9}")]
+    graded = grade_many(items, workers=2, timeout_s=10)
+    assert (tmp_path / "marker").read_text() == "died"  # a worker did die on it
+    assert [g.correct for g in graded] == [True, True], [g.details for g in graded]

@@ -6,6 +6,9 @@ process; one that misses its deadline is reported {"timeout": True} and its thre
 worker, math-verify bounds each check with its own SIGALRM timeout (workers run items on their main thread), and
 the parent adds a deadline for the whole batch; an item that misses it is reported with details
 {"timeout": True}, never as a plain wrong answer, and the pool is killed and rebuilt so no stuck worker remains.
+A pool whose worker died (the memory killer; Ctrl-C or a stop signal sent to the whole process group, which the
+run itself answers by checkpointing after the step) is rebuilt and the items it lost are graded again once, so a
+dead worker never turns a step's rewards into errors.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from tirl.rewards.math import GradeResult
@@ -131,22 +135,45 @@ def grade_many(
             threaded.append(i)
     for i, g in _grade_in_threads(items, threaded, timeout_s, workers or os.cpu_count() or 1).items():
         out[i] = g
-    if slow:
-        size = workers or os.cpu_count() or 1
-        pool = _get_pool(size)  # sized by the config, not the batch: a resized pool would re-import sympy
-        n = min(len(slow), size)
-        futures = {pool.submit(_call, *_work(items[i], timeout_s)): i for i in slow}
-        # every worker gets its share of items, each allowed timeout_s, plus one item's worth of slack
-        deadline = timeout_s * (math.ceil(len(slow) / n) + 1)
-        done, late = concurrent.futures.wait(futures, timeout=deadline)
-        for f in done:
-            try:
-                out[futures[f]] = f.result()
-            except Exception as e:  # a worker died (e.g. killed by memory pressure)
-                out[futures[f]] = GradeResult(-1.0, False, None, {"error": repr(e)})
-        for f in late:
-            name, resp = items[futures[f]][:2]
-            out[futures[f]] = _late(resp, get_verifier(name))
-        if late or any(f.exception() is not None for f in done):
-            _discard(pool)
+    for retry in (False, True):  # once more for the items a dead worker lost
+        slow = _grade_in_pool(items, slow, timeout_s, workers or os.cpu_count() or 1, out, last=retry)
+        if not slow:
+            break
     return [r for r in out if r is not None]
+
+
+def _grade_in_pool(
+    items: Sequence[tuple[str, str, Any]], idx: list[int], timeout_s: float, size: int,
+    out: list[GradeResult | None], last: bool,
+) -> list[int]:  # fmt: skip
+    """Grade `idx` in the worker pool into `out`; returns the items a broken pool lost (none when `last`: they
+    are graded as errors then)."""
+    if not idx:
+        return []
+    pool = _get_pool(size)  # sized by the config, not the batch: a resized pool would re-import sympy
+    try:
+        futures = {pool.submit(_call, *_work(items[i], timeout_s)): i for i in idx}
+    except BrokenProcessPool as e:  # a worker died between batches
+        _discard(pool)
+        if not last:
+            return idx
+        for i in idx:
+            out[i] = GradeResult(-1.0, False, None, {"error": repr(e)})
+        return []
+    # every worker gets its share of items, each allowed timeout_s, plus one item's worth of slack
+    deadline = timeout_s * (math.ceil(len(idx) / min(len(idx), size)) + 1)
+    done, late = concurrent.futures.wait(futures, timeout=deadline)
+    lost = [futures[f] for f in done if isinstance(f.exception(), BrokenProcessPool)]
+    for f in done:
+        if futures[f] in lost and not last:
+            continue
+        try:
+            out[futures[f]] = f.result()
+        except Exception as e:  # a worker died twice, or the verifier raised in it
+            out[futures[f]] = GradeResult(-1.0, False, None, {"error": repr(e)})
+    for f in late:
+        name, resp = items[futures[f]][:2]
+        out[futures[f]] = _late(resp, get_verifier(name))
+    if late or any(f.exception() is not None for f in done):
+        _discard(pool)
+    return [] if last else lost
