@@ -24,6 +24,17 @@ RESULTS = ROOT / "bench" / "results"
 SMOLLM2_DIR = ROOT / "runs" / "smollm2-135m"  # where tirl demo --model smollm2 imports it too
 
 
+def tirl_env(*after: Path) -> dict[str, str]:
+    """This process's environment for a child that runs tirl from this checkout: its source (then `after`) first on
+    PYTHONPATH, what was on it kept (wheels installed with `pip --target`, docs/gpu.md), and TIRL_QUIET=1."""
+    path = [
+        str(ROOT / "src"),
+        *map(str, after),
+        *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep)),
+    ]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(path), "TIRL_QUIET": "1"}
+
+
 def result_path(name: str) -> Path:
     """bench/results/NAME.json: the default output of the benchmark NAME."""
     return RESULTS / f"{name}.json"

@@ -37,14 +37,13 @@ import gc
 import inspect
 import json
 import math
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import ROOT, result_path, stopwatch, write_result
+from bench.common import ROOT, result_path, stopwatch, tirl_env, write_result
 
 FULL = {"decode_batch": 64, "prompt": 128, "new": 256, "batch": 16, "seq": 2048, "steps": 2}
 SMALL = {"decode_batch": 4, "prompt": 16, "new": 8, "batch": 4, "seq": 64, "steps": 1}
@@ -418,14 +417,8 @@ def demo(device: str, small: bool) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "tirl", "demo", f"out_dir={tmp}/demo", f"model.device={device}"]
         cmd += DEMO_SMALL if small else DEMO_FULL
-        path = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH", "")]))
-        env = {
-            **os.environ,
-            "PYTHONPATH": path,
-            "TIRL_QUIET": "1",
-        }  # what was on the path stays (offline wheels)
         with stopwatch() as t:
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=tirl_env(), cwd=ROOT)
         if proc.returncode:
             return {"error": proc.stderr[-2000:], "command": cmd[3:]}
         report = json.loads((Path(tmp) / "demo" / "report.json").read_text())

@@ -43,6 +43,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))  # run as a script: bench/ (standard library only at import)
+from bench.common import tirl_env  # noqa: E402
+
 BUDGET_S = 570  # one device command may run 600 s
 # the offline wheels of docs/gpu.md (`pip download ...`) -> the module each provides
 OFFLINE_WHEELS = {
@@ -109,12 +112,7 @@ def environment() -> dict:
 def run_phase(phase: Phase, out: Path, limit_s: float) -> dict:
     """Run one phase to its end or its limit (then its whole process group is killed); its record."""
     argv = [a.replace("{out}", str(out)) for a in phase.command]
-    path = [str(ROOT / "src"), str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(path),
-        "TIRL_QUIET": "1",
-    }  # keeps wheels put on the path
+    env = tirl_env(ROOT)  # ROOT: bench/; what was on PYTHONPATH (offline wheels) stays
     t0 = time.perf_counter()
     with (out / f"{phase.name}.log").open("w") as log:
         proc = subprocess.Popen(

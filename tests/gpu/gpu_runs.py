@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from bench.common import tirl_env
 from safetensors.torch import load_file
 
 from conftest import make_model, say_rows
@@ -71,9 +71,7 @@ def command(args: list[str], *, nproc: int = 0, worker: bool = False) -> list[st
 
 
 def env() -> dict[str, str]:
-    """This environment with tirl's source first on PYTHONPATH; what was on it stays (offline wheels, docs/gpu.md)."""
-    path = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH", "")]))
-    return {**os.environ, "PYTHONPATH": path, "TIRL_QUIET": "1"}
+    return tirl_env()
 
 
 def run(cmd: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
