@@ -1,8 +1,8 @@
 """`tirl demo --model smollm2 --task gsm8k --compare data`, the smoke version: the real SmolLM2-135M-Instruct on
 GSM8K through every stage (stitched SFT, one GRPO-TCR step with vLLM, the evaluations, sampling real trajectories
 from the stitched-SFT model, SFT on them, the analysis) on a few problems, then the study's data commands on the
-trained model: `tirl data filter` (pass rates beside the rows) and `tirl data sample --keep-retokenized`. Slow: a
-few minutes on 2 cores."""
+trained model: `tirl data filter` (pass rates beside the rows) and `tirl data sample --keep-retokenized`. Slow:
+about 10 minutes on 2 cores, alone."""
 
 from __future__ import annotations
 
