@@ -163,9 +163,10 @@ def _grade_in_pool(
     # every worker gets its share of items, each allowed timeout_s, plus one item's worth of slack
     deadline = timeout_s * (math.ceil(len(idx) / min(len(idx), size)) + 1)
     done, late = concurrent.futures.wait(futures, timeout=deadline)
-    lost = [futures[f] for f in done if isinstance(f.exception(), BrokenProcessPool)]
+    lost = []
     for f in done:
-        if futures[f] in lost and not last:
+        if not last and isinstance(f.exception(), BrokenProcessPool):
+            lost.append(futures[f])
             continue
         try:
             out[futures[f]] = f.result()
@@ -176,4 +177,4 @@ def _grade_in_pool(
         out[futures[f]] = _late(resp, get_verifier(name))
     if late or any(f.exception() is not None for f in done):
         _discard(pool)
-    return [] if last else lost
+    return lost
