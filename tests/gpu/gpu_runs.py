@@ -21,7 +21,6 @@ from conftest import make_model, say_rows
 from tirl.demo.arith import generate_problems
 
 ROOT = Path(__file__).resolve().parents[2]
-SRC = ROOT / "src"
 WORKER = Path(__file__).with_name("nccl_one_rank.py")
 STEP_KEYS = ("time", "perf/")  # clocks and memory readings: never compared between runs
 
@@ -70,20 +69,16 @@ def command(args: list[str], *, nproc: int = 0, worker: bool = False) -> list[st
     return [*launcher, *([str(WORKER)] if worker else ["-m", "tirl"]), *args]
 
 
-def env() -> dict[str, str]:
-    return tirl_env()
-
-
 def run(cmd: list[str], timeout: float = 600) -> subprocess.CompletedProcess:
     """Runs `cmd` to the end; fails the test with its stderr's tail when it does not exit 0."""
-    proc = subprocess.run(cmd, env=env(), capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, env=tirl_env(), capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
     return proc
 
 
 def kill_after(cmd: list[str], path: Path, timeout: float = 600) -> None:
     """Starts `cmd` and SIGKILLs it as soon as `path` exists (a checkpoint's manifest)."""
-    proc = subprocess.Popen(cmd, env=env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, env=tirl_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + timeout
     while not path.exists():
         assert proc.poll() is None, proc.stderr.read().decode()[-4000:]

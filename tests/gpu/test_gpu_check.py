@@ -23,7 +23,7 @@ import pytest
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rollout"))
-from gpu_runs import env  # noqa: E402
+from bench.common import tirl_env  # noqa: E402
 from test_vllm_engine import SKIP, build_tool_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +55,7 @@ def rl(model: Path, out: Path, *extra: str, nproc: int = 0) -> list[dict]:
     launcher = [sys.executable]
     if nproc:
         launcher += ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"]
-    proc = subprocess.run([*launcher, *args], env=env(), capture_output=True, text=True, timeout=1800)
+    proc = subprocess.run([*launcher, *args], env=tirl_env(), capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-4000:]
     lines = (out / "metrics.jsonl").read_text().splitlines()
     steps = [m for m in map(json.loads, lines) if "rollout/logprob_diff_max" in m]

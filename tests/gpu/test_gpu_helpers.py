@@ -15,6 +15,7 @@ from types import SimpleNamespace
 import gpu_check
 import pytest
 import torch
+from bench.common import tirl_env
 from gpu_runs import (
     above,
     command,
@@ -29,9 +30,6 @@ from gpu_runs import (
     sft_args,
     weight_gap,
     write_tiny,
-)
-from gpu_runs import (
-    env as gpu_runs_env,
 )
 
 from conftest import make_model
@@ -188,7 +186,7 @@ def test_subprocesses_keep_the_python_path_and_collection_keeps_cuda_visible(mon
     the runs' environment keeps that path, and importing test_dist's worker module must not hide the GPU
     (`CUDA_VISIBLE_DEVICES=""` is for its own torchrun processes only)."""
     monkeypatch.setenv("PYTHONPATH", "/tmp/site")
-    assert gpu_runs_env()["PYTHONPATH"].split(os.pathsep) == [str(ROOT / "src"), "/tmp/site"]
+    assert tirl_env()["PYTHONPATH"].split(os.pathsep) == [str(ROOT / "src"), "/tmp/site"]
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     code = "import os, sys; sys.path.insert(0, 'tests/train'); import dist_worker; print(repr(os.environ.get('CUDA_VISIBLE_DEVICES')))"
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env={**env, "PYTHONPATH": str(ROOT / "src")},
