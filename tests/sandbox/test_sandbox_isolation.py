@@ -70,6 +70,20 @@ def test_unshare_mode_isolates_pids_network_and_tmp() -> None:
     assert after.stdout == "False\n" and not os.path.exists("/tmp/left-behind")
 
 
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="needs bwrap")
+def test_bwrap_snippet_writes_tmp_and_the_file_is_wiped() -> None:
+    """/tmp is 01777 as on a host (SandboxFusion clients write there), even as root where the snippet has its
+    own uid; what it wrote is gone before the next run."""
+    with LocalSandbox(SandboxConfig(isolation="bwrap", max_workers=1)) as sb:
+        r = sb.run(
+            "import os\nopen('/tmp/scratch', 'w').write('x')\nprint(oct(os.stat('/tmp').st_mode & 0o7777))"
+        )
+        after = sb.run("import os\nprint(os.listdir('/tmp'))")
+    assert r.status == "ok", r.stderr
+    assert r.stdout == "0o1777\n"
+    assert "scratch" not in after.stdout
+
+
 @pytest.mark.parametrize(
     "isolation",
     [
@@ -89,10 +103,8 @@ def test_interpreter_under_tmp_stays_visible(isolation: str, tmp_path) -> None:
     python = str(venv / "bin" / "python")
     cfg = SandboxConfig(isolation=isolation, python=python, preload=("math",), max_workers=1)
     with LocalSandbox(cfg) as sb:
-        # bwrap's snippet uid may not write /tmp at all; unshare's may, and the file must not survive the run
-        r = sb.run(
-            "import sys\nprint(sys.prefix)\ntry:\n    open('/tmp/scratch', 'w')\nexcept OSError:\n    pass"
-        )
+        # the snippet may write /tmp (01777); the file must not survive the run
+        r = sb.run("import sys\nprint(sys.prefix)\nopen('/tmp/scratch', 'w')")
         after = sb.run("import os\nprint(os.path.exists('/tmp/scratch'))")
     assert r.status == "ok", r.stderr
     assert r.stdout == f"{venv}\n"  # the venv itself ran, not the interpreter it points to

@@ -74,7 +74,8 @@ def bwrap_prefix(python: str, zygote: str, tmp_bytes: int) -> list[str]:
             "isolation 'bwrap' requested but bwrap is not installed (apt install bubblewrap)"
         )
     # an empty root: only the system's programs and libraries, the interpreter and the worker (mounts.py)
-    cmd = [binary, *system_mounts(), "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
+    # /tmp 01777 like a host's: a snippet runs as its own uid and SandboxFusion clients write there
+    cmd = [binary, *system_mounts(), "--perms", "01777", "--size", str(tmp_bytes), "--tmpfs", "/tmp"]
     cmd += bind_dirs(_interpreter_dirs(python, zygote))
     cmd += ["--proc", "/proc", "--dev", "/dev"]
     # a private writable /dev/shm (POSIX semaphores: multiprocessing's locks and Pool), wiped after each run

@@ -71,8 +71,8 @@ def wipe(rundir: str, cfg: dict) -> None:
     except OSError:
         shutil.rmtree(rundir, ignore_errors=True)
     if cfg["private_tmp"]:
-        # the worker's own tmpfs mounts, which a snippet may write: /dev/shm (01777), /tmp unless it is root's
-        # 0755 one and the snippet has its own uid (bwrap), /var/tmp under unshare as root
+        # the worker's own tmpfs mounts, which a snippet may write: /tmp and /dev/shm (01777), /var/tmp under
+        # unshare as root
         for d in cfg["wipe_dirs"]:
             try:
                 entries = os.listdir(d)
