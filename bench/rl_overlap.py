@@ -66,6 +66,8 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     from tirl.rollout.agent.loop import AgentConfig, stop_token_ids
     from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig
+    from tirl.rollout.engines.vllm.ext.tirl_weight_receiver import KEY_ENV
+    from tirl.rollout.engines.vllm.sync import receiver_args
 
     model = smollm2()
     os.sched_setaffinity(0, {0})  # the server (a child) inherits core 0
@@ -76,7 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     renderer = ChatRenderer(load_tokenizer(model))
     cfg = VLLMEngineConfig(
         model=str(model), eos_ids=[renderer.eos_id], stop_ids=stop_token_ids(renderer, AgentConfig()),
-        extra_args=["--max-model-len", "2048"], work_dir=str(tmp / "server"), kv_cache_gib=0.5,
+        extra_args=["--max-model-len", "2048", *receiver_args()],  # a receiver for the run's own listener
+        work_dir=str(tmp / "server"), kv_cache_gib=0.5,
     )  # fmt: skip
     t0 = time.perf_counter()
     with VLLMEngine(cfg) as server:
@@ -84,6 +87,7 @@ def main(argv: list[str] | None = None) -> None:
         os.sched_setaffinity(0, {1})  # the trainer on core 1
         torch.set_num_threads(1)  # one OpenMP thread: a second on the same core spins against the first
         url = f"http://127.0.0.1:{server.port}"
+        os.environ[KEY_ENV] = server.api_key  # the run reaches it by rollout.urls, with its key
         results = {}
         for off in (0, 1):
             server.load_weights_from(server.served_dir)  # every run starts from the initial weights

@@ -196,6 +196,8 @@ def main(argv: list[str] | None = None) -> None:
     from tirl.models.loading import load_tokenizer
     from tirl.rollout.agent.loop import AgentConfig, stop_token_ids
     from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig
+    from tirl.rollout.engines.vllm.ext.tirl_weight_receiver import KEY_ENV
+    from tirl.rollout.engines.vllm.sync import receiver_args
 
     model, rows, heldout, max_len = start(workload, Path(args.work), tmp / "heldout.jsonl", n_heldout)
     modes = [m for m in os.environ.get("BENCH_MODES", ",".join(MODES)).split(",") if m]
@@ -203,7 +205,8 @@ def main(argv: list[str] | None = None) -> None:
     renderer = ChatRenderer(load_tokenizer(model))
     cfg = VLLMEngineConfig(
         model=str(model), eos_ids=[renderer.eos_id], stop_ids=stop_token_ids(renderer, AgentConfig()),
-        extra_args=["--max-model-len", max_len], work_dir=str(tmp / "server"), kv_cache_gib=0.5,
+        extra_args=["--max-model-len", max_len, *receiver_args()],  # a receiver for the run's own listener
+        work_dir=str(tmp / "server"), kv_cache_gib=0.5,
     )  # fmt: skip
     t0 = time.perf_counter()
     results = {}
@@ -212,6 +215,7 @@ def main(argv: list[str] | None = None) -> None:
         os.sched_setaffinity(0, {1})  # the trainer (and the sandbox it starts) on core 1
         torch.set_num_threads(1)  # one OpenMP thread: a second on the same core spins against the first
         url = f"http://127.0.0.1:{server.port}"
+        os.environ[KEY_ENV] = server.api_key  # the run reaches it by rollout.urls, with its key
         for mode in modes:
             server.load_weights_from(server.served_dir)  # every mode starts from the initial weights
             print(f"[bench rl_stream] {mode}: {steps} steps", flush=True)

@@ -82,19 +82,31 @@ OS_ERRORS = {
     errno.EROFS: "write to a writable file system",
     errno.ENAMETOOLONG: "choose a shorter name",
 }
-_RUST_OS_ERROR = re.compile(r"\bOs \{ code: (\d+)")  # safetensors' writer: IoError(Os { code: 28, ... })
+# safetensors' writer, as its error prints the OS error: "... I/O error: No space left on device (os error 28)",
+# or, in older releases, "IoError(Os { code: 28, ... })"
+_RUST_OS_ERROR = re.compile(r"\(os error (\d+)\)|\bOs \{ code: (\d+)")
 
 
 def _os_error(e: BaseException, args: argparse.Namespace) -> str | None:
     """One line for a file-system error of OS_ERRORS (naming the file, else the command's output), else None."""
     code = e.errno if isinstance(e, OSError) else None
     if code is None and (m := _RUST_OS_ERROR.search(str(e))):
-        code = int(m.group(1))
+        code = int(m.group(1) or m.group(2))
     if code not in OS_ERRORS:
         return None
     path = getattr(e, "filename", None) or getattr(args, "out", None)
     where = f"{path}: " if path else ""
     return f"{where}{os.strerror(code)} ({errno.errorcode[code]}): {OS_ERRORS[code]}"
+
+
+def _actionable(e: BaseException) -> bool:
+    """An error whose message says what to do, printed without its traceback: tirl's own, a bad value or missing
+    file, and a rollout server that failed or exited (`EngineError`: the message names the server, its exit code and
+    log; only the engine module raises it, so it is looked up where that module is loaded, never imported here)."""
+    if isinstance(e, ConfigError | FileNotFoundError | ValueError | TirlError):
+        return True
+    engine = sys.modules.get("tirl.rollout.engines.openai.engine")
+    return engine is not None and isinstance(e, engine.EngineError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -103,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return args.fn(args)
     except Exception as e:
-        if isinstance(e, ConfigError | FileNotFoundError | ValueError | TirlError):
+        if _actionable(e):
             message = str(e)
         elif (message := _os_error(e, args)) is None:
             raise

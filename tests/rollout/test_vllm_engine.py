@@ -311,20 +311,23 @@ def test_a_lora_policy_is_served_merged(server, tiny, renderer):
 @needs_vllm
 @pytest.mark.slow
 def test_openai_engine_against_the_vllm_server(server, tokenizer, renderer):
-    """The plain OpenAI-compatible engine on the same server: the model/vocabulary check passes and it samples
-    exactly what the managed engine samples."""
+    """The plain OpenAI-compatible engine on the same server (with the server's key): the model/vocabulary check
+    passes and it samples exactly what the managed engine samples."""
     remote = OpenAIEngine(
         OpenAIEngineConfig(urls=list(server._urls), model=SERVED_NAME, eos_ids=server.cfg.eos_ids,
                            stop_ids=server.cfg.stop_ids)
     )  # fmt: skip
+    remote._client.headers["Authorization"] = f"Bearer {server.api_key}"
     try:
         remote.check(tokenizer)
         prompts = prompt_ids(renderer, QUESTIONS)
         want = server.generate(prompts, SamplingParams(), max_new_tokens=16, seeds=[5, 6, 7, 8])
         got = remote.generate(prompts, SamplingParams(), max_new_tokens=16, seeds=[5, 6, 7, 8])
         assert [g.token_ids for g in got] == [w.token_ids for w in want]
+        other = OpenAIEngine(OpenAIEngineConfig(urls=list(server._urls), model="other"))
+        other._client.headers["Authorization"] = f"Bearer {server.api_key}"
         with pytest.raises(EngineError, match="not rollout.model_name"):
-            OpenAIEngine(OpenAIEngineConfig(urls=list(server._urls), model="other")).check()
+            other.check()
     finally:
         remote.close()
 

@@ -158,6 +158,7 @@ from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig
 engine = VLLMEngine(VLLMEngineConfig(model=sys.argv[1], python=sys.argv[2], work_dir=sys.argv[3]))
 with engine.awake():
     pass
+print(engine._ipc, flush=True)
 print(engine._proc.pid, flush=True)
 time.sleep(600)
 """
@@ -175,7 +176,13 @@ def test_a_killed_trainer_leaves_no_paused_vllm_engine_behind(tmp_path):
     args = [str(tmp_path), str(fake), str(tmp_path / "w")]
     trainer = subprocess.Popen([sys.executable, "-c", ENGINE_TRAINER, *args], stdout=subprocess.PIPE, text=True,
                                env=env)  # fmt: skip
+    ipc = Path(trainer.stdout.readline().strip())  # the server's private socket directory
+    assert ipc.is_dir()
     assert_cleaned_up_after_kill(trainer)
+    deadline = time.monotonic() + 10
+    while ipc.exists() and time.monotonic() < deadline:  # the watchdog removes it after the group
+        time.sleep(0.05)
+    assert not ipc.exists()
 
 
 def test_an_ended_watchdog_leaves_the_server_to_its_owner():

@@ -25,7 +25,9 @@ from test_vllm_engine import AGENT, LOGPROB_ATOL, build_tool_model, needs_vllm
 from tirl.core.rundir import MARKER
 from tirl.rollout.agent.loop import stop_token_ids
 from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig
+from tirl.rollout.engines.vllm.ext.tirl_weight_receiver import KEY_ENV
 from tirl.rollout.engines.vllm.pool import BUCKET_BYTES, url_share, write_streamed
+from tirl.rollout.engines.vllm.sync import receiver_args
 from tirl.rollout.engines.vllm.weights import write_weights
 from tirl.train import checkpoint
 
@@ -42,8 +44,10 @@ def _args(model: Path, out: Path, steps: int, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
-def _torchrun(*args: str) -> subprocess.Popen:
+def _torchrun(*args: str, key: str = "") -> subprocess.Popen:
+    """torchrun on two ranks; `key`: the servers' key, as a user gives it for servers reached by rollout.urls."""
     env = {**os.environ, "PYTHONPATH": str(SRC), "TIRL_QUIET": "1", "CUDA_VISIBLE_DEVICES": ""}
+    env[KEY_ENV] = key
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", *args]
     return subprocess.Popen(
         cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
@@ -84,9 +88,11 @@ def owned_run(tiny_dir, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(tiny_dir, renderer, tmp_path_factory):
+    """A server for other processes (the receiver named in its args: not pinned to this process's listener)."""
     cfg = VLLMEngineConfig(
         model=str(tiny_dir), eos_ids=[renderer.eos_id], stop_ids=stop_token_ids(renderer, AGENT), kv_cache_gib=0.25,
-        extra_args=["--max-model-len", "1024"], work_dir=str(tmp_path_factory.mktemp("pool-server")),
+        extra_args=["--max-model-len", "1024", *receiver_args()],
+        work_dir=str(tmp_path_factory.mktemp("pool-server")),
     )  # fmt: skip
     engine = VLLMEngine(cfg)
     yield engine
@@ -117,7 +123,10 @@ def test_resume_after_a_kill_re_sends_the_checkpoint_weights(owned_run, tiny_dir
     shutil.copytree(owned_run / "checkpoint-2", out / "checkpoint-2")
     shutil.copy(owned_run / MARKER, out / MARKER)  # the killed run's own directory, which --out accepts
     url = f"rollout.urls=[http://127.0.0.1:{server.port}]"
-    rc, err = _finish(_torchrun(*_args(tiny_dir, out, 3, url, "rollout.vllm.sync=disk"), "--resume", "auto"))
+    run = _torchrun(
+        *_args(tiny_dir, out, 3, url, "rollout.vllm.sync=disk"), "--resume", "auto", key=server.api_key
+    )
+    rc, err = _finish(run)
     assert rc == 0, err[-4000:]
     steps = _steps(out)
     assert len(steps) == 1 and steps[0]["rollout/logprob_diff_max"] < LOGPROB_ATOL, steps
@@ -132,7 +141,9 @@ def test_two_ranks_train_lora_and_serve_the_merged_weights(tiny_dir, server, tmp
     out = tmp_path / "rl"
     url = f"rollout.urls=[http://127.0.0.1:{server.port}]"
     rc, err = _finish(
-        _torchrun(*_args(tiny_dir, out, 3, url, "model.lora.rank=8", "rollout.vllm.sync=memory"))
+        _torchrun(
+            *_args(tiny_dir, out, 3, url, "model.lora.rank=8", "rollout.vllm.sync=memory"), key=server.api_key
+        )
     )
     assert rc == 0, err[-4000:]
     steps = _steps(out)
@@ -147,7 +158,7 @@ def test_two_ranks_sample_one_step_ahead(tiny_dir, server, tmp_path):
     """rl.off_policy_steps=1: each batch after the first comes from the weights one update old."""
     out = tmp_path / "rl"
     url = f"rollout.urls=[http://127.0.0.1:{server.port}]"
-    rc, err = _finish(_torchrun(*_args(tiny_dir, out, 3, url, "rl.off_policy_steps=1")))
+    rc, err = _finish(_torchrun(*_args(tiny_dir, out, 3, url, "rl.off_policy_steps=1"), key=server.api_key))
     assert rc == 0, err[-4000:]
     steps = _steps(out)
     assert [s["rollout/staleness"] for s in steps] == [0.0, 1.0, 1.0]
@@ -163,7 +174,7 @@ def test_two_ranks_stream_with_partial_rollouts(tiny_dir, server, tmp_path):
     out = tmp_path / "rl"
     url = f"rollout.urls=[http://127.0.0.1:{server.port}]"
     stream = ("rl.stream.enabled=true", "rl.stream.partial=true", "rl.stream.max_staleness=1")
-    rc, err = _finish(_torchrun(*_args(tiny_dir, out, 3, url, *stream)))
+    rc, err = _finish(_torchrun(*_args(tiny_dir, out, 3, url, *stream), key=server.api_key))
     assert rc == 0, err[-4000:]
     steps = [s for s in _steps(out) if "stream/dropped_groups" in s]
     assert len(steps) == 3
@@ -180,7 +191,7 @@ def test_two_ranks_stream_with_partial_rollouts(tiny_dir, server, tmp_path):
 def test_a_killed_server_fails_the_run_and_keeps_the_last_checkpoint(tiny_dir, server, tmp_path):
     out = tmp_path / "rl"
     url = f"rollout.urls=[http://127.0.0.1:{server.port}]"
-    run = _torchrun(*_args(tiny_dir, out, 20, url, "rollout.retries=1"))
+    run = _torchrun(*_args(tiny_dir, out, 20, url, "rollout.retries=1"), key=server.api_key)
     deadline = time.monotonic() + 600
     while not (out / "checkpoint-1").is_dir():
         assert run.poll() is None and time.monotonic() < deadline, run.communicate()[1][-4000:]

@@ -19,6 +19,20 @@ from tirl.rollout.engines.vllm.ext import tirl_weight_receiver as receiver
 from tirl.rollout.engines.vllm.ext.tirl_weight_receiver import WeightReceiver, open_stream, read_frames
 from tirl.rollout.engines.vllm.sync import WeightStream, end_frame, frame, policy_tensors, receiver_workers
 
+KEY = (
+    "k" * 64
+)  # the servers' key (tirl_weight_receiver.KEY_ENV); the fake workers read it from the environment
+
+
+@pytest.fixture(autouse=True)
+def server_key(monkeypatch):
+    monkeypatch.setenv(receiver.KEY_ENV, KEY)
+    monkeypatch.delenv(receiver.TARGET_ENV, raising=False)
+
+
+def new_stream(**kw) -> WeightStream:
+    return WeightStream(key=KEY, **kw)
+
 
 class FakeWorker(WeightReceiver):
     def __init__(self) -> None:
@@ -61,7 +75,7 @@ def tensors():
 
 def test_stream_delivers_every_tensor_bit_exact_to_every_worker():
     workers = [FakeWorker(), FakeWorker()]
-    stream = WeightStream()
+    stream = new_stream()
     try:
         res = stream.push(tensors(), ["http://a"], workers=2, post=fake_post(workers), rpc_timeout_s=30)
     finally:
@@ -98,7 +112,7 @@ def test_a_failed_server_fails_the_sync_and_still_runs_every_gather():
     def broken(url, body, timeout_s):
         raise RuntimeError("HTTP 500 the server died")
 
-    stream = WeightStream(accept_timeout_s=5)
+    stream = new_stream(accept_timeout_s=5)
     try:
         res = stream.push(gathered(), ["http://dead"], workers=1, post=broken, rpc_timeout_s=5)
     finally:
@@ -112,7 +126,7 @@ def test_no_receiver_connecting_times_out_with_a_clear_error():
         threading.Event().wait(3)
         return {}
 
-    stream = WeightStream(accept_timeout_s=0.5)
+    stream = new_stream(accept_timeout_s=0.5)
     try:
         res = stream.push(tensors(), ["http://a"], workers=1, post=never_connects, rpc_timeout_s=5)
     finally:
@@ -121,17 +135,18 @@ def test_no_receiver_connecting_times_out_with_a_clear_error():
 
 
 def test_a_connection_without_the_token_is_refused():
-    stream = WeightStream(accept_timeout_s=3)
+    stream = new_stream(accept_timeout_s=3)
     intruder_got: list[bytes] = []
 
     def post(url, body, timeout_s):
-        host, port, token, recv_timeout = body["args"]
-        with open_stream(host, port, "not-the-token", 5) as s:  # refused: closed without a byte
+        host, port, token, recv_timeout, mac = body["args"]
+        s, _ = open_stream(host, port, "not-the-token", 5)
+        with s:  # refused: closed without a byte
             try:
                 intruder_got.append(s.recv(10))
             except ConnectionResetError:
                 intruder_got.append(b"")
-        return FakeWorker().tirl_receive_weights(host, port, token, recv_timeout)
+        return FakeWorker().tirl_receive_weights(host, port, token, recv_timeout, mac)
 
     try:
         res = stream.push(tensors(), ["http://a"], workers=1, post=post, rpc_timeout_s=10)
@@ -149,7 +164,7 @@ def _connect(port: int, sent: bytes = b"") -> socket.socket:
 def test_idle_strangers_do_not_use_up_the_accept_window():
     """Security: 20 connections that send nothing (before the receivers), a slow-loris and two wrong tokens must not
     delay the receivers; the window is 5 s, the old serial handshake gave each stranger 10 s."""
-    stream = WeightStream(accept_timeout_s=5)
+    stream = new_stream(accept_timeout_s=5)
     strangers = [_connect(stream.port) for _ in range(20)]
     strangers.append(_connect(stream.port, b"\x20\x00"))  # half a header, then silence
     wrong = [
@@ -172,7 +187,7 @@ def test_idle_strangers_do_not_use_up_the_accept_window():
 
 
 def test_a_silent_or_slow_stranger_is_dropped_at_its_own_deadline():
-    stream = WeightStream(accept_timeout_s=10, handshake_timeout_s=0.3)
+    stream = new_stream(accept_timeout_s=10, handshake_timeout_s=0.3)
     silent, slow = _connect(stream.port), _connect(stream.port, b"\x20")
     seen: list[bool] = []
 
@@ -190,7 +205,7 @@ def test_a_silent_or_slow_stranger_is_dropped_at_its_own_deadline():
 
 
 def test_unauthenticated_connections_are_bounded():
-    stream = WeightStream(accept_timeout_s=10, handshake_timeout_s=60, max_pending=4)
+    stream = new_stream(accept_timeout_s=10, handshake_timeout_s=60, max_pending=4)
     strangers = [_connect(stream.port) for _ in range(10)]
     dropped: list[bool] = []
 
@@ -211,7 +226,7 @@ def test_unauthenticated_connections_are_bounded():
 
 def test_the_fullest_source_makes_room():
     """At the cap in all, a newcomer from another address pushes out the oldest of the address holding most."""
-    stream = WeightStream(accept_timeout_s=10, handshake_timeout_s=60, max_pending=3, grace_s=0)
+    stream = new_stream(accept_timeout_s=10, handshake_timeout_s=60, max_pending=3, grace_s=0)
     first = _connect(stream.port)  # from 127.0.0.1
     flood = [_connect(stream.port) for _ in range(2)]
     other = socket.create_connection(("127.0.0.1", stream.port), timeout=5, source_address=("127.0.0.2", 0))
@@ -264,13 +279,14 @@ def connection_flood(port: int) -> Iterator[subprocess.Popen]:
 def late_token(connected: Callable[[], None], opened: list[int]):
     """The receiver's `open_stream` on a loaded server: the token goes out 100 ms after `connected()` returns."""
 
-    def open_late(host: str, port: int, token: str, timeout_s: float) -> socket.socket:
+    def open_late(host: str, port: int, token: str, timeout_s: float) -> tuple[socket.socket, bytes]:
         sock = socket.create_connection((host, int(port)), timeout=timeout_s)
         opened.append(1)
         connected()
         time.sleep(0.1)
-        sock.sendall(receiver.HEADER.pack(len(token)) + token.encode())
-        return sock
+        nonce = bytes(receiver.NONCE_BYTES)
+        sock.sendall(receiver.HEADER.pack(len(token)) + token.encode() + nonce)
+        return sock, nonce
 
     return open_late
 
@@ -279,7 +295,7 @@ def test_a_held_receiver_sending_its_token_late_is_not_pushed_out_by_a_connectio
     """Security: the receiver connects, a flood of 2,000 connections follows, its token 100 ms later. Before, each
     newcomer past 64 dropped the oldest held connection, the receiver first ("the trainer closed the weight stream
     after 0 of 4 bytes"); now it keeps its place for its grace second, on its first connection."""
-    stream = WeightStream(accept_timeout_s=20)
+    stream = new_stream(accept_timeout_s=20)
     opened: list[int] = []
     with contextlib.ExitStack() as floods:
 
@@ -301,7 +317,7 @@ def test_a_held_receiver_sending_its_token_late_is_not_pushed_out_by_a_connectio
 def test_a_receiver_connecting_during_a_connection_flood_gets_through(monkeypatch):
     """Security: the receiver connects while a flood holds every place (its token 100 ms late): it is closed at once,
     connects again, and gets a place once the flood's connections have had their grace second."""
-    stream = WeightStream(accept_timeout_s=20)
+    stream = new_stream(accept_timeout_s=20)
     opened: list[int] = []
     with connection_flood(stream.port) as flood:
 

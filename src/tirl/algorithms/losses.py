@@ -292,8 +292,8 @@ class LossOptions:
     token_mean: Literal["exact", "micro"] = "exact"
 
     def __post_init__(self) -> None:
-        if self.norm_len < 0:
-            raise ValueError(f"norm_len must be >= 0 (0 = the response budget), got {self.norm_len}")
+        if not 0 <= self.norm_len <= 1 << 20:  # tirl.core.config.MAX_TOKENS, which this layer does not import
+            raise ValueError(f"norm_len must be 0-{1 << 20} (0 = the response budget), got {self.norm_len}")
 
     @classmethod
     def config_variant(cls, value: Any) -> type[LossOptions]:

@@ -1,16 +1,19 @@
 """The `template` chat format: conversations rendered with the tokenizer's own chat template, as pieces.
 
 Any model family whose tokenizer carries a chat template (Llama-, Mistral-, Gemma-, DeepSeek-style, ...) renders
-through `apply_chat_template`, turn by turn: the piece of a turn is the text that rendering the conversation up to
-and including it adds to the rendering up to the turn before (a run of consecutive tool messages is one turn, as
-templates group them). An assistant turn's piece is its generation header (what `add_generation_prompt` adds), its
-text up to and including the template's end-of-turn token (trainable), and what the template writes after that
-token (not trainable). The end-of-turn token is the first special token the template writes after an assistant's
-content; it is the id sampling stops at.
+as `apply_chat_template` does, within bounds on the template's work and size (`tirl.chat.bounded_jinja`: a
+template from a model directory is code), turn by turn: the piece of a turn is the text that rendering the
+conversation up to and including it adds to the rendering up to the turn before (a run of consecutive tool
+messages is one turn, as templates group them). An assistant turn's piece is its generation header (what
+`add_generation_prompt` adds), its text up to and including the template's end-of-turn token (trainable), and
+what the template writes after that token (not trainable). The end-of-turn token is the first special token the
+template writes after an assistant's content; it is the id sampling stops at.
 
 A template that re-renders history (strips earlier turns' reasoning, drops a separator at a tool boundary) makes
 some rendering not extend the one before it: that is a `HistoryRewrite`, raised with where the texts part.
-`tirl.chat.template_check` runs it on a synthetic tool conversation before anything trains or samples.
+`tirl.chat.template_check` runs it on a synthetic tool conversation before anything trains or samples. A template
+that refuses a conversation (`raise_exception`) or passes a bound is a ValueError with its message shown as one
+printable line (escape sequences written out, not sent to the terminal).
 
 Assistant tool calls are written into the turn's content by the run's tool-call format (`chat.tool_format`), so
 the parser reads back what the renderer wrote, and the template's tool listing (`tools=`) is used. With
@@ -26,10 +29,13 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from tirl.chat.bounded_jinja import render_template
 from tirl.chat.pieces import Piece
 from tirl.chat.tool_formats import ToolFormat, format_of_calls
 
 SNIPPET_CHARS = 40
+MAX_ROLES_SHOWN = 12
+MAX_MESSAGE_CHARS = 400  # of what a template raises
 
 
 class HistoryRewrite(ValueError):
@@ -109,19 +115,20 @@ class TemplateFormat:
     ) -> str:
         """The template's text of `messages`; a template that refuses them raises naming the chat format."""
         try:
-            return self.tokenizer.apply_chat_template(
+            return render_template(
+                self.template,
                 [self._message(m) for m in messages],
-                tools=list(tools) if tools else None,
-                chat_template=self.template,
-                tokenize=False,
+                tools=tools,
                 add_generation_prompt=add_generation_prompt,
                 enable_thinking=self.enable_thinking,
+                **(getattr(self.tokenizer, "special_tokens_map", None) or {}),
             )
-        except Exception as e:  # jinja's raise_exception and template errors: the template's own message
-            roles = ", ".join(str(m.get("role")) for m in messages)
+        except Exception as e:  # raise_exception, template errors, bounds: the template's own message
+            roles = ", ".join(printable(str(m.get("role")), 20) for m in messages[:MAX_ROLES_SHOWN])
+            more = f", ... {len(messages) - MAX_ROLES_SHOWN} more" if len(messages) > MAX_ROLES_SHOWN else ""
             raise ValueError(
                 f"chat.format=template: the model's chat template cannot render a conversation of roles "
-                f"[{roles}] ({type(e).__name__}: {e})"
+                f"[{roles}{more}] ({type(e).__name__}: {printable(str(e), MAX_MESSAGE_CHARS)})"
             ) from e
 
     def _end_of_turn(self) -> str:
@@ -217,6 +224,14 @@ class TemplateFormat:
         pieces = self.pieces(conv, tools=tools, add_generation_prompt=True)
         last = max(k for k, p in enumerate(pieces) if p.trainable)
         return pieces[last + 1 :]
+
+
+def printable(text: str, limit: int) -> str:
+    """`text` as one line of at most `limit` characters, every character that is not printable (a terminal's
+    escape sequences, newlines, direction overrides) written as its Python escape: what a template raises is
+    shown, never obeyed by the terminal."""
+    out = "".join(c if c.isprintable() else ascii(c)[1:-1] for c in text[: limit + 1])
+    return out if len(out) <= limit else out[: limit - 3] + "..."
 
 
 def _openai_call(call: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ cannot give; `one_stream_refusal` is the message with which the renderer refuses
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from tirl.chat.hf_template import HistoryRewrite, TemplateFormat
@@ -51,7 +52,7 @@ def cut_turns(
         pieces = pieces_of(messages[: k + 1])
         last = max(i for i, p in enumerate(pieces) if p.trainable)
         start = max((i for i, p in enumerate(pieces[:last]) if not p.trainable), default=-1) + 1
-        out.append([Piece(p.text, start <= i) for i, p in enumerate(pieces[: last + 1])])
+        out.append([replace(p, trainable=start <= i) for i, p in enumerate(pieces[: last + 1])])
     return out
 
 

@@ -23,9 +23,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from tirl.chat.bounded_jinja import render_template
 from tirl.chat.hf_template import TemplateFormat
 from tirl.chat.per_turn import HISTORY, cut_turns, one_stream_refusal, template_turns
-from tirl.chat.pieces import Piece
+from tirl.chat.pieces import Piece, encode_piece
 from tirl.chat.template_check import checked_template, synthetic_conversation
 from tirl.chat.tool_formats import TEMPLATE, ToolCall, ToolFormat
 from tirl.chat.tool_formats import tool_format as tool_format_named
@@ -85,11 +86,14 @@ def assistant_body(message: dict[str, Any], tool_fmt: ToolFormat = HERMES) -> st
 
 
 def tool_turn_pieces(contents: Sequence[str]) -> list[Piece]:
-    """One user turn carrying consecutive tool results (never trained on)."""
-    text = IM_START + "user"
+    """One user turn carrying consecutive tool results (never trained on); each result is a verbatim span, so a
+    special token's text in it is text (`tirl.chat.pieces`)."""
+    text, spans = IM_START + "user", []
     for c in contents:
-        text += f"\n<tool_response>\n{c}\n</tool_response>"
-    return [Piece(text + IM_END, False), Piece("\n", False)]
+        text += "\n<tool_response>\n"
+        spans.append((len(text), len(text) + len(c)))
+        text += f"{c}\n</tool_response>"
+    return [Piece(text + IM_END, False, tuple(spans)), Piece("\n", False)]
 
 
 def generation_prompt(fmt: str = "chatml", *, enable_thinking: bool = True) -> Piece:
@@ -196,9 +200,10 @@ def _renders_as(tokenizer: Any, fmt: str, tools: list[dict[str, Any]], tool_fmt:
     for msgs, gen in ((conv, False), (conv[1:], False), (conv[1:2], True)):
         ours = conversation_pieces(msgs, add_generation_prompt=gen, fmt=fmt, tools=tools, tool_fmt=tool_fmt)
         try:
-            theirs = tokenizer.apply_chat_template(
-                msgs, tools=tools or None, tokenize=False, add_generation_prompt=gen
-            )
+            theirs = render_template(  # bounded: the template is the model directory's code
+                tokenizer.chat_template, msgs, tools=tools or None, add_generation_prompt=gen,
+                **(getattr(tokenizer, "special_tokens_map", None) or {}),
+            )  # fmt: skip
         except Exception:  # a template that cannot render it is not this format
             return False
         if theirs != "".join(p.text for p in ours):
@@ -291,7 +296,7 @@ class ChatRenderer:
         ids: list[int] = []
         mask: list[int] = []
         for p in pieces:
-            t = self.encode(p.text)
+            t = encode_piece(self.tokenizer, p)
             ids += t
             mask += [int(p.trainable)] * len(t)
         return ids, mask

@@ -17,7 +17,7 @@ from typing import Any
 
 from tirl.chat.hf_template import TemplateFormat
 from tirl.chat.per_turn import HISTORY, template_turns
-from tirl.chat.pieces import Piece
+from tirl.chat.pieces import Piece, encode_piece
 from tirl.chat.tool_formats import ToolFormat
 
 CONTEXT_TOKENS = 6
@@ -47,7 +47,7 @@ def _encode(fmt: TemplateFormat, pieces: Sequence[Piece]) -> tuple[list[int], li
     ids: list[int] = []
     mask: list[int] = []
     for p in pieces:
-        t = fmt.tokenizer.encode(p.text, add_special_tokens=False) if p.text else []
+        t = encode_piece(fmt.tokenizer, p)
         ids += t
         mask += [int(p.trainable)] * len(t)
     return ids, mask

@@ -22,6 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tirl.chat.pieces import verbatim_parts
 from tirl.chat.template import ChatRenderer
 
 CONTEXT_TOKENS = 8
@@ -172,17 +173,25 @@ def check_rollout(
 
 
 def sft_expected(renderer: ChatRenderer, row: dict[str, Any]) -> tuple[list[int], list[int]]:
-    """Whole-text tokenization of the rendered conversation, mask from the trainable pieces' character spans."""
+    """Whole-text tokenization of the rendered conversation, mask from the trainable pieces' character spans (a
+    tool output holding a special token's text encoded on its own with special tokens as text, as the pieces
+    encode it: `tirl.chat.pieces`)."""
     pieces = renderer.pieces(row["messages"], tools=row.get("tools"))
-    spans, pos = [], 0
+    spans, verbatim, pos = [], [], 0
     for p in pieces:
         if p.trainable:
             spans.append((pos, pos + len(p.text)))
+        verbatim += [(pos + a, pos + b) for a, b in p.verbatim]
         pos += len(p.text)
     text = "".join(p.text for p in pieces)
-    enc = renderer.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    mask = [int(any(a <= s and e <= b for a, b in spans)) for s, e in enc["offset_mapping"]]
-    return list(enc["input_ids"]), mask
+    ids, offsets = [], []
+    for a, b, split in verbatim_parts(renderer.tokenizer, text, verbatim):
+        kw = {"split_special_tokens": True} if split else {}
+        enc = renderer.tokenizer(text[a:b], add_special_tokens=False, return_offsets_mapping=True, **kw)
+        ids += enc["input_ids"]
+        offsets += [(a + s, a + e) for s, e in enc["offset_mapping"]]
+    mask = [int(any(a <= s and e <= b for a, b in spans)) for s, e in offsets]
+    return list(ids), mask
 
 
 @dataclass
@@ -225,7 +234,13 @@ def check_rows(
                         "the evaluated rows so they can be found by problem id"
                     )
                 prompt = prompts[key]
-            d, drift = check_rollout(renderer, num, prompt, row, stream=stream)
+            try:
+                d, drift = check_rollout(renderer, num, prompt, row, stream=stream)
+            except (AttributeError, TypeError, KeyError, IndexError) as e:  # a field of the wrong shape
+                raise ValueError(
+                    f"row {num}: not a trajectory as tirl writes one (prompt_ids, response_ids, loss_mask, "
+                    f"turn_texts, tool_calls, meta.prompt): {type(e).__name__}: {e}"
+                ) from e
             result.noncanonical_turns += drift
             if d is not None:
                 result.divergences.append(d)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.data.benchmarks import prepare
+from tirl.data.lengths import READ_MAX_TOKENS
 from tirl.data.readers import ReadReport, iter_rows
 
 MAX_ERRORS_SHOWN = 20
@@ -125,8 +126,16 @@ def build_inspect_renderer(model: str | None, fmt: str) -> Any:
         raise ValueError(f"{e}; or pass --model DIR to count tokens with that model's tokenizer") from None
 
 
-def inspect_command(file: str, *, model: str | None = None, fmt: str = "qwen3", example: int = 0) -> int:
-    """Schema, rows per data_source, one rendered example with its token count, invalid rows. 1 if any invalid."""
+def inspect_command(
+    file: str,
+    *,
+    model: str | None = None,
+    fmt: str = "qwen3",
+    example: int = 0,
+    max_length: int = READ_MAX_TOKENS,
+) -> int:
+    """Schema, rows per data_source, one rendered example with its token count, invalid rows. 1 if any invalid, or
+    if the example has more characters than `max_length` tokens can hold (it is then not tokenized)."""
     from tirl.core.logging import console
 
     def say(*args: Any, **kw: Any) -> None:
@@ -142,20 +151,7 @@ def inspect_command(file: str, *, model: str | None = None, fmt: str = "qwen3", 
         say("[bold]rows per data_source[/]")
         for source, n in sorted(counts.items()):
             say(f"  {source}: {n}", markup=False)
-    if rows:
-        row = rows[min(example, len(rows) - 1)]
-        renderer = build_inspect_renderer(model, fmt)
-        if report.kind == "rl":
-            text = renderer.text(row["prompt"], add_generation_prompt=True)
-            ids = renderer.prompt_ids(row["prompt"])
-        elif report.kind == "sft":
-            text = "".join(p.text for p in renderer.pieces(row["messages"], tools=row.get("tools")))
-            ids = renderer.render(row["messages"], tools=row.get("tools"))[0]
-        else:
-            text = row["prompt"] + row["completion"]
-            ids = renderer.encode(text)
-        say(f"[bold]example row {rows.index(row) + 1}[/] ({fmt}): {len(ids)} tokens")
-        say(text, markup=False, highlight=False)
+    shown = _show_example(rows, report.kind, model, fmt, example, max_length, say) if rows else True
     if report.errors:
         say(f"[bold red]{report.skipped} invalid rows[/]")
         for e in report.errors[:MAX_ERRORS_SHOWN]:
@@ -163,7 +159,42 @@ def inspect_command(file: str, *, model: str | None = None, fmt: str = "qwen3", 
         if report.skipped > MAX_ERRORS_SHOWN:
             say(f"  ... and {report.skipped - MAX_ERRORS_SHOWN} more")
         return 1
-    return 0
+    return 0 if shown else 1
+
+
+def _show_example(
+    rows: list[dict[str, Any]],
+    kind: str,
+    model: str | None,
+    fmt: str,
+    example: int,
+    max_length: int,
+    say: Any,
+) -> bool:
+    """Print row `example` rendered, with its token count; False (and a line saying why) when it has more
+    characters than `max_length` tokens can hold, which it is then not rendered or tokenized for."""
+    from tirl.data.lengths import check_row_chars
+
+    index = min(example, len(rows) - 1)
+    row = rows[index]
+    try:
+        check_row_chars(row, max_length, where=f"example row {index + 1}", key="--max-length")
+    except ValueError as e:
+        say(str(e), markup=False, highlight=False, style="bold red")
+        return False
+    renderer = build_inspect_renderer(model, fmt)
+    if kind == "rl":
+        text = renderer.text(row["prompt"], add_generation_prompt=True)
+        ids = renderer.prompt_ids(row["prompt"])
+    elif kind == "sft":
+        text = "".join(p.text for p in renderer.pieces(row["messages"], tools=row.get("tools")))
+        ids = renderer.render(row["messages"], tools=row.get("tools"))[0]
+    else:
+        text = row["prompt"] + row["completion"]
+        ids = renderer.encode(text)
+    say(f"[bold]example row {index + 1}[/] ({fmt}): {len(ids)} tokens")
+    say(text, markup=False, highlight=False)
+    return True
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
@@ -182,7 +213,7 @@ def _cmd_data(args: argparse.Namespace) -> int:
             force=args.force,
             style=args.style,
         )
-    return inspect_command(args.file, model=args.model, fmt=args.format)
+    return inspect_command(args.file, model=args.model, fmt=args.format, max_length=args.max_length)
 
 
 def _add_stitch_parser(data: argparse._SubParsersAction) -> None:
@@ -251,4 +282,11 @@ def add_data_parser(sub: argparse._SubParsersAction) -> None:
         "--model", default=None, help="tokenizer directory or Hub id (default: the Qwen vocabulary)"
     )
     p.add_argument("--format", choices=FORMATS, default="qwen3")
+    p.add_argument(
+        "--max-length",
+        type=int,
+        default=READ_MAX_TOKENS,
+        help=f"tokens the example row may have: one with more characters than that can hold is not tokenized "
+        f"(default {READ_MAX_TOKENS}; 0 = no limit)",
+    )
     p.set_defaults(fn=_cmd_data)

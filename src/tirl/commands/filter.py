@@ -8,7 +8,8 @@ import dataclasses
 import time
 from pathlib import Path
 
-from tirl.commands.sample import add_sampling_arguments, check_outputs, load_problems
+from tirl.commands.sample import add_sampling_arguments, check_in_flight, check_outputs, load_problems
+from tirl.core.config import MAX_COUNT, check_range
 from tirl.eval.filter import Band, FilterStats, filtered_rows
 from tirl.eval.sample import engine_dir, summary_path
 
@@ -23,9 +24,11 @@ def filter_command(args: argparse.Namespace) -> int:
     out = check_outputs(args.out, force=args.force)
     if args.k < 1:
         raise ValueError(f"--k must be >= 1, got {args.k}")
+    check_range("--k", args.k, 1, MAX_COUNT)  # each problem's k samples are held at once
     band = Band(args.min_rate, args.max_rate, args.inclusive)
     band.check_k(args.k)
     cfg, rows = load_problems(args)
+    check_in_flight("--k", args.k, cfg.eval.batch_problems)
     params = sampling_of(cfg.rollout)
     start = time.perf_counter()
     with inference_agent(cfg, None, engine_dir(out)) as agent:

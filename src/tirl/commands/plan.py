@@ -97,6 +97,8 @@ def _read_json(path: Path, what: str) -> dict[str, Any]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as e:
         raise PlanError(f"{what} {path}: not a JSON config.json ({e})") from None
+    except RecursionError:
+        raise PlanError(f"{what} {path}: not a config.json (nested too deeply to read)") from None
     if not isinstance(data, dict):
         raise PlanError(f"{what} {path}: not a JSON config.json (an object of settings)")
     return data
@@ -144,7 +146,7 @@ def load_arch(model_path: str, arch: str = "") -> tuple[str, Any]:
         raise PlanError(f"{name}: config.json has no model_type")
     try:
         return name, AutoConfig.for_model(**data)
-    except ValueError as e:
+    except (ValueError, TypeError, RecursionError) as e:  # a setting of the wrong type, one nested too deeply
         raise PlanError(f"{name}: transformers cannot build model_type {model_type!r}: {e}") from e
 
 

@@ -55,6 +55,10 @@ class ChatConfig:
             raise ValueError(f"unknown chat.history {self.history!r}; valid: {', '.join(HISTORY)}")
 
 
+MAX_THREADS = 1024  # far above any machine's cores; fixed, so a config reads the same on every machine
+MAX_SEED = 2**32 - 1  # the range every generator a run seeds takes (numpy's RandomState the narrowest)
+
+
 @dataclass
 class LoggingConfig:
     backends: list[str] = field(default_factory=lambda: ["console", "jsonl"])
@@ -70,9 +74,9 @@ class TirlConfig:
     # tirl | recipe: "recipe" puts every setting of tirl.core.fidelity.ROWS the config does not set at the
     # reference recipe's value (when the config is loaded)
     fidelity: str = "tirl"
-    seed: int = 0
+    seed: int = 0  # 0 <= seed <= MAX_SEED
     out_dir: str = "runs/demo"
-    threads: int = 0  # torch intra-op threads; 0 = all cores
+    threads: int = 0  # torch intra-op threads; 0 = all cores, at most MAX_THREADS
     model: ModelConfig = field(default_factory=ModelConfig)
     task: TaskOptions = field(default_factory=default_task_options)  # the task's own dataclass (task.name)
     chat: ChatConfig = field(default_factory=ChatConfig)
@@ -89,6 +93,11 @@ class TirlConfig:
     def __post_init__(self) -> None:
         if self.threads < 0:  # torch.set_num_threads would refuse it only once the run has started
             raise ValueError(f"threads must be >= 0 (0 = all cores), got {self.threads}")
+        if self.threads > MAX_THREADS:  # a million threads end the run in a segmentation fault
+            raise ValueError(f"threads must be <= {MAX_THREADS} (0 = all cores), got {self.threads}")
+        # torch.manual_seed overflows past 64 bits ("Overflow when unpacking long long"), numpy's legacy seeds at 32
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"seed must be within 0..{MAX_SEED} (2**32 - 1), got {self.seed}")
         check_fidelity(self.fidelity)
 
     @classmethod

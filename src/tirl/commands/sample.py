@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,11 @@ def check_outputs(out: str | Path, *, force: bool) -> Path:
 
     out = claim_rows_out(out, force=force)
     summary, work = summary_path(out), engine_dir(out)
+    if summary.is_symlink():  # the rename would replace the link, not the file it leads to
+        raise OutputPathError(
+            f"{summary} (the summary of --out {out}) is a symbolic link to {os.readlink(summary)}: remove the link "
+            "or choose another --out"
+        )
     if summary.is_dir() or ((summary.exists() or summary.is_symlink()) and not force):
         what = "is a directory:" if summary.is_dir() else "already exists: pass --force to replace it, or"
         raise OutputPathError(f"{summary} (the summary of --out {out}) {what} choose another --out")
@@ -44,6 +50,16 @@ def load_problems(args: argparse.Namespace) -> tuple[Any, list[dict[str, Any]]]:
     return cfg, rows[: cfg.eval.max_problems or None]
 
 
+def check_in_flight(option: str, n: int, batch_problems: int) -> None:
+    """Refuse `n` samples (of `option`) of `eval.batch_problems` problems each batch past what a run holds at once."""
+    from tirl.core.config import MAX_IN_FLIGHT, check_product
+
+    check_product(
+        (option, "eval.batch_problems"), (n, batch_problems), MAX_IN_FLIGHT, "trajectories held at once",
+        "lower eval.batch_problems",
+    )  # fmt: skip
+
+
 def sample_command(args: argparse.Namespace) -> int:
     """`tirl data sample`: load the config, sample, write the rows and the summary (token-check drops in red)."""
     from tirl.commands.stages import eval_reward, inference_agent
@@ -56,6 +72,7 @@ def sample_command(args: argparse.Namespace) -> int:
         n=args.n, keep=args.keep, require_tool=args.require_tool, keep_retokenized=args.keep_retokenized
     )
     cfg, rows = load_problems(args)
+    check_in_flight("--n", scfg.n, cfg.eval.batch_problems)
     params = SamplingParams(temperature=cfg.eval.temperature, top_p=cfg.eval.top_p)
     start = time.perf_counter()
     with inference_agent(cfg, None, engine_dir(out)) as agent:

@@ -10,15 +10,25 @@ from typing import Any
 
 from tirl.chat.template import ChatRenderer
 from tirl.chat.tokcheck import check_rows
+from tirl.data.lengths import READ_MAX_TOKENS
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+def _jsonl_rows(path: Path, max_length: int) -> Iterator[tuple[int, dict[str, Any]]]:
+    """The file's rows; an SFT row validated as `tirl sft` reads it (a malformed one names its row and column),
+    and one with more characters than `max_length` tokens can hold refused before it is rendered."""
+    from tirl.data.lengths import check_row_chars
     from tirl.data.readers import iter_records
-    from tirl.data.schema import RowError
+    from tirl.data.schema import RowError, SchemaError, validate_sft_row
 
     for num, rec in iter_records(path):
         if isinstance(rec, RowError):
             raise rec
+        check_row_chars(rec, max_length, where=f"{path}: row {num}", key="--max-length")
+        if "messages" in rec and "response_ids" not in rec:
+            try:
+                rec = validate_sft_row(rec)
+            except SchemaError as e:
+                raise RowError(str(path), num, e.column, e.message) from None
         yield num, rec
 
 
@@ -40,6 +50,7 @@ def check_tokens_command(
     show: int = 10,
     stream: str | None = None,
     tool_format: str | None = None,
+    max_length: int = READ_MAX_TOKENS,
 ) -> int:
     from tirl.commands.run_config import TirlConfig
     from tirl.core.config import load_config
@@ -66,7 +77,9 @@ def check_tokens_command(
         tool_format=tool_format or cfg.chat.tool_format,
     )
     stream = stream or cfg.agent.token_stream
-    res = check_rows(renderer, _jsonl_rows(path), _prompts_by_id(data) if data else None, stream=stream)
+    res = check_rows(
+        renderer, _jsonl_rows(path, max_length), _prompts_by_id(data) if data else None, stream=stream
+    )
     if res.rows == 0:  # checking nothing must not pass as "no divergence"
         raise ValueError(f"{file}: no rows to check: pass a run's trajectories (JSONL) or an SFT data file")
     for d in res.divergences[:show]:
@@ -92,6 +105,7 @@ def _cmd_check_tokens(args: argparse.Namespace) -> int:
         strict=args.strict,
         stream=args.stream,
         tool_format=args.tool_format,
+        max_length=args.max_length,
     )
 
 
@@ -120,5 +134,12 @@ def add_check_tokens_parser(sub: argparse._SubParsersAction) -> None:
         choices=["tirl", "verl"],
         default=None,
         help="the rollouts' token stream before a tool turn (default: agent.token_stream of the config)",
+    )
+    p.add_argument(
+        "--max-length",
+        type=int,
+        default=READ_MAX_TOKENS,
+        help="refuse, before rendering it, a row with more characters than this many tokens can hold "
+        f"(default {READ_MAX_TOKENS}; 0 = no limit)",
     )
     p.set_defaults(fn=_cmd_check_tokens)

@@ -15,10 +15,10 @@ Three hooks a config dataclass may define, each for one job:
 - `resolve_data(data)` (classmethod, on the root): rewrite the loaded mapping before it is built, knowing which
   keys the user set (`fidelity: recipe` fills in only the keys the user left out).
 
-YAML aliases are allowed, but a document whose aliases expand it past `MAX_EXPANDED_VALUES` values, or an alias
-inside the value it names, is refused as it loads (`_ConfigLoader`): a few hundred bytes of nested aliases (the
-"billion laughs") otherwise expand to gigabytes in the first error message that prints the value. Values shown
-in error messages are shortened (`_shown`) for the same reason.
+YAML is read by `tirl.core.yamlread`, tirl's one YAML reader: aliases are allowed, but a document whose aliases
+expand it past `MAX_EXPANDED_VALUES` values, an alias inside the value it names, or a key given twice in one
+mapping is refused as it loads. Values shown in error messages are shortened (`_shown`): a huge value would flood
+the message.
 
 Deliberately not here: interpolation, includes, `_component_`-style object construction or generated YAML.
 A reader finds what runs by reading the dataclasses.
@@ -38,84 +38,28 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 
 import yaml
 
+from tirl.core.errors import ConfigError
 from tirl.core.io import atomic_write_text
+from tirl.core.yamlread import load_yaml, read_yaml_file
 
 T = TypeVar("T")
 
 # PyYAML follows YAML 1.1, where `1e-3` (no dot) is a string; these strings are accepted for float fields.
 _FLOAT_RE = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
-# the values a document may expand to through its aliases; tirl's largest config holds a few hundred
-MAX_EXPANDED_VALUES = 100_000
 MAX_SHOWN_CHARS = 200  # of a value repeated in an error message
 
-
-class ConfigError(ValueError):
-    """A config value, key or file is invalid; the message names the dotted key or the file."""
-
-
-class _ConfigLoader(yaml.SafeLoader):
-    """PyYAML's safe loader, refusing a document whose aliases expand it past `MAX_EXPANDED_VALUES` values or
-    name a value that contains them (which would expand without end)."""
-
-    def compose_document(self) -> Any:
-        named: dict[int, str] = {}  # node -> its anchor, for each node an alias names
-        self.anchors = _AnchorsSeen(self.anchors, named)
-        node = super().compose_document()  # which forgets its anchors: `named` keeps what the check needs
-        if named:
-            _check_expansion(node, named)
-        return node
-
-
-class _AnchorsSeen(dict):
-    """The loader's anchors, recording the nodes an alias names (only those can be expanded more than once)."""
-
-    def __init__(self, anchors: dict, named: dict[int, str]) -> None:
-        super().__init__(anchors)
-        self.named = named
-
-    def __getitem__(self, anchor: str) -> yaml.Node:
-        node = super().__getitem__(anchor)
-        self.named[id(node)] = anchor
-        return node
-
-
-def _check_expansion(root: yaml.Node, named: dict[int, str]) -> None:
-    """Raise unless `root` expands to at most `MAX_EXPANDED_VALUES` values and no value holds an alias to itself;
-    each node is sized once (memoised), so the check costs what composing the document did."""
-    sizes: dict[int, int] = {}
-    inside: set[int] = set()  # the nodes being sized: reaching one again is a cycle
-
-    def size(node: yaml.Node) -> int:
-        key = id(node)
-        if key in sizes:
-            return sizes[key]
-        if key in inside:
-            anchor = named.get(key, "?")
-            raise ConfigError(
-                f"the value &{anchor} at line {node.start_mark.line + 1} contains its own alias *{anchor} (it "
-                "would expand without end): write the value out"
-            )
-        inside.add(key)
-        if isinstance(node, yaml.MappingNode):
-            n = 1 + sum(size(k) + size(v) for k, v in node.value)
-        elif isinstance(node, yaml.SequenceNode):
-            n = 1 + sum(size(v) for v in node.value)
-        else:
-            n = 1
-        inside.discard(key)
-        sizes[key] = n
-        return n
-
-    if size(root) > MAX_EXPANDED_VALUES:
-        raise ConfigError(
-            f"its aliases expand to more than {MAX_EXPANDED_VALUES} values (a YAML 'billion laughs'?): write the "
-            "values out, or alias fewer"
-        )
-
-
-def _safe_load(text: str) -> Any:
-    """`yaml.safe_load` with the alias bounds of `_ConfigLoader`."""
-    return yaml.load(text, Loader=_ConfigLoader)  # noqa: S506 - a SafeLoader subclass
+# Upper bounds of the counts a config sets (`check_counts`), each far above what a real run uses; a value past one is
+# refused as the config loads, naming its key, where it would otherwise allocate until the machine runs out of
+# memory (`eval.n=1000000000` did) or spawn without end. The recipes' own values are in src/tirl/configs/recipe-*.yaml.
+MAX_TOKENS = 1 << 20  # a sequence, prompt, response or turn: 8x the longest context of the models tirl trains
+MAX_BATCH_TOKENS = 1 << 26  # padded tokens per forward/backward (the recipe: 23,040)
+MAX_COUNT = 1 << 16  # samples per problem, problems or sequences of a batch, turns, calls (pass@k: ~10,000)
+MAX_IN_FLIGHT = 1 << 16  # trajectories held at once: samples x problems (the recipe: 16 x 64 = 1,024)
+MAX_STEPS = 10**7  # optimizer steps, epochs, steps between saves or validations (the recipe: 1,410 steps)
+MAX_ROWS = 1 << 20  # rows a task generates or draws
+MAX_PROCESSES = 4096  # worker processes or threads: above the core count of any one machine
+MAX_CHARS = 1 << 26  # characters of one tool response kept
+MAX_RETRIES = 100
 
 
 _REPR = reprlib.Repr()
@@ -142,15 +86,35 @@ def check_range(
     """Raise ValueError unless `value` is finite and within [low, high] (open ends where asked; `low_name`: the
     setting `low` comes from). NaN compares false with everything, so `if value < 0` alone lets it through, to
     fail minutes later in the loss."""
-    ok = math.isfinite(value)
+    # an int is finite, even one past a float's range (where math.isfinite would raise OverflowError)
+    ok = isinstance(value, int) or math.isfinite(value)
     ok = ok and (low is None or (value > low if low_open else value >= low))
     ok = ok and (high is None or (value < high if high_open else value <= high))
     if not ok:
         bound = f"{low_name} ({low})" if low_name else f"{low}"
         lo = "" if low is None else f"{bound} {'<' if low_open else '<='} "
         hi = "" if high is None else f" {'<' if high_open else '<='} {high}"
+        what, shown = ("an integer", _shown(value)) if isinstance(value, int) else ("a finite number", value)
+        raise ValueError(f"{name}={shown} must be {what}{' with ' + lo + name + hi if lo or hi else ''}")
+
+
+def check_counts(obj: Any, section: str, bounds: Mapping[str, tuple[int, int]]) -> None:
+    """`check_range` for each integer field of `obj` that `bounds` names, within its (low, high), named
+    `section.field` in the error (a field that is not an int, such as `micro_batch_tokens: auto`, is skipped)."""
+    for name, (low, high) in bounds.items():
+        value = getattr(obj, name)
+        if isinstance(value, int) and not isinstance(value, bool):
+            check_range(_join(section, name), value, low, high)
+
+
+def check_product(names: Sequence[str], values: Sequence[int], high: int, what: str, fix: str) -> None:
+    """Raise unless the product of `values` (of the settings `names`) is at most `high`; `what` the product counts,
+    `fix` what to lower."""
+    product = math.prod(values)
+    if product > high:
         raise ValueError(
-            f"{name}={value} must be a finite number{' with ' + lo + name + hi if lo or hi else ''}"
+            f"{' x '.join(f'{n}={v}' for n, v in zip(names, values, strict=True))} = {product} {what}: at most "
+            f"{high}; {fix}"
         )
 
 
@@ -349,7 +313,7 @@ def _accepts(tp: Any, kind: type) -> bool:
 
 def _parse_override(raw: str, tp: Any, item: str) -> Any:
     try:
-        value = _safe_load(raw) if raw.strip() else ""
+        value = load_yaml(raw) if raw.strip() else ""
     except ConfigError as e:
         raise ConfigError(f"override {item!r}: {e}") from None
     except yaml.YAMLError as e:  # one line naming the override, not PyYAML's multi-line report
@@ -378,7 +342,7 @@ def _pending(overrides: Sequence[str], prefix: str, section: type) -> Any:
         dotted, _, raw = item.partition("=")
         if dotted.strip() == target:
             try:
-                value = _safe_load(raw) if raw.strip() else ""
+                value = load_yaml(raw) if raw.strip() else ""
             except (yaml.YAMLError, ConfigError):  # the override's own parse names it
                 value = raw.strip()
     return value
@@ -434,21 +398,9 @@ def _apply_override(
 
 
 def read_config_file(path: str | Path) -> dict[str, Any]:
-    """The mapping a YAML config file holds, with errors naming the file."""
+    """The mapping a YAML config file holds (read by `tirl.core.yamlread`), with errors naming the file."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
-    try:
-        data = _safe_load(path.read_text(encoding="utf-8"))
-    except UnicodeDecodeError as e:
-        raise ConfigError(
-            f"config file {path} is not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}): "
-            "save it as UTF-8"
-        ) from None
-    except ConfigError as e:
-        raise ConfigError(f"config file {path}: {e}") from None
-    except yaml.YAMLError as e:
-        raise ConfigError(f"config file {path} is not valid YAML: {e}") from e
+    data = read_yaml_file(path, "config file")
     if data is None:
         data = {}
     if not isinstance(data, Mapping):
@@ -487,6 +439,9 @@ def save_config(cfg: Any, path: str | Path) -> Path:
 __all__ = [
     "ConfigError",
     "apply_overrides",
+    "check_counts",
+    "check_product",
+    "check_range",
     "from_dict",
     "load_config",
     "read_config_file",

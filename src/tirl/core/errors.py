@@ -3,3 +3,7 @@
 
 class TirlError(Exception):
     """Base of tirl's actionable errors."""
+
+
+class ConfigError(ValueError):
+    """A config value, key or file is invalid; the message names the dotted key or the file."""

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -71,6 +72,18 @@ def commit_of(path: str | Path) -> str:
     if "snapshots" not in parts or parts.index("snapshots") + 1 >= len(parts):
         raise HubError(f"{path} is not inside a Hugging Face cache snapshot (snapshots/<commit>/)")
     return parts[parts.index("snapshots") + 1]
+
+
+def regular_size(path: str | Path, what: str) -> int:
+    """The size of the cached file `path`, which must be a regular file once its links are followed: a cache entry
+    linked to a device (/dev/zero), a FIFO or a directory would make the next reader wait or read without end."""
+    st = os.stat(path)
+    if not stat.S_ISREG(st.st_mode):
+        raise HubError(
+            f"{what}: the cached file {path} is not a regular file (it resolves to {os.path.realpath(path)}, a "
+            f"device, FIFO or directory): remove it from the cache ({cache_dir()}) and fetch it again"
+        )
+    return st.st_size
 
 
 def fetch_command(repo_id: str, revision: str | None, repo_type: str = "model", files: str = "") -> str:

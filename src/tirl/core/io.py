@@ -14,22 +14,28 @@ which the next command writing NAME (or claiming the directory) runs, removes ex
 that are no longer alive left, and never a live writer's staging or a user's file.
 
 `check_output_path` is the one check of a command's `--out` before anything is written: a dangling symbolic link,
-or a path under a file, is refused with a message naming it instead of an OSError halfway through.
+or a path under a file, is refused with a message naming it instead of an OSError halfway through; an output file
+(`check_output_file`) that is a symbolic link is refused too, since the rename would replace the link, not the file
+it leads to. `staged_contents` builds a command's outputs (`tirl analyze`) in a staging directory inside its output
+directory and moves them into place only once all are written. The files tirl appends to (metrics, samples, a
+server's log) are opened by `open_append`, never through a symbolic link or a second name.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import re
 import shutil
 import socket
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from tirl.core.errors import TirlError
 
@@ -71,6 +77,12 @@ def check_output_file(path: str | Path, *, force: bool, option: str = "--out") -
     """Refuse `path` as a file to write if it is a directory, or exists and `force` is not given (a command's
     output file is never replaced by accident)."""
     path = check_output_path(path, option)
+    if path.is_symlink():
+        raise OutputPathError(
+            f"{option} {path} is a symbolic link to {os.readlink(path)}: tirl writes a new file and renames it into "
+            f"place, which would replace the link, not the file it leads to; name that file as {option}, or remove "
+            "the link"
+        )
     if path.is_dir():
         raise OutputPathError(f"{option} {path} is a directory: name the file to write (.parquet or .jsonl)")
     if path.exists() and not force:
@@ -78,6 +90,36 @@ def check_output_file(path: str | Path, *, force: bool, option: str = "--out") -
             f"{option} {path} already exists: pass --force to replace it, or choose another {option}"
         )
     return path
+
+
+def open_append(path: str | Path, *, binary: bool = False) -> IO[Any]:
+    """`path` opened to append to (created if absent), refusing a symbolic link, a second name (a hard link) and
+    anything but a regular file: an append lands in whatever file the name leads to, not one tirl made."""
+    path = Path(path)
+    # NOFOLLOW: a symbolic link fails (ELOOP); NONBLOCK: a FIFO without a reader fails (ENXIO) instead of waiting
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+    try:
+        fd = os.open(path, flags, 0o666)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise OutputPathError(_appended(path, f"is a symbolic link to {os.readlink(path)}")) from None
+        if e.errno == errno.ENXIO:
+            raise OutputPathError(_appended(path, "is not a regular file")) from None
+        raise
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink > 1:
+        os.close(fd)
+        what = f"has {st.st_nlink} hard links" if stat.S_ISREG(st.st_mode) else "is not a regular file"
+        raise OutputPathError(_appended(path, what))
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "ab") if binary else os.fdopen(fd, "a", encoding="utf-8")
+
+
+def _appended(path: Path, what: str) -> str:
+    return (
+        f"{path} {what}: tirl appends only to a file of its own; remove it (the file it leads to stays) or "
+        "choose another output directory"
+    )
 
 
 def _fsync_dir(path: Path) -> None:
@@ -202,6 +244,40 @@ def atomic_dir(path: str | Path) -> Iterator[Path]:
     _fsync_dir(path.parent)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def staged_contents(path: str | Path) -> Iterator[Path]:
+    """Yield a staging directory inside the directory `path`; on success each entry written there replaces the entry
+    of its name in `path` (a directory whole), on error the staging is removed and `path` keeps what it held. The
+    moves are renames within one file system: they need no space, so a full disk fails before any, while writing."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=_stage_prefix(path), suffix=".tmp", dir=path))
+    try:
+        yield stage
+        _follow_umask(stage)
+        for entry in sorted(stage.iterdir()):
+            _replace_entry(entry, path / entry.name)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    _fsync_dir(path)
+
+
+def _replace_entry(new: Path, target: Path) -> None:
+    """Rename `new` onto `target`; a directory in the way is set aside first and removed once `new` is in place."""
+    if not (target.is_dir() and not target.is_symlink()):
+        os.replace(new, target)
+        return
+    old = target.with_name(_stage_prefix(target) + "old")
+    shutil.rmtree(old, ignore_errors=True)
+    os.replace(target, old)
+    try:
+        os.replace(new, target)
+    except BaseException:
+        os.replace(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _follow_umask(stage: Path) -> None:

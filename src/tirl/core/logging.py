@@ -3,7 +3,8 @@
 JSONL (`metrics.jsonl` in the run directory) is always written, as strict JSON: a non-finite value (a NaN loss) is
 written as `null`, never as the bare `NaN` that strict parsers (jq, JavaScript, pandas' engines) refuse. TensorBoard
 and wandb are used when named in `backends` and installed (imported lazily, a missing one is a clear error at
-start-up, not a crash mid-run).
+start-up, not a crash mid-run). Both JSONL files are appended to only as files of the run's own: a symbolic link
+or a hard link in their place is refused (`tirl.core.io.open_append`).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+
+from tirl.core.io import atomic_write_text, open_append
 
 console = Console(highlight=False)
 
@@ -47,9 +50,7 @@ class MetricsLogger:
         if resume_step is not None and "jsonl" in backends:
             _truncate_jsonl(self.out_dir / "metrics.jsonl", resume_step)
             _truncate_jsonl(self.out_dir / "samples.jsonl", resume_step)
-        self._jsonl = (
-            open(self.out_dir / "metrics.jsonl", "a", encoding="utf-8") if "jsonl" in backends else None
-        )
+        self._jsonl = open_append(self.out_dir / "metrics.jsonl") if "jsonl" in backends else None
         self._tb = self._wandb = None
         if "tensorboard" in backends:
             try:
@@ -92,7 +93,7 @@ class MetricsLogger:
         """A block of text for a step (sample trajectories, as TRL's log_completions): `samples.jsonl` next to the
         metrics, a TensorBoard text summary, a wandb table row."""
         if self._jsonl:
-            with open(self.out_dir / "samples.jsonl", "a", encoding="utf-8") as f:
+            with open_append(self.out_dir / "samples.jsonl") as f:
                 f.write(json.dumps({"step": step, "key": key, "text": text}) + "\n")
         if self._tb:
             self._tb.add_text(key, f"```\n{text}\n```", step)
@@ -117,10 +118,9 @@ def _finite_or_none(value: Any) -> Any:
 
 def _truncate_jsonl(path: Path, step: int) -> None:
     """Keep the lines of a metrics file logged before `step` (atomically; a torn last line is dropped too)."""
-    from tirl.core.io import atomic_write_text
-
-    if not path.is_file():
+    if not (path.is_file() or path.is_symlink()):
         return
+    open_append(path).close()  # a link or a second name is refused before it is read or replaced
     kept = []
     for line in path.read_text(encoding="utf-8").splitlines():
         try:

@@ -14,12 +14,14 @@ import csv
 import gzip
 import json
 import random
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 FILES = Path(__file__).parent / "files"
 WORDINGS = ("recipe", "plain")
+AIME_ANSWER = re.compile(r"\d{1,3}")  # canonical (no sign, no leading zero): 0 to 999
 GSM8K_SPLITS = ("test", "train")  # every other packaged benchmark is one evaluation split
 
 MATH_PROMPT_1 = "Analyze and solve the following math problem step by step. \n\n"
@@ -92,6 +94,16 @@ def integer_answer(value: Any) -> str:
     return str(int(f)) if f.is_integer() else text
 
 
+def aime_answer(value: Any) -> str:
+    """An AIME answer as its canonical integer (`integer_answer`). AIME answers are integers 0 to 999, so anything
+    else (a fraction, an expression, 1e3) raises rather than becomes a ground truth that grades every answer
+    wrong."""
+    text = integer_answer(value)
+    if not AIME_ANSWER.fullmatch(text):
+        raise ValueError(f"an AIME answer is an integer from 0 to 999, not {str(value)[:40]!r}")
+    return text
+
+
 def gsm8k_answer(solution: str) -> str:
     """The gold number after GSM8K's final '####', thousands separators removed."""
     if "####" not in solution:
@@ -100,13 +112,17 @@ def gsm8k_answer(solution: str) -> str:
 
 
 def _aime(source: str, files: list[str], wording: str) -> list[dict[str, Any]]:
+    """AIME's or AMC's packaged rows (AMC's answers are not all 0 to 999: only AIME's are checked)."""
+    answer = aime_answer if source.startswith("aime") else integer_answer
     rows = []
     for name in files:
         for i, r in enumerate(_jsonl(FILES / name)):
             info = {"id": f"{source}-{r.get('id', i)}", "raw_answer": str(r["answer"])}
-            rows.append(
-                _row(source, math_prompt(r["problem"], wording), "math", integer_answer(r["answer"]), info)
-            )
+            try:
+                truth = answer(r["answer"])
+            except ValueError as e:
+                raise ValueError(f"{FILES / name}: row {i + 1}: {e}") from None
+            rows.append(_row(source, math_prompt(r["problem"], wording), "math", truth, info))
     return rows
 
 

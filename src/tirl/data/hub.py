@@ -7,7 +7,8 @@ is fetched with `huggingface_hub.hf_hub_download(repo_type="dataset")` into the 
 `hf download` command that fetches it), read with the readers of this package (every row validated: file, row
 and column named), and written as rows the readers take back unchanged. `record` is the small JSON written beside
 the output (`FILE.source.json`): repository, revision asked for, commit fetched, the fetched file's sha256 and
-size, rows written, and the output's own sha256.
+size, rows written, and the output's own sha256. A cached file that is not a regular file once its links are
+followed (a link to a device such as /dev/zero) is refused before it is read.
 
 The conversions keep the recipe's content and put it in one parquet shape whatever the source's nested types:
 - SFT (`messages`, `tools`): tool-call arguments as the JSON strings of OpenAI's form and `tools` as a JSON string
@@ -16,7 +17,8 @@ The conversions keep the recipe's content and put it in one parquet shape whatev
   recipe's LiveCodeBench file stores them), ground truths keeping their type; the prompts stay as in the file,
   since the recipe rewrites them when it reads them (`rl.prompt_rewrite: verl`, `tirl.data.recipe_prompts`);
 - evaluation sets: the recipe's prompt wording (or `plain`) around each problem, as the packaged benchmarks
-  (`tirl.data.benchmarks`), ground truths normalized the same way.
+  (`tirl.data.benchmarks`), ground truths normalized the same way (an AIME answer that is not an integer from 0
+  to 999 is refused, naming its row).
 
 Revisions: the SFT-3K and 30K repositories are pinned to the commits a published citation of their cards names
 (not re-read here: the revisions are this module's assumption until a run with network confirms the file at
@@ -34,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tirl.core.hub import commit_of, hub_call
-from tirl.data.benchmarks import _row, choice_prompt, integer_answer, math_prompt, prepare_livecodebench
+from tirl.core.hub import commit_of, hub_call, regular_size
+from tirl.data.benchmarks import _row, aime_answer, choice_prompt, math_prompt, prepare_livecodebench
 from tirl.data.readers import iter_records, iter_rows
 from tirl.data.schema import RowError
 
@@ -108,11 +110,15 @@ def _aime(source: str, problem: str, answer: str) -> Callable[[Path, str], list[
     """An Open-AgentRL-Eval AIME file (`Problem`/`Answer` in 2024's, `problem`/`answer` in 2025's)."""
 
     def convert(path: Path, wording: str) -> list[dict[str, Any]]:
-        return [
-            _row(source, math_prompt(str(r[problem]), wording), "math", integer_answer(r[answer]),
-                 {"id": f"{source}-{n - 1}", "raw_answer": str(r[answer])})
-            for n, r in _records(path, (problem, answer))
-        ]  # fmt: skip
+        rows = []
+        for n, r in _records(path, (problem, answer)):
+            try:
+                truth = aime_answer(r[answer])
+            except ValueError as e:  # kept, it would grade every answer wrong
+                raise RowError(str(path), n, answer, str(e)) from None
+            info = {"id": f"{source}-{n - 1}", "raw_answer": str(r[answer])}
+            rows.append(_row(source, math_prompt(str(r[problem]), wording), "math", truth, info))
+        return rows
 
     return convert
 
@@ -176,11 +182,15 @@ class Fetched:
     size: int
 
 
-def sha256_of(path: Path) -> str:
+def sha256_of(path: Path, size: int | None = None) -> str:
+    """The sha256 of the file at `path`: of its first `size` bytes where given (the size it was found with, so that
+    a file that grows while it is read is not read without end)."""
     h = hashlib.sha256()
+    left = -1 if size is None else size
     with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
+        while left and (chunk := f.read(1 << 20 if left < 0 else min(1 << 20, left))):
             h.update(chunk)
+            left = left - len(chunk) if left > 0 else left
     return h.hexdigest()
 
 
@@ -195,7 +205,8 @@ def fetch(name: str, revision: str | None = None) -> Fetched:
         files=spec.filename, filename=spec.filename,
     )  # fmt: skip
     path = Path(local)
-    return Fetched(path, commit_of(path), sha256_of(path), path.stat().st_size)
+    size = regular_size(path, f"tirl data prepare {name}")  # a link to /dev/zero would hash without end
+    return Fetched(path, commit_of(path), sha256_of(path, size), size)
 
 
 def prepare_hub(

@@ -1,6 +1,8 @@
 """Stream rows from parquet (pyarrow, batch by batch) and JSONL (line by line), validating every one.
 
-A bad row becomes a `RowError` naming file, row number (1-based, counting data rows) and column. With
+A bad row becomes a `RowError` naming file, row number (1-based, counting data rows) and column: a JSONL line
+that is not UTF-8 or not JSON, nested deeper than Python's recursion limit reads, or holding a lone surrogate (a
+`\\ud800`-`\\udfff` escape without its pair, which no tokenizer encodes) included. With
 `on_error="raise"` the first one stops the read; with "skip" it is collected in `ReadReport.errors` and counted,
 so nothing is dropped silently. File-level problems (missing, empty, truncated parquet) always raise.
 """
@@ -8,6 +10,7 @@ so nothing is dropped silently. File-level problems (missing, empty, truncated p
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +20,12 @@ from tirl.data.schema import VALIDATORS, RowError, SchemaError, detect_kind
 
 SUFFIXES = (".jsonl", ".parquet")
 _BATCH_ROWS = 1024
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")  # how a surrogate reaches a JSON line
+_LONE_SURROGATE = re.compile(
+    "[\ud800-\udfff]"
+)  # json.loads joins a pair into one character: one left is lone
+LONE_SURROGATE = "holds a lone surrogate (a \\ud800-\\udfff escape without its pair), not text"
+TOO_DEEP = "nested too deeply to read (arrays or objects inside one another past Python's recursion limit)"
 
 
 @dataclass
@@ -66,10 +75,35 @@ def _jsonl_records(p: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
             except json.JSONDecodeError as e:
                 yield n, RowError(str(p), n, None, f"not valid JSON ({e.msg} at char {e.pos})")
                 continue
+            except RecursionError:
+                yield n, RowError(str(p), n, None, TOO_DEEP)
+                continue
             if not isinstance(rec, dict):
                 yield n, RowError(str(p), n, None, f"expected a JSON object, got {type(rec).__name__}")
                 continue
+            if _SURROGATE_ESCAPE.search(line) and (column := _lone_surrogate(rec)) is not None:
+                yield n, RowError(str(p), n, column, LONE_SURROGATE)
+                continue
             yield n, rec
+
+
+def _lone_surrogate(rec: dict[str, Any]) -> str | None:
+    """The column (dotted, `messages[1].content`) of the first string in `rec` holding a lone surrogate, else None;
+    a walk with its own stack, as the row may be nested as deeply as json.loads reads."""
+    stack: list[tuple[str, Any]] = [("", rec)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            if _LONE_SURROGATE.search(value):
+                return where
+        elif isinstance(value, dict):
+            for k, v in reversed(list(value.items())):
+                if _LONE_SURROGATE.search(k):
+                    return f"{where}.{k!a}" if where else ascii(k)
+                stack.append((f"{where}.{k}" if where else k, v))
+        elif isinstance(value, list):
+            stack.extend((f"{where}[{i}]", v) for i, v in reversed(list(enumerate(value))))
+    return None
 
 
 def _parquet_records(p: Path) -> Iterator[tuple[int, dict[str, Any] | RowError]]:
@@ -118,6 +152,8 @@ def iter_rows(
                 continue
             except SchemaError as e:
                 rec = RowError(str(path), n, e.column, e.message)
+            except RecursionError:  # a column holding a JSON string nested too deeply for the validator
+                rec = RowError(str(path), n, None, TOO_DEEP)
         if on_error == "raise":
             raise rec
         report.errors.append(rec)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tirl.core.config import MAX_ROWS, check_counts
 from tirl.demo.arith import STYLES, Problem, split_problems
 from tirl.demo.solver import SolverConfig, scripted_trajectories
 from tirl.demo.tiny_model import TinyModelConfig
@@ -39,6 +40,9 @@ class ArithOptions(TaskOptions):
         super().__post_init__()
         if min(self.num_sft, self.num_rl, self.num_test) < 1:
             raise ValueError("task.num_sft, num_rl and num_test must be >= 1")
+        check_counts(
+            self, "task", {"num_sft": (1, MAX_ROWS), "num_rl": (1, MAX_ROWS), "num_test": (1, MAX_ROWS)}
+        )
         if self.style not in STYLES:
             raise ValueError(f"unknown style {self.style!r}; valid: {list(STYLES)}")
 

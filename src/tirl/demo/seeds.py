@@ -25,9 +25,10 @@ import yaml
 from rich.table import Table
 
 from tirl.commands.run_config import TirlConfig
-from tirl.core.config import to_dict
+from tirl.core.config import read_config_file, to_dict
 from tirl.core.io import atomic_write_json
 from tirl.core.logging import console
+from tirl.core.yamlread import load_yaml
 from tirl.models.precision import cpu_description
 
 RESAMPLES = 2000
@@ -43,10 +44,10 @@ def finished(cfg: TirlConfig) -> bool:
     out = Path(cfg.out_dir)
     try:
         report = json.loads((out / "report.json").read_text())
-        saved = yaml.safe_load((out / "config.yaml").read_text())
-    except (OSError, ValueError, yaml.YAMLError):
+        saved = read_config_file(out / "config.yaml")
+    except (OSError, ValueError):  # a ConfigError too: a file that is not a config is no finished demo
         return False
-    return "analysis" in report and saved == yaml.safe_load(yaml.safe_dump(to_dict(cfg)))
+    return "analysis" in report and saved == load_yaml(yaml.safe_dump(to_dict(cfg)))
 
 
 def per_problem_pass1(eval_dir: Path) -> dict[str, float]:

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tirl.core.config import MAX_CHARS, check_counts
 from tirl.demo.arith import Problem
 from tirl.sandbox.types import Sandbox
 from tirl.tasks.toolcalls import code_call, run_with_progress
@@ -34,6 +35,7 @@ class SolverConfig:
         shares = (self.share_no_tool, self.share_fix, self.share_copy_error)
         if any(s < 0 for s in shares) or sum(shares) > 1:
             raise ValueError(f"solver shares must be >= 0 and sum to at most 1, got {shares}")
+        check_counts(self, "task.solver", {"max_tool_response_chars": (0, MAX_CHARS)})
 
 
 def _corrupt_digit(rng: random.Random, number: str) -> str:

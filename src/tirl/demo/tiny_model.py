@@ -17,6 +17,7 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from tirl.chat.template import CHATML_JINJA
+from tirl.core.config import MAX_TOKENS, check_counts
 
 PAD, EOS, IM_START = "<|endoftext|>", "<|im_end|>", "<|im_start|>"
 SPECIAL_TOKENS = [PAD, IM_START, EOS, "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
@@ -38,6 +39,10 @@ class TinyModelConfig:
     max_positions: int = 1024
 
     def __post_init__(self) -> None:
+        check_counts(self, "task.tiny", {  # a tiny model: far past these it is no longer one
+            "vocab_size": (1, 1 << 20), "hidden_size": (1, 1 << 16), "intermediate_size": (1, 1 << 18),
+            "num_layers": (1, 1024), "num_heads": (1, 1024), "num_kv_heads": (1, 1024), "max_positions": (1, MAX_TOKENS),
+        })  # fmt: skip
         if self.hidden_size % self.num_heads:
             raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         if self.num_heads % self.num_kv_heads:

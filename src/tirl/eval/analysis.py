@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from tirl.core.config import MAX_COUNT
 from tirl.eval import audit
 from tirl.eval.answers import canonical_answers
 from tirl.eval.bootstrap import (
@@ -50,8 +51,8 @@ class AnalysisConfig:
     max_examples: int = 5  # audit examples kept per model
 
     def __post_init__(self) -> None:
-        if self.num_resamples < 10:
-            raise ValueError(f"num_resamples must be >= 10, got {self.num_resamples}")
+        if not 10 <= self.num_resamples <= MAX_COUNT:  # replicates x problems are held at once
+            raise ValueError(f"num_resamples (--bootstrap) must be 10-{MAX_COUNT}, got {self.num_resamples}")
         if not 0.5 < self.level < 1.0:
             raise ValueError(f"level must lie in (0.5, 1), got {self.level}")
         if not self.taus or any(not 0.0 < t <= 1.0 for t in self.taus):

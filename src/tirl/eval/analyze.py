@@ -2,7 +2,9 @@
 load, analyse, write report.json, plots, pages.
 
 Outputs in DIR: report.json (every number), *.png, report.html (self-contained) and trajectories.html with its
-data directory. Each file is written atomically; the JSON first, so the numbers survive a failure in plotting.
+data directory. They are written into a staging directory inside DIR and moved into place together once all are
+written (`tirl.core.io.staged_contents`): a failure (a full disk, a plot that cannot be drawn) leaves DIR as it
+was, never half of a new analysis beside half of an old one.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tirl.core.io import atomic_write_json, atomic_write_text
+from tirl.core.io import atomic_write_json, atomic_write_text, staged_contents
 
 if (
     TYPE_CHECKING
@@ -49,8 +51,14 @@ def run_analyze(
     t0 = time.time()
     report = analyze_runs(runs, cfg)
     times["analysis"] = time.time() - t0
-    atomic_write_json(out / "report.json", report)
+    with staged_contents(out) as stage:
+        _write_outputs(report, runs, stage, times, viewer=viewer)
+    return report
 
+
+def _write_outputs(report: dict, runs: list, out: Path, times: dict[str, float], *, viewer: bool) -> None:
+    """report.json, the plots, the trajectory viewer and report.html, into `out`; the seconds each took go to
+    `times` and the report."""
     from tirl.eval.plots import plot_report
     from tirl.eval.report_html import render_report
     from tirl.eval.viewer import write_viewer
@@ -64,7 +72,6 @@ def run_analyze(
     atomic_write_text(out / "report.html", render_report(report, figures, viewer=page.name if page else None))
     report["seconds"] = times
     atomic_write_json(out / "report.json", report)
-    return report
 
 
 def print_summary(report: dict, out: Path) -> None:

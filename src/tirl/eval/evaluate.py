@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from tirl.core.config import MAX_COUNT, MAX_IN_FLIGHT, check_counts, check_product
 from tirl.core.io import atomic_write_json, atomic_write_jsonl
 from tirl.core.progress import progress
 from tirl.data.records import ProblemRow, problem_rows
@@ -58,6 +59,12 @@ class EvalConfig:
             raise ValueError(f"eval.log_generations must be >= 0, got {self.log_generations}")
         if len(set(self.temperatures)) != len(self.temperatures):
             raise ValueError(f"eval.temperatures has duplicates: {self.temperatures}")
+        bounds = {"n": (1, MAX_COUNT), "batch_problems": (1, MAX_COUNT), "log_generations": (0, MAX_COUNT)}
+        check_counts(self, "eval", bounds)
+        check_product(  # every sample of a batch's problems is rolled out, and held, at once
+            ("eval.n", "eval.batch_problems"), (self.n, self.batch_problems), MAX_IN_FLIGHT,
+            "trajectories held at once", "lower eval.batch_problems",
+        )  # fmt: skip
 
     @property
     def all_temperatures(self) -> list[float]:

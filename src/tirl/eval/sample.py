@@ -26,6 +26,7 @@ import torch
 
 from tirl.chat.template import ChatRenderer
 from tirl.chat.tokcheck import Divergence, first_divergence
+from tirl.core.config import MAX_COUNT, check_range
 from tirl.data.records import ProblemRow, problem_rows
 from tirl.rollout.types import Trajectory
 
@@ -43,6 +44,8 @@ class SampleConfig:
     def __post_init__(self) -> None:
         if self.n < 1 or self.keep < 1:
             raise ValueError(f"--n and --keep must be >= 1, got {self.n}, {self.keep}")
+        check_range("--n", self.n, 1, MAX_COUNT)  # each problem's samples are held at once
+        check_range("--keep", self.keep, 1, MAX_COUNT)
 
 
 @dataclass
@@ -70,12 +73,15 @@ class SampleStats:
 def assistant_message(text: str, renderer: ChatRenderer) -> dict[str, Any]:
     """A sampled turn as an assistant message: its tool calls in the OpenAI form when they render back to the
     very text sampled (in the renderer's tool format), else the text as it was (a malformed call, an odd layout)
-    so it renders unchanged."""
+    so it renders unchanged (a parser that raises included: the turn is kept as text)."""
     text = text.removesuffix(renderer.eos_text)
     fmt = renderer.tool_format
     if fmt.start in text:
         head = text[: text.index(fmt.start)]
-        calls = renderer.parse_calls(text)
+        try:
+            calls = renderer.parse_calls(text)
+        except Exception:  # noqa: BLE001 - a format's bug must not end `tirl data sample`
+            calls = []
         if calls and all(c.error is None and c.name for c in calls):
             msg = {
                 "role": "assistant",

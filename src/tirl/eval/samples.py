@@ -23,8 +23,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from tirl.core.config import read_config_file
 from tirl.eval.answers import extract_answer
 from tirl.eval.evaluate import SampleRecord
 
@@ -162,7 +161,7 @@ def _tokenizer_from_config(run_dir: Path) -> str | None:
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.is_file():
         return None
-    model_path = ((yaml.safe_load(cfg_path.read_text()) or {}).get("model") or {}).get("path") or ""
+    model_path = (read_config_file(cfg_path).get("model") or {}).get("path") or ""
     for candidate in (Path(model_path), run_dir / model_path):
         if model_path and (candidate / "tokenizer.json").is_file():
             return str(candidate)
@@ -175,7 +174,7 @@ def _activate_task(run_dir: Path) -> str | None:
     cfg_path = run_dir / "config.yaml"
     if not cfg_path.is_file():
         return None
-    name = ((yaml.safe_load(cfg_path.read_text()) or {}).get("task") or {}).get("name")
+    name = (read_config_file(cfg_path).get("task") or {}).get("name")
     if not name:
         return None
     from tirl.tasks import load_task

@@ -9,6 +9,8 @@ or files in sub-folders), into the standard cache (`tirl.core.hub`); with `HF_HU
 answers. The result is the snapshot directory (`snapshots/<commit>/`), which every loader, `tirl export`,
 `tirl plan` and the vLLM server use as a plain model directory, and the commit, which the stages record in the
 run's identity and its `config.yaml` (`org/name@<commit>`), so a resumed or repeated run loads the same weights.
+A snapshot file that is not a regular file once its links are followed (a link to /dev/zero) is refused before
+any loader reads it.
 
 Not here: loading the directory (`tirl.models.loading`), datasets (`tirl.data.hub`).
 """
@@ -18,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tirl.core.hub import COMMIT, cache_dir, commit_of, hub_call, parse_id
+from tirl.core.hub import COMMIT, cache_dir, commit_of, hub_call, parse_id, regular_size
 
 MODEL_FILES = (
     "config.json",
@@ -85,6 +87,9 @@ def resolve_model(path: str | Path, *, files: tuple[str, ...] = MODEL_FILES) -> 
         raise ValueError(
             f"model.path {text!r}: the cache returned {folder}, not a snapshots/<commit>/ directory"
         )
+    for entry in Path(folder).iterdir():  # a file linked to a device (/dev/zero) would hang a loader
+        if not entry.is_dir() or entry.is_symlink():
+            regular_size(entry, f"model.path {text!r}")
     return ResolvedModel(text, Path(folder), repo_id, commit)
 
 

@@ -15,8 +15,10 @@ options and LoRA"):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -24,7 +26,7 @@ from typing import Any, Literal
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tirl.core.config import ConfigError
+from tirl.core.config import MAX_TOKENS, ConfigError, check_range
 from tirl.core.io import atomic_dir
 from tirl.models.hub import resolve_model
 from tirl.models.lora import LoraConfig, apply_lora, is_adapter_dir, load_adapter, recorded_base, save_model
@@ -71,6 +73,7 @@ class ModelConfig:
             )
         if self.compile_pad_multiple < 1:
             raise ValueError(f"model.compile_pad_multiple must be >= 1, got {self.compile_pad_multiple}")
+        check_range("model.compile_pad_multiple", self.compile_pad_multiple, 1, MAX_TOKENS)
         if self.dtype not in _DTYPES:
             raise ValueError(f"model.dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
         if self.autocast not in AUTOCAST:
@@ -132,7 +135,26 @@ def load_tokenizer(path: str | Path) -> Any:
     path = model_dir(path, _TOKENIZER_FILES)
     if not _has_any(path, TOKENIZER_PATTERNS):
         raise FileNotFoundError(_incomplete(path))
-    return AutoTokenizer.from_pretrained(str(path))
+    with _unreadable(path, "tokenizer"):
+        return AutoTokenizer.from_pretrained(str(path))
+
+
+@contextlib.contextmanager
+def _unreadable(path: str | Path, what: str) -> Iterator[None]:
+    """Around transformers' loading of the model directory `path`: a file it cannot read (config.json that is not
+    JSON or nested too deeply, weights truncated or not safetensors) is a ValueError naming the directory, not a
+    traceback; the file system's own errors (an errno: permissions, I/O) pass as they are."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except (OSError, RecursionError, SafetensorError) as e:
+        if isinstance(e, OSError) and e.errno is not None:
+            raise
+        why = "a file is nested too deeply to read" if isinstance(e, RecursionError) else str(e)
+        if isinstance(e, SafetensorError):
+            why += " (a weights file truncated, or not safetensors)"
+        raise ValueError(f"model.path {str(path)!r}: its {what} cannot be loaded: {why}") from e
 
 
 def load_model(cfg: ModelConfig, path: str | Path | None = None) -> torch.nn.Module:
@@ -146,9 +168,10 @@ def load_model(cfg: ModelConfig, path: str | Path | None = None) -> torch.nn.Mod
     if not _has_any(p, WEIGHT_PATTERNS):
         raise FileNotFoundError(_incomplete(p))
     # the absolute path, so that an adapter trained on this model records where its base lives
-    model = AutoModelForCausalLM.from_pretrained(
-        str(Path(p).resolve()), dtype=_DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation
-    )
+    with _unreadable(p, "model"):
+        model = AutoModelForCausalLM.from_pretrained(
+            str(Path(p).resolve()), dtype=_DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation
+        )
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)
     return model.to(cfg.device)

@@ -48,8 +48,8 @@ class LoraConfig:
     target_modules: list[str] = field(default_factory=lambda: [ALL_LINEAR])
 
     def __post_init__(self) -> None:
-        if self.rank < 0:
-            raise ValueError(f"lora.rank must be >= 0 (0 = full fine-tuning), got {self.rank}")
+        if not 0 <= self.rank <= 1 << 16:  # at most a model's width (the widest: ~16k)
+            raise ValueError(f"lora.rank must be 0-{1 << 16} (0 = full fine-tuning), got {self.rank}")
         if self.alpha <= 0:
             raise ValueError(f"lora.alpha must be > 0, got {self.alpha}")
         if not 0.0 <= self.dropout < 1.0:

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from tirl.core.config import MAX_PROCESSES, MAX_TOKENS, check_counts
+
 
 def tool_call_term(score: float, num_tool_calls: int, *, per_call: float = 0.1, cap: float = -0.6) -> float:
     """A wrong answer (score < 0) earns `per_call` per tool call, never above `cap`; a right one is unchanged.
@@ -63,6 +65,9 @@ class RewardConfig:
                 f"reward.workers must be >= 0 and timeouts > 0, got {self.workers}, {self.timeout_s}, "
                 f"{self.code_timeout_s}"
             )
+        check_counts(self, "reward", {
+            "overlong_buffer": (0, MAX_TOKENS), "overlong_max_len": (0, MAX_TOKENS), "workers": (0, MAX_PROCESSES),
+        })  # fmt: skip
         if self.grading not in ("verify", "math_dapo"):
             raise ValueError(f"reward.grading must be 'verify' or 'math_dapo', got {self.grading!r}")
         if self.tool_call_per_call < 0:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from tirl.core.config import MAX_COUNT, MAX_IN_FLIGHT, MAX_RETRIES, check_counts
 from tirl.rollout.capabilities import MODES
 from tirl.rollout.engines.torch.config import TorchEngineConfig
 from tirl.rollout.engines.vllm.config import VllmConfig
@@ -89,3 +90,10 @@ class RolloutConfig:
             raise ValueError(
                 f"rollout.concurrency must be >= 1 and timeout_s > 0, got {self.concurrency}, {self.timeout_s}"
             )
+        # top_k: -1 (off) or a count of tokens, at most a vocabulary's (the largest hold ~256k)
+        bounds = {
+            "top_k": (-1, MAX_COUNT * 16),
+            "concurrency": (1, MAX_IN_FLIGHT),
+            "retries": (0, MAX_RETRIES),
+        }
+        check_counts(self, "rollout", bounds)

@@ -6,6 +6,8 @@ import shutil
 from dataclasses import dataclass
 from typing import Literal
 
+from tirl.core.config import MAX_COUNT, MAX_PROCESSES, MAX_RETRIES, MAX_STEPS, check_counts
+
 Isolation = Literal["bwrap", "unshare", "none"]
 # Strongest first: a config asking for one of these never silently gets a later one.
 ISOLATION_ORDER: tuple[str, ...] = ("bwrap", "unshare", "none")
@@ -56,6 +58,11 @@ class SandboxConfig:
         self._check_limits()
         self._check_pool()
         self._check_remote()
+        check_counts(self, "sandbox", {  # the rest are bounded in _check_limits
+            "cpu_time_s": (0, int(MAX_TIMEOUT_S)), "max_output_bytes": (1, 2**30), "max_file_bytes": (0, 2**36),
+            "max_processes": (1, MAX_COUNT), "max_workers": (0, MAX_PROCESSES), "max_runs_per_worker": (1, MAX_STEPS),
+            "max_queue": (0, MAX_COUNT), "retries": (0, MAX_RETRIES),
+        })  # fmt: skip
 
     def _check_limits(self) -> None:
         """A run's limits, and the ceilings a server's request may ask for."""

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tirl.core.config import MAX_ROWS, check_counts
 from tirl.data.benchmarks import gsm8k_answer, gsm8k_id, gsm8k_records, math_prompt
 from tirl.rewards.math import GradeResult, grade, math_equivalent
 from tirl.rewards.registry import math_is_fast, register_verifier
@@ -50,6 +51,13 @@ class GSM8KOptions(TaskOptions):
             raise ValueError("task.num_sft, num_rl, num_test and every task.levels entry must be >= 1")
         if self.num_val < 0:
             raise ValueError(f"task.num_val must be >= 0, got {self.num_val}")
+        bounds = {
+            "num_sft": (1, MAX_ROWS),
+            "num_rl": (1, MAX_ROWS),
+            "num_test": (1, MAX_ROWS),
+            "num_val": (0, MAX_ROWS),
+        }
+        check_counts(self, "task", bounds)
 
 
 def calculator_steps(record: dict[str, Any]) -> int:

@@ -14,7 +14,7 @@ from typing import Literal
 
 import torch
 
-from tirl.core.config import check_range
+from tirl.core.config import MAX_STEPS, check_counts, check_range
 from tirl.core.errors import TirlError
 
 
@@ -43,6 +43,7 @@ class OptimConfig:
         check_range("grad_clip", self.grad_clip)  # <= 0 disables clipping
         if self.max_skipped_in_row < 1:
             raise ValueError(f"max_skipped_in_row must be >= 1, got {self.max_skipped_in_row}")
+        check_counts(self, "optim", {"max_skipped_in_row": (1, MAX_STEPS)})
 
 
 def lr_factor(step: int, total: int, cfg: OptimConfig) -> float:

@@ -24,8 +24,10 @@ from typing import Any, Literal
 import torch
 
 from tirl.chat.template import ChatRenderer
+from tirl.core.config import MAX_BATCH_TOKENS, MAX_COUNT, MAX_STEPS, MAX_TOKENS, check_counts
 from tirl.core.logging import MetricsLogger
 from tirl.core.progress import progress
+from tirl.data.lengths import check_row_chars
 from tirl.train import checkpoint, dist, manifest
 from tirl.train.batch import TokenBatch, check_micro_batch, collate
 from tirl.train.dist import all_reduce_sum
@@ -68,16 +70,23 @@ class SFTConfig:
                 f"epochs must be >= 0 (0 skips the stage) and batch_size >= 1, "
                 f"got {self.epochs}, {self.batch_size}"
             )
+        check_counts(self, "sft", {
+            "epochs": (0, MAX_STEPS), "batch_size": (1, MAX_COUNT), "max_length": (1, MAX_TOKENS),
+            "micro_batch_size": (0, MAX_COUNT), "micro_batch_tokens": (0, MAX_BATCH_TOKENS),
+            "save_every": (0, MAX_STEPS), "keep_last": (0, MAX_STEPS),
+        })  # fmt: skip
 
 
 def render_rows(
     rows: Sequence[dict[str, Any]], renderer: ChatRenderer, *, max_length: int, source: str = ""
 ) -> list[tuple[list[int], list[int]]]:
     """(ids, loss mask) per row, or per assistant turn of a row with chat.history=per_turn
-    (`ChatRenderer.samples`); an error names `source` (the data file) and the row, counted from 1."""
+    (`ChatRenderer.samples`); an error names `source` (the data file) and the row, counted from 1. A row with more
+    characters than `max_length` tokens can hold is refused before it is tokenized (`tirl.data.lengths`)."""
     out = []
     for n, row in enumerate(rows, start=1):
         where = f"{source or 'SFT data'}: row {n}"
+        check_row_chars(row, max_length, where=where, key="sft.max_length")  # before a tokenizer sees it
         if isinstance(row.get("prompt"), str) and isinstance(row.get("completion"), str):
             prompt, completion = renderer.encode(row["prompt"]), renderer.encode(row["completion"])
             samples = [(prompt + completion, [0] * len(prompt) + [1] * len(completion))]

@@ -3,14 +3,16 @@ declares, and the split of an assistant turn into its `<tool_call>...</tool_call
 
 A format reads the syntax of a call; which names and arguments are valid is the task's tools' business
 (`tirl.tools.ToolSet.check`). Anything malformed becomes a `ToolCall` with an `error` text that is fed back to the
-model as the tool response: a broken call never crashes a rollout. Deliberately not here: any format's own syntax
+model as the tool response: a broken call never crashes a rollout, whatever it holds (nesting deeper than the JSON
+decoder's recursion, a number too long for Python's integer conversion, an unpaired surrogate). Every parser reads
+a turn in time linear in its length (`find` from where the last call ended, no backtracking search), so a turn of
+thousands of unclosed tags costs what reading it once does. Deliberately not here: any format's own syntax
 (one module each, `tirl.chat.tool_formats.hermes`, `...qwen3_xml`) and the registry (`tirl.chat.tool_formats`).
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -55,18 +57,25 @@ class ToolFormat:
         """Every call of an assistant turn in order, at most `limit` (empty: the turn is the final answer).
 
         An opening tag without its closing tag after the last closed call counts as a malformed call."""
-        if self.parse_turn is not None:
-            found = self.parse_turn(text, schemas)
-            return found[:limit] if limit is not None else found
+        calls = self.parse_turn(text, schemas) if self.parse_turn is not None else self._blocks(text, schemas)
+        return [fit(c) for c in (calls[:limit] if limit is not None else calls)]
+
+    def _blocks(self, text: str, schemas: Schemas) -> list[ToolCall]:
+        """Each `start ... end` block's call; the text after an opening tag with no closing tag is one malformed
+        call (a block is the opening tag up to the nearest closing tag, so the scan never goes back)."""
         calls = []
-        end = 0
-        for m in _block_re(self.start, self.end).finditer(text):
-            calls.append(self.parse_body(m.group(1).strip(), schemas))
-            end = m.end()
-        if self.start in text[end:]:
-            raw = text[text.index(self.start, end) :]
-            calls.append(ToolCall(raw=raw, error=f"Error: the tool call is not closed with {self.end}."))
-        return calls[:limit] if limit is not None else calls
+        at = text.find(self.start)
+        while at >= 0:
+            body = at + len(self.start)
+            close = text.find(self.end, body)
+            if close < 0:
+                calls.append(
+                    ToolCall(raw=text[at:], error=f"Error: the tool call is not closed with {self.end}.")
+                )
+                break
+            calls.append(self.parse_body(text[body:close].strip(), schemas))
+            at = text.find(self.start, close + len(self.end))
+        return calls
 
     def body(self, content: str, calls: Sequence[tuple[str, Mapping[str, Any]]]) -> str:
         """An assistant turn's text: its content, then each call, `separator` before each (none before a first
@@ -88,13 +97,46 @@ class ToolFormat:
         return self.body(message.get("content") or "", calls)
 
 
-_BLOCKS: dict[tuple[str, str], re.Pattern[str]] = {}
+# what a call's JSON may raise besides JSONDecodeError: RecursionError (nesting deeper than the interpreter's
+# recursion limit), ValueError (an integer of more than sys.get_int_max_str_digits() digits, 4300 by default)
+JSON_ERRORS = (ValueError, RecursionError)
+# the nesting a call's arguments may have: deeper ones are refused, so that no later json.dumps of them recurses
+MAX_DEPTH = 64
 
 
-def _block_re(start: str, end: str) -> re.Pattern[str]:
-    if (start, end) not in _BLOCKS:
-        _BLOCKS[start, end] = re.compile(re.escape(start) + r"(.*?)" + re.escape(end), re.DOTALL)
-    return _BLOCKS[start, end]
+def json_error(e: BaseException) -> str:
+    """Why a call's JSON could not be read, for the model."""
+    if isinstance(e, json.JSONDecodeError):
+        return f"{e.msg} at char {e.pos}"
+    if isinstance(e, RecursionError):
+        return "nested too deeply"
+    return str(e).split(";")[0]  # the integer limit's message, without its advice to the Python programmer
+
+
+def unfit(value: Any) -> str | None:
+    """Why a parsed value cannot be carried through a run (nested deeper than `MAX_DEPTH`, a string that is not
+    UTF-8: an unpaired surrogate from a `\\ud800` escape), or None. Iterative: the value may be deep."""
+    stack = [(value, 0)]
+    while stack:
+        v, depth = stack.pop()
+        if isinstance(v, str):
+            try:
+                v.encode("utf-8")
+            except UnicodeEncodeError:
+                return "holds an unpaired surrogate"
+        elif isinstance(v, (dict, list)):
+            if depth >= MAX_DEPTH:
+                return f"is nested deeper than {MAX_DEPTH} levels"
+            items = [*v.keys(), *v.values()] if isinstance(v, dict) else v
+            stack += [(x, depth + 1) for x in items]
+    return None
+
+
+def fit(call: ToolCall) -> ToolCall:
+    """`call`, or an error call when its name or arguments cannot be carried through a run (`unfit`)."""
+    if call.error is None and (why := unfit(call.name) or unfit(call.arguments)) is not None:
+        return ToolCall(raw=call.raw, error=f"Error: the tool call {why}.")
+    return call
 
 
 def parameters_of(schemas: Schemas) -> dict[str, Mapping[str, Any]]:

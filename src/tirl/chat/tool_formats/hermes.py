@@ -12,15 +12,23 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from tirl.chat.tool_formats.base import TOOL_CALL_END, TOOL_CALL_START, Schemas, ToolCall, ToolFormat
+from tirl.chat.tool_formats.base import (
+    JSON_ERRORS,
+    TOOL_CALL_END,
+    TOOL_CALL_START,
+    Schemas,
+    ToolCall,
+    ToolFormat,
+    json_error,
+)
 
 
 def parse_body(raw: str, schemas: Schemas = ()) -> ToolCall:
     """One call's JSON body; the schemas are not needed (JSON carries its own types)."""
     try:
         obj = json.loads(raw)
-    except json.JSONDecodeError as e:
-        return ToolCall(raw=raw, error=f"Error: the tool call is not valid JSON ({e.msg} at char {e.pos}).")
+    except JSON_ERRORS as e:
+        return ToolCall(raw=raw, error=f"Error: the tool call is not valid JSON ({json_error(e)}).")
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
         return ToolCall(
             raw=raw, error="Error: the tool call must be a JSON object with 'name' and 'arguments'."
@@ -30,8 +38,8 @@ def parse_body(raw: str, schemas: Schemas = ()) -> ToolCall:
     if isinstance(args, str):  # some models send the arguments as a JSON string
         try:
             args = json.loads(args)
-        except json.JSONDecodeError:
-            pass
+        except JSON_ERRORS:
+            pass  # not a JSON object either way: the error below
     if not isinstance(args, dict):
         return ToolCall(
             raw=raw,

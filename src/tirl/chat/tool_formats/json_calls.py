@@ -16,14 +16,44 @@ its first user turn (indented JSON, with the instruction to answer in this shape
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
-from tirl.chat.tool_formats.base import Schemas, ToolCall, ToolFormat
+from tirl.chat.tool_formats.base import JSON_ERRORS, Schemas, ToolCall, ToolFormat, json_error
 
 HEADER = "<|python_tag|>"
 SHAPE = HEADER + '{"name": NAME, "parameters": {ARGUMENT: VALUE, ...}}'
 _DECODER = json.JSONDecoder()
+_SPACE = re.compile(r"\s*")
+_WINDOW = 1024  # the first window a call is decoded in (it doubles until the decode's verdict lies inside it)
+_LOOKAHEAD = 64  # the decoder reads at most this far past where it stops (`-Infinity`, a `\\uXXXX` pair: 12)
+
+
+def _decode_at(text: str, at: int) -> tuple[Any, int]:
+    """`raw_decode` from `text[at]`: (value, where it ends in `text`), or the decoder's error with its position
+    counted from `at`. Decoded in windows of doubling length from `at`, kept once the verdict lies clear of the
+    window's end: a JSONDecodeError counts the lines before its position, so on the whole turn every failed call
+    would cost the length of the turn before it."""
+    size = _WINDOW
+    while True:
+        window = text[at : at + size]
+        whole = at + size >= len(text)
+        try:
+            obj, end = _DECODER.raw_decode(window)
+        except json.JSONDecodeError as e:
+            clear = e.pos < len(window) - _LOOKAHEAD and not e.msg.startswith("Unterminated string")
+            if whole or clear:
+                raise
+        except RecursionError:
+            raise  # as deep in the whole text as in its window
+        except ValueError:  # a number too long: the whole text holds at least as many digits
+            if whole:
+                raise
+        else:
+            if whole or end < len(window) - _LOOKAHEAD:
+                return obj, at + end
+        size *= 2
 
 
 def render(name: str, arguments: Mapping[str, Any]) -> str:
@@ -34,8 +64,8 @@ def parse_body(raw: str, schemas: Schemas = ()) -> ToolCall:
     """One call's JSON object (the text after its header); the schemas are not needed (JSON carries types)."""
     try:
         obj = json.loads(raw)
-    except json.JSONDecodeError as e:
-        return ToolCall(raw=raw, error=f"Error: the tool call is not valid JSON ({e.msg} at char {e.pos}).")
+    except JSON_ERRORS as e:
+        return ToolCall(raw=raw, error=f"Error: the tool call is not valid JSON ({json_error(e)}).")
     return _call(raw, obj)
 
 
@@ -53,18 +83,22 @@ def _call(raw: str, obj: Any) -> ToolCall:
 
 
 def parse_turn(text: str, schemas: Schemas = ()) -> list[ToolCall]:
-    """Every call of an assistant turn in order: a JSON object after each header."""
+    """Every call of an assistant turn in order: a JSON object after each header. Linear in the turn's length:
+    whitespace is skipped by a match at the header, not by copying the rest of the turn; each decode reads a
+    window of about what it reads (`_decode_at`); and when a decode runs on past later headers (inside its
+    strings), the decodes from those headers stop by the header after (a header outside a string is a syntax
+    error), so no stretch of the turn is read by more than two decodes."""
     calls: list[ToolCall] = []
     at = text.find(HEADER)
     while at >= 0:
         start = at + len(HEADER)
-        lead = len(text[start:]) - len(text[start:].lstrip())
+        lead = _SPACE.match(text, start).end() - start  # type: ignore[union-attr]  # \s* always matches
         try:
-            obj, end = _DECODER.raw_decode(text, start + lead)
-        except json.JSONDecodeError as e:
+            obj, end = _decode_at(text, start + lead)
+        except JSON_ERRORS as e:
             at = text.find(HEADER, start)
             raw = text[start : at if at >= 0 else len(text)].strip()
-            msg = f"Error: the tool call is not valid JSON ({e.msg} at char {e.pos - start - lead}); write it as"
+            msg = f"Error: the tool call is not valid JSON ({json_error(e)}); write it as"
             calls.append(ToolCall(raw=raw, error=f"{msg} {SHAPE}."))
             continue
         at = text.find(HEADER, end)

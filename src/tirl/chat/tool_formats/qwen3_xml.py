@@ -31,16 +31,19 @@ from collections.abc import Mapping
 from typing import Any
 
 from tirl.chat.tool_formats.base import (
+    JSON_ERRORS,
     TOOL_CALL_END,
     TOOL_CALL_START,
     Schemas,
     ToolCall,
     ToolFormat,
+    json_error,
     parameters_of,
 )
 
-_FUNCTION_RE = re.compile(r"<function=([^>\n]*)>(.*)</function>", re.DOTALL)
-_PARAMETER_RE = re.compile(r"\s*<parameter=([^>\n]*)>(.*?)</parameter>", re.DOTALL)
+FUNCTION_OPEN, FUNCTION_CLOSE = "<function=", "</function>"
+PARAMETER_OPEN, PARAMETER_CLOSE = "<parameter=", "</parameter>"
+_SPACE = re.compile(r"\s*")
 SHAPE = "<tool_call>\n<function=NAME>\n<parameter=KEY>\nVALUE\n</parameter>\n</function>\n</tool_call>"
 
 
@@ -64,36 +67,65 @@ def _decode(name: str, key: str, text: str, schema: Mapping[str, Any] | None) ->
         return text, None
     try:
         return json.loads(text), None
-    except json.JSONDecodeError:
+    except JSON_ERRORS as e:
         kind = (schema or {}).get("type")
-        return None, f"Error: parameter {key!r} of {name!r} must be a JSON {kind} value, got {text[:80]!r}."
+        why = "" if isinstance(e, json.JSONDecodeError) else f" ({json_error(e)})"
+        return (
+            None,
+            f"Error: parameter {key!r} of {name!r} must be a JSON {kind} value{why}, got {text[:80]!r}.",
+        )
+
+
+def _function(raw: str) -> tuple[str, str] | None:
+    """(name, inner text) of a `<function=NAME>INNER</function>` block that is all of `raw` (a name runs to the
+    first `>` and holds no newline), or None."""
+    gt = raw.find(">", len(FUNCTION_OPEN))
+    inner_end = len(raw) - len(FUNCTION_CLOSE)
+    if not raw.startswith(FUNCTION_OPEN) or not raw.endswith(FUNCTION_CLOSE) or not 0 <= gt < inner_end:
+        return None
+    name = raw[len(FUNCTION_OPEN) : gt]
+    return None if "\n" in name else (name, raw[gt + 1 : inner_end])
+
+
+def _parameters(inner: str) -> tuple[list[tuple[str, str]], int]:
+    """The `<parameter=KEY>VALUE</parameter>` blocks from the start of a function's inner text, whitespace
+    around them allowed: (key, raw value) pairs and where the last one ends. Each block is found with `find` from
+    the end of the one before, so the text is read once whatever it holds (an unclosed block ends the scan)."""
+    pairs, pos = [], 0
+    while True:
+        at = _SPACE.match(inner, pos).end()  # type: ignore[union-attr]  # \s* always matches
+        gt = inner.find(">", at + len(PARAMETER_OPEN))
+        if not inner.startswith(PARAMETER_OPEN, at) or gt < 0:
+            return pairs, pos
+        close = inner.find(PARAMETER_CLOSE, gt + 1)
+        key = inner[at + len(PARAMETER_OPEN) : gt]
+        if close < 0 or "\n" in key:
+            return pairs, pos
+        pairs.append((key, inner[gt + 1 : close]))
+        pos = close + len(PARAMETER_CLOSE)
 
 
 def parse_body(raw: str, schemas: Schemas = ()) -> ToolCall:
     """One call's `<function=NAME>...</function>` block (the text between the tool-call tags, stripped)."""
-    m = _FUNCTION_RE.fullmatch(raw)
-    if m is None:
-        what = "is not closed with </function>" if raw.startswith("<function=") else "has no <function=NAME>"
+    block = _function(raw)
+    if block is None:
+        what = "is not closed with </function>" if raw.startswith(FUNCTION_OPEN) else "has no <function=NAME>"
         return ToolCall(raw=raw, error=f"Error: the tool call {what}; write it as {SHAPE}.")
-    name, inner = m.group(1).strip(), m.group(2)
+    name, inner = block[0].strip(), block[1]
     if not name:
         return ToolCall(
             raw=raw, error=f"Error: the tool call has an empty function name; write it as {SHAPE}."
         )
     props = parameters_of(schemas).get(name, {})
     args: dict[str, Any] = {}
-    pos = 0
-    for p in _PARAMETER_RE.finditer(inner):
-        if p.start() != pos:
-            break
-        key, value = p.group(1).strip(), p.group(2)
-        value = value.removeprefix("\n").removesuffix("\n")
+    pairs, pos = _parameters(inner)
+    for key, value in pairs:
+        key, value = key.strip(), value.removeprefix("\n").removesuffix("\n")
         if key in args:
             return ToolCall(raw=raw, name=name, error=f"Error: parameter {key!r} of {name!r} is given twice.")
         args[key], err = _decode(name, key, value, props.get(key))
         if err:
             return ToolCall(raw=raw, name=name, error=err)
-        pos = p.end()
     if inner[pos:].strip():
         return ToolCall(
             raw=raw,

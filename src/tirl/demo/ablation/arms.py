@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import yaml
 
 from tirl.core.config import ConfigError, apply_overrides, from_dict, to_dict
+from tirl.core.yamlread import read_yaml_file
 
 if TYPE_CHECKING:
     from tirl.commands.run_config import TirlConfig
@@ -26,6 +27,10 @@ TRAINS = ("rl", "sft")  # what an arm trains up to, and whose model is evaluated
 STAGE_SETS = ("tiny", "smollm2")  # which demo's stages run the arms (`tirl.demo.ablation.runner.stage_set`)
 START_LABEL = "sft"  # the label of the shared SFT model's evaluation (Study.evaluate_start)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+# an arm's name is part of directory names (`eval-NAME`, `sft-NAME`, `rl-NAME`), which tirl stages as
+# `.eval-NAME.tirl-HOST-PID.XXXXXXXX.tmp`: 39 bytes around it, within a file system's 255 for one name
+MAX_NAME_CHARS = 100
+MAX_SEEDS = 1000
 _NEXT_KEY = re.compile(
     r",(?=\s*[A-Za-z_][\w.]*=)"
 )  # a comma that starts the next key=value (not one in [0.6,1])
@@ -45,6 +50,11 @@ class Arm:
     sft_data: str = ""
 
     def __post_init__(self) -> None:
+        if len(self.name) > MAX_NAME_CHARS:
+            raise ConfigError(
+                f"arm name {self.name[:20]!r}... has {len(self.name)} characters: at most {MAX_NAME_CHARS} (it names "
+                "the arm's directories)"
+            )
         if not _NAME.match(self.name) or self.name == START_LABEL:
             raise ConfigError(
                 f"arm name {self.name!r}: letters, digits, '.', '_' and '-', not starting with a punctuation mark, "
@@ -83,8 +93,8 @@ class Study:
             raise ConfigError(f"arm names must be unique, got {names}")
         if self.baseline and self.baseline not in names:
             raise ConfigError(f"--baseline {self.baseline!r} is not an arm; arms: {names}")
-        if self.seeds < 1:
-            raise ConfigError(f"--seeds must be >= 1, got {self.seeds}")
+        if not 1 <= self.seeds <= MAX_SEEDS:  # each seed trains every arm: more is a typo, not a study
+            raise ConfigError(f"--seeds must be 1-{MAX_SEEDS}, got {self.seeds}")
         if self.start not in STARTS:
             raise ConfigError(f"--start {self.start!r}; valid: {', '.join(STARTS)}")
         if self.train not in TRAINS or self.stages not in STAGE_SETS:
@@ -127,10 +137,7 @@ def _flatten(values: Mapping[str, Any], prefix: str = "") -> list[str]:
 def read_arms_file(path: str | Path) -> tuple[list[Arm], str]:
     """Arms (and an optional baseline) from YAML: `arms: {NAME: {key: value, ...}, ...}`, `baseline: NAME`."""
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as e:
-        raise ConfigError(f"--arms {path}: {e}") from None
+    data = read_yaml_file(path, "--arms")  # a key given twice (two arms of one name) is refused there
     if not isinstance(data, Mapping) or not isinstance(data.get("arms"), Mapping):
         raise ConfigError(f"--arms {path}: expected a mapping with 'arms: {{NAME: {{key: value}}, ...}}'")
     unknown = set(data) - {"arms", "baseline"}
@@ -138,9 +145,14 @@ def read_arms_file(path: str | Path) -> tuple[list[Arm], str]:
         raise ConfigError(f"--arms {path}: unknown keys {sorted(unknown)}; valid: arms, baseline")
     arms = []
     for name, values in data["arms"].items():
+        if not isinstance(name, str):  # `null:`, `~:`, `yes:` or `2024:` are YAML values, not names
+            kind = "null" if name is None else f"{type(name).__name__} {name!r}"
+            raise ConfigError(
+                f"--arms {path}: an arm name is read by YAML as {kind}, not text: quote it, or choose another"
+            )
         if values is not None and not isinstance(values, Mapping):
             raise ConfigError(f"--arms {path}: arm {name!r} must map keys to values")
-        arms.append(Arm(str(name), tuple(_flatten(values or {}))))
+        arms.append(Arm(name, tuple(_flatten(values or {}))))
     return arms, str(data.get("baseline") or "")
 
 

@@ -15,6 +15,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 import torch
 
+from tirl.data.lengths import MAX_CHARS_PER_TOKEN, text_chars
 from tirl.data.records import ProblemRow
 from tirl.rewards.scoring import Response, Score, score_responses
 from tirl.rewards.shaping import RewardConfig
@@ -95,6 +96,15 @@ def check_prompt_lengths(
     RL checks its rows with it too, after dropping those over agent.max_prompt_tokens."""
     if not max_positions:
         return
+    # characters: a prompt with more cannot fit, and is refused before it is tokenized (tirl.data.lengths)
+    most = max_positions * MAX_CHARS_PER_TOKEN
+    for i, r in enumerate(rows):
+        if text_chars(r.prompt, most) > most:
+            raise ValueError(
+                f"{what} row {i + 1} ({r.data_source} problem {r.problem_id}) has a prompt of more than {most} "
+                f"characters (not tokenized: a token covers at most {MAX_CHARS_PER_TOKEN}), past the model's "
+                f"{max_positions} positions (max_position_embeddings); shorten or drop the row"
+            )
     budget = agent.config.max_response_tokens
     over = [
         (i, r, n)

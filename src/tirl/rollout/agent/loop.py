@@ -22,6 +22,7 @@ import torch
 
 from tirl.chat.template import ChatRenderer
 from tirl.chat.tool_formats import ToolCall
+from tirl.core.config import MAX_CHARS, MAX_COUNT, MAX_TOKENS, check_counts
 from tirl.rollout.engines.base import Engine
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation, Origin, ToolCallRecord, Trajectory
@@ -63,6 +64,11 @@ class AgentConfig:
             )
         if self.max_prompt_tokens < 0:
             raise ValueError(f"max_prompt_tokens must be >= 0 (0 = no limit), got {self.max_prompt_tokens}")
+        check_counts(self, "agent", {
+            "max_turns": (1, MAX_COUNT), "max_response_tokens": (1, MAX_TOKENS),
+            "max_tokens_per_turn": (1, MAX_TOKENS), "max_tool_response_chars": (0, MAX_CHARS),
+            "max_calls_per_turn": (1, MAX_COUNT), "max_prompt_tokens": (0, MAX_TOKENS),
+        })  # fmt: skip
 
 
 def stop_token_ids(renderer: ChatRenderer, config: AgentConfig) -> list[int]:
@@ -182,8 +188,14 @@ def turn_calls(
     text: str, renderer: ChatRenderer, cfg: AgentConfig, schemas: Sequence[dict[str, Any]] = ()
 ) -> list[ToolCall]:
     """The calls of a turn that run, at most `max_calls_per_turn`; with `malformed_calls="drop"` the ones that do
-    not parse are dropped first, as verl's Hermes parser does."""
-    calls = renderer.parse_calls(text, schemas)
+    not parse are dropped first, as verl's Hermes parser does. A parser that raises (a format's bug: every
+    registered format turns what it cannot read into an error call) makes a turn that opens a call one malformed
+    call naming the exception, and any other turn an answer, so no text a model writes can end a rollout."""
+    try:
+        calls = renderer.parse_calls(text, schemas)
+    except Exception as e:  # noqa: BLE001 - the last guard between a model's text and the run
+        error = f"Error: the tool call could not be read ({type(e).__name__})."
+        calls = [ToolCall(raw=text, error=error)] if renderer.tool_format.start in text else []
     if cfg.malformed_calls == "drop":
         calls = [c for c in calls if c.error is None]
     return calls[: cfg.max_calls_per_turn]

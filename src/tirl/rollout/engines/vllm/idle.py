@@ -13,7 +13,8 @@ A stopped server outlives a trainer killed with SIGKILL: nothing continues it, s
 (the kernel's parent-death signal reaches only the group's leader, is held while it is stopped unless it is SIGKILL,
 and fires when the *thread* that started the server ends). So every managed server gets a watchdog (`launch`): a
 small process of its own, outside the server's group, that waits for the trainer to end (a pidfd on Linux) and then
-continues the group, terminates it and kills what is left after `STOP_GRACE_S`. `close()` ends the watchdog after
+continues the group, terminates it and kills what is left after `STOP_GRACE_S`, then removes the server's scratch
+directories it was given (its private socket directory). `close()` ends the watchdog after
 stopping the server itself. Run as a script, this module is that watchdog (standard library only).
 """
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,13 +75,16 @@ class ServerPause:
                     self.pauses += 1
 
 
-def launch(cmd: list[str], **popen: Any) -> tuple[subprocess.Popen, subprocess.Popen]:
+def launch(
+    cmd: list[str], scratch: tuple[str, ...] = (), **popen: Any
+) -> tuple[subprocess.Popen, subprocess.Popen]:
     """Start `cmd` as the leader of a process group of its own and a watchdog that stops the group when this process
-    dies (module docstring). Returns (server, watchdog); stop the server, then the watchdog (`end_watchdog`)."""
+    dies (module docstring), then removes the directories in `scratch`. Returns (server, watchdog); stop the server,
+    then the watchdog (`end_watchdog`)."""
     proc = subprocess.Popen(cmd, start_new_session=True, **popen)
     try:
         dog = subprocess.Popen(
-            [sys.executable, "-I", __file__, str(os.getpid()), str(proc.pid), str(STOP_GRACE_S)],
+            [sys.executable, "-I", __file__, str(os.getpid()), str(proc.pid), str(STOP_GRACE_S), *scratch],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, start_new_session=True,
         )  # fmt: skip
     except BaseException:
@@ -113,8 +118,9 @@ def stop_group(pgid: int, grace_s: float) -> None:
         os.killpg(pgid, signal.SIGKILL)
 
 
-def watch(trainer: int, pgid: int, grace_s: float) -> None:
-    """The watchdog: wait until `trainer` (this process's parent) is gone, then stop group `pgid`."""
+def watch(trainer: int, pgid: int, grace_s: float, scratch: list[str]) -> None:
+    """The watchdog: wait until `trainer` (this process's parent) is gone, then stop group `pgid` and remove the
+    directories in `scratch`."""
     try:
         fd: int | None = os.pidfd_open(trainer)
     except (AttributeError, OSError):  # not Linux >= 5.3, or the trainer is already gone
@@ -125,7 +131,9 @@ def watch(trainer: int, pgid: int, grace_s: float) -> None:
         elif select.select([fd], [], [], 1.0)[0]:
             break
     stop_group(pgid, grace_s)
+    for path in scratch:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 if __name__ == "__main__":
-    watch(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]))
+    watch(int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3]), sys.argv[4:])

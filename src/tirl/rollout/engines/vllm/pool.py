@@ -5,6 +5,8 @@ reached by `rollout.urls` (data-parallel replicas, each serving the same model w
 rank is a client (`VLLMPool`, an `OpenAIEngine`) of its share of them: with at least as many servers as ranks, every
 world-th server from its own index; with fewer, server `rank % servers`. Each rank sends its own prompt shard.
 Servers reached by URL are made to reload the run's starting weights first: one may come from another run.
+Every request carries the servers' key: the one rank 0's server was started with (broadcast to the other ranks), or
+for servers reached by URL the one in `$TIRL_VLLM_API_KEY` (docs/engines.md, "Who can reach the vLLM server").
 
 Weight sync is one call on every rank, `sync_weights(policy)` (collective). Rank 0 decides the path once
 (`rollout.vllm.sync`, `tirl.rollout.engines.vllm.sync`) and every rank follows it:
@@ -28,7 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import tempfile
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +43,7 @@ import torch.distributed as tdist
 from tirl.core.io import atomic_dir, atomic_write_json
 from tirl.rollout.engines.openai.engine import EngineError, OpenAIEngine, OpenAIEngineConfig
 from tirl.rollout.engines.vllm.engine import SERVED_NAME, VLLMEngine, VLLMEngineConfig
+from tirl.rollout.engines.vllm.ext.tirl_weight_receiver import KEY_ENV
 from tirl.rollout.engines.vllm.sync import ServerSync, policy_tensors
 from tirl.rollout.engines.vllm.weights import INDEX, ties_embeddings, untie, untied_copy
 
@@ -108,13 +113,15 @@ def write_streamed(model: torch.nn.Module, out_dir: Path, *, untie_embeddings: b
 class VLLMPool(ServerSync, OpenAIEngine):
     """This rank's client of the shared vLLM servers (module docstring); implements `tirl.rollout.engines.base.Engine`.
 
-    `owner`: the server this process started (rank 0 without `rollout.urls`), stopped by `close()`."""
+    `owner`: the server this process started (rank 0 without `rollout.urls`), stopped by `close()`; `key`: the
+    servers' key ("" = none)."""
 
     capabilities = VLLMEngine.capabilities
 
     def __init__(
-        self, urls: list[str], cfg: VLLMEngineConfig, *, model_name: str, owner: VLLMEngine | None = None
-    ) -> None:
+        self, urls: list[str], cfg: VLLMEngineConfig, *, model_name: str, owner: VLLMEngine | None = None,
+        key: str = "",
+    ) -> None:  # fmt: skip
         self.owner, self.all_urls, self.vcfg = owner, list(urls), cfg
         self.work_dir = (
             owner.work_dir if owner else Path(cfg.work_dir or tempfile.mkdtemp(prefix="tirl-vllm-"))
@@ -128,6 +135,9 @@ class VLLMPool(ServerSync, OpenAIEngine):
                 eos_ids=list(cfg.eos_ids), stop_ids=list(cfg.stop_ids),
             )
         )  # fmt: skip
+        self.use_key(owner.api_key if owner else key)
+        if owner is not None:
+            self._stream = owner._stream  # the listener its server's receiver is pinned to
 
     def _request(
         self,
@@ -229,7 +239,14 @@ def build_pool(cfg: VLLMEngineConfig, urls: list[str], model_name: str = "") -> 
     """Every rank's `VLLMPool`: over `urls` when given, else over the server rank 0 starts now (its URL, or why it
     did not start, is broadcast so that no rank waits for a server that will never come). Collective."""
     if urls:
-        pool = VLLMPool(urls, cfg, model_name=model_name or SERVED_NAME)
+        key = os.environ.get(KEY_ENV, "")
+        if not key and rank() == 0:
+            warnings.warn(
+                f"rollout.urls: no ${KEY_ENV} in the environment, so the servers are reached without a key; "
+                "whoever reaches them can replace their weights (docs/engines.md: Who can reach the vLLM server)",
+                stacklevel=2,
+            )
+        pool = VLLMPool(urls, cfg, model_name=model_name or SERVED_NAME, key=key)
         try:
             pool.serve_initial()
         except BaseException:
@@ -240,12 +257,12 @@ def build_pool(cfg: VLLMEngineConfig, urls: list[str], model_name: str = "") -> 
     if rank() == 0:
         try:
             owner = VLLMEngine(cfg)
-            started = ("ok", f"http://127.0.0.1:{owner.port}")
+            started = ("ok", f"http://127.0.0.1:{owner.port}", owner.api_key)
         except Exception as e:
-            started = ("error", str(e))
+            started = ("error", str(e), "")
             broadcast(started)
             raise
-    kind, value = broadcast(started)
+    kind, value, key = broadcast(started)
     if kind == "error":
         raise EngineError(f"rank 0 could not start the vLLM server: {value}")
-    return VLLMPool([value], cfg, model_name=SERVED_NAME, owner=owner)
+    return VLLMPool([value], cfg, model_name=SERVED_NAME, owner=owner, key=key)

@@ -11,13 +11,13 @@ loads them with its own in-place reload, the one the directory path uses, so bot
 without `--worker-extension-cls tirl_weight_receiver.WeightReceiver` still syncs. The stream needs the servers to
 reach the trainer (`rollout.vllm.sync_host`, 127.0.0.1 by default); the directory path needs a shared file system.
 
-Anyone who reaches the listener may connect, so a connection counts only once it has sent the sync's one-time token
-(compared in constant time). Handshakes run side by side, each with its own short deadline, and connections without
-the token are bounded, `MAX_PENDING` in all and `MAX_PENDING_PER_SOURCE` from one address (the fullest address
-makes room), so idle or slow strangers cannot use up the servers' window to connect. A flood of connections cannot
-push a receiver out either: each connection keeps its place for `GRACE_S` (a receiver on a loaded server may send
-its token a few hundred milliseconds after connecting), and while every held one is that young a newcomer is closed
-at once instead; a receiver closed before the stream began connects again (`tirl_weight_receiver.connect`).
+Who may load the weights: each server holds a key fixed when it started (`$TIRL_VLLM_API_KEY`; tirl generates one
+for the server it starts, a server reached by `rollout.urls` gets the one in the trainer's environment). The trainer
+signs every `tirl_receive_weights` call with it (an HMAC of the listener's address and the sync's one-time token),
+the receiver refuses an unsigned call, and it loads only from a listener that proves it holds the key
+(`tirl_weight_receiver`). A server tirl starts also takes weights only from the listener this trainer opened before
+starting it (`WeightStream`, on a port it keeps for the run). Who may receive them: a connection to the listener
+counts once it has sent the sync's token (`tirl.rollout.engines.vllm.stream_gate`, which also bounds the strangers).
 
 On GPUs the tensors cross the host here too (device -> host -> socket -> device): a correct path, not the fastest.
 NCCL between trainer and servers (vLLM's weight-transfer engines) is the GPU's fast path and is not built.
@@ -26,11 +26,9 @@ NCCL between trainer and servers (vLLM's weight-transfer engines) is the GPU's f
 from __future__ import annotations
 
 import contextlib
-import hmac
 import json
 import resource
 import secrets
-import selectors
 import socket
 import threading
 import time
@@ -42,10 +40,13 @@ from typing import Any
 import torch
 
 from tirl.models.loading import tied_aliases
+from tirl.rollout.engines.vllm.ext import tirl_vllm_auth as auth
 from tirl.rollout.engines.vllm.ext import tirl_weight_receiver as wire
+from tirl.rollout.engines.vllm.stream_gate import Gate, Limits
 from tirl.rollout.engines.vllm.weights import EMBED_SUFFIX, LM_HEAD
 
 RECEIVER_CLS = "tirl_weight_receiver.WeightReceiver"
+AUTH_MIDDLEWARE = "tirl_vllm_auth.RequireKey"
 RECEIVER_DIR = str(Path(wire.__file__).parent)
 WIRE_NAMES = {v: k for k, v in wire.DTYPES.items()}
 
@@ -53,6 +54,11 @@ WIRE_NAMES = {v: k for k, v in wire.DTYPES.items()}
 def receiver_args() -> list[str]:
     """The server arguments that give every vLLM worker the receiver (with `RECEIVER_DIR` on its PYTHONPATH)."""
     return ["--worker-extension-cls", RECEIVER_CLS]
+
+
+def auth_args() -> list[str]:
+    """The server arguments that make every route require the key (`tirl_vllm_auth`, from `RECEIVER_DIR`)."""
+    return ["--middleware", AUTH_MIDDLEWARE]
 
 
 def full_tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
@@ -127,12 +133,15 @@ Post = Callable[[str, dict[str, Any], float], Any]  # (url, collective_rpc body,
 
 
 class WeightStream:
-    """Rank 0's listener for `rollout.vllm.sync=memory` (module docstring); one per engine, reused for every sync."""
+    """Rank 0's listener for `rollout.vllm.sync=memory` (module docstring); one per engine, reused for every sync,
+    on one port for its whole life. `key`: the servers' key, which signs every load."""
 
-    def __init__(self, host: str = "127.0.0.1", *, accept_timeout_s: float = 120.0,
+    def __init__(self, host: str = "127.0.0.1", *, key: str, accept_timeout_s: float = 120.0,
                  handshake_timeout_s: float = HANDSHAKE_TIMEOUT_S, max_pending: int = MAX_PENDING,
                  max_pending_per_source: int = MAX_PENDING_PER_SOURCE, grace_s: float = GRACE_S) -> None:  # fmt: skip
-        self.host, self.accept_timeout_s = host, accept_timeout_s
+        if not key:
+            raise ValueError("WeightStream: the servers' key is empty")
+        self.host, self.key, self.accept_timeout_s = host, key, accept_timeout_s
         self.handshake_timeout_s, self.grace_s = handshake_timeout_s, grace_s
         if (
             min(accept_timeout_s, handshake_timeout_s) <= 0
@@ -147,16 +156,29 @@ class WeightStream:
         if soft != resource.RLIM_INFINITY:  # held connections must leave the trainer its descriptors (EMFILE)
             max_pending = min(max_pending, max(1, soft // 4))
         self.max_pending, self.max_pending_per_source = max_pending, min(max_pending_per_source, max_pending)
-        self._sock = socket.create_server((host, 0), backlog=LISTEN_BACKLOG)
+        self._sock: socket.socket | None = socket.create_server((host, 0), backlog=LISTEN_BACKLOG)
         self.port = self._sock.getsockname()[1]
+
+    @property
+    def address(self) -> str:
+        """`host:port`, what a server tirl starts is pinned to (`tirl_weight_receiver.TARGET_ENV`)."""
+        return f"{self.host}:{self.port}"
 
     def close(self) -> None:
-        self._sock.close()
+        if self._sock is not None:
+            self._sock.close()
 
     def _reopen(self) -> None:
+        """The listener closed and opened again on the same port: the connections still queued get a reset."""
+        assert self._sock is not None
         self._sock.close()
-        self._sock = socket.create_server((self.host, 0), backlog=LISTEN_BACKLOG)
-        self.port = self._sock.getsockname()[1]
+        try:
+            self._sock = socket.create_server((self.host, self.port), backlog=LISTEN_BACKLOG)
+        except OSError:
+            self._sock = None  # taken in between: every later sync says so
+
+    def _proof(self, token: str) -> Callable[[bytes], bytes]:
+        return lambda nonce: wire.stream_proof(self.key, token, nonce)
 
     def push(self, tensors: Iterable[tuple[str, torch.Tensor]], urls: list[str], workers: int, post: Post,
              rpc_timeout_s: float) -> StreamResult:  # fmt: skip
@@ -164,8 +186,15 @@ class WeightStream:
         its end, even after a failure, because under FSDP every rank's gathers must complete."""
         token = secrets.token_hex(16)
         res, t0 = StreamResult(), time.monotonic()
-        calls = [_Call(post, u, self.host, self.port, token, rpc_timeout_s, RECV_TIMEOUT_S) for u in urls]
-        conns = self._accept(workers, token, calls, res)
+        if self._sock is None:
+            res.error = (
+                f"the weight stream's port {self.address} was taken by another process; restart the run"
+            )
+            return res
+        args = [self.host, self.port, token, float(RECV_TIMEOUT_S)]
+        body = {"method": "tirl_receive_weights", "args": [*args, wire.call_mac(self.key, *args)]}
+        calls = [_Call(post, u, body, rpc_timeout_s) for u in urls]
+        conns = self._accept(self._sock, workers, token, calls, res)
         for name, t in tensors:
             if res.error:
                 continue
@@ -192,14 +221,13 @@ class WeightStream:
         res.seconds = time.monotonic() - t0
         return res
 
-    def _accept(self, workers: int, token: str, calls: list[_Call], res: StreamResult) -> list[socket.socket]:
-        """The receivers' connections. Every handshake runs side by side with the others (`_Gate`), with its own
+    def _accept(self, sock: socket.socket, workers: int, token: str, calls: list[_Call],
+                res: StreamResult) -> list[socket.socket]:  # fmt: skip
+        """The receivers' connections. Every handshake runs side by side with the others (`Gate`), with its own
         `handshake_timeout_s`: a stranger that sends nothing, too little or a wrong token is dropped and delays no
         one else."""
-        limits = _Limits(
-            self.max_pending, self.max_pending_per_source, self.handshake_timeout_s, self.grace_s
-        )
-        gate = _Gate(self._sock, token.encode(), limits)
+        limits = Limits(self.max_pending, self.max_pending_per_source, self.handshake_timeout_s, self.grace_s)
+        gate = Gate(sock, token.encode(), limits, self._proof(token))
         deadline = time.monotonic() + self.accept_timeout_s
         try:
             while len(gate.admitted) < workers:
@@ -223,151 +251,12 @@ class WeightStream:
         return gate.admitted
 
 
-@dataclass(frozen=True)
-class _Limits:
-    """What the gate holds: connections in all and per source address, seconds to send the token, and the time a
-    held connection keeps its place before it may be dropped to make room."""
-
-    most: int
-    most_per_source: int
-    timeout_s: float
-    grace_s: float
-
-
-@dataclass
-class _Pending:
-    """A connection that has not sent the whole token: where from, when it was accepted, and its bytes so far."""
-
-    source: str
-    opened: float
-    got: bytearray = field(default_factory=bytearray)
-
-
-class _Gate:
-    """The listener and each connection that has not sent the token yet, watched by one selector (oldest first in
-    `pending`, and per source address in `by_source`); `admitted` holds those that sent it, `dropped` counts the
-    others."""
-
-    def __init__(self, listener: socket.socket, secret: bytes, limits: _Limits) -> None:
-        self.listener, self.secret, self.limits = listener, secret, limits
-        self.pending: dict[socket.socket, _Pending] = {}
-        self.by_source: dict[str, dict[socket.socket, None]] = {}  # insertion order: oldest first
-        self.admitted: list[socket.socket] = []
-        self.dropped = 0
-        self.sel = selectors.DefaultSelector()
-        listener.setblocking(False)
-        self.sel.register(listener, selectors.EVENT_READ)
-
-    def settle(self, conn: socket.socket, ok: bool) -> None:
-        """`conn` admitted (it sent the token) or closed."""
-        if (entry := self.pending.pop(conn, None)) is not None:
-            self.sel.unregister(conn)
-            held = self.by_source[entry.source]
-            del held[conn]
-            if not held:
-                del self.by_source[entry.source]
-        if ok:
-            conn.setblocking(True)
-            conn.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8 << 20)
-            self.admitted.append(conn)
-        else:
-            conn.close()
-            self.dropped += 1
-
-    def poll(self, wait_s: float) -> None:
-        """Drop the connections past their deadline, then take what arrived within `wait_s`: the held connections'
-        bytes first (one that closed or sent its token frees its place), then the new connections."""
-        now = time.monotonic()
-        for conn in [c for c, p in self.pending.items() if p.opened + self.limits.timeout_s < now]:
-            self.settle(conn, False)
-        ready = [key.fileobj for key, _ in self.sel.select(timeout=wait_s)]
-        for conn in ready:
-            if conn is not self.listener and (entry := self.pending.get(conn)) is not None:
-                if (ok := _handshake(conn, entry.got, self.secret)) is not None:
-                    self.settle(conn, ok)
-        if self.listener in ready:
-            self._take_new()
-
-    def _take_new(self) -> None:
-        for conn, addr in _accept_ready(self.listener, self.limits.most):
-            entry = _Pending(str(addr[0]), time.monotonic())
-            if (ok := _handshake(conn, entry.got, self.secret)) is not None:  # a receiver sends it at once
-                self.settle(conn, ok)
-            elif self._make_room(entry.source, entry.opened):
-                self.pending[conn] = entry
-                self.by_source.setdefault(entry.source, {})[conn] = None
-                self.sel.register(conn, selectors.EVENT_READ)
-            else:
-                conn.close()
-                self.dropped += 1
-
-    def _make_room(self, source: str, now: float) -> bool:
-        """Whether a new connection from `source` may be held, dropping the oldest of its own address (at that
-        address's cap) or of the fullest one (at the cap in all) when that one has had `grace_s`. False: every
-        candidate is younger, and the newcomer is the one closed, so a flood cannot push out a receiver that is
-        about to send its token."""
-        limits = self.limits
-        if len(self.by_source.get(source, ())) >= limits.most_per_source:
-            held = self.by_source[source]
-        elif len(self.pending) >= limits.most:
-            held = max(self.by_source.values(), key=len)
-        else:
-            return True
-        oldest = next(iter(held))
-        if self.pending[oldest].opened + limits.grace_s > now:
-            return False
-        self.settle(oldest, False)
-        return True
-
-    def close(self) -> None:
-        for conn in list(self.pending):
-            self.settle(conn, False)
-        self.sel.close()
-
-
-def _accept_ready(sock: socket.socket, most: int) -> list[tuple[socket.socket, Any]]:
-    """The connections waiting on non-blocking listener `sock` (at most `most`), non-blocking themselves, with
-    their peers' addresses."""
-    out: list[tuple[socket.socket, Any]] = []
-    while len(out) < most:
-        try:
-            conn, addr = sock.accept()
-        except OSError:  # none left (BlockingIOError), or one reset before it was accepted
-            break
-        conn.setblocking(False)
-        out.append((conn, addr))
-    return out
-
-
-def _handshake(conn: socket.socket, got: bytearray, token: bytes) -> bool | None:
-    """Read what `conn` has sent of its handshake (`u32 length | token`) into `got`: True once the whole token is
-    in and matches (compared in constant time), False for a wrong length or token or a closed connection, None
-    while incomplete. Never reads past the token."""
-    want = wire.HEADER.size + len(token)
-    try:
-        chunk = conn.recv(want - len(got))
-    except (BlockingIOError, InterruptedError):
-        return None
-    except OSError:
-        return False
-    if not chunk:
-        return False
-    got += chunk
-    if len(got) >= wire.HEADER.size and wire.HEADER.unpack_from(got)[0] != len(token):
-        return False
-    if len(got) < want:
-        return None
-    return hmac.compare_digest(bytes(got[wire.HEADER.size :]), token)
-
-
 class _Call(threading.Thread):
-    """One server's `tirl_receive_weights` RPC, running while the stream is written."""
+    """One server's `tirl_receive_weights` RPC (`body`, signed), running while the stream is written."""
 
-    def __init__(self, post: Post, url: str, host: str, port: int, token: str, timeout_s: float,
-                 recv_timeout_s: float) -> None:  # fmt: skip
+    def __init__(self, post: Post, url: str, body: dict[str, Any], timeout_s: float) -> None:
         super().__init__(daemon=True, name=f"tirl-weight-rpc-{url}")
-        self.post, self.url, self.timeout_s = post, url, timeout_s
-        self.body = {"method": "tirl_receive_weights", "args": [host, port, token, recv_timeout_s]}
+        self.post, self.url, self.body, self.timeout_s = post, url, body, timeout_s
         self.error, self.result = "", None
         self.start()
 
@@ -379,13 +268,18 @@ class _Call(threading.Thread):
 
 
 def receiver_workers(post: Post, url: str) -> int:
-    """How many vLLM workers at `url` carry the receiver (0: none, the server lacks the worker extension)."""
+    """How many vLLM workers at `url` carry the receiver and a key (0: none; the server lacks the worker extension,
+    its key, or refuses the trainer's)."""
     try:
         out = post(url, {"method": "tirl_receiver_info"}, 30.0)
     except Exception:
         return 0
     results = out.get("results", []) if isinstance(out, dict) else []
-    return sum(1 for r in results if isinstance(r, dict) and r.get("wire_version") == wire.WIRE_VERSION)
+    return sum(
+        1
+        for r in results
+        if isinstance(r, dict) and r.get("wire_version") == wire.WIRE_VERSION and r.get("keyed")
+    )
 
 
 SYNC_RPC_TIMEOUT_S = 3600.0  # one streamed load; a dead server ends it at once (its connection drops)
@@ -394,15 +288,24 @@ SYNC_RPC_TIMEOUT_S = 3600.0  # one streamed load; a dead server ends it at once 
 class ServerSync:
     """Mixed into the vLLM engines (`VLLMEngine`, `VLLMPool`): how their `sync_weights` reaches the servers.
 
-    Expects `self.vcfg` (`sync`, `sync_host`), `self.untied`, `self._client` (httpx) and `self._request`."""
+    Expects `self.vcfg` (`sync`, `sync_host`), `self.untied`, `self._client` (httpx) and `self._request`; `use_key`
+    gives it the servers' key."""
 
     vcfg: Any
     untied: bool
     _client: Any
+    api_key: str = ""
     _sync_mode: str = ""
     _stream: WeightStream | None = None
     _workers: int = 0
     last_sync: StreamResult | None = None
+
+    def use_key(self, key: str) -> None:
+        """Every request to the servers carries `key` (`Authorization: Bearer`, `tirl_vllm_auth`), and it signs the
+        weight loads; "" = none (servers without a key: no in-memory sync)."""
+        self.api_key = key
+        if key:
+            self._client.headers["Authorization"] = auth.bearer(key).decode()
 
     def _post_rpc(self, url: str, body: dict[str, Any], timeout_s: float) -> Any:
         """`POST /collective_rpc` once, without retries: a retried load would wait for a stream already spent."""
@@ -424,17 +327,22 @@ class ServerSync:
             return self._sync_mode
         mode, workers = setting or self.vcfg.sync, 0
         if mode != "disk":
-            counts = {u: receiver_workers(self._post_rpc, u) for u in urls}
+            if not self.api_key and mode == "memory":
+                raise EngineError(
+                    f"rollout.vllm.sync=memory needs the servers' key in ${wire.KEY_ENV} (the trainer's "
+                    "environment), or set rollout.vllm.sync=disk (or auto)"
+                )
+            counts = {u: receiver_workers(self._post_rpc, u) if self.api_key else 0 for u in urls}
             missing = [u for u, n in counts.items() if n == 0]
             if missing and mode == "memory":
                 raise EngineError(
                     f"rollout.vllm.sync=memory, but the vLLM server(s) {', '.join(missing)} have no tirl weight "
-                    f"receiver: start them with PYTHONPATH={RECEIVER_DIR} and {' '.join(receiver_args())}, or set "
-                    "rollout.vllm.sync=disk (or auto)"
+                    f"receiver with the trainer's key: start them with {wire.KEY_ENV}=<key> PYTHONPATH={RECEIVER_DIR} "
+                    f"and {' '.join(receiver_args())}, or set rollout.vllm.sync=disk (or auto)"
                 )
             mode, workers = ("disk", 0) if missing else ("memory", sum(counts.values()))
         if mode == "memory" and self._stream is None:
-            self._stream = WeightStream(self.vcfg.sync_host)
+            self._stream = WeightStream(self.vcfg.sync_host, key=self.api_key)
         self._sync_mode, self._workers = mode, workers
         return mode
 

@@ -2,29 +2,45 @@
 
 Started with `--worker-extension-cls tirl_weight_receiver.WeightReceiver` and this directory on PYTHONPATH, every
 vLLM worker gains two methods the trainer calls through `POST /collective_rpc` (`VLLM_SERVER_DEV_MODE=1`):
-- `tirl_receiver_info()`: the wire version; the trainer's handshake (and how it counts the workers to expect);
-- `tirl_receive_weights(host, port, token, timeout_s)`: connect to the trainer, send the token (again on a new
-  connection while the trainer closes it before the stream begins, as its gate does under a flood of strangers),
-  read tensors frame by frame and feed them, as they arrive, to the worker's own
-  `reload_weights(weights_iterator=...)`: vLLM's in-place reload, the same one the directory path uses (stacked
-  q/k/v, tensor parallel sharding, repacking after load), so both paths serve the same weights. Nothing is written
-  to a file and the trainer never holds more than one tensor per frame.
+- `tirl_receiver_info()`: the wire version and whether the server holds a key; the trainer's handshake (and how it
+  counts the workers to expect);
+- `tirl_receive_weights(host, port, token, timeout_s, mac)`: connect to the trainer, send the token and a fresh
+  nonce (again on a new connection while the trainer closes it before the stream begins, as its gate does under a
+  flood of strangers), check the trainer's proof, read tensors frame by frame and feed them, as they arrive, to the
+  worker's own `reload_weights(weights_iterator=...)`: vLLM's in-place reload, the same one the directory path uses
+  (stacked q/k/v, tensor parallel sharding, repacking after load), so both paths serve the same weights. Nothing is
+  written to a file and the trainer never holds more than one tensor per frame.
 
-The wire: per tensor a frame `u32 header length | JSON header | raw bytes`, the header `{"name", "dtype", "shape"}`;
-a header `{"end": true}` closes the stream. Imports only the standard library and torch (vLLM's environment has both).
+Who may load weights: the key fixed when the server started (`$TIRL_VLLM_API_KEY`, which the trainer generates for
+the server it starts). A call is refused unless `mac` is the key's HMAC of (host, port, token, timeout_s), so a
+caller without the key can neither start a load nor point one at a listener of its own; a server started without a
+key refuses every call. A server tirl starts is also pinned to its trainer's listener (`$TIRL_VLLM_SYNC_ADDR`,
+`host:port`), and refuses any other. Before reading a frame the receiver checks that the listener knows the key: it
+must answer the receiver's nonce with the key's HMAC of (token, nonce), which whoever else took the port cannot.
+
+The wire: the receiver sends `u32 token length | token | 16-byte nonce`, the trainer answers with the 32-byte proof;
+then per tensor a frame `u32 header length | JSON header | raw bytes`, the header `{"name", "dtype", "shape"}`; a
+header `{"end": true}` closes the stream. Imports only the standard library and torch (vLLM's environment has both).
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
+import os
 import socket
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 
 import torch
 
-WIRE_VERSION = 1
+WIRE_VERSION = 2
+KEY_ENV = "TIRL_VLLM_API_KEY"  # the server's key, fixed at its start (tirl_vllm_auth reads the same)
+TARGET_ENV = "TIRL_VLLM_SYNC_ADDR"  # host:port, the only listener a server tirl starts takes weights from
+NONCE_BYTES = 16
+PROOF_BYTES = hashlib.sha256().digest_size
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 HEADER = struct.Struct("<I")
 MAX_HEADER = 1 << 20  # a header larger than this is not ours
@@ -67,32 +83,84 @@ def read_frames(sock: socket.socket) -> Iterator[tuple[str, torch.Tensor]]:
         )
 
 
-def open_stream(host: str, port: int, token: str, timeout_s: float) -> socket.socket:
-    """A connection to the trainer's weight stream, authenticated by the run's one-time token."""
+def call_mac(key: str, host: str, port: int, token: str, timeout_s: float) -> str:
+    """The key's HMAC of one `tirl_receive_weights` call: what the trainer signs and the receiver checks."""
+    msg = json.dumps(["tirl_receive_weights", host, port, token, timeout_s]).encode()
+    return hmac.new(key.encode(), msg, hashlib.sha256).hexdigest()
+
+
+def stream_proof(key: str, token: str, nonce: bytes) -> bytes:
+    """What the trainer's listener answers a receiver's nonce with: proof that it holds the key."""
+    return hmac.new(
+        key.encode(), b"tirl-weight-stream\0" + token.encode() + b"\0" + nonce, hashlib.sha256
+    ).digest()
+
+
+def check_call(
+    host: object,
+    port: object,
+    token: object,
+    timeout_s: object,
+    mac: object,
+    env: Mapping[str, str] = os.environ,
+) -> str:
+    """The server's key when the call may load weights (module docstring), else PermissionError (ValueError for
+    arguments of the wrong type). Never names the key."""
+    key = env.get(KEY_ENV, "")
+    if not key:
+        raise PermissionError(f"this vLLM server was started without ${KEY_ENV}: its weight receiver is off")
+    if not (
+        isinstance(host, str) and isinstance(token, str) and isinstance(mac, str)
+        and type(port) is int and type(timeout_s) in (int, float) and timeout_s > 0
+    ):  # fmt: skip
+        raise ValueError("tirl_receive_weights(host: str, port: int, token: str, timeout_s > 0, mac: str)")
+    want = call_mac(key, host, port, token, float(timeout_s))
+    if not hmac.compare_digest(mac.encode(), want.encode()):
+        raise PermissionError("tirl_receive_weights refused: the call is not signed with this server's key")
+    pinned = env.get(TARGET_ENV, "")
+    if pinned and pinned != f"{host}:{port}":
+        raise PermissionError(
+            f"tirl_receive_weights refused: this server takes weights only from {pinned} (${TARGET_ENV}), "
+            f"not {host}:{port}"
+        )
+    return key
+
+
+def open_stream(host: str, port: int, token: str, timeout_s: float) -> tuple[socket.socket, bytes]:
+    """A connection to the trainer's weight stream that has sent the run's one-time token and a fresh nonce."""
     sock = socket.create_connection((host, int(port)), timeout=timeout_s)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
-    raw = token.encode()
-    sock.sendall(HEADER.pack(len(raw)) + raw)
-    return sock
+    raw, nonce = token.encode(), os.urandom(NONCE_BYTES)
+    sock.sendall(HEADER.pack(len(raw)) + raw + nonce)
+    return sock, nonce
 
 
-def connect(host: str, port: int, token: str, timeout_s: float) -> socket.socket:
-    """`open_stream`, made again while the trainer closes the connection before the stream's first byte (its gate
-    closes a newcomer while a flood of strangers holds every place), for up to `timeout_s`. A trainer that gave up
-    has closed its port: the refused connection ends this at once, as does a timeout."""
+def connect(host: str, port: int, token: str, timeout_s: float, key: str) -> socket.socket:
+    """`open_stream`, made again while the trainer closes the connection before its proof (its gate closes a
+    newcomer while a flood of strangers holds every place), for up to `timeout_s`; returned once the listener has
+    proved it holds `key`, else PermissionError. A trainer that gave up has closed its port: the refused connection
+    ends this at once, as does a timeout."""
     deadline, wait = time.monotonic() + timeout_s, 0.02
     while True:
         sock = None
         try:
-            sock = open_stream(host, port, token, timeout_s)
-            if sock.recv(1, socket.MSG_PEEK):  # the first frame: admitted, the stream has begun
-                return sock
-        except (ConnectionResetError, BrokenPipeError):
-            pass  # closed by the trainer's gate before the token was read
+            sock, nonce = open_stream(host, port, token, timeout_s)
+            proof = recv_exact(sock, PROOF_BYTES)
+        except ConnectionRefusedError:
+            raise
+        except ConnectionError:  # reset or closed by the trainer's gate before the token was read
+            proof = b""
         except BaseException:
             if sock is not None:
                 sock.close()
             raise
+        if proof:
+            if hmac.compare_digest(proof, stream_proof(key, token, nonce)):
+                return sock
+            sock.close()
+            raise PermissionError(
+                f"the listener at {host}:{port} does not hold this server's key: not the trainer"
+            )
         if sock is not None:
             sock.close()
         if time.monotonic() + wait > deadline:
@@ -108,12 +176,13 @@ class WeightReceiver:
     """Mixed into vLLM's worker class by `--worker-extension-cls`; `self` is the worker."""
 
     def tirl_receiver_info(self) -> dict:
-        return {"wire_version": WIRE_VERSION}
+        return {"wire_version": WIRE_VERSION, "keyed": bool(os.environ.get(KEY_ENV))}
 
-    def tirl_receive_weights(self, host: str, port: int, token: str, timeout_s: float) -> int:
+    def tirl_receive_weights(self, host: str, port: int, token: str, timeout_s: float, mac: str) -> int:
         """Load the trainer's streamed weights in place; returns how many tensors arrived."""
+        key = check_call(host, port, token, timeout_s, mac)
         count = 0
-        with connect(host, port, token, timeout_s) as sock:
+        with connect(host, port, token, float(timeout_s), key) as sock:
 
             def counted() -> Iterator[tuple[str, torch.Tensor]]:
                 nonlocal count
