@@ -159,7 +159,7 @@ def _documented(page: str) -> dict[str, dict[str, str]]:
     (NAME, NAME)") and of the rest (""), from the page's rows; a variant section is filed under each name it gives."""
     out: dict[str, dict[str, str]] = {}
     for section in re.split(r"^### ", page, flags=re.M):
-        variant = re.match(r"`(task|rl\.loss|rl\.advantage)[\w.]*` \(([\w, ]+)\)", section)
+        variant = re.match(r"`(task|rl\.loss|rl\.advantage)[\w.]*` \(([\w, -]+)\)", section)
         rows = re.findall(r"^\| `([\w.]+)` \| `([^`]*)` \|", section, flags=re.M)
         names = [f"{variant.group(1)}:{n.strip()}" for n in variant.group(2).split(",")] if variant else [""]
         for name in names:
@@ -244,10 +244,14 @@ FOREIGN_KEYS = {"trainer.validation_data_dir"}  # verl's, named where tirl reads
 
 
 def test_documented_overrides_are_config_keys() -> None:
-    """Every dotted `key=value` in a documented command or an inline code span names a real config key."""
+    """Every dotted `key=value` in a documented command or an inline code span names a real config key (a task's
+    own `task.*` options included)."""
     from tirl.commands.run_config import TirlConfig
+    from tirl.tasks import load_task, task_names
 
     keys = config_keys(TirlConfig())
+    for name in task_names():
+        keys |= config_keys(load_task(name).options(name=name), "task.")
     commands = [c for page in PAGES for c in documented_commands(page.read_text())]
     prose = [span for page in PAGES for span in re.findall(r"`([^`\n]+)`", page.read_text())]
     dotted = {

@@ -98,7 +98,7 @@ def test_temperatures_are_compared_pairwise_and_by_envelope() -> None:
     )
     report = analyze_runs([a, b], CFG)
     conditions = [c["condition"] for c in report["sources"]["synthetic"]["comparisons"]]
-    assert conditions == ["T=0.6", "T=1", "best T per k (envelope)"]
+    assert conditions == ["T=0.6", "T=1", "best T per k on the test set (envelope, an upper bound)"]
 
 
 def test_unequal_sample_counts_are_a_clear_error() -> None:

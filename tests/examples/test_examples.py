@@ -132,4 +132,7 @@ def test_a_bad_task_fails_at_start_naming_it(capsys):
     assert main(["rl", "task=nosuch"]) == 2
     err = capsys.readouterr().err
     assert "task 'examples.nope:task': cannot import 'task' from 'examples.nope'" in err
-    assert "unknown task 'nosuch'; valid: arith, gsm8k or package.module:attribute" in err
+    assert (
+        "unknown task 'nosuch'; valid: arith, gsm8k, gsm8k-fewshot, gsm8k-no-tool or package.module:attribute"
+        in err
+    )

@@ -238,7 +238,8 @@ def _add_stitch_parser(data: argparse._SubParsersAction) -> None:
         choices=STYLES,
         default="code",
         help="code: one call with every step, the prose dropped (default); text: the solution's sentences kept, "
-        "one call per step where its annotation stood",
+        "one call per step where its annotation stood; plain: the sentences alone, annotations removed, no tool "
+        "(the no-tool arm, task gsm8k-no-tool)",
     )
     p.set_defaults(fn=_cmd_data)
 

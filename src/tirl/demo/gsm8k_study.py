@@ -4,9 +4,9 @@ to finish in minutes (`configs/study-smollm2-gsm8k.yaml`, docs/gsm8k.md, "The st
 Stages, each reused when made from the same inputs (`tirl.demo.reuse`); the training stages save checkpoints and
 continue from the newest one when a run stopped midway (`train_stage(resumable=True)`):
 1. data (`study_rows`): the held-out test problems; of the train split (all within `task.levels`, disjoint, fixed
-   by seed) the RL candidates (`task.num_rl`), a validation slice (`task.num_val`) and, of the others, the first
-   `task.num_sft` that stitch in both styles (code: one call, no prose; text: the solution's sentences around one
-   call per step), so the two SFT sets cover the same problems;
+   by the split seed: `task.split_seed`, or `seed` when it is -1) the RL candidates (`task.num_rl`), a validation
+   slice (`task.num_val`) and, of the others, the first `task.num_sft` that stitch in both styles (code: one call,
+   no prose; text: the solution's sentences around one call per step), so the two SFT sets cover the same problems;
 2. SFT from the base on each style's rows, each evaluated on the validation slice (`VAL_N` samples): the
    style with the higher pass@1 is the start (a tie: code). Chosen on train problems, never on test ones;
 3. filter: the chosen SFT model samples `FILTER_K` answers per RL candidate at the rollout temperature, and the
@@ -29,10 +29,18 @@ from pathlib import Path
 from typing import Any
 
 from tirl.commands.run_config import TirlConfig
-from tirl.core.config import save_config
+from tirl.core.config import save_config, to_dict
 from tirl.core.logging import console
 from tirl.data import read_rows, write_rows
-from tirl.demo.reuse import SAMPLE_KEYS, Stage, config_inputs, every_weight, files_fingerprint, rows_input
+from tirl.demo.reuse import (
+    SAMPLE_KEYS,
+    Stage,
+    config_inputs,
+    digest,
+    every_weight,
+    files_fingerprint,
+    rows_input,
+)
 from tirl.demo.smollm2 import Run, _earlier_times, ensure_smollm2, eval_stage, print_table, timed, train_stage
 
 FILTER_K = 4  # answers per RL candidate: rates 0, 1/4, 1/2, 3/4, 1
@@ -43,16 +51,31 @@ TRANSFER_LEVELS = (1, 2)
 STYLES = ("code", "text")
 
 
+def data_inputs(cfg: TirlConfig) -> dict[str, str]:
+    """The data stage's inputs: the task's options but `task.split_seed`, the seed that fixes the splits as
+    `config seed`, and `agent.*` (the cut of the tool outputs). A config that leaves `task.split_seed` at -1 records
+    what it recorded before the key existed, and a seed trained on another seed's split (`seed=1
+    task.split_seed=0`) has that seed's data inputs."""
+    from tirl.tasks.gsm8k import split_seed
+
+    task = {k: v for k, v in to_dict(cfg.task).items() if k != "split_seed"}
+    return {
+        "config task": digest(task),
+        "config seed": digest(split_seed(cfg.task, cfg.seed)),
+        **config_inputs(cfg, ("agent",)),
+    }
+
+
 def study_rows(cfg: TirlConfig, out: Path) -> dict[str, list[dict[str, Any]]]:
     """The study's splits (module docstring), written to OUT/data/; reused when already written for the same
-    task options and seed (the stitched rows come from the sandbox and are identical on a rerun)."""
+    task options and split seed (the stitched rows come from the sandbox and are identical on a rerun)."""
     from tirl.data.benchmarks import gsm8k_id, gsm8k_records
     from tirl.sandbox import build_sandbox
     from tirl.tasks.gsm8k import WORDING, gsm8k_rows, study_splits
     from tirl.tasks.stitch import StitchConfig, stitch_rows
 
     data = out / "data"
-    stage = Stage("data", data / "sft-code.jsonl", config_inputs(cfg, ("task", "seed", "agent")))
+    stage = Stage("data", data / "sft-code.jsonl", data_inputs(cfg))
     names = ("test", "val", "rl-candidates", *(f"sft-{s}" for s in STYLES))
     if stage.reusable(all((data / f"{n}.jsonl").is_file() for n in names)):
         return {n: read_rows(data / f"{n}.jsonl") for n in names}

@@ -9,9 +9,15 @@ correct / incorrect, the lucky-guess audit of correct answers, and the reasoning
 answer and whether correct answers make fewer calls than wrong ones on the same problem (`reasoning_mode`).
 
 Choices worth knowing: the envelope picks each k's best temperature on the full data and then bootstraps with
-that choice fixed (so its interval ignores the selection; it is optimistic by construction). Samples of
+that choice fixed (so its interval ignores the selection; it is optimistic by construction, labelled an upper
+bound; temperatures chosen on a validation slice are `tirl.eval.selection`'s). Samples of
 different temperatures are never pooled into one pass@k; the envelope comparison's solvable sets pool them
 ("solved at any temperature").
+
+A counts-only run (tirl.eval.counts) gives each problem c correct then n - c wrong grades: pass@k, Cover@tau, the
+histogram, the envelope and the comparisons need only n and c. What needs the samples (maj@k and verl's bootstrap
+estimators need the answers; tool use, the reasoning mode and the audit the responses) is skipped for it, never
+computed from the placeholder grades: its model blocks list them under "skipped", its run carries a note.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from tirl.eval.bootstrap import (
     paired_difference,
     resample_weights,
 )
+from tirl.eval.counts import count_groups, temperature_key
 from tirl.eval.metrics import default_ks, maj_at_k, pass_at_k_table
 from tirl.eval.reasoning_mode import reasoning_mode
 from tirl.eval.samples import Run, Sample
@@ -61,11 +68,12 @@ class AnalysisConfig:
 
 @dataclass
 class Table:
-    """One model's samples on one data source at one temperature: (P, n) grades, answers per problem."""
+    """One model's samples on one data source at one temperature: (P, n) grades, answers per problem (None for a
+    counts-only run, whose grades are c correct then n - c wrong: they cannot be cut to fewer samples)."""
 
     ids: list[str]
     correct: np.ndarray  # (P, n) bool
-    answers: list[list[str | None]]
+    answers: list[list[str | None]] | None
 
     @property
     def n(self) -> int:
@@ -74,15 +82,20 @@ class Table:
     def subset(self, ids: Sequence[str], n: int) -> Table:
         pos = {pid: i for i, pid in enumerate(self.ids)}
         rows = [pos[pid] for pid in ids]
+        if self.answers is None:
+            if n < self.n:  # the first n of c-then-wrong grades are not a sample of them
+                raise ValueError(f"counts-only grades (n={self.n}) cannot be cut to {n} samples")
+            return Table(list(ids), self.correct[rows], None)
         return Table(list(ids), self.correct[rows, :n], [self.answers[r][:n] for r in rows])
-
-
-def temperature_key(t: float | None) -> str:
-    return "unknown" if t is None else f"{t:g}"
 
 
 def build_tables(run: Run) -> dict[str, dict[str, Table]]:
     """source -> temperature key -> Table; every problem must have the same number of samples."""
+    if run.counts is not None:
+        tables: dict[str, dict[str, Table]] = defaultdict(dict)
+        for (source, tkey), (ids, n, c) in count_groups(run.counts, run.path).items():
+            tables[source][tkey] = Table(ids, np.arange(n)[None, :] < c[:, None], None)  # (P, n)
+        return tables
     groups: dict[tuple[str, str], dict[str, list[Sample]]] = defaultdict(lambda: defaultdict(list))
     for s in run.samples:
         r = s.record
@@ -157,7 +170,7 @@ def model_block(table: Table, cfg: AnalysisConfig, source: str | None = None) ->
     counts = table.correct.sum(axis=1)
     pk = pass_at_k_table(n, counts)
     w = resample_weights(P, cfg.num_resamples, cfg.seed)
-    maj_ks, maj, maj_se = _maj_table(table, cfg, source)
+    maj_ks, maj, maj_se = _maj_table(table, cfg, source) if table.answers is not None else ([], None, None)
     taus = np.asarray(cfg.taus)
     cover = (counts[:, None] / n >= taus[None, :] - 1e-12).astype(np.float64)  # (P, len(taus))
     block = {
@@ -167,15 +180,20 @@ def model_block(table: Table, cfg: AnalysisConfig, source: str | None = None) ->
         "ks": list(range(1, n + 1)),
         "pass@k": bootstrap_curve(pk, w, level=cfg.level).to_dict(),
         "maj_ks": maj_ks,
-        "maj@k": {
-            **bootstrap_curve(maj, w, level=cfg.level).to_dict(),
-            "mc_stderr": (np.sqrt((maj_se**2).sum(axis=0)) / P).tolist(),
-        },
+        "maj@k": {"mean": [], "lo": [], "hi": [], "mc_stderr": []},
         "cover": {"taus": list(cfg.taus), **bootstrap_curve(cover, w, level=cfg.level).to_dict()},
-        "verl_bootstrap": verl_block(table, maj_ks),
+        "verl_bootstrap": {"ks": [], "best@k": [], "maj@k": []},
         "histogram": _histogram(counts, n),
         "solved_ids": [pid for pid, c in zip(table.ids, counts, strict=True) if c > 0],
     }
+    if table.answers is None:  # counts only: empty curves, never ones computed from placeholder answers
+        block["skipped"] = ["maj@k", "verl_bootstrap"]
+    else:
+        block["maj@k"] = {
+            **bootstrap_curve(maj, w, level=cfg.level).to_dict(),
+            "mc_stderr": (np.sqrt((maj_se**2).sum(axis=0)) / P).tolist(),
+        }
+        block["verl_bootstrap"] = verl_block(table, maj_ks)
     return block, pk
 
 
@@ -194,7 +212,7 @@ def envelope(
         pos = {pid: i for i, pid in enumerate(t.ids)}
         per_t[tkey] = (
             pks[tkey][[pos[pid] for pid in common], :n]
-            if t.n == n
+            if t.n == n or t.answers is None  # counts only: the estimator of its full n (cannot subsample)
             else pass_at_k_table(n, t.subset(common, n).correct.sum(axis=1))
         )
     tkeys = sorted(per_t)
@@ -208,6 +226,7 @@ def envelope(
         "n": n,
         "ks": list(range(1, n + 1)),
         "temperatures": tkeys,
+        "note": "each k's temperature chosen on these same problems: an upper bound, never a verdict",
         "best_temperature": [tkeys[b] for b in best],
         "pass@k": bootstrap_curve(values, w, level=cfg.level).to_dict(),
     }
@@ -357,6 +376,9 @@ def _model_entry(
     return entry, curves
 
 
+UPPER_BOUND = "best T per k on the test set (envelope, an upper bound)"
+
+
 def conditions(temps_a: Sequence[str], temps_b: Sequence[str]) -> list[tuple[str, str, str]]:
     """(name, base key, other key) to compare: each shared temperature (else each model's first one), plus the
     envelope when either model has several temperatures."""
@@ -367,20 +389,23 @@ def conditions(temps_a: Sequence[str], temps_b: Sequence[str]) -> list[tuple[str
     if len(temps_a) > 1 or len(temps_b) > 1:
         env_a = "envelope" if len(temps_a) > 1 else temps_a[0]
         env_b = "envelope" if len(temps_b) > 1 else temps_b[0]
-        pairs.append(("best T per k (envelope)", env_a, env_b))
+        pairs.append((UPPER_BOUND, env_a, env_b))
     return pairs
 
 
 def _source_entry(
-    source: str, tables: dict[str, dict[str, dict[str, Table]]], labels: list[str], cfg: AnalysisConfig
+    source: str,
+    tables: dict[str, dict[str, dict[str, Table]]],
+    labels: list[str],
+    pairs: list[tuple[str, str]],
+    cfg: AnalysisConfig,
 ) -> dict:
     entry: dict = {"models": {}, "comparisons": []}
     curves: dict[str, dict[str, Curves]] = {}
     for label in labels:
         if tables[label].get(source):
             entry["models"][label], curves[label] = _model_entry(tables[label][source], cfg, source)
-    base = labels[0]
-    for other in labels[1:]:
+    for base, other in pairs:
         if base not in curves or other not in curves:
             continue
         temps_a = [t for t in curves[base] if t != "envelope"]
@@ -390,11 +415,17 @@ def _source_entry(
     return entry
 
 
-def analyze_runs(runs: Sequence[Run], cfg: AnalysisConfig) -> dict:
-    """The whole report; runs[0] is the baseline every other run is compared with."""
+def analyze_runs(
+    runs: Sequence[Run], cfg: AnalysisConfig, pairs: list[tuple[str, str]] | None = None
+) -> dict:
+    """The whole report; runs[0] is the baseline every other run is compared with, unless `pairs` names the
+    (base, other) labels to compare (over seeds: each seed's models with the same seed's baseline)."""
     labels = [r.label for r in runs]
+    pairs = [(labels[0], other) for other in labels[1:]] if pairs is None else pairs
     if len(set(labels)) != len(labels):
-        raise ValueError(f"model labels must be distinct, got {labels} (use --labels)")
+        raise ValueError(
+            f"model labels must be distinct, got {labels} (use --labels; --seeds pools runs of a label)"
+        )
     tables = {r.label: build_tables(r) for r in runs}
     sources = sorted({s for t in tables.values() for s in t})
     run_meta = [
@@ -402,7 +433,7 @@ def analyze_runs(runs: Sequence[Run], cfg: AnalysisConfig) -> dict:
             "label": r.label,
             "path": r.path,
             "kind": r.kind,
-            "samples": len(r.samples),
+            "samples": r.num_samples,
             "tokenizer": r.tokenizer_path,
             "notes": r.notes,
         }
@@ -416,27 +447,28 @@ def analyze_runs(runs: Sequence[Run], cfg: AnalysisConfig) -> dict:
             "baseline": labels[0],
         },
         "models": labels,
-        "sources": {src: _source_entry(src, tables, labels, cfg) for src in sources},
+        "sources": {src: _source_entry(src, tables, labels, pairs, cfg) for src in sources},
     }
     report["findings"] = [
         f"[{src}] {crossover_sentence(c)}" for src, e in report["sources"].items() for c in e["comparisons"]
     ]
+    sampled = [r for r in runs if r.counts is None]  # a counts-only run has no samples (its note says so)
     report["tool_use"] = {
         r.label: {
             src: tool_block([s for s in r.samples if s.record.data_source == src])
             for src in sorted({s.record.data_source for s in r.samples})
         }
-        for r in runs
+        for r in sampled
     }
     report["reasoning_mode"] = {  # tool calls per answer against accuracy (`tirl.eval.reasoning_mode`)
         r.label: reasoning_mode(
             [s.record for s in r.samples], num_resamples=cfg.num_resamples, seed=cfg.seed, level=cfg.level
         )  # fmt: skip
-        for r in runs
+        for r in sampled
     }
     report["audit"] = {
         r.label: audit_block(r.samples, cfg)
-        for r in runs
+        for r in sampled
         if any(s.reasoning or s.raw_output for s in r.samples)
     }
     return report

@@ -30,26 +30,39 @@ def run_analyze(
     tokenizer: str | None = None,
     config: AnalysisConfig | None = None,
     viewer: bool = True,
+    validation: Sequence[str | Path] | None = None,
+    seeds: Sequence[str] | None = None,
 ) -> dict:
-    """Analyse the runs (the first is the baseline); returns the report dict (with "seconds" per phase)."""
+    """Analyse the runs (the first is the baseline); returns the report dict (with "seconds" per phase).
+    `validation`: one validation run per run, to choose temperatures on; `seeds`: one seed per run, to pool over
+    (`tirl.eval.selection_report`)."""
     from tirl.eval.analysis import AnalysisConfig, analyze_runs
     from tirl.eval.samples import load_run
+    from tirl.eval.selection_report import add_sections, plan_runs
 
     if not paths:
         raise ValueError("analyze needs at least one run")
     if labels is not None and len(labels) != len(paths):
         raise ValueError(f"--labels gives {len(labels)} names for {len(paths)} runs")
+    if validation is not None and len(validation) != len(paths):
+        raise ValueError(
+            f"--choose-temperature-on gives {len(validation)} validation runs for {len(paths)} runs"
+        )
     cfg = config or AnalysisConfig()
     out = Path(out_dir)
     times = {}
     t0 = time.time()
     runs = [load_run(p, labels[i] if labels else None) for i, p in enumerate(paths)]
+    val = [load_run(p, runs[i].label) for i, p in enumerate(validation)] if validation is not None else None
+    plan = plan_runs(runs, val, None if seeds is None else list(seeds))
+    runs = plan.runs
     for r in runs:
         if r.tokenizer_path is None and tokenizer:
             r.tokenizer_path = tokenizer
     times["load"] = time.time() - t0
     t0 = time.time()
-    report = analyze_runs(runs, cfg)
+    report = analyze_runs(runs, cfg, plan.pairs)
+    add_sections(report, plan, cfg)
     times["analysis"] = time.time() - t0
     with staged_contents(out) as stage:
         _write_outputs(report, runs, stage, times, viewer=viewer)

@@ -1,7 +1,8 @@
 """Evaluation: n samples per problem through the agent loop, one record per sample, summaries per data source.
 
 Records are flat dicts (see `SampleRecord`), written as JSONL next to the full trajectories so that later analysis
-(pass@k curves, solvable sets, tool-use statistics) never needs to re-run the model.
+(pass@k curves, solvable sets, tool-use statistics) never needs to re-run the model; the per-problem correct counts
+beside them (`counts.jsonl`) are small enough to commit, and pass@k with its intervals recomputes from them alone.
 
 Every prompt must leave room for the response within the model's positions (`max_position_embeddings`): a row
 whose prompt plus `agent.max_response_tokens` would run past them is an error naming the row, raised before any
@@ -24,6 +25,7 @@ from tirl.core.io import atomic_write_json, atomic_write_jsonl
 from tirl.core.progress import progress
 from tirl.data.records import ProblemRow, problem_rows
 from tirl.eval.answers import canonical_answers
+from tirl.eval.counts import COUNTS_FILE, counts_from_records, write_counts
 from tirl.eval.metrics import default_ks, summarize
 from tirl.eval.verl_metrics import bootstrap_summary
 from tirl.rewards.shaping import RewardConfig
@@ -229,15 +231,17 @@ def render_generations(trajs: Sequence[Trajectory], tokenizer: Any, k: int) -> s
 def write_eval(
     out_dir: str | Path, records: Sequence[SampleRecord], trajs: Sequence[Trajectory], summary: dict[str, Any]
 ) -> Path:
-    """records.jsonl, trajectories.jsonl and summary.json: all three or none. Each is written under a staging name
-    first and renamed into place once all three are written, the summary last, so a full disk never leaves records
-    without their summary (nor beside an earlier evaluation's, which is removed first)."""
+    """records.jsonl, trajectories.jsonl, counts.jsonl (per-problem correct counts, `tirl.eval.counts`) and
+    summary.json: all four or none. Each is written under a staging name first and renamed into place once all are
+    written, the summary last, so a full disk never leaves records without their summary (nor beside an earlier
+    evaluation's, which is removed first)."""
     out = Path(out_dir)
     staged: list[tuple[Path, Path]] = []
     try:
         for name, write, data in (
             ("records.jsonl", atomic_write_jsonl, [asdict(r) for r in records]),
             ("trajectories.jsonl", atomic_write_jsonl, [t.to_dict() for t in trajs]),
+            (COUNTS_FILE, write_counts, counts_from_records(records)),
             ("summary.json", atomic_write_json, summary),
         ):
             staged.append((write(out / f".{name}.staged", data), out / name))

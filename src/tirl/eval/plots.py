@@ -29,15 +29,22 @@ def _curves(ax, entry: dict, key: str, xs_key: str, *, log: bool) -> None:
         color = f"C{i}"
         for j, (tkey, b) in enumerate(sorted(m["temperatures"].items())):
             c = b[key]
+            if not b[xs_key]:  # maj@k of a counts-only run: skipped, nothing to draw
+                continue
             style = ["-", "--", ":", "-."][j % 4]
             ax.plot(b[xs_key], c["mean"], style, color=color, marker="o", ms=3, label=f"{label} T={tkey}")
             ax.fill_between(b[xs_key], c["lo"], c["hi"], color=color, alpha=0.15)
         if key == "pass@k" and "envelope" in m:
             e = m["envelope"]
             ax.plot(
-                e["ks"], e["pass@k"]["mean"], color=color, lw=2.5, alpha=0.6, label=f"{label} best T per k"
+                e["ks"],
+                e["pass@k"]["mean"],
+                color=color,
+                lw=2.5,
+                alpha=0.6,
+                label=f"{label} best T per k on test (upper bound)",
             )
-    if log:
+    if log and ax.lines:  # a log axis without data cannot place its ticks
         _log_k_axis(ax)
     ax.set_ylim(-0.02, 1.02)
 

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tirl.eval.analysis import crossover_sentence
 from tirl.eval.metrics import default_ks
+from tirl.eval.selection_report import render_sections
 
 _CSS = """body{font:14px/1.45 system-ui,sans-serif;margin:1em 2em;color:#222;max-width:1200px}
 table{border-collapse:collapse;margin:.5em 0 1em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
@@ -64,7 +65,7 @@ def _model_tables(entry: dict) -> str:
             ks = default_ks(e["n"])
             rows = [[f"pass@{k}", e["best_temperature"][k - 1], _ci(e["pass@k"], k - 1)] for k in ks]
             parts.append(
-                f"<h4>{_e(label)}: best temperature per k (envelope)</h4>"
+                f"<h4>{_e(label)}: best temperature per k on the test set (envelope: an upper bound, not a verdict)</h4>"
                 + _table(["k", "best T", "pass@k %"], rows)
             )
     return "".join(parts)
@@ -174,6 +175,7 @@ def render_report(report: dict, figures: dict[str, list[tuple[str, Path]]], *, v
         if viewer
         else "",
         "<h2>Findings</h2><ul>" + "".join(f"<li>{_e(f)}</li>" for f in report["findings"]) + "</ul>",
+        render_sections(report),  # validation-chosen temperatures, pooled seeds (when asked for)
     ]
     for src, entry in report["sources"].items():
         body.append(f"<h2>Data source {_e(src)}</h2>")

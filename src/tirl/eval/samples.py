@@ -1,4 +1,5 @@
-"""Load evaluated samples for the analysis: a `tirl eval` directory or a verl / Open-AgentRL validation dump.
+"""Load evaluated samples for the analysis: a `tirl eval` directory, a verl / Open-AgentRL validation dump, or a
+counts file (`counts.jsonl`, `NAME.counts.jsonl`, or an eval directory holding counts.jsonl without records.jsonl).
 
 tirl eval directories hold `records.jsonl` (one `SampleRecord` per line, the schema in docs/eval-records.md)
 and `trajectories.jsonl` (the full `Trajectory` of each record, same order). verl's trainer, with
@@ -9,6 +10,7 @@ problem = identical input text (id: a hash of it, so two dumps of one validation
 when present, else score > 0; answer = `pred` when present, else the last \\boxed{} of the output; tool calls =
 `<tool_call>` blocks, tool errors = `<tool_response>` blocks containing a traceback or "Error" (a heuristic:
 verl does not record execution status). Response tokens, temperature and stop reason are unknown there (None).
+A counts file (tirl.eval.counts) is a run without samples: only its per-problem correct counts (`Run.counts`).
 
 Not here: computing any metric (see analysis.py).
 """
@@ -25,6 +27,14 @@ from typing import Any
 
 from tirl.core.config import read_config_file
 from tirl.eval.answers import extract_answer
+from tirl.eval.counts import (
+    COUNTS_FILE,
+    COUNTS_SUFFIX,
+    ProblemCount,
+    counts_from_records,
+    is_counts_file,
+    read_counts,
+)
 from tirl.eval.evaluate import SampleRecord
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)
@@ -66,10 +76,15 @@ class Sample:
 class Run:
     label: str
     path: str
-    kind: str  # "tirl" | "verl"
+    kind: str  # "tirl" | "verl" | "counts"
     samples: list[Sample]
     tokenizer_path: str | None = None  # where the run's tokenizer lives, when known
     notes: list[str] = field(default_factory=list)
+    counts: list[ProblemCount] | None = None  # a counts-only run (no samples): its per-problem correct counts
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.samples) if self.counts is None else sum(c.n for c in self.counts)
 
 
 def _last_user_message(prompt: Any) -> str | None:
@@ -124,10 +139,17 @@ def _read_jsonl(path: Path, *, trajectories: bool = False) -> list[dict[str, Any
 
 
 def load_run(path: str | Path, label: str | None = None) -> Run:
-    """A tirl eval directory, a verl dump file, or a verl dump directory (its latest step is used)."""
+    """A tirl eval directory, a counts file (or an eval directory with counts.jsonl but no records.jsonl), a verl
+    dump file, or a verl dump directory (its latest step is used)."""
     p = Path(path)
     if p.is_dir() and (p / "records.jsonl").is_file():
         return _load_tirl(p, label)
+    if p.is_dir() and (p / COUNTS_FILE).is_file():
+        return _load_counts(p / COUNTS_FILE, label or p.name)
+    if p.is_file() and is_counts_file(p):
+        return _load_counts(
+            p, label or p.name.removesuffix(COUNTS_SUFFIX).removesuffix(COUNTS_FILE) or p.parent.name
+        )
     if p.is_file() and p.suffix == ".jsonl":
         return _load_verl(p, label)
     if p.is_dir():
@@ -137,8 +159,27 @@ def load_run(path: str | Path, label: str | None = None) -> Run:
             run.notes.append(f"verl dump directory: used its latest step file {steps[-1].name}")
             return run
     raise FileNotFoundError(
-        f"{p}: not a tirl eval directory (records.jsonl), a verl dump (.jsonl) or a directory of <step>.jsonl"
+        f"{p}: not a tirl eval directory (records.jsonl or counts.jsonl), a counts file (*.counts.jsonl), a verl "
+        "dump (.jsonl) or a directory of <step>.jsonl"
     )
+
+
+COUNTS_ONLY_NOTE = (
+    "counts-only run: pass@k, Cover@tau, histograms, solvable sets, comparisons and the envelope come from its "
+    "per-problem correct counts; maj@k, verl's bootstrap estimators, tool use, the reasoning mode, the audit and "
+    "the viewer need the samples and are skipped for it"
+)
+
+
+def _load_counts(path: Path, label: str) -> Run:
+    return Run(label, str(path), "counts", [], None, [COUNTS_ONLY_NOTE], counts=read_counts(path))
+
+
+def eval_dir_counts(run_dir: str | Path) -> list[ProblemCount]:
+    """The counts of a tirl eval directory, from its records.jsonl (for evaluations older than counts.jsonl;
+    write them with `tirl.eval.counts.write_counts`)."""
+    path = Path(run_dir) / "records.jsonl"
+    return counts_from_records(_record(r, f"{path}:{i + 1}") for i, r in enumerate(_read_jsonl(path)))
 
 
 def _record(row: dict[str, Any], where: str) -> SampleRecord:

@@ -1,20 +1,29 @@
 """`gsm8k`: GSM8K's grade-school word problems with the code tool, the real benchmark `tirl demo --task gsm8k`
 trains on (docs/gsm8k.md).
 
-Splits, all fixed by `seed` and disjoint:
+Splits, all fixed by the split seed (`task.split_seed`, or the run's `seed` when it is -1) and disjoint, so seeds
+of training can share one split (`seed=1 task.split_seed=0`: seed 1's training on seed 0's problems):
 - SFT: stitched trajectories (tasks/stitch.py) of train problems, from the front of the seed-shuffled train split;
 - RL: `num_rl` train problems from the back of that order (never an SFT problem);
 - sample pool (`sample_pool`): the train problems before the RL ones, SFT problems first, for sampling real
   end-to-end trajectories (`tirl demo --compare data`);
-- test: `num_test` problems of GSM8K's test split, seed-shuffled.
+- test: `num_test` problems of GSM8K's test split, seed-shuffled (at most the split's problems within
+  `task.levels`: 422 for levels [1, 2]; more is an error naming the count).
 
 `task.levels` is the difficulty knob: the numbers of calculator steps (annotations in the human solution) a
 problem may have, in every split; `[]` takes every problem. Prompts use the plain wording (a 135M model has never
 seen the recipe's tool instructions; the system prompt says how to call the tool).
+
+`gsm8k-no-tool` is the same task without a tool, for the arm that reasons in text alone: the same options, splits
+and verifier, no tool listed or run, a system prompt without one (when `chat.system_prompt` is empty), and SFT rows
+of the `plain` stitching style (the human solution with its annotations removed). Its runs set
+`agent.max_turns: 1`, so whatever a turn writes is the answer (with no tool, a written call would only be answered
+with an "unknown tool" error), and `reward.tool_call_bonus: false`.
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import re
 from dataclasses import dataclass, field
@@ -22,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from tirl.core.config import MAX_ROWS, check_counts
 from tirl.data.benchmarks import gsm8k_answer, gsm8k_id, gsm8k_records, math_prompt
-from tirl.rewards.math import GradeResult, grade, math_equivalent
+from tirl.rewards.math import GradeResult, grade, last_boxed, math_equivalent
 from tirl.rewards.registry import math_is_fast, register_verifier
 from tirl.tasks.stitch import StitchConfig, stitch_rows
 from tirl.tasks.task import DemoData, Task, TaskOptions, register_task
@@ -31,12 +40,17 @@ if TYPE_CHECKING:
     from tirl.sandbox.types import Sandbox
 
 WORDING = "plain"
+NO_TOOL_PROMPT = (
+    "Solve it step by step. Answer as \\boxed{number}."  # gsm8k-no-tool's, when chat.system_prompt is ""
+)
+MAX_SPLIT_SEED = 2**32 - 1  # as the run's seed (`seed`, tirl.commands.run_config.MAX_SEED)
 _ANNOTATION = re.compile(r"<<[^<>]*>>")
+_ANSWER_LINE = re.compile(r"#### (\-?[0-9\.\,]+)")  # lighteval's gsm8k_normalizer
 
 
 @dataclass
 class GSM8KOptions(TaskOptions):
-    """`task.*` of the gsm8k task: split sizes, and the difficulty knob."""
+    """`task.*` of the gsm8k and gsm8k-no-tool tasks: split sizes, the difficulty knob, the split seed."""
 
     num_sft: int = 384  # stitched SFT trajectories, one per problem
     num_rl: int = 400
@@ -44,6 +58,7 @@ class GSM8KOptions(TaskOptions):
     levels: list[int] = field(default_factory=list)  # calculator steps a problem may have; [] = any
     # a validation slice of the train split, from the end of the SFT part (the study's choices; 0 = none)
     num_val: int = 0
+    split_seed: int = -1  # the seed that fixes every split; -1 = the run's `seed`
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -56,6 +71,7 @@ class GSM8KOptions(TaskOptions):
             "num_rl": (1, MAX_ROWS),
             "num_test": (1, MAX_ROWS),
             "num_val": (0, MAX_ROWS),
+            "split_seed": (-1, MAX_SPLIT_SEED),
         }
         check_counts(self, "task", bounds)
 
@@ -75,13 +91,23 @@ def _row(record: dict[str, Any], split: str, i: int) -> dict[str, Any]:
     }
 
 
+def split_seed(options: GSM8KOptions, seed: int) -> int:
+    """The seed that fixes the splits: `task.split_seed`, or the run's `seed` when it is -1."""
+    return seed if options.split_seed < 0 else options.split_seed
+
+
 def _order(split: str, options: GSM8KOptions, seed: int) -> list[int]:
-    """The split's indices whose step count is in `task.levels`, shuffled by seed."""
+    """The split's indices whose step count is in `task.levels`, shuffled by the split seed."""
     levels = set(options.levels)
     records = gsm8k_records(split)
     keep = [i for i, r in enumerate(records) if not levels or calculator_steps(r) in levels]
-    random.Random(f"gsm8k-{split}-{seed}").shuffle(keep)
+    random.Random(f"gsm8k-{split}-{split_seed(options, seed)}").shuffle(keep)
     return keep
+
+
+def _within(options: GSM8KOptions) -> str:
+    levels = sorted(options.levels)
+    return f"have {levels} calculator steps (task.levels)" if levels else "are in the split"
 
 
 def _train_parts(options: GSM8KOptions, seed: int) -> tuple[list[int], list[int]]:
@@ -91,8 +117,7 @@ def _train_parts(options: GSM8KOptions, seed: int) -> tuple[list[int], list[int]
     if t.num_rl + t.num_sft + t.num_val > len(order):
         raise ValueError(
             f"gsm8k: task.num_sft + num_rl + num_val = {t.num_sft + t.num_rl + t.num_val} but only {len(order)} "
-            f"train problems have "
-            f"{sorted(t.levels)} calculator steps (task.levels)"
+            f"train problems {_within(t)}"
         )
     return order[: len(order) - t.num_rl], order[len(order) - t.num_rl :]
 
@@ -106,7 +131,7 @@ def gsm8k_rows(split: str, options: GSM8KOptions, seed: int) -> list[dict[str, A
     order = _order("test", options, seed)
     if options.num_test > len(order):
         raise ValueError(
-            f"gsm8k: task.num_test = {options.num_test} but the test split has {len(order)} problems"
+            f"gsm8k: task.num_test = {options.num_test} but only {len(order)} test problems {_within(options)}"
         )
     return [_row(records[i], "test", i) for i in order[: options.num_test]]
 
@@ -127,12 +152,13 @@ def study_splits(options: GSM8KOptions, seed: int) -> tuple[list[dict[str, Any]]
 
 
 def gsm8k_demo_data(
-    options: GSM8KOptions, seed: int, sandbox: Sandbox, max_tool_response_chars: int
+    options: GSM8KOptions, seed: int, sandbox: Sandbox, max_tool_response_chars: int, *, style: str = "code"
 ) -> DemoData:
-    """The first `num_sft` stitchable problems of the front part as stitched SFT rows; RL and test rows."""
+    """The first `num_sft` stitchable problems of the front part as SFT rows stitched in `style`; RL and test
+    rows."""
     front, _ = _train_parts(options, seed)
     records = gsm8k_records("train")
-    config = StitchConfig(wording=WORDING, max_tool_response_chars=max_tool_response_chars)
+    config = StitchConfig(wording=WORDING, max_tool_response_chars=max_tool_response_chars, style=style)
     want = options.num_sft
     take = front[: min(len(front), want + want // 4 + 16)]  # stitching keeps ~94%: a margin, then the rest
     rows, _ = stitch_rows([records[i] for i in take], [gsm8k_id("train", i) for i in take], sandbox, config)
@@ -147,15 +173,44 @@ def gsm8k_demo_data(
     return DemoData(rows[:want], gsm8k_rows("train", options, seed), gsm8k_rows("test", options, seed))
 
 
+def answer_line(response: str) -> str | None:
+    """The number on GSM8K's own answer line as lighteval's GSM8K metric reads it (`gsm8k_normalizer`, from
+    OpenAI's grade-school-math): the text before the first "Question" (the task's stop sequence), its first
+    "#### N", commas removed; None if there is none."""
+    found = _ANSWER_LINE.search(response.split("Question", 1)[0])
+    return found.group(1).strip().replace(",", "") if found else None
+
+
+def gsm8k_pred(response: str) -> str | None:
+    """The answer the gsm8k verifier reads: the last \\boxed{}, else the "#### N" answer line."""
+    boxed = last_boxed(response)
+    return boxed if boxed is not None else answer_line(response)
+
+
 def grade_gsm8k(response: str, ground_truth: Any, *, timeout_s: float = 5.0) -> GradeResult:
     """GSM8K's verifier: a raw solution's gold is the number after '####' (`gsm8k_answer`, which the data layer's
-    `tirl data prepare gsm8k` also applies); an already extracted gold is used as is."""
+    `tirl data prepare gsm8k` also applies); an already extracted gold is used as is.
+
+    The answer is the last \\boxed{} (math-verify equivalence, plain integers as integers); a response with no box
+    is read at its "#### N" line (`answer_line`: the few-shot prompt's format, `tasks/fewshot.py`) and is correct
+    when that number is the gold exactly, as lighteval compares them ("72.0" against "72" is wrong)."""
     gold = str(ground_truth)
-    return grade(response, gsm8k_answer(gold) if "####" in gold else gold, timeout_s=timeout_s)
+    gold = gsm8k_answer(gold) if "####" in gold else gold
+    line = answer_line(response) if last_boxed(response) is None else None
+    if line is not None:
+        correct = line == gold.strip()
+        return GradeResult(1.0 if correct else -1.0, correct, line)
+    return grade(response, gold, timeout_s=timeout_s)
 
 
 register_verifier(
-    "gsm8k", grade_gsm8k, in_workers=True, is_fast=math_is_fast, equivalent=math_equivalent,
+    "gsm8k", grade_gsm8k, in_workers=True, is_fast=math_is_fast, extract=gsm8k_pred, equivalent=math_equivalent,
     data_sources=("gsm8k", "openai/gsm8k"),
 )  # fmt: skip
 register_task(Task("gsm8k", rows=gsm8k_rows, demo_data=gsm8k_demo_data, options=GSM8KOptions))
+register_task(
+    Task(
+        "gsm8k-no-tool", tools=(), system_prompt=NO_TOOL_PROMPT, rows=gsm8k_rows,
+        demo_data=functools.partial(gsm8k_demo_data, style="plain"), options=GSM8KOptions,
+    )
+)  # fmt: skip

@@ -1,7 +1,8 @@
 """Stitched tool trajectories from GSM8K's human solutions: each calculator annotation (`<<48/2=24>>`) becomes
-Python run in the real sandbox through a `code_interpreter` call, then the gold answer in `\\boxed{}`. Two styles
+Python run in the real sandbox through a `code_interpreter` call, then the gold answer in `\\boxed{}`. Three styles
 (`StitchConfig.style`): `code`, every step a line of one call and the prose dropped; `text`, the prose kept as the
-chain of thought with one call per step where its annotation stood.
+chain of thought with one call per step where its annotation stood; `plain`, the no-tool arm's rows: the prose
+alone, no call.
 
 "She sold 48/2 = <<48/2=24>>24 clips in May. She sold 48+24 = <<48+24=72>>72 clips altogether." becomes
 
@@ -28,6 +29,12 @@ step alone (`clips_in_may = 48 / 2`, `print(clips_in_may)`: its numbers as liter
 fresh interpreter and cannot read an earlier call's names), the sandbox's output as the tool turn, and the prose
 going on after it ("24 clips in May. Natalia sold 48+24 =" ...), the answer line last. Each call's printed value
 must agree with its annotation, and the rows are dropped and counted for the same reasons as the code style's.
+
+The `plain` style writes the solution's sentences as one assistant turn with every annotation removed and the
+result kept as the solution writes it ("She sold 48/2 = <<48/2=24>>24 clips" -> "She sold 48/2 = 24 clips"; the
+solutions write the arithmetic out before an annotation, in symbols or in words), then the same answer line, and
+lists no tools. Its steps are run and checked as the text style's, so it keeps exactly the problems the text style
+keeps, and no sandbox output goes into its rows.
 """
 
 from __future__ import annotations
@@ -310,6 +317,24 @@ def _text_row(
     }  # fmt: skip
 
 
+def _plain_row(
+    record: dict[str, Any],
+    pid: str,
+    codes: Sequence[str],
+    outputs: Sequence[str],
+    gold: str,
+    config: StitchConfig,
+) -> dict:
+    """The plain style's row: the solution's text without its annotations, the answer line; no call, no tools."""
+    body = "".join(prose_segments(record["answer"])).strip()
+    answer = f"The answer is \\boxed{{{gold}}}."
+    msgs = [
+        {"role": "user", "content": math_prompt(record["question"], config.wording)},
+        {"role": "assistant", "content": f"{body}\n{answer}" if body else answer},
+    ]
+    return {"messages": msgs, "tools": [], "style": "stitched-plain", "problem_id": pid}
+
+
 def _code_values(steps: Sequence[Step], results: Sequence[Any]) -> list[float]:
     return _values(results[0], len(steps))
 
@@ -330,8 +355,10 @@ class _Style:
 _STYLES = {
     "code": _Style(lambda steps: [step_code(steps)], _code_values, _code_row),
     "text": _Style(lambda steps: [text_step_code(s) for s in steps], _text_values, _text_row),
+    "plain": _Style(lambda steps: [text_step_code(s) for s in steps], _text_values, _plain_row),
 }
-STYLES = tuple(_STYLES)  # one call with every step, prose dropped | the prose with one call per step
+# one call with every step, prose dropped | the prose with one call per step | the prose alone, no tool
+STYLES = tuple(_STYLES)
 
 
 def stitch_rows(

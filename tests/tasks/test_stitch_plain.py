@@ -1,0 +1,95 @@
+"""The plain style of stitched GSM8K rows, the no-tool arm's SFT data: the human solution's sentences with every
+calculator annotation removed and its result kept as written, the tool styles' answer line, no tool anywhere; the
+same problems as the text style."""
+
+from tirl.cli import main
+from tirl.data import read_rows
+from tirl.data.benchmarks import gsm8k_records
+from tirl.data.schema import validate_sft_row
+from tirl.tasks.stitch import StitchConfig, stitch_rows
+
+# GSM8K train rows 0, 1, 5 and 2040, verbatim, and their plain assistant turns, written out by hand
+RECORDS = [
+    {
+        "question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+        "How many clips did Natalia sell altogether in April and May?",
+        "answer": "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips "
+        "altogether in April and May.\n#### 72",
+    },
+    {
+        "question": "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How "
+        "much did she earn?",
+        "answer": "Weng earns 12/60 = $<<12/60=0.2>>0.2 per minute.\nWorking 50 minutes, she earned 0.2 x 50 = "
+        "$<<0.2*50=10>>10.\n#### 10",
+    },
+    {
+        "question": "James writes a 3-page letter to 2 different friends twice a week.  How many pages does he "
+        "write a year?",
+        "answer": "He writes each friend 3*2=<<3*2=6>>6 pages a week\nSo he writes 6*2=<<6*2=12>>12 pages every "
+        "week\nThat means he writes 12*52=<<12*52=624>>624 pages a year\n#### 624",
+    },
+    {
+        "question": "Phil and Andre decide to order some pizza. They get a small cheese and a large pepperoni. The "
+        "small pizza has 8 slices, The large has 14 slices. They have both eaten 9 slices already. How many "
+        "pieces are left per person?",
+        "answer": "There are 22 pieces of pizza because 14 plus 8 equals <<14+8=22>>22.\nThey have eaten 18 "
+        "pieces of pizza because 9 plus 9 equals <<9+9=18>>18.\nThere are 4 pieces of pizza left because 22 "
+        "minus 18 equals <<22-18=4>>4.\nThere are 2 pieces per person because 4 divided by 2 equals "
+        "<<4/2=2>>2.\n#### 2",
+    },
+]
+EXPECTED = [
+    "Natalia sold 48/2 = 24 clips in May.\nNatalia sold 48+24 = 72 clips altogether in April and May.\n"
+    "The answer is \\boxed{72}.",
+    "Weng earns 12/60 = $0.2 per minute.\nWorking 50 minutes, she earned 0.2 x 50 = $10.\n"
+    "The answer is \\boxed{10}.",
+    "He writes each friend 3*2=6 pages a week\nSo he writes 6*2=12 pages every week\n"
+    "That means he writes 12*52=624 pages a year\nThe answer is \\boxed{624}.",
+    "There are 22 pieces of pizza because 14 plus 8 equals 22.\nThey have eaten 18 pieces of pizza because 9 "
+    "plus 9 equals 18.\nThere are 4 pieces of pizza left because 22 minus 18 equals 4.\nThere are 2 pieces per "
+    "person because 4 divided by 2 equals 2.\nThe answer is \\boxed{2}.",
+]
+
+
+def _stitched(sandbox, records, style="plain"):
+    ids = [f"t-{i}" for i in range(len(records))]
+    return stitch_rows(records, ids, sandbox, StitchConfig(style=style, wording="plain"))
+
+
+def test_the_answer_is_the_solution_with_its_annotations_resolved(sandbox):
+    rows, report = _stitched(sandbox, RECORDS)
+    assert report.kept == 4
+    assert [[m["role"] for m in r["messages"]] for r in rows] == [["user", "assistant"]] * 4
+    assert [r["messages"][1]["content"] for r in rows] == EXPECTED
+    assert [r["steps"] for r in rows] == [2, 2, 3, 4]
+    assert {r["style"] for r in rows} == {"stitched-plain"}
+
+
+def test_no_row_of_the_train_split_holds_a_tool_call(sandbox, renderer):
+    records = gsm8k_records("train")[:40]
+    rows, _ = _stitched(sandbox, records)
+    assert len(rows) >= 36  # about 94% of solutions stitch
+    for row in rows:
+        validate_sft_row(row)  # a valid SFT row
+        assert row["tools"] == []
+        assert all(m["role"] in ("user", "assistant") and "tool_calls" not in m for m in row["messages"])
+        text = renderer.text(row["messages"])
+        assert "<<" not in text and "<tool_call>" not in text and "code_interpreter" not in text
+        assert row["messages"][-1]["content"].endswith("}.") and "\\boxed{" in row["messages"][-1]["content"]
+
+
+def test_plain_keeps_the_problems_the_text_style_keeps(sandbox):
+    records = gsm8k_records("train")[:40]
+    plain, plain_report = _stitched(sandbox, records)
+    text, text_report = _stitched(sandbox, records, style="text")
+    assert [r["problem_id"] for r in plain] == [r["problem_id"] for r in text]
+    assert plain_report.dropped == text_report.dropped
+
+
+def test_cli_style_plain(tmp_path, capsys):
+    out = tmp_path / "plain.jsonl"
+    assert main(["data", "stitch", "gsm8k", "--out", str(out), "--limit", "2", "--style", "plain"]) == 0
+    rows = read_rows(out)
+    assert "gsm8k train: 2 of 2 solutions kept" in capsys.readouterr().out
+    assert [r["messages"][1]["content"] for r in rows] == EXPECTED[:2]
+    assert [r["problem_id"] for r in rows] == ["gsm8k-train-0", "gsm8k-train-1"]
