@@ -5,15 +5,13 @@ Rendering within the bounds is transformers' own text."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
-from collections.abc import Iterator
 
 import pytest
 from family_templates import FAMILIES, with_family_tokens
 
 from conftest import sample_conversation
+from hangguard import hang_guard
 from tirl.chat.bounded_jinja import render_template
 from tirl.chat.hf_template import TemplateFormat
 from tirl.chat.template_check import synthetic_conversation
@@ -48,20 +46,6 @@ QWEN3_LIKE = (
 )
 
 
-@contextlib.contextmanager
-def hang_guard() -> Iterator[None]:
-    def stop(*_: object) -> None:
-        raise TimeoutError(f"the template still renders after {GUARD_S} s")
-
-    old = signal.signal(signal.SIGALRM, stop)
-    signal.alarm(GUARD_S)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
-
-
 def _long_conversation(turns: int) -> list[dict]:
     call = {
         "type": "function",
@@ -89,7 +73,7 @@ def test_a_template_renders_as_transformers_renders_it(tokenizer, name):
 
 def _refusal(tokenizer, template: str) -> str:
     """The error of the template format built on `template` (its first render is the end-of-turn probe)."""
-    with hang_guard(), pytest.raises(ValueError) as e:
+    with hang_guard(GUARD_S, "the template still renders"), pytest.raises(ValueError) as e:
         TemplateFormat(tokenizer, HERMES, template=template)
     return str(e.value)
 
@@ -159,7 +143,7 @@ def test_check_tokens_ends_a_template_that_loops_without_end_with_one_line(token
     with_family_tokens(tokenizer, NESTED_LOOPS).save_pretrained(model)
     rows = tmp_path / "rows.jsonl"
     rows.write_text(json.dumps({"messages": sample_conversation()}) + "\n")
-    with hang_guard():
+    with hang_guard(GUARD_S, "the template still renders"):
         assert main(["check-tokens", str(rows), "--model", str(model), "--format", "template"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1

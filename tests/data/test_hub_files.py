@@ -4,16 +4,14 @@ is refused naming its row instead of becoming a ground truth no answer matches."
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from hangguard import hang_guard
 from hubcache import offline_cache, put_repo
 from tirl.cli import main
 from tirl.core.hub import HubError
@@ -22,20 +20,6 @@ from tirl.data.hub import SFT_3K_COMMIT, sha256_of
 from tirl.models.hub import resolve_model
 
 GUARD_S = 20  # the old code read /dev/zero without end; this ends such a read with a failure instead
-
-
-@contextlib.contextmanager
-def hang_guard() -> Iterator[None]:
-    def stop(*_: object) -> None:
-        raise TimeoutError(f"still reading after {GUARD_S} s")
-
-    old = signal.signal(signal.SIGALRM, stop)
-    signal.alarm(GUARD_S)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
 
 
 def _parquet(rows: list[dict]) -> bytes:
@@ -56,7 +40,7 @@ def test_a_dataset_file_linked_to_dev_zero_is_refused_before_it_is_hashed(tmp_pa
                     ref=None)  # fmt: skip
     _link_to_dev_zero(snap / name)
     out = tmp_path / "sft.jsonl"
-    with hang_guard():
+    with hang_guard(GUARD_S, "still reading"):
         assert main(["data", "prepare", "open-agentrl-sft-3k", "--out", str(out)]) == 2
     err = " ".join(capsys.readouterr().err.split())
     assert f"{snap / name} is not a regular file (it resolves to /dev/zero" in err
