@@ -66,3 +66,13 @@ def test_per_turn_samples_keep_the_output_as_text(tokenizer):
     whole, _ = ChatRenderer(tokenizer).render(conv)
     last, _ = ChatRenderer(tokenizer, history="per_turn").samples(conv)[-1]
     assert last == whole[: len(last)]
+
+
+def test_a_tool_tag_in_an_output_encodes_as_the_tokenizer_encodes_it(chat):
+    """Only turn markers are text: a tool tag the tokenizer makes special (the tests' tiny one does) ends no turn,
+    and an error naming `</tool_call>` encodes as the whole text does."""
+    ids = chat.tool_response_ids(
+        ["Error: the tool call is not closed with </tool_call>."], assistant_closed=True
+    )
+    text = chat.tokenizer.decode(ids, skip_special_tokens=False)
+    assert ids == chat.tokenizer.encode(text, add_special_tokens=False)

@@ -3,11 +3,13 @@
 Every chat format renders a conversation as a list of pieces; `tirl.chat.template.ChatRenderer` encodes them one
 by one, which is what makes a conversation rendered turn by turn give the ids of the whole.
 
-A piece may mark spans of its text as verbatim: text a program wrote (a tool's output), never markup. A special
-token's text inside one (`<|im_end|>` printed by a snippet) is encoded as plain text (the tokenizer's
-`split_special_tokens`), so no output can end a turn or open one in the context the model reads. A span without
-such text is encoded as before, with the rest of its piece: the ids of every other output are the tokenizer's
-encoding of the whole text.
+A piece may mark spans of its text as verbatim: text a program wrote (a tool's output), never markup. A turn
+marker's text inside one (`<|im_end|>` printed by a snippet: the chat formats' `<|im_start|>`/`<|im_end|>` and
+the tokenizer's end-of-text, beginning and padding tokens, where it makes them special) is encoded as plain text
+(the tokenizer's `split_special_tokens`), so no output can end a turn or open one in the context the model reads.
+Other special tokens (tool-call and tool-response tags, which some tokenizers make special) are encoded as the
+tokenizer encodes them: inside a tool turn they end no turn. A span without a turn marker is encoded as before,
+with the rest of its piece: the ids of every other output are the tokenizer's encoding of the whole text.
 """
 
 from __future__ import annotations
@@ -24,11 +26,17 @@ class Piece:
     verbatim: tuple[tuple[int, int], ...] = ()  # (start, end) character spans of a tool's output
 
 
+TURN_MARKERS = ("<|im_start|>", "<|im_end|>")  # the chat formats' (tirl.chat.template)
+
+
 def special_texts(tokenizer: Any) -> set[str]:
-    """The texts the tokenizer encodes as special tokens (turn markers, end of text) wherever they appear."""
+    """The turn markers the tokenizer encodes as special tokens wherever they appear: `TURN_MARKERS` and its
+    end-of-text, beginning and padding tokens, each where it is special in this tokenizer."""
     added = getattr(tokenizer, "added_tokens_decoder", None) or {}
-    found = {t.content for t in added.values() if getattr(t, "special", False)}
-    return found | set(getattr(tokenizer, "all_special_tokens", None) or ())
+    special = {t.content for t in added.values() if getattr(t, "special", False)}
+    special |= set(getattr(tokenizer, "all_special_tokens", None) or ())
+    named = {getattr(tokenizer, f"{k}_token", None) for k in ("eos", "bos", "pad")}
+    return special & ({*TURN_MARKERS} | {t for t in named if isinstance(t, str) and t})
 
 
 def verbatim_parts(
