@@ -42,6 +42,20 @@ def demo_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    if args.compare and not args.study and not _compare_fits(args):
+        return 2
+    from tirl.train.signals import EXIT_RESUMABLE, StopRequested
+
+    try:
+        _run_demo(args)
+    except StopRequested as e:  # a checkpoint is written: the same command continues from it
+        print(f"tirl demo: {e}", file=sys.stderr)
+        return EXIT_RESUMABLE
+    return 0
+
+
+def _run_demo(args: argparse.Namespace) -> None:
+    """The demo `args` name (checked by demo_command): the study, the SmolLM2 demo, a comparison or the tiny demo."""
     if args.study:
         from tirl.demo.gsm8k_data_study import run_study_data_comparison
         from tirl.demo.gsm8k_study import run_gsm8k_study
@@ -49,9 +63,7 @@ def demo_command(args: argparse.Namespace) -> int:
         cfg = _config(args)
         with claim(cfg.out_dir, "demo"):
             (run_study_data_comparison if args.compare else run_gsm8k_study)(cfg)
-        return 0
-    if args.compare and not _compare_fits(args):
-        return 2
+        return
     if args.model == "smollm2":
         from tirl.demo.compare import run_compare
         from tirl.demo.smollm2 import run_smollm2_demo
@@ -61,7 +73,7 @@ def demo_command(args: argparse.Namespace) -> int:
             run_smollm2_demo(cfg)
             for name in _presets_of(args.compare):  # their training stages the demo's own (reused)
                 run_compare(cfg, name, temperatures=None)
-        return 0
+        return
     if args.compare:
         from tirl.demo.compare import run_compare
 
@@ -69,23 +81,17 @@ def demo_command(args: argparse.Namespace) -> int:
         cfg = _config(args)
         with claim(cfg.out_dir, "demo"):
             run_compare(cfg, args.compare, temperatures=temps)
-        return 0
+        return
     from tirl.demo.tiny import run_demo
-    from tirl.train.signals import StopRequested
 
     cfg = _config(args)
-    try:
-        with claim(cfg.out_dir, "demo"):
-            if args.seeds == 1:
-                run_demo(cfg)
-            else:
-                from tirl.demo.seeds import run_seeds
+    with claim(cfg.out_dir, "demo"):
+        if args.seeds == 1:
+            run_demo(cfg)
+        else:
+            from tirl.demo.seeds import run_seeds
 
-                run_seeds(cfg, args.seeds, run_demo)
-    except StopRequested as e:
-        print(f"tirl demo: {e}", file=sys.stderr)
-        return 130
-    return 0
+            run_seeds(cfg, args.seeds, run_demo)
 
 
 def _presets_of(compare: str | None) -> tuple[str, ...]:
