@@ -8,36 +8,8 @@ from tirl.data.benchmarks import gsm8k_records
 from tirl.data.schema import validate_sft_row
 from tirl.tasks.stitch import StitchConfig, stitch_rows
 
-# GSM8K train rows 0, 1, 5 and 2040, verbatim, and their plain assistant turns, written out by hand
-RECORDS = [
-    {
-        "question": "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
-        "How many clips did Natalia sell altogether in April and May?",
-        "answer": "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\nNatalia sold 48+24 = <<48+24=72>>72 clips "
-        "altogether in April and May.\n#### 72",
-    },
-    {
-        "question": "Weng earns $12 an hour for babysitting. Yesterday, she just did 50 minutes of babysitting. How "
-        "much did she earn?",
-        "answer": "Weng earns 12/60 = $<<12/60=0.2>>0.2 per minute.\nWorking 50 minutes, she earned 0.2 x 50 = "
-        "$<<0.2*50=10>>10.\n#### 10",
-    },
-    {
-        "question": "James writes a 3-page letter to 2 different friends twice a week.  How many pages does he "
-        "write a year?",
-        "answer": "He writes each friend 3*2=<<3*2=6>>6 pages a week\nSo he writes 6*2=<<6*2=12>>12 pages every "
-        "week\nThat means he writes 12*52=<<12*52=624>>624 pages a year\n#### 624",
-    },
-    {
-        "question": "Phil and Andre decide to order some pizza. They get a small cheese and a large pepperoni. The "
-        "small pizza has 8 slices, The large has 14 slices. They have both eaten 9 slices already. How many "
-        "pieces are left per person?",
-        "answer": "There are 22 pieces of pizza because 14 plus 8 equals <<14+8=22>>22.\nThey have eaten 18 "
-        "pieces of pizza because 9 plus 9 equals <<9+9=18>>18.\nThere are 4 pieces of pizza left because 22 "
-        "minus 18 equals <<22-18=4>>4.\nThere are 2 pieces per person because 4 divided by 2 equals "
-        "<<4/2=2>>2.\n#### 2",
-    },
-]
+# GSM8K train rows 0, 1, 4 and 2040 (the packaged split), and their plain assistant turns, written out by hand
+RECORDS = [gsm8k_records("train")[i] for i in (0, 1, 4, 2040)]
 EXPECTED = [
     "Natalia sold 48/2 = 24 clips in May.\nNatalia sold 48+24 = 72 clips altogether in April and May.\n"
     "The answer is \\boxed{72}.",
