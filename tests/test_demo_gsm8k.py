@@ -2,7 +2,7 @@
 GSM8K through every stage (stitched SFT, one GRPO-TCR step with vLLM, the evaluations, sampling real trajectories
 from the stitched-SFT model, SFT on them, the analysis) on a few problems, then the study's data commands on the
 trained model: `tirl data filter` (pass rates beside the rows) and `tirl data sample --keep-retokenized`. Slow:
-about 10 minutes on 2 cores, alone."""
+see docs/results/test-suites.json for its time on 2 cores, alone."""
 
 from __future__ import annotations
 
@@ -15,14 +15,18 @@ from tirl.data import read_rows
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_demo_smollm2 import check_tokens, needs_smollm2_and_vllm, run_demo  # noqa: E402
 
+# 8 stitched rows, 4 epochs of 4 (8 SFT steps): enough for the tool format, and the data arm's sampler then tries
+# at most 16 problems x 4 samples (at 64 rows it tried 128 x 4, past the test's time limit on a 2-core EPYC)
+N_SFT = 8
+
 
 @needs_smollm2_and_vllm
 def test_gsm8k_demo_runs_every_stage_and_the_data_comparison(tmp_path):
     out = tmp_path / "demo"
     run_demo([
         "--model", "smollm2", "--task", "gsm8k", "--compare", "data",
-        f"out_dir={out}", f"model.path={tmp_path / 'smollm2'}", "task.num_sft=64", "task.num_rl=8",
-        "task.num_test=4", "task.levels=[1,2]", "sft.epochs=2", "sft.optim.lr=1e-4", "rl.steps=1",
+        f"out_dir={out}", f"model.path={tmp_path / 'smollm2'}", f"task.num_sft={N_SFT}", "task.num_rl=8",
+        "task.num_test=4", "task.levels=[1,2]", "sft.epochs=4", "sft.batch_size=4", "sft.optim.lr=1e-4", "rl.steps=1",
         "rl.prompts_per_step=2", "rl.n=4", "rl.mini_batch_size=8", "rl.micro_batch_size=8", "eval.n=2",
         "agent.max_response_tokens=128",
     ])  # fmt: skip
@@ -33,14 +37,14 @@ def test_gsm8k_demo_runs_every_stage_and_the_data_comparison(tmp_path):
     test = read_rows(out / "data" / "test.jsonl")  # the held-out set is saved with the run
     assert len(test) == 4 and all(r["data_source"] == "gsm8k" for r in test)
     stitched = read_rows(out / "data" / "sft.jsonl")
-    assert len(stitched) == 64 and all(r["style"] == "stitched" for r in stitched)
+    assert len(stitched) == N_SFT and all(r["style"] == "stitched" for r in stitched)
     # the data preset of tirl compare, in compare-data/: the stitched SFT (the demo's sft/) against SFT on the
     # stitched-SFT model's own correct samples (sft-real/), both evaluated the same way
     compared = json.loads((out / "compare-data" / "report.json").read_text())
     runs = {r["arm"]: r for r in compared["runs"]}
     assert runs["stitched"]["status"] == "done" and compared["study"]["train"] == "sft"
     sampled = json.loads((out / "data" / "sft-real.jsonl.summary.json").read_text())
-    assert sampled["rows_written"] <= 64
+    assert sampled["rows_written"] <= N_SFT
     # SFT on the sampled rows, evaluated like the stitched one and compared with it
     if sampled["rows_written"]:
         assert runs["real"]["status"] == "done" and (out / "sft-real" / "model").is_dir()
@@ -48,7 +52,7 @@ def test_gsm8k_demo_runs_every_stage_and_the_data_comparison(tmp_path):
         check_tokens(out / "compare-data", ["stitched", "real"])
     else:  # none correct: every allowed problem was tried (2 per wanted row), 4 samples each
         assert "no correct sampled trajectory" in runs["real"]["error"]
-        assert sampled["problems"] == 2 * 64 and sampled["samples"] == 4 * sampled["problems"]
+        assert sampled["problems"] == 2 * N_SFT and sampled["samples"] == 4 * sampled["problems"]
     sft = report["summary"]["sft"]["gsm8k"]
     # the stitched SFT taught the tool call: the sandbox ran its code
     assert sft["tool_calls_per_response"] > 0.5

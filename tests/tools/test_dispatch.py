@@ -121,9 +121,10 @@ def test_turns_stop_at_tool_call_end_only_with_one_call_per_turn(renderer):
 
 def test_function_tools_run_concurrently_unless_declared_otherwise():
     running, peak, lock = [0], [0], threading.Lock()
+    together = [threading.Barrier(4, timeout=60)]  # the four calls meet only if they run at once (load-proof)
 
     def slow(x: int) -> int:
-        """Wait a little.
+        """Wait for the others, or a little.
 
         Args:
             x: Returned as is.
@@ -131,13 +132,14 @@ def test_function_tools_run_concurrently_unless_declared_otherwise():
         with lock:
             running[0] += 1
             peak[0] = max(peak[0], running[0])
-        time.sleep(0.05)
+        together[0].wait() if together[0] else time.sleep(0.05)
         with lock:
             running[0] -= 1
         return x
 
     calls = parse_tool_calls("".join(call("slow", x=i) for i in range(4)))
     out = ToolSet([tool(slow, sandbox=False)]).execute(calls, None)
+    together[0] = None
     assert [o.text for o in out] == ["0", "1", "2", "3"] and peak[0] == 4
     peak[0] = 0
     ToolSet([tool(slow, sandbox=False, concurrent=False)]).execute(calls, None)
