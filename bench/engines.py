@@ -192,8 +192,8 @@ def smollm2_setup() -> tuple[Path | None, list[list[int]], str]:
         from tirl.models.gguf import find_smollm2_gguf, import_gguf
 
         import_gguf(find_smollm2_gguf(), SMOLLM2_DIR)
-    from tirl.data.benchmarks import prepare_gsm8k
     from tirl.models.loading import load_tokenizer
+    from tirl.tasks.gsm8k import prepare_gsm8k
 
     renderer = ChatRenderer(load_tokenizer(SMOLLM2_DIR), system_prompt=SMOLLM2_SYSTEM)
     rows = prepare_gsm8k("plain")[: max(BATCHES)]

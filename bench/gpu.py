@@ -74,7 +74,7 @@ DEMO_SMALL = ["task.num_sft=32", "task.num_rl=16", "task.num_test=4", "task.warm
 
 def model_config(small: bool) -> Any:
     """Qwen3-0.6B's architecture, or at `small` the same family at a tiny width (a CPU runs it in seconds)."""
-    from tirl.commands.plan import load_arch
+    from tirl.train.plan import load_arch
 
     _, cfg = load_arch("", "qwen3-0.6b")
     if small:
@@ -358,9 +358,9 @@ def plain_update(
 
 def plan_estimate(cfg: Any, dims: dict, device: str, gpu_gib: float, budget: int) -> dict:
     """`tirl plan`'s memory estimate of this update (rl stage, one process, no KL reference)."""
-    from tirl.commands.plan import plan
     from tirl.commands.run_config import TirlConfig
     from tirl.core.config import load_config
+    from tirl.train.plan import plan
 
     with tempfile.TemporaryDirectory() as tmp:
         cfg.to_json_file(str(Path(tmp) / "config.json"))

@@ -19,7 +19,7 @@ import tirl.data.benchmarks
 import tirl.eval.evaluate
 import tirl.models.export
 import tirl.sandbox
-import tirl.tasks.stitch
+import tirl.tasks.gsm8k.stitch
 from conftest import make_model
 from tirl.cli import main
 from tirl.demo.arith import generate_problems
@@ -79,10 +79,12 @@ def test_a_name_too_long_for_out_is_one_line(tmp_path, capsys):
 
 
 def test_a_full_disk_in_data_stitch_is_one_line(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(tirl.data.benchmarks, "gsm8k_records", lambda split: [])
+    monkeypatch.setattr(tirl.tasks.gsm8k, "gsm8k_records", lambda split: [])
     monkeypatch.setattr(tirl.sandbox, "build_sandbox", lambda cfg: nullcontext())
     monkeypatch.setattr(
-        tirl.tasks.stitch, "stitch_rows", lambda *a: ([{"x": 1}], tirl.tasks.stitch.StitchReport())
+        tirl.tasks.gsm8k.stitch,
+        "stitch_rows",
+        lambda *a: ([{"x": 1}], tirl.tasks.gsm8k.stitch.StitchReport()),
     )
     monkeypatch.setattr(tirl.data, "write_rows", disk_full)
     out = tmp_path / "stitched.jsonl"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -10,7 +11,15 @@ from typing import Literal
 import pytest
 
 from tirl.commands.run_config import TirlConfig
-from tirl.core.config import ConfigError, apply_overrides, from_dict, load_config, save_config, to_dict
+from tirl.core.config import (
+    ConfigError,
+    apply_overrides,
+    from_dict,
+    load_config,
+    save_config,
+    to_dict,
+    with_sections,
+)
 
 
 @dataclass
@@ -364,3 +373,35 @@ def test_a_huge_value_is_shortened_in_the_error_message() -> None:
     msg = str(exc.value)
     assert msg.startswith("config key 'seed' expects int, got ['xxx") and msg.endswith("(list)")
     assert len(msg) < 500
+
+
+@dataclass
+class ServerSection:
+    port: int = 0
+
+
+@dataclass
+@with_sections({"server": ServerSection, "optim": OptimConfig})  # as a registry would hand them over
+class SectionedConfig:
+    name: str = "run"
+
+
+def test_contributed_sections_are_fields_after_the_declared_ones(tmp_path: Path):
+    cfg = load_config(SectionedConfig, None, ["server.port=8000", "optim.lr=0.5"])
+    assert [f.name for f in dataclasses.fields(SectionedConfig)] == ["name", "server", "optim"]
+    assert cfg == SectionedConfig(server=ServerSection(port=8000), optim=OptimConfig(lr=0.5))
+    assert SectionedConfig().server is not SectionedConfig().server  # each instance its own default
+    assert load_config(SectionedConfig, save_config(cfg, tmp_path / "c.yaml")) == cfg
+    with pytest.raises(
+        ConfigError, match=r"^unknown config key 'server\.host' in override .*; valid keys at 'server': port$"
+    ):
+        load_config(SectionedConfig, None, ["server.host=x"])
+
+
+def test_a_contributed_section_cannot_take_a_declared_name():
+    @dataclass
+    class Named:
+        name: str = "run"
+
+    with pytest.raises(TypeError, match="Named already has 'name': a section cannot take its name"):
+        with_sections({"name": ServerSection})(Named)

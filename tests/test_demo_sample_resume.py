@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import tirl.commands.stages as stages
-import tirl.eval.sample as sample_mod
+import tirl.eval.rejection_sampling as sample_mod
 from tirl.commands.run_config import TirlConfig
 from tirl.demo import compare_data
 from tirl.demo.smollm2 import Run

@@ -13,7 +13,7 @@ import pytest
 import tirl.commands.stages as stages
 import tirl.demo.gsm8k_study as study
 import tirl.demo.smollm2 as smollm2
-import tirl.eval.analyze as analyze
+import tirl.eval.report as analyze
 from tirl.commands.run_config import TirlConfig
 from tirl.core.config import load_config
 from tirl.demo.command import STUDY_CONFIG

@@ -14,7 +14,7 @@ import pytest
 import tirl.commands.stages as stages
 import tirl.demo.gsm8k_data_study as data_study
 import tirl.demo.smollm2 as smollm2
-import tirl.eval.analyze as analyze
+import tirl.eval.report as analyze
 import tirl.tasks.gsm8k as gsm8k
 from tirl.cli import main
 from tirl.commands.run_config import TirlConfig

@@ -260,3 +260,38 @@ def test_documented_overrides_are_config_keys() -> None:
     assert len(dotted) > 30
     unknown = sorted(k for k in dotted if k not in keys and k not in FOREIGN_KEYS)
     assert not unknown, f"documented overrides that are not config keys: {unknown}"
+
+
+def test_configuration_page_names_the_module_that_defines_each_section() -> None:
+    """Each section's heading is followed by its dataclass's full path, the module that defines it."""
+    import typing
+
+    from tirl.commands.run_config import TirlConfig
+
+    page = (ROOT / "docs" / "configuration.md").read_text()
+    checked, bad = 0, []
+    for heading, path in re.findall(r"^### (.+)\n\n`(tirl(?:\.\w+)+)`", page, flags=re.M):
+        section = re.fullmatch(r"`([\w.]+)`", heading)
+        if heading != "Top level" and not section:
+            continue  # a variant's section ("`task` (arith)"): its options class, named by the variant
+        cls = TirlConfig
+        for part in section.group(1).split(".") if section else []:
+            cls = typing.get_type_hints(cls)[part]
+        checked += 1
+        if path != f"{cls.__module__}.{cls.__qualname__}":
+            bad.append(f"{heading}: page says {path}, defined in {cls.__module__}.{cls.__qualname__}")
+    assert checked > 15
+    assert not bad, "docs/configuration.md:\n" + "\n".join(bad)
+
+
+def test_readme_reading_path_names_real_files_with_their_sizes() -> None:
+    """The README's reading path lists files that exist, each with its line count within 15% of the file's."""
+    rows = re.findall(
+        r"^\| \[`([\w/.]+)`\]\(src/tirl/[\w/.]+\) \| (\d+) \|", (ROOT / "README.md").read_text(), re.MULTILINE
+    )
+    assert len(rows) >= 10
+    for path, lines in rows:
+        actual = len((ROOT / "src" / "tirl" / path).read_text().splitlines())
+        assert abs(actual - int(lines)) <= 0.15 * actual, (
+            f"README says {path} has {lines} lines; it has {actual}"
+        )

@@ -15,7 +15,7 @@ import tirl.eval.viewer as viewer
 from tirl.core.io import OutputPathError, check_output_file, open_append, staged_contents
 from tirl.core.logging import MetricsLogger
 from tirl.eval.analysis import AnalysisConfig
-from tirl.eval.analyze import run_analyze
+from tirl.eval.report import run_analyze
 
 
 def victim(tmp_path: Path) -> Path:
@@ -165,7 +165,7 @@ def test_a_failed_analyze_keeps_the_previous_analysis_whole(tmp_path: Path, monk
 
 def test_force_onto_a_symbolically_linked_sample_summary_is_refused(tmp_path: Path) -> None:
     from tirl.commands.sample import check_outputs
-    from tirl.eval.sample import summary_path
+    from tirl.eval.rejection_sampling import summary_path
 
     target = victim(tmp_path)
     out = tmp_path / "rows.jsonl"

@@ -11,9 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from tirl.commands.plan import GIB, PlanError, activation_values_per_token, plan
 from tirl.commands.run_config import TirlConfig
 from tirl.core.config import load_config
+from tirl.rollout.engines.spec import GIB
+from tirl.train.memory import activation_values_per_token
+from tirl.train.plan import PlanError, plan
 
 CONFIGS = Path(__file__).resolve().parents[1] / "src" / "tirl" / "configs"
 QWEN3_4B = "qwen3-4b-instruct-2507"

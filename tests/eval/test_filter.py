@@ -14,8 +14,8 @@ from conftest import make_model
 from tirl.cli import main
 from tirl.data import read_rows
 from tirl.data.records import read_problems
-from tirl.eval.filter import Band, filtered_rows
-from tirl.eval.sample import summary_path
+from tirl.eval.pass_rate_filter import Band, filtered_rows
+from tirl.eval.rejection_sampling import summary_path
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent.loop import AgentConfig, AgentLoop
 from tirl.rollout.sampling import SamplingParams

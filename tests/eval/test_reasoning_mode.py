@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from tirl.eval.analysis import AnalysisConfig, analyze_runs
-from tirl.eval.analyze import print_summary
 from tirl.eval.evaluate import SampleRecord
 from tirl.eval.reasoning_mode import bucket, reasoning_mode
+from tirl.eval.report import print_summary
 from tirl.eval.samples import Run, Sample
 
 P = 30  # problems

@@ -14,7 +14,7 @@ from tirl.commands.tokcheck import check_tokens_command
 from tirl.data import read_rows
 from tirl.data.records import ProblemRow
 from tirl.demo.arith import generate_problems
-from tirl.eval.sample import SampleConfig, sample_rows, summary_path
+from tirl.eval.rejection_sampling import SampleConfig, sample_rows, summary_path
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent.loop import AgentConfig, AgentLoop
 from tirl.rollout.engines.base import RemoteModel
@@ -181,7 +181,7 @@ def test_cli_end_to_end(model_dir, tmp_path, monkeypatch, capsys):
 
 
 def test_token_check_compares_the_mask(renderer, sandbox):
-    from tirl.eval.sample import sft_row_divergence, trajectory_messages
+    from tirl.eval.rejection_sampling import sft_row_divergence, trajectory_messages
 
     agent = AgentLoop(ScriptedEngine(renderer, PROBLEMS, only=[1]), renderer, sandbox, AgentConfig())
     problem = ProblemRow.from_row(PROBLEMS[0].to_row(), 0)

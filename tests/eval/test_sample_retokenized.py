@@ -12,7 +12,7 @@ from conftest import make_model
 from tirl.cli import main
 from tirl.commands.tokcheck import check_tokens_command
 from tirl.data import read_rows
-from tirl.eval.sample import SampleConfig, sample_rows, summary_path
+from tirl.eval.rejection_sampling import SampleConfig, sample_rows, summary_path
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent.loop import AgentConfig, AgentLoop
 from tirl.rollout.sampling import SamplingParams

@@ -265,7 +265,7 @@ def _counts_file(path: Path, prefix: str, by_t: dict[float, int], P: int, n: int
 
 def test_choice_and_pooling_run_from_counts_files_alone(tmp_path) -> None:
     from tirl.eval.analysis import AnalysisConfig
-    from tirl.eval.analyze import run_analyze
+    from tirl.eval.report import run_analyze
 
     tests, vals = [], []
     for label, val_c, test_c in (("sft", {0.6: 0, 1.0: 2}, {1.0: 1}), ("rl", {0.6: 0, 1.0: 2}, {1.0: 3})):

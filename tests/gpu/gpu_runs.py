@@ -141,7 +141,7 @@ def weight_gap(a: Path, b: Path) -> tuple[bool, float]:
 def qwen3_shape(layers: int = 0) -> Any:
     """Qwen3-0.6B's architecture (`tirl plan --arch qwen3-0.6b`: 1024 wide, 28 layers, 16 query and 8 key/value
     heads of 128, MLP 3072, vocabulary 151,936, tied embeddings), with `layers` decoder layers when given."""
-    from tirl.commands.plan import load_arch
+    from tirl.train.plan import load_arch
 
     _, cfg = load_arch("", "qwen3-0.6b")
     if layers:

@@ -99,7 +99,7 @@ def test_weight_gap_is_relative_and_tells_bit_equality(tokenizer, tmp_path):
 
 
 def test_qwen3_06b_shape_at_full_and_reduced_depth():
-    from tirl.commands.plan import meta_model
+    from tirl.train.plan import meta_model
 
     full, two = qwen3_shape(), qwen3_shape(2)
     assert (full.hidden_size, full.num_hidden_layers, full.num_attention_heads, full.num_key_value_heads) == (

@@ -112,7 +112,7 @@ def test_sft_records_the_commit_in_its_identity_and_config(hub, tmp_path):
 
 
 def test_plan_reads_the_config_json_of_the_id(hub, tmp_path, capsys):
-    from tirl.commands.plan import PlanError, load_arch
+    from tirl.train.plan import PlanError, load_arch
 
     name, config = load_arch(REPO)
     assert name == REPO and config.model_type == "qwen2"

@@ -122,7 +122,7 @@ def test_real_engines_declare_what_they_do():
     assert openai_caps.weight_sync == "none" and openai_caps.per_request_seeds
     assert [capabilities_for(n).name for n in ENGINES] == list(ENGINES)
     assert set(factory._ENGINES) == set(ENGINES)  # a builder for every name the config accepts, and no other
-    with pytest.raises(ValueError, match="unknown rollout.engine 'sglang'; valid: torch, vllm, openai"):
+    with pytest.raises(ValueError, match="unknown rollout.engine 'sglang'; valid: openai, torch, vllm"):
         capabilities_for("sglang")
 
 

@@ -37,7 +37,7 @@ def test_each_engine_class_has_every_protocol_member(name):
 
 
 def test_an_unknown_engine_name_lists_the_valid_ones():
-    with pytest.raises(ValueError, match="unknown rollout.engine 'sglang'; valid: torch, vllm, openai"):
+    with pytest.raises(ValueError, match="unknown rollout.engine 'sglang'; valid: openai, torch, vllm"):
         engine_spec("sglang")
 
 

@@ -7,7 +7,7 @@ import dataclasses
 
 import pytest
 
-from tirl.eval.sample import assistant_message
+from tirl.eval.rejection_sampling import assistant_message
 from tirl.rollout.agent.async_loop import AsyncAgentLoop
 from tirl.rollout.agent.loop import AgentConfig, AgentLoop
 from tirl.rollout.capabilities import EngineCapabilities

@@ -89,4 +89,4 @@ def test_the_config_does_not_import_the_factory():
         for alias in node.names
     }
     assert "tirl.rollout.factory" not in imported
-    assert rollout_config.ENGINES == ("torch", "vllm", "openai")
+    assert rollout_config.ENGINES == ("openai", "torch", "vllm")

@@ -1,6 +1,8 @@
 """The Trajectory record: typed problem/sample fields in memory, the flat `meta` object of trajectories.jsonl on
 disk, and files written in that form load back."""
 
+import json
+
 import pytest
 
 from tirl.data.records import ProblemRow
@@ -58,3 +60,14 @@ def test_a_hand_written_line_with_a_partial_meta_loads():
 def test_a_meta_dict_in_place_of_the_problem_is_refused():
     with pytest.raises(TypeError, match="must be a ProblemRow or None, got dict"):
         Trajectory([1], [], [], [], [], [], "", {"id": "p"})
+
+
+def test_a_tool_call_record_without_a_name_loads_as_a_code_interpreter_call_and_writes_back_the_same():
+    old = {"turn": 1, "code": "print(42)", "response": "42\n", "status": "ok", "exec_result": None}
+    line = {**_eval_traj().to_dict(), "tool_calls": [old]}
+    t = Trajectory.from_dict(line)
+    assert t.tool_calls[0].name == "code_interpreter" and t.tool_calls[0].arguments is None
+    assert json.dumps(t.to_dict()) == json.dumps(
+        {**line, "tool_calls": [{**old, "name": "code_interpreter", "arguments": None, "result_seen": True}]}
+    )
+    assert json.dumps(Trajectory.from_dict(t.to_dict()).to_dict()) == json.dumps(t.to_dict())

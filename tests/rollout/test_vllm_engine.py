@@ -434,7 +434,7 @@ def test_rollout_config_takes_vllm():
     from tirl.rollout.engines.vllm.config import VllmConfig
 
     assert RolloutConfig(engine="vllm", vllm=VllmConfig(args=["--max-model-len", "2048"])).engine == "vllm"
-    with pytest.raises(ValueError, match="torch, vllm, openai"):
+    with pytest.raises(ValueError, match="openai, torch, vllm"):
         RolloutConfig(engine="sglang")
     with pytest.raises(ValueError, match="rollout.vllm.kv_cache_gib"):
         VllmConfig(kv_cache_gib=-1)

@@ -8,13 +8,13 @@ import json
 import pytest
 
 from tirl.cli import main
-from tirl.data.benchmarks import gsm8k_id, gsm8k_records
 from tirl.rewards.registry import get_verifier
 from tirl.tasks import load_task
-from tirl.tasks.fewshot import FewShotOptions, as_fewshot, fewshot_rows, shot_ids
-from tirl.tasks.gsm8k import _order, answer_line, grade_gsm8k, gsm8k_rows, sample_pool
+from tirl.tasks.gsm8k import answer_line, grade_gsm8k, gsm8k_id, gsm8k_records, gsm8k_rows, sample_pool
+from tirl.tasks.gsm8k.fewshot import FewShotOptions, as_fewshot, fewshot_rows, shot_ids
+from tirl.tasks.gsm8k.task import _order
 
-# train rows 3332 and 5179, copied from src/tirl/data/files/gsm8k/train.jsonl by hand
+# train rows 3332 and 5179, copied from src/tirl/tasks/gsm8k/files/train.jsonl by hand
 NANCY_Q = (
     "Nancy and Jason are learning to dance for the first time. Nancy steps on her partner's feet 3 times as often "
     "as Jason. If together they step on each other's feet 32 times, how many times does Jason step on his "

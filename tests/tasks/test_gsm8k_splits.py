@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from tirl.data.benchmarks import gsm8k_records
-from tirl.tasks.gsm8k import GSM8KOptions, calculator_steps, gsm8k_rows, sample_pool, study_splits
+from tirl.tasks.gsm8k import (
+    GSM8KOptions,
+    calculator_steps,
+    gsm8k_records,
+    gsm8k_rows,
+    sample_pool,
+    study_splits,
+)
 
 STUDY = {"name": "gsm8k", "num_sft": 2000, "num_rl": 270, "num_val": 100, "num_test": 200, "levels": [1, 2]}
 

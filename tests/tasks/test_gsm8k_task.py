@@ -5,9 +5,15 @@ from __future__ import annotations
 import pytest
 
 from tirl.commands.run_config import TirlConfig
-from tirl.data.benchmarks import gsm8k_records
 from tirl.tasks import load_task
-from tirl.tasks.gsm8k import GSM8KOptions, calculator_steps, gsm8k_demo_data, gsm8k_rows, sample_pool
+from tirl.tasks.gsm8k import (
+    GSM8KOptions,
+    calculator_steps,
+    gsm8k_demo_data,
+    gsm8k_records,
+    gsm8k_rows,
+    sample_pool,
+)
 
 
 def _cfg(seed: int = 0, **task) -> tuple[GSM8KOptions, int]:

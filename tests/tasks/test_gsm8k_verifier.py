@@ -25,3 +25,13 @@ def test_the_rewards_layer_alone_knows_no_gsm8k():
     code = "import tirl.rewards.registry as r; print('gsm8k' in r.verifier_names())"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_a_packaged_row_is_graded_in_the_worker_processes_by_its_gold():
+    from tirl.rewards.batch import grade_many
+
+    row = gsm8k.prepare_gsm8k("recipe")[0]
+    assert row["reward_model"]["ground_truth"] == "18"
+    raw = "Janet sells 16 - 3 - 4 = <<16-3-4=9>>9 duck eggs a day.\n#### 1,018"
+    graded = grade_many([("gsm8k", "so \\boxed{1018}", raw), ("gsm8k", "\\boxed{18}", raw)], workers=1)
+    assert [g.correct for g in graded] == [True, False]

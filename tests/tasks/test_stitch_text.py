@@ -7,7 +7,7 @@ import pytest
 
 from tirl.cli import main
 from tirl.data import read_rows
-from tirl.tasks.stitch import StitchConfig, stitch_rows
+from tirl.tasks.gsm8k.stitch import StitchConfig, stitch_rows
 
 # GSM8K train rows 0, 1, 2 and 5, verbatim
 RECORDS = [

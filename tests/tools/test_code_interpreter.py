@@ -2,10 +2,9 @@
 
 from tirl.chat.tool_formats.hermes import parse_tool_calls
 from tirl.rollout.agent.loop import AgentConfig, AgentLoop
-from tirl.tools import CodeInterpreter, ToolSet, default_tools, show_call, tool
+from tirl.tools import CodeInterpreter, ToolSet, default_tools, recorded_code, show_call, tool
 from tirl.tools.code_interpreter import (
     CODE_INTERPRETER_SCHEMA,
-    code_argument,
     format_tool_output,
     prepare_code,
     tool_call_json,
@@ -43,7 +42,7 @@ def test_a_well_formed_call_is_checked_and_its_code_recorded():
         "Let me compute.\n<tool_call>\n" + tool_call_json("print(1 + 1)") + "\n</tool_call>"
     )
     assert ToolSet(default_tools()).check(call) is None
-    assert code_argument(call.name, call.arguments) == "print(1 + 1)"
+    assert recorded_code(call.name, call.arguments) == "print(1 + 1)"
 
 
 def test_bad_calls_get_error_text_and_record_no_code():
@@ -57,8 +56,8 @@ def test_bad_calls_get_error_text_and_record_no_code():
         [call] = parse_tool_calls(text)
         error = ToolSet(default_tools()).check(call)
         assert error is not None and expected in error, (text, error)
-        assert code_argument(call.name, call.arguments) in (None, "  "), text
-    assert code_argument("lookup", {"code": "x"}) is None  # another tool's argument named code is not code
+        assert recorded_code(call.name, call.arguments) in (None, "  "), text
+    assert recorded_code("lookup", {"code": "x"}) is None  # another tool's argument named code is not code
 
 
 def test_prepare_code_fence_and_auto_print():

@@ -151,9 +151,9 @@ def test_demo_sft_batches_lose_little_to_padding():
 
 @pytest.mark.parametrize("autocast", ["none", "bfloat16"])
 def test_plan_reports_the_budget_the_trainer_uses(tokenizer, tmp_path, monkeypatch, autocast):
-    from tirl.commands.plan import plan
     from tirl.commands.run_config import TirlConfig
     from tirl.models.loading import ModelConfig
+    from tirl.train.plan import plan
 
     monkeypatch.setattr(memory, "cpu_memory_bytes", lambda: 64 * GIB)
     model = make_model(tokenizer)

@@ -18,7 +18,7 @@ from typing import Any
 from tirl.chat.hf_template import TemplateFormat
 from tirl.chat.per_turn import HISTORY, template_turns
 from tirl.chat.pieces import Piece, encode_piece
-from tirl.chat.tool_formats import ToolFormat
+from tirl.chat.tool_formats import PROBE_ARGUMENTS, PROBE_TOOL, ToolFormat
 
 CONTEXT_TOKENS = 6
 
@@ -26,8 +26,8 @@ CONTEXT_TOKENS = 6
 def synthetic_conversation(tools: Sequence[dict[str, Any]] = ()) -> list[dict[str, Any]]:
     """System, user, an assistant turn with reasoning and a tool call, the tool's answer, a final assistant turn,
     then a second user question and answer (a template that strips earlier reasoning shows it there)."""
-    name = tools[0].get("function", tools[0])["name"] if tools else "code_interpreter"
-    call = {"type": "function", "function": {"name": name, "arguments": {"code": "print(6 * 7)"}}}
+    name = tools[0].get("function", tools[0])["name"] if tools else PROBE_TOOL
+    call = {"type": "function", "function": {"name": name, "arguments": dict(PROBE_ARGUMENTS)}}
     return [
         {"role": "system", "content": "You are a helpful assistant."},
         {"role": "user", "content": "What is 6 * 7?"},

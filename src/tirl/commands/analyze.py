@@ -1,5 +1,5 @@
 """`tirl analyze`: its parser and the command (claim the output directory, analyse, print the findings); what it
-runs is `tirl.eval.analyze`."""
+runs is `tirl.eval.report`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from tirl.core.rundir import claim
-from tirl.eval.analyze import print_summary, run_analyze
+from tirl.eval.report import print_summary, run_analyze
 
 
 def add_analyze_parser(sub: argparse._SubParsersAction) -> None:

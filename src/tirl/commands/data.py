@@ -1,6 +1,7 @@
 """`tirl data prepare`, `stitch` and `inspect`, and the `tirl data` parser (with `sample` and `filter` from their own
 modules); what they run lives below: the benchmarks, the recipe's Hub datasets (`tirl.data.hub`) and the readers in
-`tirl.data`, stitching in `tirl.tasks.stitch`."""
+`tirl.data`, the data a task ships (`Task.prepare`, GSM8K's in `tirl.tasks.gsm8k`), stitching in
+`tirl.tasks.gsm8k.stitch`."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tirl.data.benchmarks import prepare
+from tirl.data.benchmarks import USER_SUPPLIED, WORDINGS, prepare
 from tirl.data.lengths import READ_MAX_TOKENS
 from tirl.data.readers import ReadReport, iter_rows
+from tirl.tasks import prepared_tasks
 
 MAX_ERRORS_SHOWN = 20
 
@@ -47,7 +49,19 @@ def prepare_command(
             soft_wrap=True,
         )
         return 0
-    rows = prepare(name, wording=wording, source=source, split=split)
+    tasks = prepared_tasks()
+    if wording not in WORDINGS:
+        raise ValueError(f"unknown wording {wording!r}; valid: {', '.join(WORDINGS)}")
+    if name in tasks:
+        if source is not None:
+            raise ValueError(f"{name} is packaged with tirl; --source is only for {', '.join(USER_SUPPLIED)}")
+        rows = tasks[name].prepare(wording, split)
+    elif split != "test":
+        raise ValueError(
+            f"{name} has only a test split here (a train split ships with: {', '.join(tasks) or 'no task'})"
+        )
+    else:
+        rows = prepare(name, wording=wording, source=source)
     path = write_rows(out, rows)
     console.print(f"{name} {split}: {len(rows)} rows ({wording} wording) -> {path}")
     return 0
@@ -63,14 +77,14 @@ def stitch_command(
     force: bool = False,
     style: str = "code",
 ) -> int:
-    """Stitched SFT trajectories from GSM8K's annotated solutions (tasks/stitch.py); 1 if no row survives."""
+    """Stitched SFT trajectories from GSM8K's annotated solutions (tasks/gsm8k/stitch.py); 1 if no row survives."""
     import time
 
     from tirl.core.logging import console
     from tirl.data import claim_rows_out, write_rows
-    from tirl.data.benchmarks import gsm8k_id, gsm8k_records
     from tirl.sandbox import SandboxConfig, build_sandbox
-    from tirl.tasks.stitch import StitchConfig, stitch_rows
+    from tirl.tasks.gsm8k import gsm8k_id, gsm8k_records
+    from tirl.tasks.gsm8k.stitch import StitchConfig, stitch_rows
 
     claim_rows_out(out, force=force)
     config = StitchConfig(max_steps=max_steps, wording=wording, style=style)
@@ -218,8 +232,8 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 def _add_stitch_parser(data: argparse._SubParsersAction) -> None:
     """`tirl data stitch gsm8k`."""
-    from tirl.data.benchmarks import GSM8K_SPLITS, WORDINGS
-    from tirl.tasks.stitch import STYLES
+    from tirl.tasks.gsm8k import SPLITS
+    from tirl.tasks.gsm8k.stitch import STYLES
 
     p = data.add_parser(
         "stitch", help="SFT tool trajectories from GSM8K's annotated solutions (real sandbox)"
@@ -229,7 +243,7 @@ def _add_stitch_parser(data: argparse._SubParsersAction) -> None:
         "--out", required=True, help="output file (.jsonl or .parquet); an existing one needs --force"
     )
     p.add_argument("--force", action="store_true", help="replace --out if it exists")
-    p.add_argument("--split", choices=GSM8K_SPLITS, default="train", help="(default: train)")
+    p.add_argument("--split", choices=SPLITS, default="train", help="(default: train)")
     p.add_argument("--max-steps", type=int, default=0, help="keep solutions of at most N calculator steps")
     p.add_argument("--limit", type=int, default=0, help="only the split's first N solutions (default: all)")
     p.add_argument("--wording", choices=WORDINGS, default="recipe", help="user-turn wording, as data prepare")
@@ -247,7 +261,7 @@ def _add_stitch_parser(data: argparse._SubParsersAction) -> None:
 def add_data_parser(sub: argparse._SubParsersAction) -> None:
     """The `data` subcommands, added to tirl's parser by cli.py."""
     from tirl.chat.template import FORMATS
-    from tirl.data.benchmarks import GSM8K_SPLITS, NAMES, WORDINGS
+    from tirl.data.benchmarks import NAMES
     from tirl.data.hub import HUB_SETS
 
     data = sub.add_parser("data", help="prepare benchmark files; inspect a dataset").add_subparsers(
@@ -262,7 +276,7 @@ def add_data_parser(sub: argparse._SubParsersAction) -> None:
         "prepare",
         help="write a benchmark, or the recipe's SFT/RL/eval data fetched from the Hub, as rows (.parquet or .jsonl)",
     )
-    p.add_argument("name", choices=[*NAMES, *HUB_SETS])
+    p.add_argument("name", choices=[*NAMES, *prepared_tasks(), *HUB_SETS])
     p.add_argument(
         "--out", required=True, help="output file (.parquet or .jsonl); an existing one needs --force"
     )
@@ -271,7 +285,12 @@ def add_data_parser(sub: argparse._SubParsersAction) -> None:
         "--wording", choices=WORDINGS, default="recipe", help="prompt wording (default: the recipe's)"
     )
     p.add_argument("--source", default=None, help="gpqa: GPQA's CSV; livecodebench: the Open-AgentRL parquet")
-    p.add_argument("--split", choices=GSM8K_SPLITS, default="test", help="train: gsm8k only (default: test)")
+    p.add_argument(
+        "--split",
+        choices=("test", "train"),
+        default="test",
+        help="train: a task's own data only (default: test)",
+    )
     p.add_argument(
         "--revision", default=None, help="open-agentrl-*: a branch, tag or commit (default: the pinned one)"
     )

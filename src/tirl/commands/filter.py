@@ -1,5 +1,5 @@
 """`tirl data filter`: its parser and the command (every argument checked, then sample, write the kept rows and
-the summary); the filtering itself is `tirl.eval.filter`."""
+the summary); the filtering itself is `tirl.eval.pass_rate_filter`."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 from tirl.commands.sample import add_sampling_arguments, check_in_flight, check_outputs, load_problems
 from tirl.core.config import MAX_COUNT, check_range
-from tirl.eval.filter import Band, FilterStats, filtered_rows
-from tirl.eval.sample import engine_dir, summary_path
+from tirl.eval.pass_rate_filter import Band, FilterStats, filtered_rows
+from tirl.eval.rejection_sampling import engine_dir, summary_path
 
 
 def filter_command(args: argparse.Namespace) -> int:

@@ -10,17 +10,15 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from tirl.core.fidelity import check_fidelity, recipe_data
-from tirl.eval.evaluate import EvalConfig
-from tirl.models.loading import ModelConfig
-from tirl.rewards.shaping import RewardConfig
-from tirl.rollout.agent.loop import AgentConfig
+from tirl.eval.config import EvalConfig
+from tirl.models.config import ModelConfig
+from tirl.rewards.config import RewardConfig
+from tirl.rollout.agent.config import AgentConfig
 from tirl.rollout.config import RolloutConfig
-from tirl.sandbox.local import SandboxConfig
+from tirl.sandbox.config import SandboxConfig
 from tirl.tasks.task import TaskOptions, default_task_options
-from tirl.train.dist import DistConfig
-from tirl.train.optim import OptimConfig
-from tirl.train.rl.trainer import RLConfig
-from tirl.train.sft import SFTConfig
+from tirl.train.config import DistConfig, OptimConfig, SFTConfig
+from tirl.train.rl.config import RLConfig
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """`tirl data sample`: its parser and the command (load the config and the problems, sample, write the rows and
-the summary); the sampling itself is `tirl.eval.sample`. The arguments and checks every sampling command shares
-(`tirl data filter` too) are here."""
+the summary); the sampling itself is `tirl.eval.rejection_sampling`. The arguments and checks every sampling
+command shares (`tirl data filter` too) are here."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tirl.eval.sample import SampleConfig, SampleStats, engine_dir, sample_rows, summary_path
+from tirl.eval.rejection_sampling import SampleConfig, SampleStats, engine_dir, sample_rows, summary_path
 
 
 def check_outputs(out: str | Path, *, force: bool) -> Path:

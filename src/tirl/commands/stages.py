@@ -20,7 +20,6 @@ from tirl.chat.template import ChatRenderer, format_mismatch
 from tirl.commands.run_config import TirlConfig
 from tirl.core.config import save_config
 from tirl.core.logging import MetricsLogger, console
-from tirl.core.rundir import RunDirError
 from tirl.data import read_rows
 from tirl.data.recipe_prompts import rewrite_prompts
 from tirl.data.records import ProblemRow, read_problems
@@ -37,6 +36,7 @@ from tirl.tasks import Task, load_task
 from tirl.train import checkpoint, dist, fsdp
 from tirl.train.allocator import bound_onednn_caches, keep_freed_memory
 from tirl.train.manifest import RunIdentity, data_fingerprint
+from tirl.train.resume import resume_point
 from tirl.train.rl import reference
 from tirl.train.rl.check import check_rl, sampling_of
 from tirl.train.rl.run import assemble
@@ -140,49 +140,6 @@ def _policy(cfg: TirlConfig, path: str) -> torch.nn.Module:
     return model
 
 
-def _resume_point(
-    resume: str | None, out: Path, identity: RunIdentity, kind: str, restart: bool = False
-) -> tuple[Path | None, dict[str, Any] | None]:
-    """The checkpoint `resume` names (None: a fresh start) and its trainer state (`tirl.train.checkpoint`), once
-    it is checked to be `identity`'s stage with its settings.
-
-    A run that does not continue `out`'s own checkpoints never mixes its steps with what an earlier run left there
-    (checkpoints a later `--resume auto` would take, metrics): refused, or with `restart` deleted first. What saves
-    killed midway left in `out` is removed either way (rank 0 does both)."""
-    if restart and resume == "auto":
-        raise ValueError("--restart starts over and --resume auto continues: choose one")
-    ckpt = checkpoint.resolve_resume(resume, out)
-    if ckpt is not None and resume != "auto":
-        _refuse_later_checkpoints(resume, ckpt, out)
-    if resume == "auto" and ckpt is None:
-        console.print(f"--resume auto: no complete checkpoint in {out}; starting from step 0")
-    continues = resume == "auto" or (ckpt is not None and ckpt.resolve().parent == out.resolve())
-    if dist.is_main() and not continues and (left := checkpoint.earlier_outputs(out)):
-        shown = ", ".join(left[:6]) + (f" and {len(left) - 6} more" if len(left) > 6 else "")
-        if not restart:
-            raise RunDirError(
-                f"--out {out} holds an earlier tirl {kind} run ({shown}): continue it with --resume auto, start "
-                f"over there with --restart (deletes them), or choose another --out"
-            )
-        checkpoint.remove_outputs(out, left)
-        console.print(f"starting over in {out}: deleted the earlier run's {shown}", soft_wrap=True)
-    if removed := checkpoint.clean_staging(out):
-        console.print(f"removed what a killed save left in {out}: {', '.join(removed)}", soft_wrap=True)
-    return ckpt, checkpoint.load_state(ckpt, identity) if ckpt else None
-
-
-def _refuse_later_checkpoints(resume: str, ckpt: Path, out: Path) -> None:
-    """Resuming `out`'s checkpoint-k while `out` holds later ones would mix two runs: a crash before the new run
-    overwrites them, and a later `--resume auto` takes the abandoned run's newest."""
-    found = [c.resolve() for c in checkpoint.complete_checkpoints(out)]
-    if ckpt.resolve() in found and (later := found[found.index(ckpt.resolve()) + 1 :]):
-        raise RunDirError(
-            f"--resume {resume}: {out} also holds later checkpoints of the run ({', '.join(c.name for c in later)}), "
-            "which a later --resume auto would take: move them out of it first, or continue the newest with "
-            "--resume auto"
-        )
-
-
 def _logger(
     cfg: TirlConfig, out: Path, state: dict[str, Any] | None, resume: str | None, **kw: Any
 ) -> MetricsLogger | None:
@@ -240,7 +197,7 @@ def run_sft(
     rows = rows if rows is not None else read_rows(stage.data)
     resolved = _model(cfg, model_path)
     identity = run_identity("sft", stage, cfg.seed, rows, allow_changes, resolved)
-    ckpt, state = _resume_point(resume, out, identity, "sft", restart)
+    ckpt, state = resume_point(resume, out, identity, "sft", restart)
     if dist.is_main():
         save_config(recorded(cfg, resolved) if resolved.from_hub else cfg, out / "config.yaml")
     path = str(resolved.path)
@@ -284,7 +241,7 @@ def run_rl(
         rows = rewrite_prompts(rows, where=cfg.rl.data or "the task's RL rows")
     resolved = _model(cfg, model_path)
     identity = run_identity("rl", cfg.rl, cfg.seed, rows, allow_changes, resolved)
-    ckpt, state = _resume_point(resume, out, identity, "rl", restart)
+    ckpt, state = resume_point(resume, out, identity, "rl", restart)
     if dist.is_main():
         save_config(recorded(cfg, resolved) if resolved.from_hub else cfg, out / "config.yaml")
     path = str(resolved.path)

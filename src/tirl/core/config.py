@@ -15,6 +15,9 @@ Three hooks a config dataclass may define, each for one job:
 - `resolve_data(data)` (classmethod, on the root): rewrite the loaded mapping before it is built, knowing which
   keys the user set (`fidelity: recipe` fills in only the keys the user left out).
 
+Sections a registry contributes are declared with `with_sections(sections)` under `@dataclass`: each becomes an
+ordinary field (each engine's `rollout.<name>.*`, `tirl.rollout.config`), so nothing here treats them apart.
+
 YAML is read by `tirl.core.yamlread`, tirl's one YAML reader: aliases are allowed, but a document whose aliases
 expand it past `MAX_EXPANDED_VALUES` values, an alias inside the value it names, or a key given twice in one
 mapping is refused as it loads. Values shown in error messages are shortened (`_shown`): a huge value would flood
@@ -32,7 +35,7 @@ import math
 import re
 import reprlib
 import types
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_hints
 
@@ -270,6 +273,25 @@ def _convert_sequence(tp: Any, value: Any, key: str) -> list | tuple:
     return tuple(_convert(a, v, f"{key}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True)))
 
 
+def with_sections(sections: Mapping[str, type]) -> Callable[[type[T]], type[T]]:
+    """Class decorator, placed under `@dataclass`: a field `name: section = field(default_factory=section)` for each
+    entry, after the fields the class declares, for sections that a registry contributes rather than the class
+    names. A name the class already has is a TypeError."""
+
+    def add(cls: type[T]) -> type[T]:
+        annotations = cls.__dict__.get("__annotations__")
+        if annotations is None:
+            annotations = cls.__annotations__ = {}
+        for name, section in sections.items():
+            if name in annotations or hasattr(cls, name):
+                raise TypeError(f"{cls.__name__} already has {name!r}: a section cannot take its name")
+            annotations[name] = section
+            setattr(cls, name, dataclasses.field(default_factory=section))
+        return cls
+
+    return add
+
+
 def from_dict(cls: type[T], data: Mapping[str, Any], *, where: str = "") -> T:
     """Build the dataclass `cls` from `data`, recursing into nested dataclasses; missing keys get defaults."""
     if not (dataclasses.is_dataclass(cls) and isinstance(cls, type)):
@@ -447,4 +469,5 @@ __all__ = [
     "read_config_file",
     "save_config",
     "to_dict",
+    "with_sections",
 ]

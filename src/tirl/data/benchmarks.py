@@ -1,9 +1,10 @@
-"""The evaluation benchmarks as RL-schema rows: packaged ones (aime24, aime25, amc23, math500, gsm8k, humaneval)
+"""The evaluation benchmarks as RL-schema rows: packaged ones (aime24, aime25, amc23, math500, humaneval; GSM8K is
+packaged with its task, `tirl.tasks.gsm8k`)
 and user-supplied ones (gpqa from GPQA's published CSV, livecodebench from the Open-AgentRL eval parquet).
 
 Prompt wording: "recipe" (default) is Open-AgentRL's (../docs §3.3-3.4: analyse, use the tool, box the answer);
 "plain" is the bare problem plus one line saying where the answer goes. Ground truths are normalized here, once:
-AIME's zero-padded "025" becomes "25", AMC's float 27.0 becomes "27", GSM8K's gold is the text after "####".
+AIME's zero-padded "025" becomes "25", AMC's float 27.0 becomes "27".
 Code ground truths are JSON strings (as in the LiveCodeBench file) so every row has the same parquet type.
 Provenance and licenses of the packaged files: files/SOURCE.md.
 """
@@ -22,7 +23,6 @@ from typing import Any
 FILES = Path(__file__).parent / "files"
 WORDINGS = ("recipe", "plain")
 AIME_ANSWER = re.compile(r"\d{1,3}")  # canonical (no sign, no leading zero): 0 to 999
-GSM8K_SPLITS = ("test", "train")  # every other packaged benchmark is one evaluation split
 
 MATH_PROMPT_1 = "Analyze and solve the following math problem step by step. \n\n"
 MATH_PROMPT_2 = (
@@ -66,7 +66,7 @@ def choice_prompt(problem: str, domain: str, wording: str) -> str:
     return head + problem + MATH_PROMPT_2 + AGENT_PROMPT + ANSWER_FORMAT + CHOICE_NOTE
 
 
-def _row(source: str, prompt: str, ability: str, truth: str, info: dict[str, Any]) -> dict[str, Any]:
+def benchmark_row(source: str, prompt: str, ability: str, truth: str, info: dict[str, Any]) -> dict[str, Any]:
     return {
         "data_source": source,
         "prompt": [{"role": "user", "content": prompt}],
@@ -76,7 +76,7 @@ def _row(source: str, prompt: str, ability: str, truth: str, info: dict[str, Any
     }
 
 
-def _jsonl(path: Path) -> Iterator[dict[str, Any]]:
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", encoding="utf-8") as f:
         for line in f:
@@ -104,25 +104,18 @@ def aime_answer(value: Any) -> str:
     return text
 
 
-def gsm8k_answer(solution: str) -> str:
-    """The gold number after GSM8K's final '####', thousands separators removed."""
-    if "####" not in solution:
-        raise ValueError(f"GSM8K answer has no '####' line: {solution[-80:]!r}")
-    return solution.rsplit("####", 1)[1].strip().replace(",", "")
-
-
 def _aime(source: str, files: list[str], wording: str) -> list[dict[str, Any]]:
     """AIME's or AMC's packaged rows (AMC's answers are not all 0 to 999: only AIME's are checked)."""
     answer = aime_answer if source.startswith("aime") else integer_answer
     rows = []
     for name in files:
-        for i, r in enumerate(_jsonl(FILES / name)):
+        for i, r in enumerate(read_jsonl(FILES / name)):
             info = {"id": f"{source}-{r.get('id', i)}", "raw_answer": str(r["answer"])}
             try:
                 truth = answer(r["answer"])
             except ValueError as e:
                 raise ValueError(f"{FILES / name}: row {i + 1}: {e}") from None
-            rows.append(_row(source, math_prompt(r["problem"], wording), "math", truth, info))
+            rows.append(benchmark_row(source, math_prompt(r["problem"], wording), "math", truth, info))
     return rows
 
 
@@ -140,49 +133,26 @@ def prepare_amc23(wording: str) -> list[dict[str, Any]]:
 
 def prepare_math500(wording: str) -> list[dict[str, Any]]:
     return [
-        _row(
+        benchmark_row(
             "math500",
             math_prompt(r["problem"], wording),
             "math",
             r["answer"],
             {"id": r["unique_id"], "subject": r["subject"], "level": r["level"], "solution": r["solution"]},
         )
-        for r in _jsonl(FILES / "math500/test.jsonl")
-    ]
-
-
-def gsm8k_records(split: str = "test") -> list[dict[str, Any]]:
-    """GSM8K's raw rows (question, answer with its calculator annotations) of `split`, in file order."""
-    if split not in GSM8K_SPLITS:
-        raise ValueError(f"unknown gsm8k split {split!r}; valid: {', '.join(GSM8K_SPLITS)}")
-    return list(_jsonl(FILES / f"gsm8k/{split}.jsonl"))
-
-
-def gsm8k_id(split: str, i: int) -> str:
-    """Row i's id: the test split keeps its earlier ids (gsm8k-{i}), the train split's are gsm8k-train-{i}."""
-    return f"gsm8k-{i}" if split == "test" else f"gsm8k-{split}-{i}"
-
-
-def prepare_gsm8k(wording: str, split: str = "test") -> list[dict[str, Any]]:
-    return [
-        _row(
-            "gsm8k",
-            math_prompt(r["question"], wording),
-            "math",
-            gsm8k_answer(r["answer"]),
-            {"id": gsm8k_id(split, i)},
-        )
-        for i, r in enumerate(gsm8k_records(split))
+        for r in read_jsonl(FILES / "math500/test.jsonl")
     ]
 
 
 def prepare_humaneval(wording: str) -> list[dict[str, Any]]:
     rows = []
-    for r in _jsonl(FILES / "humaneval/HumanEval.jsonl.gz"):
+    for r in read_jsonl(FILES / "humaneval/HumanEval.jsonl.gz"):
         problem = f"Complete the following Python function.\n\n```python\n{r['prompt']}```"
         truth = {"prompt": r["prompt"], "test": r["test"], "entry_point": r["entry_point"]}
         info = {"id": r["task_id"], "canonical_solution": r["canonical_solution"]}
-        rows.append(_row("humaneval", code_prompt(problem, wording), "code", json.dumps(truth), info))
+        rows.append(
+            benchmark_row("humaneval", code_prompt(problem, wording), "code", json.dumps(truth), info)
+        )
     return rows
 
 
@@ -216,7 +186,7 @@ def prepare_gpqa(wording: str, path: str | Path, *, seed: int = 0) -> list[dict[
             domain = (r.get("High-level domain") or "science").strip()
             info = {"id": r.get("Record ID") or f"gpqa-{n}", "domain": domain}
             rows.append(
-                _row(
+                benchmark_row(
                     "gpqa_diamond",
                     choice_prompt(problem, domain, wording),
                     domain,
@@ -266,7 +236,6 @@ PACKAGED: dict[str, Callable[[str], list[dict[str, Any]]]] = {
     "aime25": prepare_aime25,
     "amc23": prepare_amc23,
     "math500": prepare_math500,
-    "gsm8k": prepare_gsm8k,
     "humaneval": prepare_humaneval,
 }
 USER_SUPPLIED: dict[str, Callable[..., list[dict[str, Any]]]] = {
@@ -276,19 +245,11 @@ USER_SUPPLIED: dict[str, Callable[..., list[dict[str, Any]]]] = {
 NAMES = (*PACKAGED, *USER_SUPPLIED)
 
 
-def prepare(
-    name: str, *, wording: str = "recipe", source: str | Path | None = None, split: str = "test"
-) -> list[dict[str, Any]]:
-    """Rows of benchmark `name`; gpqa and livecodebench need `source`, the user's copy of the published file.
-    `split` is "test" for all but gsm8k, whose train split is packaged too."""
+def prepare(name: str, *, wording: str = "recipe", source: str | Path | None = None) -> list[dict[str, Any]]:
+    """Rows of benchmark `name` (its one evaluation split); gpqa and livecodebench need `source`, the user's copy
+    of the published file."""
     if wording not in WORDINGS:
         raise ValueError(f"unknown wording {wording!r}; valid: {', '.join(WORDINGS)}")
-    if name == "gsm8k":
-        if source is not None:
-            raise ValueError(f"{name} is packaged with tirl; --source is only for {', '.join(USER_SUPPLIED)}")
-        return prepare_gsm8k(wording, split)
-    if split != "test":
-        raise ValueError(f"{name} has only a test split here (a train split is packaged for gsm8k only)")
     if name in PACKAGED:
         if source is not None:
             raise ValueError(f"{name} is packaged with tirl; --source is only for {', '.join(USER_SUPPLIED)}")

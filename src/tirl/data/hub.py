@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from tirl.core.hub import commit_of, hub_call, regular_size
-from tirl.data.benchmarks import _row, aime_answer, choice_prompt, math_prompt, prepare_livecodebench
+from tirl.data.benchmarks import aime_answer, benchmark_row, choice_prompt, math_prompt, prepare_livecodebench
 from tirl.data.readers import iter_records, iter_rows
 from tirl.data.schema import RowError
 
@@ -117,7 +117,7 @@ def _aime(source: str, problem: str, answer: str) -> Callable[[Path, str], list[
             except ValueError as e:  # kept, it would grade every answer wrong
                 raise RowError(str(path), n, answer, str(e)) from None
             info = {"id": f"{source}-{n - 1}", "raw_answer": str(r[answer])}
-            rows.append(_row(source, math_prompt(str(r[problem]), wording), "math", truth, info))
+            rows.append(benchmark_row(source, math_prompt(str(r[problem]), wording), "math", truth, info))
         return rows
 
     return convert
@@ -131,7 +131,7 @@ def gpqa_rows(path: Path, wording: str) -> list[dict[str, Any]]:
         domain = str(r.get("domain") or "science").strip()
         info = {"id": f"gpqa_diamond-{n - 1}", "domain": domain}
         prompt = choice_prompt(str(r["problem"]), domain, wording)
-        rows.append(_row("gpqa_diamond", prompt, domain, str(r["solution"]).strip(), info))
+        rows.append(benchmark_row("gpqa_diamond", prompt, domain, str(r["solution"]).strip(), info))
     return rows
 
 

@@ -89,7 +89,7 @@ def _sample_chunks(
     """Model `sft`'s kept rows and summary counts over `pool`, `SAMPLE_CHUNK` problems at a time until `want` rows,
     going on from `progress` and saving it after each chunk."""
     from tirl.commands.stages import eval_reward, inference_agent
-    from tirl.eval.sample import sample_rows
+    from tirl.eval.rejection_sampling import sample_rows
     from tirl.rollout.sampling import SamplingParams
 
     cfg, model = run.cfg, run.models["sft"]
@@ -128,7 +128,7 @@ def sample_real_rows(
     written to data/sft-real.jsonl with a summary beside it; reused when that file was sampled from the same
     inputs. `max_problems`: the problems tried at most (default `SAMPLE_MAX_PROBLEMS_PER_ROW` x `want`);
     `keep_retokenized`: `tirl data sample --keep-retokenized`."""
-    from tirl.eval.sample import SampleConfig, summary_path
+    from tirl.eval.rejection_sampling import SampleConfig, summary_path
 
     cfg, out, model = run.cfg, run.out, run.models["sft"]
     path = out / "data" / "sft-real.jsonl"

@@ -115,7 +115,7 @@ def train_and_evaluate(run: Run) -> None:
 def run_study_data_comparison(cfg: TirlConfig) -> dict[str, Any]:
     """The comparison (module docstring) on the study in `cfg.out_dir`; returns compare-data/report.json."""
     from tirl.commands.stages import setup_torch
-    from tirl.eval.analyze import print_summary, run_analyze
+    from tirl.eval.report import print_summary, run_analyze
 
     study = Path(cfg.out_dir)
     chosen, rl_path = study_state(study)

@@ -69,10 +69,9 @@ def data_inputs(cfg: TirlConfig) -> dict[str, str]:
 def study_rows(cfg: TirlConfig, out: Path) -> dict[str, list[dict[str, Any]]]:
     """The study's splits (module docstring), written to OUT/data/; reused when already written for the same
     task options and split seed (the stitched rows come from the sandbox and are identical on a rerun)."""
-    from tirl.data.benchmarks import gsm8k_id, gsm8k_records
     from tirl.sandbox import build_sandbox
-    from tirl.tasks.gsm8k import WORDING, gsm8k_rows, study_splits
-    from tirl.tasks.stitch import StitchConfig, stitch_rows
+    from tirl.tasks.gsm8k import WORDING, gsm8k_id, gsm8k_records, gsm8k_rows, study_splits
+    from tirl.tasks.gsm8k.stitch import StitchConfig, stitch_rows
 
     data = out / "data"
     stage = Stage("data", data / "sft-code.jsonl", data_inputs(cfg))
@@ -143,7 +142,7 @@ def filter_rl_rows(run: Run) -> list[dict[str, Any]]:
     """The RL candidates the chosen SFT model solves sometimes (module docstring, step 3), with their rates."""
     from tirl.commands.stages import eval_reward, inference_agent
     from tirl.core.io import atomic_write_json
-    from tirl.eval.filter import Band, filtered_rows
+    from tirl.eval.pass_rate_filter import Band, filtered_rows
     from tirl.rollout.sampling import SamplingParams
 
     cfg, path = run.cfg, run.out / "data" / "rl.jsonl"
@@ -250,7 +249,7 @@ ANALYSES = {  # folder: (its evaluations, its labels)
 def analyze_study(run: Run) -> None:
     """Step 5's and 6's `tirl analyze`: base, SFT and RL together, RL against SFT, and the transfer; each
     folder's report.json named in the study's."""
-    from tirl.eval.analyze import print_summary, run_analyze
+    from tirl.eval.report import print_summary, run_analyze
 
     results = {}
     for folder, (evals, labels) in ANALYSES.items():

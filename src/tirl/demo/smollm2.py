@@ -52,7 +52,7 @@ from tirl.demo.reuse import (
     model_done,
     rows_input,
 )
-from tirl.eval.analyze import print_summary, run_analyze
+from tirl.eval.report import print_summary, run_analyze
 
 BASE_EVAL_N = 4  # GSM8K: the base never calls the tool (none in 800 samples); 4 samples show it
 

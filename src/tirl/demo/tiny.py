@@ -26,7 +26,7 @@ from tirl.core.logging import console
 from tirl.data import write_rows
 from tirl.demo.reuse import RL_KEYS, SFT_KEYS, Stage, config_inputs, digest, every_weight, rows_input
 from tirl.demo.tiny_model import build_tiny
-from tirl.eval.analyze import print_summary, run_analyze
+from tirl.eval.report import print_summary, run_analyze
 from tirl.sandbox import build_sandbox
 from tirl.tasks import load_task
 

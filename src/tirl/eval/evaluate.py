@@ -14,17 +14,17 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from tirl.core.config import MAX_COUNT, MAX_IN_FLIGHT, check_counts, check_product
 from tirl.core.io import atomic_write_json, atomic_write_jsonl
 from tirl.core.progress import progress
 from tirl.data.records import ProblemRow, problem_rows
 from tirl.eval.answers import canonical_answers
+from tirl.eval.config import EvalConfig
 from tirl.eval.counts import COUNTS_FILE, counts_from_records, write_counts
 from tirl.eval.metrics import default_ks, summarize
 from tirl.eval.verl_metrics import bootstrap_summary
@@ -34,43 +34,6 @@ from tirl.rollout.agent.loop import AgentLoop
 from tirl.rollout.agent.toolstats import tool_stats
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
-
-
-@dataclass
-class EvalConfig:
-    data: str = ""  # JSONL of rows in the RL schema
-    n: int = 8  # samples per problem
-    temperature: float = 1.0
-    temperatures: list[float] = field(default_factory=list)  # several in one call; empty = [temperature]
-    top_p: float = 1.0
-    max_problems: int = 0  # 0 = all rows
-    batch_problems: int = 32  # problems rolled out together (each with its n samples)
-    ks: list[int] = field(default_factory=list)  # empty = 1, 2, 4, ..., n
-    log_generations: int = 0  # in-training validation: samples logged as text each time (verl logs 20)
-
-    def __post_init__(self) -> None:
-        if self.n < 1 or self.batch_problems < 1:
-            raise ValueError(
-                f"eval.n and eval.batch_problems must be >= 1, got {self.n}, {self.batch_problems}"
-            )
-        if any(k < 1 or k > self.n for k in self.ks):
-            raise ValueError(f"eval.ks must lie in [1, n={self.n}], got {self.ks}")
-        if any(t < 0 for t in [self.temperature, *self.temperatures]):
-            raise ValueError(f"eval temperatures must be >= 0, got {self.temperature}, {self.temperatures}")
-        if self.log_generations < 0:
-            raise ValueError(f"eval.log_generations must be >= 0, got {self.log_generations}")
-        if len(set(self.temperatures)) != len(self.temperatures):
-            raise ValueError(f"eval.temperatures has duplicates: {self.temperatures}")
-        bounds = {"n": (1, MAX_COUNT), "batch_problems": (1, MAX_COUNT), "log_generations": (0, MAX_COUNT)}
-        check_counts(self, "eval", bounds)
-        check_product(  # every sample of a batch's problems is rolled out, and held, at once
-            ("eval.n", "eval.batch_problems"), (self.n, self.batch_problems), MAX_IN_FLIGHT,
-            "trajectories held at once", "lower eval.batch_problems",
-        )  # fmt: skip
-
-    @property
-    def all_temperatures(self) -> list[float]:
-        return list(self.temperatures) or [self.temperature]
 
 
 @dataclass

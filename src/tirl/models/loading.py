@@ -19,90 +19,17 @@ import contextlib
 import dataclasses
 import inspect
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from tirl.core.config import MAX_TOKENS, ConfigError, check_range
+from tirl.core.config import ConfigError
 from tirl.core.io import atomic_dir
+from tirl.models.config import DTYPES, ModelConfig
 from tirl.models.hub import resolve_model
-from tirl.models.lora import LoraConfig, apply_lora, is_adapter_dir, load_adapter, recorded_base, save_model
-from tirl.models.precision import bf16_pays
-
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-AUTOCAST = {"none": None, "bfloat16": torch.bfloat16, "auto": None}  # auto: bfloat16 where native_bf16
-
-
-@dataclass
-class ModelConfig:
-    # a local Hugging Face model directory, or a Hub id org/name[@revision] (tirl.models.hub); the demo fills it
-    # with the tiny model it builds
-    path: str = ""
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
-    attn_implementation: str = "sdpa"
-    device: str = "cpu"
-    # Recompute each decoder layer's activations in the backward pass instead of keeping them: less memory for
-    # long responses at about one extra forward's cost. Off by default (the CPU demo's activations are small).
-    gradient_checkpointing: bool = False
-    # Forward/backward of the trainers under torch.autocast with float32 weights and AdamW state (module docstring)
-    autocast: Literal["none", "bfloat16", "auto"] = "auto"
-    ref_dtype: Literal["", "float32", "bfloat16"] = ""  # the KL reference model's weights; "" = dtype
-    # GiB of activations one forward/backward may keep when micro_batch_tokens is auto (tirl.train.memory);
-    # 0 = 1 GiB on a CPU (less where memory is short), a quarter of the GPU's memory on CUDA
-    activation_gib: float = 0.0
-    # the RL update's decoder layers through torch.compile (static shapes), its micro-batches' lengths padded up to
-    # a multiple of compile_pad_multiple so that few shapes compile (tirl.train.compiled). Off by default: its
-    # speed on a GPU is not measured
-    compile_layers: bool = False
-    compile_pad_multiple: int = 64
-    lora: LoraConfig = field(default_factory=LoraConfig)  # rank > 0 trains a LoRA adapter (tirl.models.lora)
-
-    def __post_init__(self) -> None:
-        try:
-            torch.device(self.device)
-        except (RuntimeError, ValueError):
-            raise ValueError(
-                f"model.device={self.device!r} is not a torch device: use cpu, cuda, cuda:N (or mps)"
-            ) from None
-        if self.activation_gib < 0:
-            raise ValueError(
-                f"model.activation_gib must be >= 0 (0 = by the device), got {self.activation_gib}"
-            )
-        if self.compile_pad_multiple < 1:
-            raise ValueError(f"model.compile_pad_multiple must be >= 1, got {self.compile_pad_multiple}")
-        check_range("model.compile_pad_multiple", self.compile_pad_multiple, 1, MAX_TOKENS)
-        if self.dtype not in _DTYPES:
-            raise ValueError(f"model.dtype must be one of {sorted(_DTYPES)}, got {self.dtype!r}")
-        if self.autocast not in AUTOCAST:
-            raise ValueError(f"model.autocast must be one of {list(AUTOCAST)}, got {self.autocast!r}")
-        if self.autocast == "bfloat16" and self.dtype != "float32":
-            raise ValueError(
-                f"model.autocast={self.autocast} needs model.dtype=float32 (autocast keeps float32 master weights); "
-                f"with model.dtype={self.dtype} the weights are already low-precision: set model.autocast=none"
-            )
-        if self.ref_dtype not in ("", *_DTYPES):
-            raise ValueError(
-                f"model.ref_dtype must be '' or one of {sorted(_DTYPES)}, got {self.ref_dtype!r}"
-            )
-        if self.lora.enabled and self.ref_dtype not in ("", self.dtype):
-            raise ValueError(
-                f"model.ref_dtype={self.ref_dtype} with LoRA: the KL reference is the policy's own frozen base "
-                f"(adapter disabled), stored in model.dtype={self.dtype}; leave model.ref_dtype empty"
-            )
-
-    def autocast_dtype(self, hidden_size: int) -> torch.dtype | None:
-        """The trainers' autocast dtype for a model of this width; `auto`: bfloat16 over float32 weights where it
-        pays (`tirl.models.precision.bf16_pays`), else none."""
-        if self.autocast == "auto":
-            return torch.bfloat16 if self.dtype == "float32" and bf16_pays(self.device, hidden_size) else None
-        return AUTOCAST[self.autocast]
-
-    @property
-    def reference_dtype(self) -> torch.dtype:
-        return _DTYPES[self.ref_dtype or self.dtype]
+from tirl.models.lora import apply_lora, is_adapter_dir, load_adapter, recorded_base, save_model
 
 
 def check_device(device: str) -> None:
@@ -170,7 +97,7 @@ def load_model(cfg: ModelConfig, path: str | Path | None = None) -> torch.nn.Mod
     # the absolute path, so that an adapter trained on this model records where its base lives
     with _unreadable(p, "model"):
         model = AutoModelForCausalLM.from_pretrained(
-            str(Path(p).resolve()), dtype=_DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation
+            str(Path(p).resolve()), dtype=DTYPES[cfg.dtype], attn_implementation=cfg.attn_implementation
         )
     if cfg.gradient_checkpointing:
         enable_gradient_checkpointing(model)

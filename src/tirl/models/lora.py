@@ -18,53 +18,21 @@ import hashlib
 import json
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from tirl.core.errors import TirlError
+from tirl.models.config import ALL_LINEAR, LoraConfig
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 BASE_RECORD = "base_model.json"
-ALL_LINEAR = "all-linear"
 
 
 class LoraError(TirlError):
     """A LoRA adapter does not fit its base model, or the base it was trained on is missing or has changed."""
-
-
-@dataclass
-class LoraConfig:
-    """`rank` 0 is full fine-tuning. Defaults follow the LoRA-for-RL results (docs/configuration.md, "Memory
-    options and LoRA"): every linear layer of the decoder (attention and MLP; peft's "all-linear" leaves the LM
-    head out), alpha 32, no dropout."""
-
-    rank: int = 0
-    alpha: float = 32.0
-    dropout: float = 0.0
-    target_modules: list[str] = field(default_factory=lambda: [ALL_LINEAR])
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.rank <= 1 << 16:  # at most a model's width (the widest: ~16k)
-            raise ValueError(f"lora.rank must be 0-{1 << 16} (0 = full fine-tuning), got {self.rank}")
-        if self.alpha <= 0:
-            raise ValueError(f"lora.alpha must be > 0, got {self.alpha}")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"lora.dropout must be in [0, 1), got {self.dropout}")
-        if not self.target_modules or not all(isinstance(t, str) and t for t in self.target_modules):
-            raise ValueError(
-                f"lora.target_modules must be a non-empty list of module names (or ['all-linear']), "
-                f"got {self.target_modules!r}"
-            )
-        if ALL_LINEAR in self.target_modules and len(self.target_modules) > 1:
-            raise ValueError(f"lora.target_modules: 'all-linear' stands alone, got {self.target_modules!r}")
-
-    @property
-    def enabled(self) -> bool:
-        return self.rank > 0
 
 
 def is_lora(model: torch.nn.Module) -> bool:

@@ -114,7 +114,7 @@ def register_verifier(
     v = Verifier(name, fn, needs_sandbox, timeout_s, in_workers, is_fast, extract, equivalent)
     _VERIFIERS[name] = v
     for source in data_sources:
-        route(source, name)
+        route(source, name, by=f"verifier {name!r}", replace=replace)
     for ability in abilities:
         BY_ABILITY[ability.lower()] = name
     return v
@@ -123,7 +123,10 @@ def register_verifier(
 def get_verifier(name: str) -> Verifier:
     """The verifier registered as `name`; a bad name raises and lists the valid ones."""
     if name not in _VERIFIERS:
-        raise ValueError(f"unknown verifier {name!r}; valid: {', '.join(sorted(_VERIFIERS))}")
+        raise ValueError(
+            f"unknown verifier {name!r}; valid: {', '.join(sorted(_VERIFIERS))} (a dataset's own verifier, such as "
+            "gsm8k's, is registered by its task: import tirl.tasks)"
+        )
     return _VERIFIERS[name]
 
 
@@ -131,10 +134,18 @@ def verifier_names() -> list[str]:
     return sorted(_VERIFIERS)
 
 
-def route(data_source: str, name: str) -> None:
-    """Send rows of `data_source` to verifier `name` (a bad name raises and lists the valid ones)."""
+def route(data_source: str, name: str, *, by: str = "", replace: bool = False) -> None:
+    """Send rows of `data_source` to verifier `name` (a bad name raises and lists the valid ones). A source already
+    sent to another verifier raises unless `replace=True` (`by` names who asks, for that error)."""
     get_verifier(name)
-    _SOURCES[data_source.lower()] = name
+    key = data_source.lower()
+    taken = _SOURCES.get(key)
+    if taken is not None and taken != name and not replace:
+        raise ValueError(
+            f"data source {data_source!r} is graded by verifier {taken!r}; {by or 'route'} sends it to {name!r} "
+            "(pass replace=True to override)"
+        )
+    _SOURCES[key] = name
 
 
 def verifier_name(data_source: str, ability: str = "") -> str:

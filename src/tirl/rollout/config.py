@@ -1,10 +1,11 @@
 """`rollout.*`: which engine samples the rollouts, how, and which agent loop drives it (`tirl.rollout.factory`).
 
-The keys more than one engine reads sit at `rollout.*`; a key only one engine reads sits in that engine's own
-section, `rollout.torch.*` or `rollout.vllm.*` (declared in the engine's package), so a reader sees which settings a run's engine ignores. The openai
-engine has no section: every key it reads (`urls`, `model_name`, `retries`, the request limits) the vllm engine
-reads too when it samples from servers someone else started. The old flat names (`rollout.vllm_args`) are refused
-with their new ones (`MOVED_KEYS`). This module knows nothing of the factory: the factory builds from it.
+The keys more than one engine reads sit at `rollout.*`, declared here; a key only one engine reads sits in that
+engine's own section, `rollout.<engine>.*`, so a reader sees which settings a run's engine ignores. This module
+names no engine: `tirl.rollout.engines.registry` finds each one's folder, and the engine's `config.py` gives its
+section (`SECTION`, added as a field by `with_sections`: `rollout.torch.*` is `TorchEngineConfig` in
+`engines/torch/config.py`) and the keys here it needs set (`REQUIRED_KEYS`). The old flat names (`rollout.vllm_args`)
+are refused with their new ones (`MOVED_KEYS`). This module knows nothing of the factory: the factory builds from it.
 """
 
 from __future__ import annotations
@@ -12,17 +13,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from tirl.core.config import MAX_COUNT, MAX_IN_FLIGHT, MAX_RETRIES, check_counts
+from tirl.core.config import MAX_COUNT, MAX_IN_FLIGHT, MAX_RETRIES, check_counts, with_sections
 from tirl.rollout.capabilities import MODES
-from tirl.rollout.engines.torch.config import TorchEngineConfig
-from tirl.rollout.engines.vllm.config import VllmConfig
+from tirl.rollout.engines.registry import ENGINES, REQUIRED_KEYS, SECTIONS
 
-# rollout.engine's values: each a package tirl.rollout.engines.<name> with its SPEC (tirl.rollout.factory)
-ENGINES = ("torch", "vllm", "openai")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
 
 
 @dataclass
+@with_sections(SECTIONS)  # rollout.<engine>.*, after the keys below
 class RolloutConfig:
     """Sampling for RL rollouts (evaluation has its own temperature and top_p in `eval`)."""
 
@@ -49,8 +48,8 @@ class RolloutConfig:
     mode: str = "auto"  # lockstep | async | auto (lock-step for the torch engine, async for servers)
     concurrency: int = 64  # async: trajectories in flight at once
     timeout_s: float = 600.0  # async: a trajectory running longer is returned with stop reason "error"
-    # torch (in-process) | vllm (a vLLM server tirl starts and syncs; tirl.rollout.engines.vllm.engine)
-    # | openai (a /v1/completions server someone else runs; eval only, no weight sync)
+    # a package tirl.rollout.engines.<name> (ENGINES): torch (in-process) | vllm (a vLLM server tirl starts and
+    # syncs) | openai (a /v1/completions server someone else runs; eval only, no weight sync); docs/engines.md
     engine: str = "torch"
     # openai: server base URLs, used round-robin; vllm: servers someone else started (tirl.rollout.engines.vllm.pool)
     urls: list[str] = field(default_factory=list)
@@ -66,8 +65,6 @@ class RolloutConfig:
     # device multiplies bf16 natively and the model is wide enough). vllm: the served weights' dtype (bfloat16,
     # float16, float32); auto = model.dtype. ("" reads as auto.)
     dtype: str = "auto"
-    torch: TorchEngineConfig = field(default_factory=TorchEngineConfig)
-    vllm: VllmConfig = field(default_factory=VllmConfig)
 
     def served_dtype(self, model_dtype: str) -> str:
         """The dtype a server engine (vLLM) serves the weights in: rollout.dtype, auto = model.dtype."""
@@ -76,8 +73,10 @@ class RolloutConfig:
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise ValueError(f"unknown rollout.engine {self.engine!r}; valid: {', '.join(ENGINES)}")
-        if self.engine == "openai" and (not self.urls or not self.model_name):
-            raise ValueError("rollout.engine=openai needs rollout.urls and rollout.model_name")
+        needed = REQUIRED_KEYS.get(self.engine, ())
+        if not all(getattr(self, key) for key in needed):
+            needs = " and ".join(f"rollout.{key}" for key in needed)
+            raise ValueError(f"rollout.engine={self.engine} needs {needs}")
         if self.dtype == "":
             self.dtype = "auto"
         if self.dtype not in DTYPES:

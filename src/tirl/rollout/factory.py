@@ -6,9 +6,9 @@ Code outside `tirl.rollout` never names an engine class: it calls `build_agent` 
 or `preflight(rollout)` where it only has the config. The RL rules on capabilities live in `tirl.rollout.capabilities`.
 
 Adding an engine: a package `tirl.rollout.engines.<name>` with its class (implementing
-`tirl.rollout.engines.base.Engine`, with its `capabilities` record), its settings section (`rollout.<name>.*`, a
-field of `RolloutConfig`) and `spec.py`, whose `SPEC` builds it, sizes it and checks it
-(`tirl.rollout.engines.spec`); and its name in `tirl.rollout.config.ENGINES`.
+`tirl.rollout.engines.base.Engine`, with its `capabilities` record), `spec.py`, whose `SPEC` builds it, sizes it
+and checks it (`tirl.rollout.engines.spec`), and, if it has keys of its own, `config.py` with their section
+(`rollout.<name>.*`); `tirl.rollout.engines.registry` finds the package, so nothing outside it changes.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from tirl.rollout.agent.async_loop import AsyncAgentLoop
 from tirl.rollout.agent.loop import AgentConfig, AgentLoop, stop_token_ids
 from tirl.rollout.capabilities import EngineCapabilities, capabilities_of
-from tirl.rollout.config import ENGINES, RolloutConfig
+from tirl.rollout.config import RolloutConfig
+from tirl.rollout.engines.registry import ENGINES
 from tirl.rollout.engines.spec import EngineInputs, EngineSpec
 from tirl.rollout.timeouts import Throughput
 
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from tirl.tools.base import ToolSet
 
 
-# rollout.engine (one of tirl.rollout.config.ENGINES) -> the module holding that engine's SPEC
+# rollout.engine (one of tirl.rollout.engines.registry.ENGINES) -> the module holding that engine's SPEC
 _ENGINES = {name: f"tirl.rollout.engines.{name}.spec" for name in ENGINES}
 
 

@@ -12,7 +12,6 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tirl.data.records import ProblemRow
-from tirl.tools.code_interpreter import TOOL_NAME
 
 
 @dataclass
@@ -37,15 +36,17 @@ class Generation:
 
 @dataclass
 class ToolCallRecord:
-    """One tool call: what ran (code_interpreter's code, or another tool's name and arguments; or the error that
-    was sent back instead) and what the model saw."""
+    """One tool call: what ran (its tool's name and arguments, and the code its tool records, `Tool.recorded_code`:
+    the code interpreter's code; or the error that was sent back instead) and what the model saw."""
 
     turn: int
     code: str | None
     response: str  # the text fed back to the model, after truncation
     status: str  # "ok", sandbox statuses ("runtime_error", "timeout", ...), "tool_error", or "parse_error" (not run)
     exec_result: dict[str, Any] | None = None
-    name: str | None = TOOL_NAME  # None: the call was too malformed to name a tool
+    # None: the call was too malformed to name a tool; a record without a name (the first trajectory files) is a
+    # call of the code interpreter, the one tool those runs had
+    name: str | None = "code_interpreter"
     arguments: dict[str, Any] | None = None
     result_seen: bool = True  # False when the result did not fit the budget and was never appended
 

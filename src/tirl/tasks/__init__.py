@@ -1,12 +1,17 @@
-"""Tasks: a dataset, its tools, its verifier, its prompt wording and its `task.*` options (`task.py`), and the
-ones tirl ships: `gsm8k` (GSM8K with stitched SFT trajectories from `stitch.py`; `gsm8k-no-tool`, the same without
-the tool, in `gsm8k.py`; `gsm8k-fewshot` in `fewshot.py`, its problems as its makers prompt a model, few-shot and
-without a tool) and `arith`, the demo's arithmetic, a plugin that lives in `tirl.demo` and is registered here by
-name only."""
+"""Tasks: a dataset, its tools, its verifier, its prompt wording and its `task.*` options (`task.py`). A dataset
+tirl ships is one folder, a subpackage imported (and so registered) here by discovery: `gsm8k/` (GSM8K: its data,
+verifier, splits, stitched SFT rows, the no-tool and few-shot variants). `arith`, the demo's arithmetic, is a
+plugin that lives in `tirl.demo` and is registered here by name only."""
 
-from tirl.tasks import fewshot, gsm8k  # noqa: F401  (register the gsm8k tasks)
-from tirl.tasks.task import DemoData, Task, TaskOptions, load_task, register_task, task_names
+import importlib
+import pkgutil
+
+from tirl.tasks.task import DemoData, Task, TaskOptions, load_task, prepared_tasks, register_task, task_names
+
+for _found in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+    if _found.ispkg:  # a dataset's folder registers its tasks when imported
+        importlib.import_module(f"{__name__}.{_found.name}")
 
 register_task("tirl.demo.arith_task:ARITH", name="arith")
 
-__all__ = ["DemoData", "Task", "TaskOptions", "load_task", "register_task", "task_names"]
+__all__ = ["DemoData", "Task", "TaskOptions", "load_task", "prepared_tasks", "register_task", "task_names"]

@@ -4,7 +4,9 @@
 one from the user's own package (installed, or under the working directory) (a `Task`, or a function declared
 `-> Task` that takes no arguments; nothing else named there is called), so adding a task never means editing
 tirl. The verifier is routed through the one registry (`tirl.rewards.registry`): a task that names one sends its
-`data_sources` to it when it is loaded. Rows come from the stage's data file when one is set (`rl.data`,
+`data_sources` to it once, when it is registered (a plugin's task or factory, when it is first loaded); two tasks
+that send one source to different verifiers are an error, so which verifier grades a row never depends on which
+task a run loaded. Rows come from the stage's data file when one is set (`rl.data`,
 `eval.data`), else from the task's `rows(split, options, seed)` ("train" for RL, "test" for eval): a task is built from its own
 `task.*` options and the run's seed, never from the whole run config.
 """
@@ -69,7 +71,8 @@ class Task:
     rows of `data_sources`; `system_prompt` is used when `chat.system_prompt` is empty; `rows(split, options, seed)`
     gives verl-schema rows; `demo_data(options, seed, sandbox, max_tool_response_chars)` what `tirl demo` needs
     (SFT trajectories included, their tool outputs cut as the agent cuts them); `options` the dataclass of its
-    `task.*` settings, which both callbacks get (`cfg.task`) with the run's `seed`."""
+    `task.*` settings, which both callbacks get (`cfg.task`) with the run's `seed`; `prepare(wording, split)` a
+    whole split as `tirl data prepare NAME` writes it, for a task that ships its data."""
 
     name: str
     tools: Sequence[Tool] = field(default_factory=default_tools)
@@ -79,6 +82,8 @@ class Task:
     rows: Callable[[str, TaskOptions, int], list[dict[str, Any]]] | None = None
     demo_data: Callable[[TaskOptions, int, Sandbox, int], DemoData] | None = None
     options: type[TaskOptions] = TaskOptions  # the task's `task.*` settings: a TaskOptions subclass
+    # `tirl data prepare NAME`: every problem of a split ("test", "train") as rows, in a wording ("recipe", "plain")
+    prepare: Callable[[str, str], list[dict[str, Any]]] | None = None
 
     def __post_init__(self) -> None:
         ToolSet(self.tools)  # two tools with one name, or a non-tool, fail here
@@ -94,10 +99,11 @@ class Task:
     def toolset(self) -> ToolSet:
         return ToolSet(self.tools)
 
-    def activate(self) -> Task:
-        """Route the task's data sources to its verifier (idempotent); returns the task."""
+    def route_sources(self) -> Task:
+        """Send the task's data sources to its verifier: once, when the task is registered (a plugin's, when it is
+        first loaded). Idempotent; a source another task already sends elsewhere is an error. Returns the task."""
         for source in self.data_sources if self.verifier else ():
-            route(source, self.verifier)
+            route(source, self.verifier, by=f"task {self.name!r}")
         return self
 
     def load_rows(self, split: str, options: TaskOptions, seed: int) -> list[dict[str, Any]]:
@@ -118,11 +124,18 @@ def register_task(task: Task | Callable[[], Task] | str, name: str | None = None
     key = name or getattr(task, "name", None)
     if not key:
         raise ValueError("register_task needs a name for a task factory or a module:attribute")
+    if isinstance(task, Task):
+        task.route_sources()
     _TASKS[key] = task
 
 
 def task_names() -> list[str]:
     return sorted(_TASKS)
+
+
+def prepared_tasks() -> dict[str, Task]:
+    """The registered tasks that ship their data (`Task.prepare`), by name: what `tirl data prepare` offers."""
+    return {k: t for k, t in sorted(_TASKS.items()) if isinstance(t, Task) and t.prepare is not None}
 
 
 def _is_task_factory(obj: Any) -> bool:
@@ -170,7 +183,9 @@ def load_task(spec: str) -> Task:
         raise ValueError(
             f"unknown task {spec!r}; valid: {', '.join(task_names())} or package.module:attribute"
         )
-    task = obj if isinstance(obj, Task) else obj()
+    if isinstance(obj, Task):
+        return obj if spec in _TASKS else obj.route_sources()  # a registered Task was routed when registered
+    task = obj()
     if not isinstance(task, Task):
         raise ValueError(f"task {spec!r} is a {type(task).__name__}, not a tirl.tasks.Task")
-    return task.activate()
+    return task.route_sources()

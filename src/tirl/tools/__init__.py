@@ -10,10 +10,14 @@ def lookup(key: str) -> str:
         key: The row to read.
     '''
     return TABLE.get(key, "not found")
+
+A `Tool` subclass registered by name (`register_tool(MyTool())`) is also found by trajectory records and the
+trajectory viewer (`tirl.tools.registry`).
 """
 
 from tirl.tools.base import FunctionTool, Tool, ToolOptions, ToolOutput, ToolSet, tool
-from tirl.tools.code_interpreter import CodeInterpreter, default_tools, show_call
+from tirl.tools.code_interpreter import CodeInterpreter, default_tools
+from tirl.tools.registry import recorded_code, register_tool, registered_tool, show_call
 from tirl.tools.schema import check_arguments, function_schema
 
 __all__ = [
@@ -26,6 +30,9 @@ __all__ = [
     "check_arguments",
     "default_tools",
     "function_schema",
+    "recorded_code",
+    "register_tool",
+    "registered_tool",
     "show_call",
     "tool",
 ]

@@ -37,7 +37,7 @@ class ToolOutput:
 
 
 class ToolOptions(Protocol):
-    """The run's settings a tool may take (the `agent.*` section, `tirl.rollout.agent.loop.AgentConfig`)."""
+    """The run's settings a tool may take (the `agent.*` section, `tirl.rollout.agent.config.AgentConfig`)."""
 
     auto_print: bool
 
@@ -49,7 +49,9 @@ def call_text(name: str, arguments: dict[str, Any] | None) -> str:
 
 class Tool:
     """A named tool with its function schema. Subclasses implement `run_batch` (and may refine `validate`, take
-    the run's settings in `configured`, or show a call their own way in `show`)."""
+    the run's settings in `configured`, show a call their own way in `show`, or record code in `recorded_code`).
+    The viewer and the trajectory record find a tool by its name once it is registered
+    (`tirl.tools.registry.register_tool`)."""
 
     name: str
     schema: dict[str, Any]
@@ -66,6 +68,11 @@ class Tool:
     def show(self, arguments: dict[str, Any] | None) -> str | None:
         """How the trajectory viewer shows a call of this tool."""
         return call_text(self.name, arguments)
+
+    def recorded_code(self, arguments: dict[str, Any] | None) -> str | None:
+        """The code a trajectory records for a call of this tool (`ToolCallRecord.code`); None: the call runs no
+        code (its name and arguments are recorded beside it)."""
+        return None
 
     def run_batch(self, arguments: Sequence[dict[str, Any]], sandbox: Sandbox | None) -> list[ToolOutput]:
         raise NotImplementedError

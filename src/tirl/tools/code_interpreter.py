@@ -18,7 +18,8 @@ from typing import Any
 
 from tirl.chat.tool_formats.hermes import call_json
 from tirl.sandbox.types import Sandbox
-from tirl.tools.base import Tool, ToolOptions, ToolOutput, call_text
+from tirl.tools.base import Tool, ToolOptions, ToolOutput
+from tirl.tools.registry import register_tool
 from tirl.tools.schema import check_arguments
 
 TOOL_NAME = "code_interpreter"
@@ -85,12 +86,6 @@ def tool_call_json(code: str) -> str:
     return call_json(TOOL_NAME, {"code": code})
 
 
-def code_argument(name: str | None, arguments: dict[str, Any] | None) -> str | None:
-    """The code of a code_interpreter call (a trajectory's `ToolCallRecord.code`); None for any other call."""
-    code = (arguments or {}).get("code")
-    return code if name == TOOL_NAME and isinstance(code, str) else None
-
-
 class CodeInterpreter(Tool):
     """The recipe's `code_interpreter`: the model's Python, run in the sandbox; one sandbox batch per step."""
 
@@ -112,9 +107,14 @@ class CodeInterpreter(Tool):
             return "Error: the tool call has no 'code' argument."
         return check_arguments(self.schema, arguments)
 
+    def recorded_code(self, arguments: dict[str, Any] | None) -> str | None:
+        """The code the call carried (None when it carried none)."""
+        code = (arguments or {}).get("code")
+        return code if isinstance(code, str) else None
+
     def show(self, arguments: dict[str, Any] | None) -> str | None:
         """The code itself (None when the call carried none)."""
-        return code_argument(self.name, arguments)
+        return self.recorded_code(arguments)
 
     def run_batch(self, arguments: Sequence[dict[str, Any]], sandbox: Sandbox | None) -> list[ToolOutput]:
         if sandbox is None:
@@ -134,13 +134,4 @@ def default_tools() -> tuple[Tool, ...]:
     return (CodeInterpreter(),)
 
 
-BUILTIN_TOOLS: dict[str, Tool] = {TOOL_NAME: CodeInterpreter()}
-
-
-def show_call(name: str | None, arguments: dict[str, Any] | None) -> str | None:
-    """How the trajectory viewer shows a recorded call: a built-in tool shows its own arguments (the code
-    interpreter its code), any other named tool `name(arguments as JSON)`; None for a call too malformed to name."""
-    if name is None:
-        return None
-    tool = BUILTIN_TOOLS.get(name)
-    return tool.show(arguments) if tool is not None else call_text(name, arguments)
+register_tool(CodeInterpreter())  # trajectory records and the viewer find it by name

@@ -102,18 +102,6 @@ def micro_batches(lengths: Sequence[int], *, max_seqs: int = 0, max_tokens: int 
     return out
 
 
-def check_micro_batch(micro_batch_size: int, micro_batch_tokens: int | str) -> None:
-    """The micro-batch settings of `rl` and `sft`: sizes >= 0 (0 = no bound), or tokens `auto`."""
-    tokens_ok = micro_batch_tokens == "auto" or (
-        isinstance(micro_batch_tokens, int) and micro_batch_tokens >= 0
-    )
-    if micro_batch_size < 0 or not tokens_ok:
-        raise ValueError(
-            f"micro_batch_size must be >= 0 and micro_batch_tokens >= 0 or auto (0 = no bound), "
-            f"got {micro_batch_size}, {micro_batch_tokens!r}"
-        )
-
-
 def micro_batches_by_length(
     lengths: Sequence[int],
     *,

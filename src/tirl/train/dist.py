@@ -12,28 +12,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 
-BACKENDS = ("auto", "gloo", "nccl")
+from tirl.train.config import DistConfig
+
 T = TypeVar("T")
-
-
-@dataclass
-class DistConfig:
-    """Multi-process training (`torchrun --nproc_per_node=N -m tirl rl|sft ...`); ignored in a single process."""
-
-    backend: str = "auto"  # auto = nccl when model.device is CUDA, gloo on CPU
-    # FSDP2: free each decoder layer's gathered weights after its forward (less memory, one more all-gather in
-    # the backward); False keeps them until the backward (ZeRO-2-like).
-    reshard_after_forward: bool = True
-
-    def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"unknown dist.backend {self.backend!r}; valid: {', '.join(BACKENDS)}")
 
 
 def env_world_size() -> int:

@@ -9,41 +9,11 @@ norm weights, the common LLM-pretraining choice, which the demo's settings were 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
-from tirl.core.config import MAX_STEPS, check_counts, check_range
 from tirl.core.errors import TirlError
-
-
-@dataclass
-class OptimConfig:
-    lr: float = 1e-5
-    weight_decay: float = 0.01
-    beta1: float = 0.9
-    beta2: float = 0.999
-    eps: float = 1e-8
-    grad_clip: float = 1.0  # max global grad norm; <= 0 disables clipping
-    warmup_ratio: float = 0.0
-    schedule: Literal["constant", "cosine", "linear"] = "constant"
-    min_lr_ratio: float = 0.0  # the decay floor, as a share of lr
-    decay_all: bool = True  # weight decay on every parameter (verl); false: none on biases and norm weights
-    max_skipped_in_row: int = 3  # non-finite updates skipped in a row before the run stops with an error
-
-    def __post_init__(self) -> None:
-        check_range("lr", self.lr, 0, low_open=True)
-        check_range("warmup_ratio", self.warmup_ratio, 0, 1, high_open=True)
-        check_range("min_lr_ratio", self.min_lr_ratio, 0, 1)
-        check_range("weight_decay", self.weight_decay, 0)
-        check_range("beta1", self.beta1, 0, 1, high_open=True)
-        check_range("beta2", self.beta2, 0, 1, high_open=True)
-        check_range("eps", self.eps, 0, low_open=True)
-        check_range("grad_clip", self.grad_clip)  # <= 0 disables clipping
-        if self.max_skipped_in_row < 1:
-            raise ValueError(f"max_skipped_in_row must be >= 1, got {self.max_skipped_in_row}")
-        check_counts(self, "optim", {"max_skipped_in_row": (1, MAX_STEPS)})
+from tirl.train.config import OptimConfig
 
 
 def lr_factor(step: int, total: int, cfg: OptimConfig) -> float:

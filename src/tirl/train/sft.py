@@ -17,64 +17,25 @@ from __future__ import annotations
 
 import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from tirl.chat.template import ChatRenderer
-from tirl.core.config import MAX_BATCH_TOKENS, MAX_COUNT, MAX_STEPS, MAX_TOKENS, check_counts
 from tirl.core.logging import MetricsLogger
 from tirl.core.progress import progress
 from tirl.data.lengths import check_row_chars
 from tirl.train import checkpoint, dist, manifest
-from tirl.train.batch import TokenBatch, check_micro_batch, collate
+from tirl.train.batch import TokenBatch, collate
+from tirl.train.config import SFTConfig
 from tirl.train.dist import all_reduce_sum
 from tirl.train.fsdp import MicroBatchPasses
 from tirl.train.logprobs import autocast_context, backward_outside_autocast, token_logprobs
 from tirl.train.memory import MicroBatchBudget, resolve_micro_batch_tokens, sized_micro_batches
-from tirl.train.optim import OptimConfig, SkipGuard, build_optimizer, clip_and_step
+from tirl.train.optim import SkipGuard, build_optimizer, clip_and_step
 from tirl.train.signals import graceful_stop
-
-
-@dataclass
-class SFTConfig:
-    data: str = ""  # JSONL of rows with `messages`
-    epochs: int = 3
-    batch_size: int = 32
-    max_length: int = 1024  # a longer conversation is an error naming the row, never silently cut
-    group_by_length: bool = False  # similar lengths per batch: less padding, but batches less mixed
-    micro_batch_size: int = 0  # sequences per forward/backward (gradients accumulate); 0 = the whole batch
-    # padded tokens per forward/backward: auto = sized from model.activation_gib (tirl.train.memory); 0 = none
-    micro_batch_tokens: int | Literal["auto"] = "auto"
-    save_every: int = 0  # steps between resumable checkpoints (checkpoint-<step>/, `tirl sft` only); 0 = none
-    keep_last: int = 0  # complete checkpoints kept, oldest deleted first, never the newest; 0 = all
-    # token: the token mean over the whole batch; micro: verl's SFT loss, the mean over micro-batches of each
-    # micro-batch's own token mean (a token of a short micro-batch weighs more)
-    loss_mean: Literal["token", "micro"] = "token"
-    optim: OptimConfig = field(
-        default_factory=lambda: OptimConfig(lr=1e-5, beta2=0.95, schedule="cosine", warmup_ratio=0.1)
-    )
-
-    def __post_init__(self) -> None:
-        if self.loss_mean not in ("token", "micro"):
-            raise ValueError(f"sft.loss_mean must be token or micro, got {self.loss_mean!r}")
-        check_micro_batch(self.micro_batch_size, self.micro_batch_tokens)
-        if self.save_every < 0 or self.keep_last < 0:
-            raise ValueError(
-                f"save_every and keep_last must be >= 0, got {self.save_every}, {self.keep_last}"
-            )
-        if self.epochs < 0 or self.batch_size < 1:
-            raise ValueError(
-                f"epochs must be >= 0 (0 skips the stage) and batch_size >= 1, "
-                f"got {self.epochs}, {self.batch_size}"
-            )
-        check_counts(self, "sft", {
-            "epochs": (0, MAX_STEPS), "batch_size": (1, MAX_COUNT), "max_length": (1, MAX_TOKENS),
-            "micro_batch_size": (0, MAX_COUNT), "micro_batch_tokens": (0, MAX_BATCH_TOKENS),
-            "save_every": (0, MAX_STEPS), "keep_last": (0, MAX_STEPS),
-        })  # fmt: skip
 
 
 def render_rows(

@@ -19,6 +19,9 @@ TOOL_FORMATS: dict[str, ToolFormat] = {
     f.name: f for f in (hermes.FORMAT, qwen3_xml.FORMAT, json_calls.FORMAT)
 }
 TEMPLATE = "template"  # chat.tool_format=template: the chat template writes the calls (chat.format=template)
+# the call the template checks render (`format_of_calls`, `tirl.chat.template_check.synthetic_conversation`): the
+# first listed tool's name, or PROBE_TOOL where the caller lists none (a task without tools); any name would do
+PROBE_TOOL = "code_interpreter"
 PROBE_ARGUMENTS = {"code": "print(6 * 7)"}
 
 
@@ -33,7 +36,7 @@ def format_of_calls(write: Callable[[dict[str, Any]], str], schemas: Schemas = (
     """The registered format whose parser reads back a probe call as `write` (the chat template's text of an
     assistant message with `tool_calls`) writes it; none: ValueError showing the text."""
     fn = schemas[0].get("function", schemas[0]) if schemas else {}
-    name = str(fn.get("name", "code_interpreter"))
+    name = str(fn.get("name", PROBE_TOOL))
     call = {"type": "function", "function": {"name": name, "arguments": dict(PROBE_ARGUMENTS)}}
     text = write({"role": "assistant", "content": "Let me check.", "tool_calls": [call]})
     for fmt in TOOL_FORMATS.values():
@@ -50,6 +53,8 @@ def format_of_calls(write: Callable[[dict[str, Any]], str], schemas: Schemas = (
 
 
 __all__ = [
+    "PROBE_ARGUMENTS",
+    "PROBE_TOOL",
     "TEMPLATE",
     "TOOL_CALL_END",
     "TOOL_CALL_START",

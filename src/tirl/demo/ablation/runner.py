@@ -26,7 +26,7 @@ from tirl.core.io import atomic_write_json
 from tirl.core.logging import console
 from tirl.demo.ablation import pipeline
 from tirl.demo.ablation.arms import START_LABEL, Arm, Study, arm_config
-from tirl.eval.analyze import print_summary, run_analyze
+from tirl.eval.report import print_summary, run_analyze
 from tirl.train.signals import StopRequested
 
 

@@ -15,60 +15,20 @@ interpreter alone) check each call and run them, the sandboxed ones in one batch
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from tirl.chat.template import ChatRenderer
 from tirl.chat.tool_formats import ToolCall
-from tirl.core.config import MAX_CHARS, MAX_COUNT, MAX_TOKENS, check_counts
+from tirl.rollout.agent.config import AgentConfig
 from tirl.rollout.engines.base import Engine
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation, Origin, ToolCallRecord, Trajectory
 from tirl.sandbox.types import Sandbox
 from tirl.tools.base import ToolOutput, ToolSet
-from tirl.tools.code_interpreter import code_argument, default_tools
-
-
-@dataclass
-class AgentConfig:
-    max_turns: int = 16
-    max_response_tokens: int = 512  # all turns together, tool tokens included (the recipe's response length)
-    max_tokens_per_turn: int = 256
-    max_tool_response_chars: int = 256
-    truncate_side: Literal["middle", "right"] = "middle"
-    auto_print: bool = True  # print a bare final expression, as the recipe's tool does (the tool reads it)
-    stop_at_tool_call_end: bool = (
-        True  # end a turn at </tool_call> instead of waiting for EOS (one call per turn)
-    )
-    max_calls_per_turn: int = 1  # calls of one turn that run (the recipe: 1); later ones are ignored
-    # RL drops prompts longer than this at start-up (verl's filter_overlong_prompts); 0 = no limit. `tirl plan`
-    # sizes sequences as this plus max_response_tokens.
-    max_prompt_tokens: int = 0
-    # tirl: a newline between an assistant turn's <|im_end|> and the tool turn (the chat template's own stream);
-    # verl: none, as verl's agent loop appends the tool turn right after the sampled EOS
-    token_stream: Literal["tirl", "verl"] = "tirl"
-    # feedback: a malformed call gets its error text as the tool response (tirl); drop: it is dropped as verl does,
-    # and a turn with no valid call left ends the trajectory (stop reason "answer")
-    malformed_calls: Literal["feedback", "drop"] = "feedback"
-
-    def __post_init__(self) -> None:
-        for name in ("max_turns", "max_response_tokens", "max_tokens_per_turn", "max_calls_per_turn"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.token_stream not in ("tirl", "verl") or self.malformed_calls not in ("feedback", "drop"):
-            raise ValueError(
-                f"agent.token_stream must be tirl or verl and agent.malformed_calls feedback or drop, got "
-                f"{self.token_stream!r}, {self.malformed_calls!r}"
-            )
-        if self.max_prompt_tokens < 0:
-            raise ValueError(f"max_prompt_tokens must be >= 0 (0 = no limit), got {self.max_prompt_tokens}")
-        check_counts(self, "agent", {
-            "max_turns": (1, MAX_COUNT), "max_response_tokens": (1, MAX_TOKENS),
-            "max_tokens_per_turn": (1, MAX_TOKENS), "max_tool_response_chars": (0, MAX_CHARS),
-            "max_calls_per_turn": (1, MAX_COUNT), "max_prompt_tokens": (0, MAX_TOKENS),
-        })  # fmt: skip
+from tirl.tools.code_interpreter import default_tools
+from tirl.tools.registry import recorded_code
 
 
 def stop_token_ids(renderer: ChatRenderer, config: AgentConfig) -> list[int]:
@@ -215,7 +175,7 @@ def apply_tool_results(
         [o.text for o in outputs], assistant_closed=closed, newline=cfg.token_stream == "tirl"
     )
     for c, o in zip(calls, outputs, strict=True):
-        code = code_argument(c.name, c.arguments)
+        code = recorded_code(c.name, c.arguments)  # the named tool's `Tool.recorded_code`
         t.tool_calls.append(
             ToolCallRecord(t.turns, code, o.text, o.status, o.exec_result, c.name, c.arguments)
         )

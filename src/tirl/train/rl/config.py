@@ -27,8 +27,7 @@ from tirl.core.config import (
     check_product,
     check_range,
 )
-from tirl.train.batch import check_micro_batch
-from tirl.train.optim import OptimConfig
+from tirl.train.config import OptimConfig, check_micro_batch
 from tirl.train.rl.overlap import check_off_policy
 
 # the flat keys of rl.* before the estimator and the loss carried their own settings -> their new keys

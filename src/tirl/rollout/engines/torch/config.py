@@ -1,4 +1,5 @@
-"""`rollout.torch.*`: the in-process engine's own settings (a section of `tirl.rollout.config.RolloutConfig`)."""
+"""`rollout.torch.*`: the in-process engine's own settings (`SECTION`: a section of
+`tirl.rollout.config.RolloutConfig`, found by `tirl.rollout.engines.registry`)."""
 
 from __future__ import annotations
 
@@ -58,3 +59,6 @@ class TorchEngineConfig:
             )
         bounds = {"max_batch_size": (1, MAX_IN_FLIGHT), "keep_prefix_mib": (0, 1 << 20)}  # MiB: 1 TiB
         check_counts(self, "rollout.torch", bounds)
+
+
+SECTION = TorchEngineConfig  # rollout.torch.* (tirl.rollout.engines.registry)

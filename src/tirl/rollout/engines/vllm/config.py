@@ -1,4 +1,5 @@
-"""`rollout.vllm.*`: the vLLM engine's own settings (a section of `tirl.rollout.config.RolloutConfig`)."""
+"""`rollout.vllm.*`: the vLLM engine's own settings (`SECTION`: a section of
+`tirl.rollout.config.RolloutConfig`, found by `tirl.rollout.engines.registry`)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,6 @@ class VllmConfig:
             )
         if self.sync not in SYNCS:
             raise ValueError(f"unknown rollout.vllm.sync {self.sync!r}; valid: {', '.join(SYNCS)}")
+
+
+SECTION = VllmConfig  # rollout.vllm.* (tirl.rollout.engines.registry)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tirl.core.config import check_range
-from tirl.eval.sample import sampled_groups
+from tirl.eval.rejection_sampling import sampled_groups
 
 
 @dataclass(frozen=True)

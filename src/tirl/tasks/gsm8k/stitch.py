@@ -49,8 +49,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tirl.data.benchmarks import WORDINGS, gsm8k_answer, math_prompt
+from tirl.data.benchmarks import WORDINGS, math_prompt
 from tirl.sandbox.types import Sandbox
+from tirl.tasks.gsm8k.data import gsm8k_answer
 from tirl.tasks.toolcalls import code_call, run_with_progress
 from tirl.tools.base import truncate_middle
 from tirl.tools.code_interpreter import CODE_INTERPRETER_SCHEMA, format_tool_output

@@ -3,7 +3,7 @@ trains on (docs/gsm8k.md).
 
 Splits, all fixed by the split seed (`task.split_seed`, or the run's `seed` when it is -1) and disjoint, so seeds
 of training can share one split (`seed=1 task.split_seed=0`: seed 1's training on seed 0's problems):
-- SFT: stitched trajectories (tasks/stitch.py) of train problems, from the front of the seed-shuffled train split;
+- SFT: stitched trajectories (`stitch.py`) of train problems, from the front of the seed-shuffled train split;
 - RL: `num_rl` train problems from the back of that order (never an SFT problem);
 - sample pool (`sample_pool`): the train problems before the RL ones, SFT problems first, for sampling real
   end-to-end trajectories (`tirl demo --compare data`);
@@ -30,10 +30,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tirl.core.config import MAX_ROWS, check_counts
-from tirl.data.benchmarks import gsm8k_answer, gsm8k_id, gsm8k_records, math_prompt
-from tirl.rewards.math import GradeResult, grade, last_boxed, math_equivalent
-from tirl.rewards.registry import math_is_fast, register_verifier
-from tirl.tasks.stitch import StitchConfig, stitch_rows
+from tirl.data.benchmarks import math_prompt
+from tirl.tasks.gsm8k.data import DATA_SOURCES, gsm8k_answer, gsm8k_id, gsm8k_records, prepare_gsm8k
+from tirl.tasks.gsm8k.stitch import StitchConfig, stitch_rows
+from tirl.tasks.gsm8k.verifier import VERIFIER
 from tirl.tasks.task import DemoData, Task, TaskOptions, register_task
 
 if TYPE_CHECKING:
@@ -45,7 +45,6 @@ NO_TOOL_PROMPT = (
 )
 MAX_SPLIT_SEED = 2**32 - 1  # as the run's seed (`seed`, tirl.commands.run_config.MAX_SEED)
 _ANNOTATION = re.compile(r"<<[^<>]*>>")
-_ANSWER_LINE = re.compile(r"#### (\-?[0-9\.\,]+)")  # lighteval's gsm8k_normalizer
 
 
 @dataclass
@@ -173,44 +172,20 @@ def gsm8k_demo_data(
     return DemoData(rows[:want], gsm8k_rows("train", options, seed), gsm8k_rows("test", options, seed))
 
 
-def answer_line(response: str) -> str | None:
-    """The number on GSM8K's own answer line as lighteval's GSM8K metric reads it (`gsm8k_normalizer`, from
-    OpenAI's grade-school-math): the text before the first "Question" (the task's stop sequence), its first
-    "#### N", commas removed; None if there is none."""
-    found = _ANSWER_LINE.search(response.split("Question", 1)[0])
-    return found.group(1).strip().replace(",", "") if found else None
-
-
-def gsm8k_pred(response: str) -> str | None:
-    """The answer the gsm8k verifier reads: the last \\boxed{}, else the "#### N" answer line."""
-    boxed = last_boxed(response)
-    return boxed if boxed is not None else answer_line(response)
-
-
-def grade_gsm8k(response: str, ground_truth: Any, *, timeout_s: float = 5.0) -> GradeResult:
-    """GSM8K's verifier: a raw solution's gold is the number after '####' (`gsm8k_answer`, which the data layer's
-    `tirl data prepare gsm8k` also applies); an already extracted gold is used as is.
-
-    The answer is the last \\boxed{} (math-verify equivalence, plain integers as integers); a response with no box
-    is read at its "#### N" line (`answer_line`: the few-shot prompt's format, `tasks/fewshot.py`) and is correct
-    when that number is the gold exactly, as lighteval compares them ("72.0" against "72" is wrong)."""
-    gold = str(ground_truth)
-    gold = gsm8k_answer(gold) if "####" in gold else gold
-    line = answer_line(response) if last_boxed(response) is None else None
-    if line is not None:
-        correct = line == gold.strip()
-        return GradeResult(1.0 if correct else -1.0, correct, line)
-    return grade(response, gold, timeout_s=timeout_s)
-
-
-register_verifier(
-    "gsm8k", grade_gsm8k, in_workers=True, is_fast=math_is_fast, extract=gsm8k_pred, equivalent=math_equivalent,
-    data_sources=("gsm8k", "openai/gsm8k"),
-)  # fmt: skip
-register_task(Task("gsm8k", rows=gsm8k_rows, demo_data=gsm8k_demo_data, options=GSM8KOptions))
+GRADED = {"verifier": VERIFIER, "data_sources": DATA_SOURCES}
 register_task(
     Task(
-        "gsm8k-no-tool", tools=(), system_prompt=NO_TOOL_PROMPT, rows=gsm8k_rows,
+        "gsm8k",
+        **GRADED,
+        rows=gsm8k_rows,
+        demo_data=gsm8k_demo_data,
+        options=GSM8KOptions,
+        prepare=prepare_gsm8k,
+    )
+)
+register_task(
+    Task(
+        "gsm8k-no-tool", **GRADED, tools=(), system_prompt=NO_TOOL_PROMPT, rows=gsm8k_rows,
         demo_data=functools.partial(gsm8k_demo_data, style="plain"), options=GSM8KOptions,
     )
 )  # fmt: skip

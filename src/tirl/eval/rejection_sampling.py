@@ -10,8 +10,8 @@ sampled ids, its loss mask on exactly the assistant tokens: a row that does not 
 would train on other tokens than the model sampled. With `keep_retokenized`, a row whose rendering is the very
 text sampled, only split into other tokens (a non-canonical split), is kept as text instead: SFT renders and
 tokenizes its rows anyway, and the RL token stream is untouched. Rejection-sampling fine-tuning and expert
-iteration loop this command with `tirl sft`; `tirl data filter` (eval/filter.py) samples the same way to keep the
-problems a model solves sometimes.
+iteration loop this command with `tirl sft`; `tirl data filter` (eval/pass_rate_filter.py) samples the same way
+to keep the problems a model solves sometimes.
 """
 
 from __future__ import annotations

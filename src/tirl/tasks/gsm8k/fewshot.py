@@ -5,7 +5,7 @@ The makers' task (huggingface/smollm, `text/evaluation/tasks.py`: lighteval's `g
 the model cards) shows each shot as "Question: {question}\\nAnswer:" followed by its human solution as GSM8K writes
 it, calculator annotations (`<<48/2=24>>`) and the closing "#### 72" line included, and reads a model's answer on
 its first "#### N" line (lighteval's `quasi_exact_match_gsm8k`; tirl's gsm8k verifier reads that line when a
-response has no box, `tasks.gsm8k.answer_line`). Here the shots are earlier user and assistant turns of the chat,
+response has no box, `verifier.answer_line`). Here the shots are earlier user and assistant turns of the chat,
 as lighteval renders few-shot examples with a chat template; no tool is listed or run, and no system prompt is set
 (`chat.system_prompt`, when set, is used). A run sets `agent.max_turns: 1`: the one turn is the answer.
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tirl.core.config import check_counts
-from tirl.data.benchmarks import gsm8k_id, gsm8k_records
-from tirl.tasks.gsm8k import GSM8KOptions, calculator_steps, gsm8k_rows, split_seed
+from tirl.tasks.gsm8k.data import gsm8k_id, gsm8k_records
+from tirl.tasks.gsm8k.task import GRADED, GSM8KOptions, calculator_steps, gsm8k_rows, split_seed
 from tirl.tasks.task import Task, register_task
 
 MAX_SHOTS = 64  # each shot is a few hundred tokens: more would not fit a small model's positions
@@ -112,4 +112,4 @@ def fewshot_rows(split: str, options: FewShotOptions, seed: int) -> list[dict[st
     return as_fewshot(gsm8k_rows(split, options, seed), options, seed)
 
 
-register_task(Task("gsm8k-fewshot", tools=(), rows=fewshot_rows, options=FewShotOptions))
+register_task(Task("gsm8k-fewshot", **GRADED, tools=(), rows=fewshot_rows, options=FewShotOptions))
