@@ -8,8 +8,17 @@ import sys
 
 import pytest
 
+import tirl.rewards.registry as registry
+import tirl.tasks.task as task_module
 from tirl.rewards.registry import verifier_name
 from tirl.tasks import Task, load_task, register_task
+
+
+@pytest.fixture(autouse=True)
+def _own_registries(monkeypatch):
+    """The tasks and routes these tests register vanish with them."""
+    monkeypatch.setattr(task_module, "_TASKS", dict(task_module._TASKS))
+    monkeypatch.setattr(registry, "_SOURCES", dict(registry._SOURCES))
 
 
 def _rows(split, options, seed):
