@@ -13,6 +13,7 @@ from types import ModuleType
 import pytest
 
 import tirl.rollout.config as rollout_config
+import tirl.rollout.factory  # noqa: F401  (loaded, so the fixture can re-import it afresh)
 from tirl.core.config import ConfigError, load_config, to_dict
 from tirl.rollout import engines
 from tirl.rollout.engines import registry
