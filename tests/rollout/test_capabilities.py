@@ -12,7 +12,7 @@ from tirl.rollout.capabilities import EngineCapabilities, capabilities_of
 from tirl.rollout.config import RolloutConfig
 from tirl.rollout.factory import ENGINES, EngineInputs, agent_loop, build_engine, capabilities_for
 from tirl.rollout.sampling import SamplingParams
-from tirl.train.rl.check import rl_refusal
+from tirl.train.rl.check import check_rl_sampling, rl_refusal, why_not_rl
 
 SHARED = EngineCapabilities(
     name="inproc", weight_sync="shared", logprobs="full", per_request_seeds=False, multi_process=True,
@@ -45,11 +45,11 @@ def test_weight_sync_properties():
 
 
 def test_why_not_rl():
-    assert SHARED.why_not_rl(1) is None and SHARED.why_not_rl(8) is None
-    assert SERVER.why_not_rl(1) is None
-    assert "rollout.engine=server cannot run under torchrun" in SERVER.why_not_rl(2)
-    assert dataclasses.replace(SERVER, multi_process=True).why_not_rl(2) is None
-    assert "cannot receive the policy's new weights" in EVAL_ONLY.why_not_rl(1)
+    assert why_not_rl(SHARED, 1) is None and why_not_rl(SHARED, 8) is None
+    assert why_not_rl(SERVER, 1) is None
+    assert "rollout.engine=server cannot run under torchrun" in why_not_rl(SERVER, 2)
+    assert why_not_rl(dataclasses.replace(SERVER, multi_process=True), 2) is None
+    assert "cannot receive the policy's new weights" in why_not_rl(EVAL_ONLY, 1)
 
 
 def test_rl_refusal_names_the_engines_that_can():
@@ -65,9 +65,9 @@ def test_rl_refusal_names_the_engines_that_can():
 def test_truncated_sampling_only_with_full_vocabulary_logprobs():
     for params in (SamplingParams(top_p=0.9), SamplingParams(top_k=5)):
         with pytest.raises(ValueError, match="with the server engine: its log-probs are renormalized"):
-            SERVER.check_rl_sampling(params)
-        SHARED.check_rl_sampling(params)
-    SERVER.check_rl_sampling(SamplingParams(top_p=1.0, top_k=-1))
+            check_rl_sampling(SERVER, params)
+        check_rl_sampling(SHARED, params)
+    check_rl_sampling(SERVER, SamplingParams(top_p=1.0, top_k=-1))
 
 
 def test_rollout_loop():

@@ -1,15 +1,11 @@
-"""What a rollout engine can do, and every rule that depends on it, written once beside the capability it reads.
+"""What a rollout engine can do, and the rollout's choices that depend on it, written once beside the capability
+they read. Whether RL can start with an engine is `tirl.train.rl.check`'s, the one owner of those rules, which
+reads these same records.
 
 Each engine class carries an `EngineCapabilities` record as its `capabilities` attribute. The agent loops, the RL
 trainer, the stages and `tirl plan` ask that record (through the methods below, or `tirl.rollout.factory` when they
-only have the config's engine name), never the engine's class or name. The rules:
+only have the config's engine name), never the engine's class or name. The choices:
 
-- RL needs an engine that receives the policy's new weights, and under torchrun one that works in several
-  processes (`why_not_rl`).
-- Truncated sampling in RL: an engine that reports full-vocabulary log-probs (before top-k/top-p, what the trainer
-  recomputes) may use it. One whose log-probs are renormalized over the kept tokens (vLLM's processed logprobs)
-  adds log(kept mass) to every importance ratio: RL refuses top_p < 1 or top_k > 0 with it rather than train on
-  biased ratios (`check_rl_sampling`).
 - `rollout.mode: auto` runs the async loop on engines that batch concurrent requests themselves (servers) and the
   lock-step loop otherwise (`rollout_loop`). For the in-process torch engine that is NOT a speed claim:
   bench/rollout_async.py measured the async loop faster on the tiny torch model too (2-core CPU shared with other
@@ -24,21 +20,17 @@ only have the config's engine name), never the engine's class or name. The rules
   (`old_logprobs`).
 - Seeds: an engine with per-request seeds gets one integer per request; one without gets a `torch.Generator`
   (`seed_kwargs`). A resumed run re-sends the weights to an engine that holds its own copy (`sync_on_resume`).
-- Streaming RL (`rl.stream.*`) samples while the update runs: it needs an engine with weights of its own (not one
-  sharing the policy module, which the update changes under the sampler) whose sync passes a gate that waits for the
-  requests in flight (`sync_gate`); partial rollouts need one that can interrupt them and go on from the tokens
-  sampled so far (`partial_rollouts`; `why_not_stream`).
+- What streaming RL (`rl.stream.*`) reads: whether the engine shares the policy module, whether its sync passes a
+  gate that waits for the requests in flight (`sync_gate`), and whether it can interrupt a request and go on from
+  the tokens sampled so far (`partial_rollouts`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
-
-if TYPE_CHECKING:
-    from tirl.rollout.sampling import SamplingParams
 
 # How new policy weights reach the engine: "shared" it samples from the trainer's own module (nothing is copied),
 # "disk" it reloads them from a directory the trainer writes, "memory" they are sent to it in memory, "none" it
@@ -101,50 +93,6 @@ class EngineCapabilities:
     def sync_on_resume(self) -> bool:
         """A resumed run must send the checkpoint's weights: the engine still serves those it started with."""
         return self.receives_weights and not self.shares_policy
-
-    def why_not_rl(self, world: int) -> str | None:
-        """Why RL cannot sample with this engine on `world` training processes; None when it can."""
-        if not self.receives_weights:
-            return (
-                f"rollout.engine={self.name} cannot receive the policy's new weights, so RL would sample from a stale "
-                "policy (use it for tirl eval)"
-            )
-        if world > 1 and not self.multi_process:
-            return (
-                f"rollout.engine={self.name} cannot run under torchrun (each of the {world} processes "
-                "samples with an engine of its own, and this engine works in one process only)"
-            )
-        return None
-
-    def why_not_stream(self, *, partial: bool) -> str | None:
-        """Why streaming RL (`rl.stream.enabled`; `partial`: `rl.stream.partial`) cannot sample with this engine."""
-        if self.shares_policy:
-            return (
-                f"rl.stream.enabled with rollout.engine={self.name}: it samples from the module the update changes "
-                "while the update runs; use rollout.engine=vllm (separate placement), or rl.stream.enabled=false"
-            )
-        if not self.sync_gate:
-            return (
-                f"rl.stream.enabled with rollout.engine={self.name}: its weight sync cannot wait for the requests in "
-                "flight, so a turn could be sampled by two policies; use rollout.engine=vllm (separate placement)"
-            )
-        if partial and not self.partial_rollouts:
-            return (
-                f"rl.stream.partial with rollout.engine={self.name}: it cannot interrupt a request and continue "
-                "from its tokens; use rollout.engine=vllm (separate placement), or rl.stream.partial=false"
-            )
-        return None
-
-    def check_rl_sampling(self, params: SamplingParams) -> None:
-        """Refuse truncated sampling in RL when the log-probs are renormalized over the kept set."""
-        truncated = params.top_p < 1.0 or params.top_k > 0
-        if truncated and self.logprobs == "renormalized":
-            raise ValueError(
-                f"rollout.top_p={params.top_p}, top_k={params.top_k} with the {self.name} engine: its log-probs are "
-                "renormalized over the kept tokens, so every importance ratio is off by log(kept mass); use top_p "
-                "1.0 and top_k -1 for RL with this engine (an engine with full-vocabulary log-probs, such as the "
-                "torch engine, allows them)"
-            )
 
     def rollout_loop(self, mode: str) -> str:
         """ "lockstep" or "async" for `rollout.mode`."""

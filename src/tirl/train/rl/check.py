@@ -41,17 +41,17 @@ def check_engine(rl: RLConfig, caps: EngineCapabilities, sampling: SamplingParam
     if why := rl_refusal(caps, world):
         raise ValueError(why)
     check_world(rl, world)
-    caps.check_rl_sampling(sampling)
+    check_rl_sampling(caps, sampling)
     check_lookahead(rl.off_policy_steps, caps)
     check_stream(rl, caps, world)
 
 
 def rl_refusal(caps: EngineCapabilities, world: int) -> str | None:
     """Why RL cannot sample with this engine on `world` processes, naming the engines that can; None when it can."""
-    why = caps.why_not_rl(world)
+    why = why_not_rl(caps, world)
     if why is None:
         return None
-    fit = " or ".join(n for n in ENGINES if capabilities_for(n).why_not_rl(world) is None)
+    fit = " or ".join(n for n in ENGINES if why_not_rl(capabilities_for(n), world) is None)
     return f"{why}; use rollout.engine={fit} for tirl rl" + (" on several processes" if world > 1 else "")
 
 
@@ -85,7 +85,7 @@ def check_stream(rl: RLConfig, caps: EngineCapabilities, world: int) -> None:
     s = rl.stream
     if not s.enabled:
         return
-    if why := caps.why_not_stream(partial=s.partial):
+    if why := why_not_stream(caps, partial=s.partial):
         raise ValueError(why)
     local = rl.prompts_per_step // world
     if s.capacity(local) < local:
@@ -93,4 +93,56 @@ def check_stream(rl: RLConfig, caps: EngineCapabilities, world: int) -> None:
             f"rl.stream.buffer_groups={s.buffer_groups} holds fewer groups than a step takes on each of the {world} "
             f"processes ({local} = rl.prompts_per_step / processes): the trainer would wait for ever; use at least "
             f"{local}, or 0 for (rl.stream.max_staleness + 1) x {local}"
+        )
+
+
+def why_not_rl(caps: EngineCapabilities, world: int) -> str | None:
+    """Why RL cannot sample with this engine on `world` training processes; None when it can: it must receive the
+    policy's new weights, and under torchrun work in several processes."""
+    if not caps.receives_weights:
+        return (
+            f"rollout.engine={caps.name} cannot receive the policy's new weights, so RL would sample from a stale "
+            "policy (use it for tirl eval)"
+        )
+    if world > 1 and not caps.multi_process:
+        return (
+            f"rollout.engine={caps.name} cannot run under torchrun (each of the {world} processes "
+            "samples with an engine of its own, and this engine works in one process only)"
+        )
+    return None
+
+
+def why_not_stream(caps: EngineCapabilities, *, partial: bool) -> str | None:
+    """Why streaming RL (`rl.stream.enabled`; `partial`: `rl.stream.partial`) cannot sample with this engine: it
+    samples while the update runs, so it needs weights of its own and a sync gate, and for partial rollouts
+    requests it can interrupt."""
+    if caps.shares_policy:
+        return (
+            f"rl.stream.enabled with rollout.engine={caps.name}: it samples from the module the update changes "
+            "while the update runs; use rollout.engine=vllm (separate placement), or rl.stream.enabled=false"
+        )
+    if not caps.sync_gate:
+        return (
+            f"rl.stream.enabled with rollout.engine={caps.name}: its weight sync cannot wait for the requests in "
+            "flight, so a turn could be sampled by two policies; use rollout.engine=vllm (separate placement)"
+        )
+    if partial and not caps.partial_rollouts:
+        return (
+            f"rl.stream.partial with rollout.engine={caps.name}: it cannot interrupt a request and continue "
+            "from its tokens; use rollout.engine=vllm (separate placement), or rl.stream.partial=false"
+        )
+    return None
+
+
+def check_rl_sampling(caps: EngineCapabilities, params: SamplingParams) -> None:
+    """Refuse truncated sampling in RL when the log-probs are renormalized over the kept set: an engine that
+    reports full-vocabulary log-probs (before top-k/top-p, what the trainer recomputes) may use it; vLLM's processed
+    log-probs would add log(kept mass) to every importance ratio."""
+    truncated = params.top_p < 1.0 or params.top_k > 0
+    if truncated and caps.logprobs == "renormalized":
+        raise ValueError(
+            f"rollout.top_p={params.top_p}, top_k={params.top_k} with the {caps.name} engine: its log-probs are "
+            "renormalized over the kept tokens, so every importance ratio is off by log(kept mass); use top_p "
+            "1.0 and top_k -1 for RL with this engine (an engine with full-vocabulary log-probs, such as the "
+            "torch engine, allows them)"
         )

@@ -27,7 +27,7 @@ change.
 Resume. A checkpoint keeps the producer's finished groups (with their versions, rebased on the engine's counter
 when restored) and the work not yet finished (queued or in flight), which a resumed run samples again from its
 seeds, with the resumed weights; a group is taken once, so no trajectory is trained twice, and none is lost.
-Not here: which engine may stream (`EngineCapabilities.why_not_stream`, `tirl.train.rl.check`).
+Not here: which engine may stream (`tirl.train.rl.check.why_not_stream`).
 """
 
 from __future__ import annotations

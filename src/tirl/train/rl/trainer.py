@@ -66,6 +66,7 @@ from tirl.train.rl.batch import (
     rollout_logprobs,
     trajectory_batch,
 )
+from tirl.train.rl.check import why_not_stream
 from tirl.train.rl.config import RLConfig
 from tirl.train.rl.correction import RolloutCorrection
 from tirl.train.rl.overlap import lookahead, staleness_metrics
@@ -123,7 +124,7 @@ class RLTrainer:
         run, s = self.run, self.run.cfg.stream
         if not s.enabled:
             return None
-        if why := run.engine_caps.why_not_stream(partial=s.partial):
+        if why := why_not_stream(run.engine_caps, partial=s.partial):
             raise ValueError(why)
         local = run.cfg.prompts_per_step // self.world
         return StreamProducer(
