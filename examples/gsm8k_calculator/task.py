@@ -13,8 +13,8 @@ import ast
 import operator
 from fractions import Fraction
 
-from tirl.data.benchmarks import prepare
 from tirl.tasks import Task
+from tirl.tasks.gsm8k import prepare_gsm8k
 from tirl.tools import tool
 
 _OPS = {
@@ -57,7 +57,7 @@ SYSTEM = "Use the calculator tool for every computation, then give the final ans
 
 
 def rows(split: str, options, seed: int) -> list[dict]:
-    data = prepare("gsm8k", wording="plain")
+    data = prepare_gsm8k("plain")
     return data[:1000] if split == "train" else data[1000:]
 
 
