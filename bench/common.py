@@ -140,8 +140,8 @@ def tiny_tokenizer() -> Any:
     """The tests' tokenizer (tests/conftest.py build_test_tokenizer): BPE of 512 tokens trained on one sample
     conversation and 200 solved arithmetic problems (seed 0), through tirl's own tiny-model builder."""
     from tirl.chat.template import conversation_text
-    from tirl.demo.arith import generate_problems
-    from tirl.demo.tiny_model import train_tokenizer
+    from tirl.models.tiny import train_tokenizer
+    from tirl.tasks.arith.problems import generate_problems
 
     def solved(question: str, code: str, answer: Any, call: dict | None = None) -> list[dict]:
         call = call or {"function": {"name": "code_interpreter", "arguments": {"code": code}}}
@@ -166,7 +166,7 @@ def tiny_tokenizer() -> Any:
 
 def tiny_model(tokenizer: Any, seed: int = 0) -> Any:
     """The demo's tiny Qwen2 shape (192 wide, 2 layers, 6 heads), random weights: for speed, not answers."""
-    from tirl.demo.tiny_model import TinyModelConfig, build_model
+    from tirl.models.tiny import TinyModelConfig, build_model
 
     cfg = TinyModelConfig(hidden_size=192, intermediate_size=576, num_layers=2, num_heads=6, num_kv_heads=6)
     return build_model(tokenizer, cfg, seed=seed)

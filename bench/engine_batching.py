@@ -13,7 +13,7 @@ import torch
 
 from bench.common import arithmetic_prompts, result_path, stopwatch, tiny_model, tiny_tokenizer, write_result
 from tirl.chat.template import ChatRenderer
-from tirl.demo.tiny_model import count_parameters
+from tirl.models.tiny import count_parameters
 from tirl.rollout.engines.torch.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 

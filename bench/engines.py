@@ -42,7 +42,7 @@ import torch
 from bench.common import ROOT, SMOLLM2_DIR, arithmetic_prompts, save_tiny
 from bench.common import cli as common_cli
 from tirl.chat.template import ChatRenderer
-from tirl.demo.tiny_model import count_parameters
+from tirl.models.tiny import count_parameters
 from tirl.rollout.engines.torch.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
 

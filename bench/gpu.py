@@ -65,9 +65,9 @@ DECODE = (
 )  # fmt: skip
 TINY_SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
               "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512}  # fmt: skip
-DEMO_FULL = ["task.num_sft=300", "task.num_rl=200", "task.num_test=16", "task.warmup.epochs=1", "sft.epochs=1",
+DEMO_FULL = ["task.num_sft=300", "task.num_rl=200", "task.num_test=16", "demo.warmup.epochs=1", "sft.epochs=1",
              "rl.steps=2", "eval.n=1"]  # fmt: skip
-DEMO_SMALL = ["task.num_sft=32", "task.num_rl=16", "task.num_test=4", "task.warmup.epochs=1", "sft.epochs=1",
+DEMO_SMALL = ["task.num_sft=32", "task.num_rl=16", "task.num_test=4", "demo.warmup.epochs=1", "sft.epochs=1",
               "rl.steps=1", "rl.prompts_per_step=4", "rl.n=2", "rl.mini_batch_size=8", "eval.n=1",
               "agent.max_response_tokens=48", "agent.max_tokens_per_turn=24", "reward.overlong_buffer=16"]  # fmt: skip
 

@@ -13,15 +13,15 @@ import os
 import time
 
 from bench.common import cli as common_cli
-from tirl.data.benchmarks import prepare
 from tirl.rewards.batch import grade_many
 from tirl.rewards.code import grade_code_batch
 from tirl.rewards.registry import get_verifier
 from tirl.sandbox import SandboxConfig, build_sandbox
+from tirl.tasks.benchmarks import prepare_humaneval, prepare_math500
 
 
 def bench_math(workers: int) -> dict:
-    rows = prepare("math500")
+    rows = prepare_math500("recipe")
     items = [("math", r["extra_info"]["solution"], r["reward_model"]["ground_truth"]) for r in rows]
     # only the answers that need math-verify: plain integers are compared inline, without sympy or workers
     is_fast = get_verifier("math").is_fast
@@ -40,7 +40,7 @@ def bench_math(workers: int) -> dict:
 
 
 def bench_code(workers: int) -> dict:
-    rows = prepare("humaneval")
+    rows = prepare_humaneval("recipe")
     answers = [
         "```python\n"
         + json.loads(r["reward_model"]["ground_truth"])["prompt"]

@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default=str(result_path("rl_overlap")))
     args = ap.parse_args(argv)
     from tirl.rollout.agent.loop import AgentConfig, stop_token_ids
-    from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig
+    from tirl.rollout.engines.vllm.command import VLLMEngineConfig
+    from tirl.rollout.engines.vllm.engine import VLLMEngine
     from tirl.rollout.engines.vllm.ext.tirl_weight_receiver import KEY_ENV
     from tirl.rollout.engines.vllm.sync import receiver_args
 

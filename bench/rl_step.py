@@ -100,9 +100,9 @@ def run_variant(model: str, name: str, overrides: list[str], work: Path, shape: 
 
 def tirl_prompts(model: str, per_step: int, n: int, tokens: int) -> list[dict]:
     """The prompts `tirl rl` samples in its steps at this shape, for the peer to train on the same texts: the task's
-    RL rows in RLTrainer._next_prompts' order (row indices shuffled by random.Random(seed), popped from the end),
-    rendered by tirl's own chat renderer (system prompt, ChatML, generation header), with their token ids, which
-    the peer checks TRL's tokenization reproduces."""
+    RL rows in `tirl.train.rl.sampling.PromptOrder`'s order (row indices shuffled by random.Random(seed), popped
+    from the end), rendered by tirl's own chat renderer (system prompt, ChatML, generation header), with their
+    token ids, which the peer checks TRL's tokenization reproduces."""
     from tirl.commands.run_config import TirlConfig
     from tirl.commands.stages import build_renderer, current_task
     from tirl.core.config import load_config

@@ -88,7 +88,7 @@ def write_rows(path: Path, rows: list[dict]) -> Path:
 
 def arith_heldout(path: Path, n: int) -> Path:
     """The arithmetic task's test problems (never trained on), as RL rows."""
-    from tirl.demo.arith_task import ArithOptions, arith_rows
+    from tirl.tasks.arith.task import ArithOptions, arith_rows
 
     return write_rows(path, arith_rows("test", ArithOptions(num_test=max(n, 1)), seed=0)[:n])
 
@@ -97,12 +97,12 @@ def demo_start(work: Path) -> tuple[Path, list[dict], list[dict]]:
     """The tiny demo's SFT model (trained into `work`, or reused from it), its RL rows and its test rows."""
     from tirl.commands.run_config import TirlConfig
     from tirl.core.config import load_config
-    from tirl.demo.ablation.pipeline import prepare_start
+    from tirl.demo.ablation.starts import TinyStarts
     from tirl.demo.command import DEMO_CONFIG
 
     cfg = load_config(TirlConfig, DEMO_CONFIG, [f"out_dir={work}"])
-    start = prepare_start(cfg, work)
-    return start.sft, start.prep["rl_rows"], start.prep["test_rows"]
+    start = TinyStarts().start(cfg, work)
+    return start.sft.path, start.data.rl_rows, start.data.test_rows
 
 
 def run(workload: str, args: list[str], out: Path, rows: list[dict] | None) -> list[dict]:
@@ -195,7 +195,8 @@ def main(argv: list[str] | None = None) -> None:
     from tirl.chat.template import ChatRenderer
     from tirl.models.loading import load_tokenizer
     from tirl.rollout.agent.loop import AgentConfig, stop_token_ids
-    from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig
+    from tirl.rollout.engines.vllm.command import VLLMEngineConfig
+    from tirl.rollout.engines.vllm.engine import VLLMEngine
     from tirl.rollout.engines.vllm.ext.tirl_weight_receiver import KEY_ENV
     from tirl.rollout.engines.vllm.sync import receiver_args
 
@@ -223,15 +224,14 @@ def main(argv: list[str] | None = None) -> None:
             history = run(workload, overrides(workload, model, url, heldout, mode), tmp / mode, rows)
             results[mode] = {"wall_s": time.perf_counter() - t, **summary(history)}
     base = results.get("synchronous", {}).get("mean_later/step_s")
+    ratios = {m: base / r["mean_later/step_s"] for m, r in results.items()} if base else {}
     out = {
         "workload": f"{WORKLOAD_TEXT[workload]}; {steps} steps a mode, held-out pass@1 on {n_heldout} test problems",
         "placement": "vLLM server on core 0, trainer and sandbox on core 1 (1 torch thread)",
         "modes": {m: MODES[m] for m in modes},
         "server_startup_s": startup,
         "results": results,
-        "step_time_ratio_vs_synchronous": {m: base / r["mean_later/step_s"] for m, r in results.items()}
-        if base
-        else {},
+        "step_time_ratio_vs_synchronous": ratios,
     }
     write_result(out_path, out)
     print(json.dumps(out, indent=2))

@@ -45,7 +45,8 @@ def group_cpu_s(pgid: int) -> float:
 
 
 def idle_cost(model: Path) -> dict:
-    from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig
+    from tirl.rollout.engines.vllm.command import VLLMEngineConfig
+    from tirl.rollout.engines.vllm.engine import VLLMEngine
     from tirl.rollout.sampling import SamplingParams
 
     cfg = VLLMEngineConfig(

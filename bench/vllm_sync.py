@@ -60,7 +60,8 @@ def nbytes(model: torch.nn.Module) -> int:
 def bench_model(name: str, path: Path) -> dict:
     from transformers import AutoModelForCausalLM
 
-    from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig
+    from tirl.rollout.engines.vllm.command import VLLMEngineConfig
+    from tirl.rollout.engines.vllm.engine import VLLMEngine
     from tirl.rollout.sampling import SamplingParams
 
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()

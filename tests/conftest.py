@@ -8,11 +8,11 @@ import pytest
 import torch
 
 from tirl.chat.template import ChatRenderer, conversation_text
-from tirl.demo.arith import generate_problems
-from tirl.demo.tiny_model import TinyModelConfig, build_model, train_tokenizer
+from tirl.models.tiny import TinyModelConfig, build_model, train_tokenizer
 from tirl.rollout.agent.loop import AgentConfig, AgentLoop
 from tirl.rollout.engines.torch.engine import TorchEngine
 from tirl.sandbox import LocalSandbox, SandboxConfig
+from tirl.tasks.arith.problems import generate_problems
 from tirl.tools.code_interpreter import CODE_INTERPRETER_SCHEMA
 
 TOOL = {"type": "function", "function": {"name": "code_interpreter", "arguments": {"code": "print(12 * 34)"}}}

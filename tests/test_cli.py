@@ -22,7 +22,7 @@ def test_demo_config_loads_and_overrides(tmp_path):
 
     cfg = load_config(TirlConfig, DEMO_CONFIG, ["rl.steps=3", "rl.optim.lr=1e-3", "eval.n=4"])
     assert cfg.rl.steps == 3 and cfg.rl.optim.lr == 1e-3 and cfg.eval.n == 4
-    assert cfg.task.tiny.num_layers == 2 and cfg.reward.tool_call_bonus
+    assert cfg.demo.tiny.num_layers == 2 and cfg.reward.tool_call_bonus
     with pytest.raises(
         ConfigError, match="rl.advantage.name=ppo2.: unknown advantage estimator .ppo2.; valid"
     ):
@@ -53,7 +53,7 @@ def test_eval_warns_when_chat_format_does_not_match_the_models_template(tokenize
     import json
 
     from conftest import make_model
-    from tirl.demo.arith import generate_problems
+    from tirl.tasks.arith.problems import generate_problems
 
     make_model(tokenizer).save_pretrained(tmp_path / "m")
     tokenizer.save_pretrained(tmp_path / "m")  # a plain ChatML template, as SmolLM2's

@@ -15,14 +15,13 @@ import pytest
 
 import tirl.commands.data
 import tirl.data
-import tirl.data.benchmarks
 import tirl.eval.evaluate
 import tirl.models.export
 import tirl.sandbox
 import tirl.tasks.gsm8k.stitch
 from conftest import make_model
 from tirl.cli import main
-from tirl.demo.arith import generate_problems
+from tirl.tasks.arith.problems import generate_problems
 
 
 def one_line(capsys) -> str:
@@ -65,7 +64,6 @@ def test_data_prepare_writing_fails_as_one_line_naming_out(monkeypatch, tmp_path
     def fails(*_, **__):
         raise OSError(code, os.strerror(code))
 
-    monkeypatch.setattr(tirl.commands.data, "prepare", lambda *a, **k: [{"prompt": "x"}])
     monkeypatch.setattr(tirl.data, "write_rows", fails)
     out = tmp_path / "gsm8k.jsonl"
     assert main(["data", "prepare", "gsm8k", "--out", str(out)]) == 2
@@ -204,16 +202,13 @@ def test_vllm_failing_to_start_in_the_demo_is_one_line_naming_its_log(
     monkeypatch, model_dir, failing_vllm, tmp_path, capsys
 ):
     import tirl.demo.smollm2 as smollm2
+    import tirl.demo.stages as stages
     import tirl.demo.tiny as tiny
 
     rows = [p.to_row() for p in generate_problems(2, seed=0)]
     monkeypatch.setattr(smollm2, "ensure_smollm2", lambda path: model_dir)
-    monkeypatch.setattr(smollm2, "run_sft", lambda cfg, out, **kw: model_dir)  # RL starts the engine first
-    monkeypatch.setattr(
-        tiny,
-        "demo_rows",
-        lambda cfg, out: {"sft_rows": [], "rl_rows": rows, "test_rows": rows, "warmup_rows": []},
-    )
+    monkeypatch.setattr(stages, "run_sft", lambda cfg, out, **kw: model_dir)  # RL starts the engine first
+    monkeypatch.setattr(tiny, "demo_rows", lambda cfg, out: stages.DemoRows([], rows, rows, []))
     argv = [
         "demo",
         "--model",

@@ -284,7 +284,7 @@ def test_negative_threads_are_refused_when_the_config_loads():
 
 def test_task_options_follow_task_name_in_any_override_order(tmp_path):
     """`task.*` is the named task's own dataclass; the name may come after its keys; another task's key is refused."""
-    from tirl.demo.arith_task import ArithOptions
+    from tirl.tasks.arith.task import ArithOptions
     from tirl.tasks.gsm8k import GSM8KOptions
 
     cfg = load_config(TirlConfig, None, ["task.num_sft=5", "task.name=gsm8k"])
@@ -294,7 +294,12 @@ def test_task_options_follow_task_name_in_any_override_order(tmp_path):
     assert load_config(TirlConfig, saved) == cfg
     with pytest.raises(ConfigError, match=r"'task.style'.*\(GSM8KOptions\): name, num_sft"):
         load_config(TirlConfig, None, ["task.name=gsm8k", "task.style=word"])
-    for old, new in (("warmup.epochs=1", "task.warmup"), ("tiny.num_layers=1", "task.tiny")):
+    for old, new in (
+        ("warmup.epochs=1", "demo.warmup"),
+        ("tiny.num_layers=1", "demo.tiny"),
+        ("task.warmup.epochs=1", "demo.warmup"),
+        ("task.tiny.num_layers=1", "demo.tiny"),
+    ):
         with pytest.raises(ConfigError, match=f"is now '{new}'"):
             load_config(TirlConfig, None, [old])
     with pytest.raises(ConfigError, match="unknown task '\\['"):
@@ -405,3 +410,24 @@ def test_a_contributed_section_cannot_take_a_declared_name():
 
     with pytest.raises(TypeError, match="Named already has 'name': a section cannot take its name"):
         with_sections({"name": ServerSection})(Named)
+
+
+def test_an_old_demo_config_with_the_tiny_model_under_task_migrates_to_demo(tmp_path):
+    """`task.tiny` and `task.warmup` (older demo configs and run directories) move to `demo.*`; the migrated file
+    loads as the packaged demo config does."""
+    import yaml
+
+    import tirl
+    from tirl.commands.config import migrate_file
+
+    packaged = Path(tirl.__file__).parent / "configs" / "demo.yaml"
+    data = yaml.safe_load(packaged.read_text())
+    demo = data.pop("demo")
+    data["task"].update(demo)
+    old = tmp_path / "config.yaml"
+    old.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match="config key 'task.tiny' is now 'demo.tiny'"):
+        load_config(TirlConfig, old)
+    notes = migrate_file(old)
+    assert sorted(notes) == ["task.tiny -> demo.tiny", "task.warmup -> demo.warmup"]
+    assert load_config(TirlConfig, old) == load_config(TirlConfig, packaged)

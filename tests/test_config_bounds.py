@@ -55,7 +55,7 @@ def test_the_key_walk_finds_nested_and_variant_keys() -> None:
     assert {
         "eval.n",
         "rl.stream.buffer_groups",
-        "task.tiny.num_layers",
+        "demo.tiny.num_layers",
         "task.num_val",
         "rl.loss.norm_len",
     } <= keys

@@ -4,6 +4,7 @@ with stand-in stages (who shares which SFT model, a failing arm, a stop request)
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -13,13 +14,14 @@ import tirl.demo.ablation.runner as runner
 from tirl.cli import main
 from tirl.commands.run_config import TirlConfig
 from tirl.core.config import ConfigError, load_config, to_dict
-from tirl.demo.ablation import pipeline
+from tirl.demo.ablation import starts
 from tirl.demo.ablation.arms import Arm, Study, arm_config, parse_arm, read_arms_file, with_overrides
 from tirl.demo.ablation.presets import get_preset, preset_names
 from tirl.demo.ablation.results import SeedResult, per_problem, summary_metrics
 from tirl.demo.ablation.summary import arm_summary, paired, summarize, verdict
 from tirl.demo.command import DEMO_CONFIG
 from tirl.demo.seeds import lift_interval
+from tirl.demo.stages import DemoRows, Model
 from tirl.train.signals import StopRequested
 
 
@@ -130,10 +132,41 @@ def test_the_smollm2_presets_run_its_stages_and_change_lora_or_only_the_sft_rows
 def test_list_presets_names_every_preset(capsys):
     assert main(["compare", "--list-presets"]) == 0
     said = capsys.readouterr().out
-    assert preset_names()[:5] == ["clip-higher", "loss-agg", "tool-reward", "kl", "entropy-bonus"]
+    assert preset_names() == [
+        *("algorithm", "clip-higher", "entropy-bonus", "kl", "loss-agg", "tool-reward"),
+        *("passk", "pkpo"),
+        *("data", "data-rl", "lora"),
+    ]  # the packaged files on the tiny stages, the objectives, then the SmolLM2 ones
     assert all(name in said for name in preset_names())
-    with pytest.raises(ConfigError, match="valid: clip-higher"):
+    with pytest.raises(ConfigError, match="valid: algorithm, clip-higher"):
         get_preset("clip-lower")
+
+
+def test_a_copied_preset_file_runs_as_the_preset_it_copies(tmp_path):
+    import argparse
+    import shutil
+
+    from tirl.demo.ablation.command import add_compare_arguments, build_study
+    from tirl.demo.ablation.presets import PRESETS
+
+    copy = tmp_path / "my-lora.yaml"
+    shutil.copy(PRESETS / "lora.yaml", copy)
+    parser = argparse.ArgumentParser()
+    add_compare_arguments(parser)
+    base, study = build_study(parser.parse_args(["--preset", str(copy)]), DEMO_CONFIG)
+    packaged_base, packaged = build_study(parser.parse_args(["--preset", "lora"]), DEMO_CONFIG)
+    assert study.name == "my-lora" and study == dataclasses.replace(packaged, name="my-lora")
+    assert to_dict(base) == to_dict(packaged_base)  # its base config: the file's `config`, demo-smollm2.yaml
+
+
+def test_a_preset_file_with_an_unknown_key_is_one_line_naming_it(tmp_path):
+    bad = tmp_path / "p.yaml"
+    bad.write_text("summary: s\narms: {a: {}, b: {rl.steps: 2}}\nbaselin: b\n")
+    with pytest.raises(ConfigError, match=r"--preset .*p.yaml: unknown keys \['baselin'\]; valid: arms"):
+        get_preset(str(bad))
+    bad.write_text("arms: {a: {}}\nnotes: {b: x}\n")
+    with pytest.raises(ConfigError, match="notes maps arms of the preset"):
+        get_preset(str(bad))
 
 
 def _result(arm, seed, pass1, training=None):
@@ -231,20 +264,20 @@ def stages(monkeypatch):
     calls: list[tuple[str, str]] = []
     fail: dict[str, BaseException] = {}
 
-    def prepare_start(cfg, out):
+    def start(self, cfg, out):
         calls.append(("sft", str(out)))
-        return pipeline.Start({"test_rows": []}, Path(out) / "sft" / "model", f"sft-{out}")
+        return starts.Start(DemoRows([], [], [], []), Model(Path(out) / "sft" / "model", f"sft-{out}"), None)
 
     def train_rl(cfg, out, start):
         calls.append(("rl", str(out)))
         if out.name in fail:
             raise fail[out.name]
-        return out / "model", "rl"
+        return Model(out / "model", "rl")
 
-    monkeypatch.setattr(pipeline, "prepare_start", prepare_start)
-    monkeypatch.setattr(pipeline, "train_rl", train_rl)
+    monkeypatch.setattr(starts.TinyStarts, "start", start)
+    monkeypatch.setattr(runner, "train_rl", train_rl)
     monkeypatch.setattr(
-        pipeline, "evaluate", lambda cfg, out, model, label, start: calls.append(("eval", out.name))
+        runner, "evaluate", lambda cfg, root, model, label, start: calls.append(("eval", f"eval-{label}"))
     )
     monkeypatch.setattr(runner, "run_analyze", lambda *a, **k: {})
     monkeypatch.setattr(runner, "print_summary", lambda *a: None)
@@ -296,11 +329,11 @@ def test_an_arm_on_other_sft_rows_trains_its_own_sft_and_train_sft_compares_the_
     calls, _ = stages
     made = []
 
-    def data_start(cfg, out, source, shared):
-        made.append((str(out), source, shared.sft_fingerprint))
-        return pipeline.Start(shared.prep, Path(out) / "model", f"own-{source}")
+    def data_start(self, cfg, out, source, shared):
+        made.append((str(out), source, shared.sft.fingerprint))
+        return starts.Start(shared.data, Model(Path(out) / "model", f"own-{source}"), shared.run)
 
-    monkeypatch.setattr(pipeline, "data_start", data_start)
+    monkeypatch.setattr(starts.TinyStarts, "data_start", data_start)
     arms = (Arm("stitched"), Arm("real", sft_data="sampled"))
     runs = runner.run_arms(TirlConfig(), Study("d", arms, train="sft"), runner.Layout(tmp_path))
     seed = tmp_path / "seed-0"

@@ -15,7 +15,7 @@ import random
 from typing import Any
 
 from tirl.cli import main
-from tirl.demo.arith_task import ArithOptions
+from tirl.tasks.arith.task import ArithOptions
 from tirl.tasks.task import DemoData, Task
 
 TINY = [  # every stage at its smallest: 48 SFT steps (the format is learned by then), one RL step
@@ -23,11 +23,11 @@ TINY = [  # every stage at its smallest: 48 SFT steps (the format is learned by 
     "task.num_sft=128",
     "task.num_rl=16",
     "task.num_test=10",
-    "task.warmup.epochs=0",
-    "task.tiny.hidden_size=64",
-    "task.tiny.intermediate_size=128",
-    "task.tiny.num_heads=2",
-    "task.tiny.num_kv_heads=2",
+    "demo.warmup.epochs=0",
+    "demo.tiny.hidden_size=64",
+    "demo.tiny.intermediate_size=128",
+    "demo.tiny.num_heads=2",
+    "demo.tiny.num_kv_heads=2",
     "sft.epochs=6",
     "sft.batch_size=16",
     "sft.optim.lr=1e-2",

@@ -1,5 +1,5 @@
 """A demo rerun in the same OUT_DIR reuses a stage's output only when it was made from the same inputs
-(`tirl.demo.reuse`): other settings or data redo the stages they change and every stage made from them. The
+(`tirl.demo.stages`): other settings or data redo the stages they change and every stage made from them. The
 stages are stand-ins that record their calls; the drivers (`run_smollm2_demo`, `run_compare`) are the real ones."""
 
 from __future__ import annotations
@@ -9,29 +9,31 @@ from pathlib import Path
 
 import pytest
 
-import tirl.demo.ablation.pipeline as ablation_pipeline
 import tirl.demo.ablation.report as ablation_report
 import tirl.demo.ablation.runner as ablation_runner
 import tirl.demo.compare as compare
 import tirl.demo.smollm2 as smollm2
+import tirl.demo.stages as stages
 import tirl.demo.tiny as tiny
 from tirl.commands.run_config import TirlConfig
 from tirl.core.config import load_config
 from tirl.demo.command import DEMO_CONFIG, DEMO_MODELS, DEMO_TASKS
+from tirl.demo.stages import DemoRows, Model
 
 
-def fake_rows(cfg: TirlConfig, out: Path) -> dict:
+def fake_rows(cfg: TirlConfig, out: Path) -> DemoRows:
     """SFT and RL rows depend on task.levels, the held-out rows on task.num_test too (as the task's do)."""
     levels = list(cfg.task.levels)
-    return {
-        "sft_rows": [{"sft": i, "levels": levels} for i in range(2)],
-        "rl_rows": [{"rl": i, "levels": levels} for i in range(2)],
-        "test_rows": [{"test": i, "levels": levels} for i in range(cfg.task.num_test)],
-        "warmup_rows": [],
-        "system": "",
-        "init": out / "model-init",
-        "init_fingerprint": "init",
-    }
+    return DemoRows(
+        [{"sft": i, "levels": levels} for i in range(2)],
+        [{"rl": i, "levels": levels} for i in range(2)],
+        [{"test": i, "levels": levels} for i in range(cfg.task.num_test)],
+        [],
+    )
+
+
+def fake_prepare(cfg: TirlConfig, out: Path) -> tuple[DemoRows, Model]:
+    return fake_rows(cfg, out), Model(out / "model-init", "init")
 
 
 @pytest.fixture
@@ -56,20 +58,23 @@ def calls(monkeypatch, tmp_path) -> list[str]:
     base = tmp_path / "smollm2"
     base.mkdir()
     (base / "config.json").write_text("{}")
-    for module in (smollm2, ablation_pipeline):
-        monkeypatch.setattr(module, "run_rl", train)
-        monkeypatch.setattr(module, "run_eval", evaluate)
+    monkeypatch.setattr(stages, "run_sft", train)
+    monkeypatch.setattr(stages, "run_rl", train)
+    monkeypatch.setattr(stages, "run_eval", evaluate)
     for module in (smollm2, ablation_runner):
         monkeypatch.setattr(module, "run_analyze", lambda *a, **k: {})
         monkeypatch.setattr(module, "print_summary", lambda *a: None)
     for module in (smollm2, ablation_report):
         monkeypatch.setattr(module, "setup_torch", lambda cfg: None)
-    monkeypatch.setattr(smollm2, "run_sft", train)
     monkeypatch.setattr(smollm2, "print_table", lambda summary: None)
     monkeypatch.setattr(smollm2, "ensure_smollm2", lambda path: base)
     monkeypatch.setattr(tiny, "demo_rows", fake_rows)
-    monkeypatch.setattr(tiny, "prepare", fake_rows)
-    monkeypatch.setattr(tiny, "train_sft_model", lambda cfg, out, prep, times: train(cfg, out / "sft", model_path=prep["init"], rows=prep["sft_rows"], restart=True))  # fmt: skip
+    monkeypatch.setattr(tiny, "prepare", fake_prepare)
+
+    def train_sft(cfg, out, data, init, times):
+        return train(cfg, out / "sft", model_path=init.path, rows=data.sft_rows, restart=True)
+
+    monkeypatch.setattr(tiny, "train_sft_model", train_sft)
     return ran
 
 
@@ -151,16 +156,16 @@ def test_compare_lora_after_the_smollm2_demo_trains_only_the_adapter(calls, tmp_
 def test_compare_data_trains_sft_on_the_sampled_rows_and_compares_the_sft_models(
     calls, tmp_path, monkeypatch
 ):
-    import tirl.demo.ablation.smollm2_stages as smollm2_stages
+    import tirl.demo.ablation.starts as starts
     import tirl.tasks.gsm8k as gsm8k
 
     sampled = []
 
     def sample(run, pool, want):
-        sampled.append((run.models["sft"], want))
+        sampled.append((run.models["sft"].path, want))
         return [{"real": i} for i in range(want)]
 
-    monkeypatch.setattr(smollm2_stages, "sample_real_rows", sample)
+    monkeypatch.setattr(starts, "sample_real_rows", sample)
     monkeypatch.setattr(gsm8k, "sample_pool", lambda task, seed: [])
     out = tmp_path / "demo"
     cfg = load_config(TirlConfig, DEMO_TASKS["gsm8k"], [f"out_dir={out}", "task.num_test=3"])

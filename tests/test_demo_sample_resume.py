@@ -13,7 +13,7 @@ import tirl.commands.stages as stages
 import tirl.eval.rejection_sampling as sample_mod
 from tirl.commands.run_config import TirlConfig
 from tirl.demo import compare_data
-from tirl.demo.smollm2 import Run
+from tirl.demo.stages import Model, Stages
 
 
 class Stopped(Exception):
@@ -60,14 +60,12 @@ def sampler(monkeypatch) -> dict:
     return state
 
 
-def a_run(tmp_path: Path, name: str = "out") -> Run:
+def a_run(tmp_path: Path, name: str = "out") -> Stages:
     cfg = TirlConfig()
     cfg.seed = 0
     model = tmp_path / "sft"
     model.mkdir(exist_ok=True)
-    run = Run(cfg, tmp_path / name, {}, {}, {})
-    run.models["sft"], run.prints["sft"] = model, "sft-print"
-    return run
+    return Stages(cfg, tmp_path / name, models={"sft": Model(model, "sft-print")})
 
 
 POOL = [problem(i) for i in range(40)]

@@ -13,6 +13,7 @@ import pytest
 import tirl.commands.stages as stages
 import tirl.demo.gsm8k_study as study
 import tirl.demo.smollm2 as smollm2
+import tirl.demo.stages as demo_stages
 import tirl.eval.report as analyze
 from tirl.commands.run_config import TirlConfig
 from tirl.core.config import load_config
@@ -58,11 +59,11 @@ def record(monkeypatch, tmp_path) -> dict:
     base = tmp_path / "smollm2"
     base.mkdir()
     (base / "config.json").write_text("{}")
-    fake = {"test": rows("test", 5), "val": rows("val", 3), "rl-candidates": rows("rl", 6),
-            "sft-code": rows("code", 4), "sft-text": rows("text", 4)}  # fmt: skip
-    monkeypatch.setattr(smollm2, "run_sft", train)
-    monkeypatch.setattr(smollm2, "run_rl", train)
-    monkeypatch.setattr(smollm2, "run_eval", evaluate)
+    sft = {"code": rows("code", 4), "text": rows("text", 4)}
+    fake = study.StudyRows(rows("test", 5), rows("val", 3), rows("rl", 6), sft)
+    monkeypatch.setattr(demo_stages, "run_sft", train)
+    monkeypatch.setattr(demo_stages, "run_rl", train)
+    monkeypatch.setattr(demo_stages, "run_eval", evaluate)
     monkeypatch.setattr(stages, "setup_torch", lambda cfg: None)
 
     def analyzed(dirs, out, labels):
@@ -71,9 +72,9 @@ def record(monkeypatch, tmp_path) -> dict:
 
     monkeypatch.setattr(analyze, "run_analyze", analyzed)
     monkeypatch.setattr(analyze, "print_summary", lambda *a, **k: None)
-    monkeypatch.setattr(study, "ensure_smollm2", lambda path: base)
+    monkeypatch.setattr(smollm2, "ensure_smollm2", lambda path: base)
     monkeypatch.setattr(study, "study_rows", lambda cfg, out: fake)
-    monkeypatch.setattr(study, "filter_rl_rows", lambda run: run.rows["rl-candidates"][:2])
+    monkeypatch.setattr(study, "filter_rl_rows", lambda run, candidates: candidates[:2])
     monkeypatch.setattr(study, "transfer_rows", lambda: rows("math500", 7))
     return seen
 
@@ -120,6 +121,6 @@ def test_a_rerun_reuses_every_stage(record: dict, tmp_path: Path) -> None:
 
 def test_a_stage_left_midway_continues_only_with_the_same_inputs(tmp_path: Path) -> None:
     started = tmp_path / "rl.started.json"
-    assert smollm2._resume_point(started, {"config rl": "a"}) is None  # a first start
-    assert smollm2._resume_point(started, {"config rl": "a"}) == "auto"  # killed, then run again
-    assert smollm2._resume_point(started, {"config rl": "b"}) is None  # other settings: a fresh start
+    assert demo_stages.resume_point(started, {"config rl": "a"}) is None  # a first start
+    assert demo_stages.resume_point(started, {"config rl": "a"}) == "auto"  # killed, then run again
+    assert demo_stages.resume_point(started, {"config rl": "b"}) is None  # other settings: a fresh start

@@ -14,6 +14,7 @@ import pytest
 import tirl.commands.stages as stages
 import tirl.demo.gsm8k_data_study as data_study
 import tirl.demo.smollm2 as smollm2
+import tirl.demo.stages as demo_stages
 import tirl.eval.report as analyze
 import tirl.tasks.gsm8k as gsm8k
 from tirl.cli import main
@@ -63,7 +64,7 @@ def seen(monkeypatch, tmp_path) -> dict:
 
     def sample(run, pool, want, n, max_problems, keep_retokenized):
         seen["sample"].append({"pool": [p["extra_info"]["id"] for p in pool], "want": want, "n": n,
-                               "sampler": str(run.models["sft"]), "retok": keep_retokenized})  # fmt: skip
+                               "sampler": str(run.models["sft"].path), "retok": keep_retokenized})  # fmt: skip
         # the problems 7 and 2 answered correctly, in pool order
         return [
             {**stitched(int(p["extra_info"]["id"][-1])), "style": "sampled"}
@@ -78,13 +79,13 @@ def seen(monkeypatch, tmp_path) -> dict:
     base = tmp_path / "smollm2"
     base.mkdir()
     (base / "config.json").write_text("{}")
-    monkeypatch.setattr(smollm2, "run_sft", train)
-    monkeypatch.setattr(smollm2, "run_rl", train)
-    monkeypatch.setattr(smollm2, "run_eval", evaluate)
+    monkeypatch.setattr(demo_stages, "run_sft", train)
+    monkeypatch.setattr(demo_stages, "run_rl", train)
+    monkeypatch.setattr(demo_stages, "run_eval", evaluate)
     monkeypatch.setattr(stages, "setup_torch", lambda cfg: None)
     monkeypatch.setattr(analyze, "run_analyze", analyzed)
     monkeypatch.setattr(analyze, "print_summary", lambda *a, **k: None)
-    monkeypatch.setattr(data_study, "ensure_smollm2", lambda path: base)
+    monkeypatch.setattr(smollm2, "ensure_smollm2", lambda path: base)
     monkeypatch.setattr(data_study, "sample_real_rows", sample)
     # the task's sample pool: problems 0-9, of which the study stitched 7, 2, 5 (in that order)
     monkeypatch.setattr(gsm8k, "sample_pool", lambda task, seed: [problem(i) for i in range(10)])

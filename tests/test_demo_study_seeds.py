@@ -11,7 +11,7 @@ import tirl.demo.gsm8k_study as study
 from tirl.commands.run_config import TirlConfig
 from tirl.core.config import load_config
 from tirl.demo.command import STUDY_CONFIG
-from tirl.demo.reuse import config_inputs
+from tirl.demo.stages import config_inputs
 
 # the study config's data-stage inputs at seed 0, as recorded before `task.split_seed` existed
 RECORDED = {"config task": "38a9e5144e2daf46", "config seed": "5feceb66ffc86f38"}

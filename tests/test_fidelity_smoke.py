@@ -9,7 +9,7 @@ import pytest
 
 from conftest import make_model, sample_conversation
 from tirl.cli import main
-from tirl.demo.arith import generate_problems
+from tirl.tasks.arith.problems import generate_problems
 
 CONFIGS = Path(__file__).parents[1] / "src" / "tirl" / "configs"
 SMALL = [  # the recipe's sizes are for 8 GPUs; everything else stays as the recipe config sets it

@@ -14,8 +14,8 @@ import pytest
 import tirl.eval.viewer as viewer
 from tirl.core.io import OutputPathError, check_output_file, open_append, staged_contents
 from tirl.core.logging import MetricsLogger
-from tirl.eval.analysis import AnalysisConfig
 from tirl.eval.report import run_analyze
+from tirl.eval.tables import AnalysisConfig
 
 
 def victim(tmp_path: Path) -> Path:

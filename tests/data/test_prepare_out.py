@@ -30,7 +30,7 @@ def test_a_runs_data_file_is_kept_and_a_directory_is_refused(tmp_path, capsys):
 
 @pytest.mark.parametrize(
     "command, work",
-    [("prepare", "tirl.commands.data.prepare"), ("stitch", "tirl.tasks.gsm8k.gsm8k_records")],
+    [("prepare", "tirl.tasks.benchmarks.data.read_jsonl"), ("stitch", "tirl.tasks.gsm8k.gsm8k_records")],
 )
 def test_an_out_without_a_rows_suffix_is_refused_before_any_work(
     tmp_path, monkeypatch, capsys, command, work

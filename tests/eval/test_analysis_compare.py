@@ -6,9 +6,11 @@ import numpy as np
 import pytest
 from torch.testing import assert_close
 
-from tirl.eval.analysis import AnalysisConfig, analyze_runs, build_tables, crossover_sentence
+from tirl.eval.analysis import analyze_runs
+from tirl.eval.comparison import crossover_sentence
 from tirl.eval.evaluate import SampleRecord
 from tirl.eval.samples import Run, Sample
+from tirl.eval.tables import AnalysisConfig, build_tables
 
 N = 10  # samples per problem
 P = 50  # problems

@@ -7,11 +7,12 @@ import numpy as np
 import pytest
 
 from tirl.core.io import atomic_write_jsonl
-from tirl.eval.analysis import AnalysisConfig, analyze_runs
+from tirl.eval.analysis import analyze_runs
 from tirl.eval.counts import ProblemCount, counts_from_records, read_counts, write_counts
 from tirl.eval.evaluate import SampleRecord, write_eval
 from tirl.eval.report import run_analyze
 from tirl.eval.samples import COUNTS_ONLY_NOTE, eval_dir_counts, load_run
+from tirl.eval.tables import AnalysisConfig
 
 CFG = AnalysisConfig(num_resamples=200, seed=3)
 TEMPS = (0.6, 1.0)

@@ -3,10 +3,11 @@
 import pytest
 
 from conftest import make_agent
-from tirl.demo.arith import generate_problems
-from tirl.eval.analysis import AnalysisConfig, analyze_runs
+from tirl.eval.analysis import analyze_runs
 from tirl.eval.evaluate import EvalConfig, evaluate, summarize_records, write_eval
 from tirl.eval.samples import load_run
+from tirl.eval.tables import AnalysisConfig
+from tirl.tasks.arith.problems import generate_problems
 
 
 def test_several_temperatures_in_one_call(model, renderer, sandbox, tmp_path) -> None:

@@ -7,8 +7,8 @@ import pytest
 
 from conftest import make_agent
 from tirl.data.records import problem_rows
-from tirl.demo.arith import generate_problems
 from tirl.eval.evaluate import EvalConfig, evaluate
+from tirl.tasks.arith.problems import generate_problems
 
 
 def _rows(long_row: int, words: int) -> list[dict]:

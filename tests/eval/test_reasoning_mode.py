@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import pytest
 
-from tirl.eval.analysis import AnalysisConfig, analyze_runs
+from tirl.eval.analysis import analyze_runs
 from tirl.eval.evaluate import SampleRecord
 from tirl.eval.reasoning_mode import bucket, reasoning_mode
 from tirl.eval.report import print_summary
 from tirl.eval.samples import Run, Sample
+from tirl.eval.tables import AnalysisConfig
 
 P = 30  # problems
 N = 10  # samples per problem

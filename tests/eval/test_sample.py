@@ -13,7 +13,6 @@ from tirl.cli import main
 from tirl.commands.tokcheck import check_tokens_command
 from tirl.data import read_rows
 from tirl.data.records import ProblemRow
-from tirl.demo.arith import generate_problems
 from tirl.eval.rejection_sampling import SampleConfig, sample_rows, summary_path
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent.loop import AgentConfig, AgentLoop
@@ -21,6 +20,7 @@ from tirl.rollout.engines.base import RemoteModel
 from tirl.rollout.engines.torch.engine import Generation
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Origin
+from tirl.tasks.arith.problems import generate_problems
 from tirl.tools.code_interpreter import tool_call_json
 from tirl.train.sft import render_rows
 

@@ -201,8 +201,8 @@ def test_verl_dump_value_types_are_checked(tmp_path, extra, message) -> None:
 
 def test_a_lone_surrogate_in_model_text_does_not_break_the_report(tmp_path) -> None:
     # valid JSON ("\ud83d" is half an emoji) but not encodable as UTF-8: writing the viewer or report failed
-    from tirl.eval.analysis import AnalysisConfig
     from tirl.eval.report import run_analyze
+    from tirl.eval.tables import AnalysisConfig
 
     rows = ['{"input": "Q", "output": "half \\ud83d then \\\\boxed{1}", "score": 1.0, "pred": "1\\udc00"}',
             '{"input": "Q", "output": "\\\\boxed{2}", "score": 0.0}']  # fmt: skip

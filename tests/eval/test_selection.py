@@ -264,8 +264,8 @@ def _counts_file(path: Path, prefix: str, by_t: dict[float, int], P: int, n: int
 
 
 def test_choice_and_pooling_run_from_counts_files_alone(tmp_path) -> None:
-    from tirl.eval.analysis import AnalysisConfig
     from tirl.eval.report import run_analyze
+    from tirl.eval.tables import AnalysisConfig
 
     tests, vals = [], []
     for label, val_c, test_c in (("sft", {0.6: 0, 1.0: 2}, {1.0: 1}), ("rl", {0.6: 0, 1.0: 2}, {1.0: 3})):

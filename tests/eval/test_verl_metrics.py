@@ -85,7 +85,8 @@ def test_bad_arguments_raise() -> None:
 def test_analyze_reports_verl_numbers_beside_the_unbiased_ones():
     import numpy as np
 
-    from tirl.eval.analysis import AnalysisConfig, Table, model_block
+    from tirl.eval.accuracy import model_block
+    from tirl.eval.tables import AnalysisConfig, Table
 
     problems = [_seeded_problem(s, 8) for s in range(3)]
     table = Table(["a", "b", "c"], np.array([c for c, _ in problems]), [list(p) for _, p in problems])

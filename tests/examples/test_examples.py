@@ -11,7 +11,7 @@ from tirl.commands.run_config import TirlConfig
 from tirl.commands.stages import build_renderer, run_rl
 from tirl.core.config import load_config
 from tirl.data.records import ProblemRow
-from tirl.demo.tiny_model import TinyModelConfig, build_tiny
+from tirl.models.tiny import TinyModelConfig, build_tiny
 from tirl.rewards.scoring import Response, grade_responses
 from tirl.rewards.shaping import RewardConfig
 from tirl.tasks import load_task
@@ -133,6 +133,6 @@ def test_a_bad_task_fails_at_start_naming_it(capsys):
     err = capsys.readouterr().err
     assert "task 'examples.nope:task': cannot import 'task' from 'examples.nope'" in err
     assert (
-        "unknown task 'nosuch'; valid: arith, gsm8k, gsm8k-fewshot, gsm8k-no-tool or package.module:attribute"
-        in err
+        "unknown task 'nosuch'; valid: aime24, aime25, amc23, arith, gpqa, gsm8k, gsm8k-fewshot, gsm8k-no-tool, "
+        "humaneval, livecodebench, math500 or package.module:attribute" in err
     )

@@ -18,7 +18,7 @@ from bench.common import tirl_env
 from safetensors.torch import load_file
 
 from conftest import make_model, say_rows
-from tirl.demo.arith import generate_problems
+from tirl.tasks.arith.problems import generate_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKER = Path(__file__).with_name("nccl_one_rank.py")

@@ -33,7 +33,7 @@ from gpu_runs import (
 )
 
 from conftest import make_model
-from tirl.train import checkpoint
+from tirl.train import checkpoint_write
 
 QWEN3_06B_PARAMS = 596_049_920
 EMBEDDING = 151_936 * 1024
@@ -69,7 +69,7 @@ def test_one_rank_worker_shards_over_gloo(tiny, tmp_path):
     args = rl_args(tiny, out, "model.autocast=none", "rl.save_every=1", device="cpu", steps=1)
     proc = run(command(["--backend", "gloo", *args], nproc=1, worker=True))
     assert "process group: gloo, world size 1" in proc.stdout
-    assert (out / "checkpoint-1" / checkpoint.DCP_DIR).is_dir()
+    assert (out / "checkpoint-1" / checkpoint_write.DCP_DIR).is_dir()
     assert not above(per_step(metric_rows(out), "rollout/logprob_diff_max"), 1e-4)
 
 

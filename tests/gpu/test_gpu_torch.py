@@ -36,7 +36,7 @@ from gpu_runs import (
     write_tiny,
 )
 
-from tirl.train import checkpoint
+from tirl.train import checkpoint_write, manifest
 
 CUDA = torch.cuda.is_available()
 FP32_LINE = 1e-3
@@ -88,7 +88,7 @@ def test_b_torchrun_one_process_nccl_fsdp2(tiny, tmp_path):
     )
     assert "process group: nccl, world size 1" in proc.stdout
     check_logprobs(out, FP32_LINE, 2)
-    assert (out / "checkpoint-1" / checkpoint.DCP_DIR).is_dir()  # written sharded: FSDP2 was on
+    assert (out / "checkpoint-1" / checkpoint_write.DCP_DIR).is_dir()  # written sharded: FSDP2 was on
     assert (out / "model" / "model.safetensors").is_file()  # gathered to a plain model at the end
 
 
@@ -98,7 +98,7 @@ def test_c_killed_and_resumed_on_cuda_continues(tiny, full_run, tmp_path):
     the runs were not bit-identical. A resume that lost the optimizer state or the data order misses by far more."""
     cut = tmp_path / "cut"
     args = rl_args(tiny, cut, *FP32, "rl.save_every=2", steps=4)
-    kill_after(command(args), cut / "checkpoint-2" / checkpoint.MANIFEST)
+    kill_after(command(args), cut / "checkpoint-2" / manifest.MANIFEST)
     proc = run(command([*args, "--resume", "auto"]))
     assert "at step 2 of 4" in proc.stdout
     a, b = metric_rows(full_run), metric_rows(cut)

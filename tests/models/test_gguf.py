@@ -225,7 +225,7 @@ def test_smollm2_import_matches_the_gguf_model(smollm2):
 
 def _vllm_skip() -> str | None:
     from tirl.rollout.engines.openai.engine import EngineError
-    from tirl.rollout.engines.vllm.engine import resolve_vllm_python, vllm_missing_reason
+    from tirl.rollout.engines.vllm.command import resolve_vllm_python, vllm_missing_reason
 
     try:
         return vllm_missing_reason(resolve_vllm_python())
@@ -247,7 +247,8 @@ def test_smollm2_greedy_is_the_same_on_the_torch_and_vllm_engines(smollm2, tmp_p
         pytest.skip(f"vLLM is not installed: {reason}")
     from tirl.chat.template import ChatRenderer
     from tirl.rollout.engines.torch.engine import TorchEngine
-    from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig
+    from tirl.rollout.engines.vllm.command import VLLMEngineConfig
+    from tirl.rollout.engines.vllm.engine import VLLMEngine
     from tirl.rollout.sampling import SamplingParams
 
     model, tok, path = smollm2

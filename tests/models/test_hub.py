@@ -169,8 +169,8 @@ def test_a_real_tiny_repository_from_the_hub(tmp_path, monkeypatch):
 
 
 def test_rl_from_the_id_records_its_commit_in_identity_config_and_reference_source(hub, tmp_path):
-    from tirl.demo.arith import generate_problems
-    from tirl.train import checkpoint
+    from tirl.tasks.arith.problems import generate_problems
+    from tirl.train import run_outputs
 
     data = tmp_path / "rl.jsonl"
     data.write_text("".join(json.dumps(p.to_row()) + "\n" for p in generate_problems(2, seed=0)))
@@ -180,6 +180,6 @@ def test_rl_from_the_id_records_its_commit_in_identity_config_and_reference_sour
     args += ["agent.max_tokens_per_turn=8", "threads=1", "logging.backends=[jsonl]", "--out", str(out)]
     assert main(["rl", *args]) == 0
     assert yaml.safe_load((out / "config.yaml").read_text())["model"]["path"] == f"{REPO}@{COMMIT}"
-    [ckpt] = checkpoint.complete_checkpoints(out)
+    [ckpt] = run_outputs.complete_checkpoints(out)
     assert json.loads((ckpt / "manifest.json").read_text())["settings"]["model"] == f"{REPO}@{COMMIT}"
     assert torch.load(ckpt / "trainer_state.pt", weights_only=False)["ref_source"] == f"{REPO}@{COMMIT}"

@@ -6,7 +6,6 @@ import signal
 
 import pytest
 
-from tirl.data.benchmarks import prepare
 from tirl.data.records import ProblemRow
 from tirl.rewards.batch import grade_many
 from tirl.rewards.choice import grade_choice
@@ -15,6 +14,7 @@ from tirl.rewards.registry import register, verifier_name
 from tirl.rewards.scoring import Response, score_responses
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.engines.base import RemoteModel
+from tirl.tasks.benchmarks import prepare_aime24, prepare_humaneval, prepare_math500
 
 
 def _humaneval_answer(row, body=None):
@@ -24,7 +24,7 @@ def _humaneval_answer(row, body=None):
 
 @pytest.fixture(scope="module")
 def humaneval():
-    return prepare("humaneval")
+    return prepare_humaneval("recipe")
 
 
 def test_all_humaneval_canonical_solutions_pass_and_a_mutant_fails(humaneval, sandbox):
@@ -88,7 +88,7 @@ def test_fn_name_tests_call_the_solution_method(sandbox):
 
 
 def test_math500_reference_solutions_grade_correct():
-    rows = prepare("math500")
+    rows = prepare_math500("recipe")
     items = [("math", r["extra_info"]["solution"], r["reward_model"]["ground_truth"]) for r in rows]
     graded = grade_many(items, workers=2, timeout_s=10)
     wrong = [(r["extra_info"]["id"], g.pred, g.details) for r, g in zip(rows, graded) if not g.correct]
@@ -97,7 +97,7 @@ def test_math500_reference_solutions_grade_correct():
 
 
 def test_aime_answers_grade_with_or_without_zero_padding():
-    raw = [r["extra_info"]["raw_answer"] for r in prepare("aime24")]
+    raw = [r["extra_info"]["raw_answer"] for r in prepare_aime24("recipe")]
     assert any(a.startswith("0") for a in raw)
     items = []
     for a in raw:

@@ -7,7 +7,7 @@ import threading
 import pytest
 import torch
 
-from tirl.demo.tiny_model import TinyModelConfig, build_model
+from tirl.models.tiny import TinyModelConfig, build_model
 from tirl.rollout.engines.torch import packed as packed_mod
 from tirl.rollout.engines.torch.config import TorchEngineConfig
 from tirl.rollout.engines.torch.engine import TorchEngine

@@ -24,7 +24,8 @@ import torch
 from test_vllm_engine import needs_vllm
 
 from tirl.rollout.engines.openai.engine import EngineError
-from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig, server_command, server_env
+from tirl.rollout.engines.vllm.command import VLLMEngineConfig, server_command, server_env
+from tirl.rollout.engines.vllm.engine import VLLMEngine
 from tirl.rollout.engines.vllm.ext import tirl_vllm_auth as auth
 from tirl.rollout.engines.vllm.ext import tirl_weight_receiver as receiver
 from tirl.rollout.engines.vllm.sync import WeightStream, end_frame, frame, receiver_workers
@@ -319,7 +320,7 @@ def test_an_ordinary_user_cannot_reach_a_root_owned_server(tmp_path, tokenizer):
     """uid 65534 tries every route (the development ones, /v1, /tokenize, /invocations) with no key and a wrong
     one, a weight push aimed at its own listener and a reload from a directory of its own, and reads the server's
     environment: all refused, the served weights unchanged; then the trainer syncs new weights in memory."""
-    from tirl.demo.tiny_model import TinyModelConfig, build_model
+    from tirl.models.tiny import TinyModelConfig, build_model
     from tirl.rollout.sampling import SamplingParams
 
     cfg = TinyModelConfig(hidden_size=128, intermediate_size=256, num_layers=2, num_heads=2, num_kv_heads=2)

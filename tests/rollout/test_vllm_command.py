@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tirl.rollout.engines.vllm.engine import VLLMEngineConfig, server_command, unchunked_prefill_args
+from tirl.rollout.engines.vllm.command import VLLMEngineConfig, server_command, unchunked_prefill_args
 
 
 def _model(tmp_path, length=None):
@@ -45,3 +45,12 @@ def test_only_the_cpu_command_turns_it_off(tmp_path):
     assert cpu[-2:] == ["--max-model-len", "1024"]  # the user's args come last
     no_config = unchunked_prefill_args([], str(tmp_path / "absent"))
     assert no_config == ["--no-enable-chunked-prefill", "--max-num-batched-tokens", "8192"]
+
+
+def test_the_repository_vllm_venv_is_looked_for_at_the_checkout_root():
+    """`.venv-vllm` beside pyproject.toml, whatever the working directory (the Makefile makes it there)."""
+
+    from tirl.rollout.engines.vllm.command import _repo_venv_python
+
+    root = _repo_venv_python().parents[2]
+    assert (root / "pyproject.toml").is_file() and (root / "src" / "tirl").is_dir()

@@ -30,13 +30,13 @@ from tirl.rollout.agent.async_loop import AsyncAgentLoop
 from tirl.rollout.agent.loop import AgentConfig, AgentLoop, stop_token_ids
 from tirl.rollout.engines.openai.engine import EngineError, OpenAIEngine, OpenAIEngineConfig
 from tirl.rollout.engines.torch.engine import TorchEngine
-from tirl.rollout.engines.vllm.engine import (
+from tirl.rollout.engines.vllm.command import (
     SERVED_NAME,
-    VLLMEngine,
     VLLMEngineConfig,
     resolve_vllm_python,
     vllm_missing_reason,
 )
+from tirl.rollout.engines.vllm.engine import VLLMEngine
 from tirl.rollout.sampling import SamplingParams
 from tirl.train.logprobs import token_logprobs
 
@@ -72,7 +72,7 @@ def tool_conversation(a: int, b: int) -> list[dict]:
 
 def build_tool_model(tokenizer, renderer):
     """Tiny Qwen2 (hidden 128, 2 heads: head_dim 64) that answers QUESTION with one tool call (25 SFT steps)."""
-    from tirl.demo.tiny_model import TinyModelConfig, build_model
+    from tirl.models.tiny import TinyModelConfig, build_model
     from tirl.train.optim import OptimConfig
     from tirl.train.sft import SFTConfig, train_sft
 

@@ -154,7 +154,8 @@ exec {python} -m http.server "$port" --bind 127.0.0.1 --directory {root}
 """
 ENGINE_TRAINER = """
 import sys, time
-from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig
+from tirl.rollout.engines.vllm.command import VLLMEngineConfig
+from tirl.rollout.engines.vllm.engine import VLLMEngine
 engine = VLLMEngine(VLLMEngineConfig(model=sys.argv[1], python=sys.argv[2], work_dir=sys.argv[3]))
 with engine.awake():
     pass

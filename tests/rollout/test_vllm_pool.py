@@ -24,12 +24,13 @@ from test_vllm_engine import AGENT, LOGPROB_ATOL, build_tool_model, needs_vllm
 
 from tirl.core.rundir import MARKER
 from tirl.rollout.agent.loop import stop_token_ids
-from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig
+from tirl.rollout.engines.vllm.command import VLLMEngineConfig
+from tirl.rollout.engines.vllm.engine import VLLMEngine
 from tirl.rollout.engines.vllm.ext.tirl_weight_receiver import KEY_ENV
 from tirl.rollout.engines.vllm.pool import BUCKET_BYTES, url_share, write_streamed
 from tirl.rollout.engines.vllm.sync import receiver_args
 from tirl.rollout.engines.vllm.weights import write_weights
-from tirl.train import checkpoint
+from tirl.train import checkpoint_read, run_outputs
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -107,7 +108,7 @@ def test_two_ranks_sample_the_updated_weights_after_every_update(owned_run):
     for s in steps:  # the largest over both ranks
         assert s["rollout/logprob_diff_max"] < LOGPROB_ATOL, s
     assert [s["loss/skipped_updates"] for s in steps] == [0.0, 0.0, 0.0]
-    checkpoint.verify(owned_run / "checkpoint-3")
+    checkpoint_read.verify(owned_run / "checkpoint-3")
     assert (owned_run / "model" / "config.json").is_file()
     assert not (owned_run / "vllm" / "weights").exists()  # scratch, dropped with the server
 
@@ -130,7 +131,7 @@ def test_resume_after_a_kill_re_sends_the_checkpoint_weights(owned_run, tiny_dir
     assert rc == 0, err[-4000:]
     steps = _steps(out)
     assert len(steps) == 1 and steps[0]["rollout/logprob_diff_max"] < LOGPROB_ATOL, steps
-    checkpoint.verify(out / "checkpoint-3")
+    checkpoint_read.verify(out / "checkpoint-3")
 
 
 @needs_vllm
@@ -182,7 +183,7 @@ def test_two_ranks_stream_with_partial_rollouts(tiny_dir, server, tmp_path):
     for s in steps:
         assert s["rollout/staleness_max"] <= 1.0, s
         assert s["loss/skipped_updates"] == 0.0
-    checkpoint.verify(out / "checkpoint-3")
+    checkpoint_read.verify(out / "checkpoint-3")
     assert (out / "model" / "config.json").is_file()
 
 
@@ -200,9 +201,9 @@ def test_a_killed_server_fails_the_run_and_keeps_the_last_checkpoint(tiny_dir, s
     rc, err = _finish(run, 300)
     assert rc != 0
     assert "EngineError" in err and f"127.0.0.1:{server.port}" in err, err[-4000:]
-    for ckpt in checkpoint.complete_checkpoints(out):
-        checkpoint.verify(ckpt)
-    assert checkpoint.complete_checkpoints(out)
+    for ckpt in run_outputs.complete_checkpoints(out):
+        checkpoint_read.verify(ckpt)
+    assert run_outputs.complete_checkpoints(out)
 
 
 # ---- no server needed -------------------------------------------------------------------------------------

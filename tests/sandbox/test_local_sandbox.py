@@ -455,15 +455,15 @@ def test_close_wakes_runs_waiting_for_a_worker() -> None:
 
 
 def test_snippet_sees_a_real_main_and_none_of_the_workers_modules(sandbox: LocalSandbox) -> None:
-    """As under `python snippet.py`: `__builtins__` is the module, and the worker's own modules (wire, script,
-    runfiles, loaded by path inside the sandbox) are neither imported nor importable under their bare names."""
+    """As under `python snippet.py`: `__builtins__` is the module, and the worker's own modules (zygote.py and its
+    siblings, loaded by path inside the sandbox) are neither imported nor importable under their bare names."""
+    siblings = ("child", "privileges", "runfiles", "script", "supervise", "wire")
     code = (
         "import sys\nprint(type(__builtins__).__name__, getattr(__builtins__, '__imp' + 'ort__')('math').pi > 3)\n"
-        "print(sorted(m for m in ('wire', 'script', 'runfiles', 'zygote') if m in sys.modules))\n"
-        "for m in ('wire', 'script', 'runfiles'):\n    try:\n        __import__(m)\n        print('imported', m)\n"
+        f"print(sorted(m for m in {(*siblings, 'zygote')} if m in sys.modules))\n"
+        f"for m in {siblings}:\n    try:\n        __import__(m)\n        print('imported', m)\n"
         "    except ModuleNotFoundError:\n        print('absent', m)\n"
     )
     r = sandbox.run(code)
-    assert (
-        r.status == "ok" and r.stdout == "module True\n[]\nabsent wire\nabsent script\nabsent runfiles\n"
-    ), r
+    absent = "".join(f"absent {m}\n" for m in siblings)
+    assert r.status == "ok" and r.stdout == "module True\n[]\n" + absent, r

@@ -1,8 +1,8 @@
 import pytest
 
-from tirl.demo.arith import KINDS, LEVELS, generate_problems, make_problem, split_problems
-from tirl.demo.solver import SolverConfig, choose_styles, scripted_trajectories
-from tirl.demo.warmup import copy_warmup_rows
+from tirl.tasks.arith.problems import KINDS, LEVELS, generate_problems, make_problem, split_problems
+from tirl.tasks.arith.solver import SolverConfig, choose_styles, scripted_trajectories
+from tirl.tasks.arith.warmup import copy_warmup_rows
 
 
 def test_problems_have_exact_answers():

@@ -34,10 +34,10 @@ from tirl.chat.template import ChatRenderer  # noqa: E402
 from tirl.commands.run_config import LoggingConfig, TirlConfig  # noqa: E402
 from tirl.commands.stages import run_sft  # noqa: E402
 from tirl.data import read_rows  # noqa: E402
-from tirl.demo.arith import generate_problems  # noqa: E402
 from tirl.models.loading import ModelConfig  # noqa: E402
 from tirl.rewards.shaping import RewardConfig  # noqa: E402
 from tirl.rollout.sampling import SamplingParams  # noqa: E402
+from tirl.tasks.arith.problems import generate_problems  # noqa: E402
 from tirl.train import dist, fsdp  # noqa: E402
 from tirl.train.batch import collate  # noqa: E402
 from tirl.train.logprobs import token_logprobs  # noqa: E402

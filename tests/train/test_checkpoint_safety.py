@@ -3,7 +3,7 @@ manifest lists, a fresh run never mixes its steps with an earlier run's, and non
 metrics.jsonl as bare NaN, a checkpoint, the final model or an export.
 
 The runs are `tirl sft` on the tiny test model, in this process (a few seconds each); the killed save is a real
-SIGKILL of a process caught inside `checkpoint.save`.
+SIGKILL of a process caught inside `checkpoint_write.save`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from safetensors.torch import load_file, save_file
 from conftest import make_model, say_rows
 from tirl.cli import main
 from tirl.core.logging import MetricsLogger
-from tirl.demo.arith import generate_problems
-from tirl.train import checkpoint, manifest
+from tirl.tasks.arith.problems import generate_problems
+from tirl.train import checkpoint_read, checkpoint_write, manifest, run_outputs
 from tirl.train.manifest import CheckpointError
 from tirl.train.optim import NonFiniteError
 from tirl.train.sft import SFTConfig, SFTTrainer, sft_run
@@ -67,7 +67,7 @@ KILLED_SAVE = """
 import sys, time, torch
 sys.path.insert(0, sys.argv[2])
 from conftest import build_test_tokenizer, make_model
-from tirl.train import checkpoint
+from tirl.train import checkpoint_write
 tok = build_test_tokenizer()
 model = make_model(tok)
 real = torch.save
@@ -76,7 +76,7 @@ def stuck(obj, f, *a, **kw):
     print("staged", flush=True)
     time.sleep(600)  # killed here: the weights and the state are in the stage, the manifest is not
 torch.save = stuck
-checkpoint.save(sys.argv[1] + "/checkpoint-2", model=model, tokenizer=tok, state={"step": 2})
+checkpoint_write.save(sys.argv[1] + "/checkpoint-2", model=model, tokenizer=tok, state={"step": 2})
 """
 
 
@@ -95,7 +95,7 @@ def test_a_save_killed_midway_is_removed_by_the_next_run(setup, tmp_path, capsys
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=60)
     (staged,) = out.glob(".checkpoint-2.*.tmp")
-    assert (staged / "model.safetensors").is_file() and not (staged / checkpoint.MANIFEST).exists()
+    assert (staged / "model.safetensors").is_file() and not (staged / manifest.MANIFEST).exists()
     lookalikes = [
         ".checkpoint-2.tmp",
         ".checkpoint-2.notes.tmp",
@@ -109,18 +109,18 @@ def test_a_save_killed_midway_is_removed_by_the_next_run(setup, tmp_path, capsys
     assert f"removed what a killed save left in {out}: {staged.name}" in said
     assert not staged.exists()
     assert all((out / name).read_text() == "mine" for name in lookalikes)
-    assert [p.name for p in checkpoint.complete_checkpoints(out)] == ["checkpoint-2", "checkpoint-4"]
+    assert [p.name for p in run_outputs.complete_checkpoints(out)] == ["checkpoint-2", "checkpoint-4"]
 
 
 def test_clean_staging_puts_back_a_copy_set_aside_whose_replacement_never_arrived(tmp_path):
     (tmp_path / ".checkpoint-4.old").mkdir()  # killed between atomic_dir's two renames: the only copy
-    (tmp_path / ".checkpoint-4.old" / checkpoint.MANIFEST).write_text('{"files": {}}')
+    (tmp_path / ".checkpoint-4.old" / manifest.MANIFEST).write_text('{"files": {}}')
     (tmp_path / "model").mkdir()
     (tmp_path / ".model.old").mkdir()  # the new model arrived: the old one is left over
     (tmp_path / ".metrics.jsonl.k3_9xq2a.tmp").write_text('{"step": 0')
-    assert checkpoint.clean_staging(tmp_path) == [".metrics.jsonl.k3_9xq2a.tmp", ".model.old"]
+    assert run_outputs.clean_staging(tmp_path) == [".metrics.jsonl.k3_9xq2a.tmp", ".model.old"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-4", "model"]
-    assert [p.name for p in checkpoint.complete_checkpoints(tmp_path)] == ["checkpoint-4"]
+    assert [p.name for p in run_outputs.complete_checkpoints(tmp_path)] == ["checkpoint-4"]
 
 
 # 19: files a manifest does not list
@@ -128,24 +128,26 @@ def test_clean_staging_puts_back_a_copy_set_aside_whose_replacement_never_arrive
 
 def test_an_unlisted_file_in_a_checkpoint_is_refused_and_never_loaded(tokenizer, tmp_path):
     model = make_model(tokenizer)
-    path = checkpoint.save(tmp_path / "checkpoint-1", model=model, tokenizer=tokenizer, state={"step": 1})
+    path = checkpoint_write.save(
+        tmp_path / "checkpoint-1", model=model, tokenizer=tokenizer, state={"step": 1}
+    )
     (path / "NOTES.md").write_text("lr looked high here\n")  # notes: allowed, never loaded
-    assert checkpoint.load_state(path)["step"] == 1
+    assert checkpoint_read.load_state(path)["step"] == 1
     other = {k: torch.full_like(v, 0.5) for k, v in make_model(tokenizer, seed=1).state_dict().items()}
     save_file({k: v.contiguous() for k, v in other.items() if k != "lm_head.weight"}, path / "zz.safetensors")
     with pytest.raises(CheckpointError, match=r"zz.safetensors is not in its manifest.json \(added after"):
-        checkpoint.load_state(path)
+        checkpoint_read.load_state(path)
     with pytest.raises(CheckpointError, match="zz.safetensors is not in its manifest.json"):
-        checkpoint.verify(path, hashes=False)  # what --resume DIR checks first
+        checkpoint_read.verify(path, hashes=False)  # what --resume DIR checks first
     fresh = make_model(tokenizer, seed=2)
-    checkpoint.load_weights(fresh, path)  # even when asked directly, only the listed weights are read
+    checkpoint_read.load_weights(fresh, path)  # even when asked directly, only the listed weights are read
     saved = load_file(path / "model.safetensors")
     assert all(torch.equal(fresh.state_dict()[k], v) for k, v in saved.items())
     (path / "dcp").mkdir()
     (path / "dcp" / "__0_0.distcp").write_bytes(b"\0" * 8)  # anywhere in the checkpoint
     (path / "zz.safetensors").unlink()
     with pytest.raises(CheckpointError, match=r"dcp/__0_0.distcp is not in its manifest"):
-        checkpoint.load_state(path)
+        checkpoint_read.load_state(path)
 
 
 # 20: a fresh run into a directory holding an earlier run
@@ -172,9 +174,9 @@ def test_a_fresh_run_into_an_earlier_runs_directory_is_refused_or_restarted(setu
         "deleted the earlier run's checkpoint-2, checkpoint-4, model, metrics.jsonl"
         in capsys.readouterr().out
     )
-    assert [p.name for p in checkpoint.complete_checkpoints(out)] == ["checkpoint-1", "checkpoint-2"]
+    assert [p.name for p in run_outputs.complete_checkpoints(out)] == ["checkpoint-1", "checkpoint-2"]
     assert [r["step"] for r in _strict_rows(out / "metrics.jsonl")] == [0, 1]
-    assert checkpoint.load_state(checkpoint.resolve_resume("auto", out))["step"] == 2  # the new run's
+    assert checkpoint_read.load_state(run_outputs.resolve_resume("auto", out))["step"] == 2  # the new run's
 
 
 def test_resume_auto_without_a_checkpoint_starts_over_without_duplicating_steps(setup, tmp_path, capsys):
@@ -189,7 +191,7 @@ def test_a_fresh_rl_run_is_refused_before_anything_loads(tmp_path, capsys):
     """The issue's case: `tirl rl` again into its own directory without --resume (checked before the sandbox)."""
     out = tmp_path / "rl"
     (out / "checkpoint-3").mkdir(parents=True)
-    (out / "checkpoint-3" / checkpoint.MANIFEST).write_text('{"files": {}}')
+    (out / "checkpoint-3" / manifest.MANIFEST).write_text('{"files": {}}')
     (out / "metrics.jsonl").write_text('{"step": 0}\n')
     (out / ".tirl-run.json").write_text('{"command": "rl"}')
     rows = [p.to_row() for p in generate_problems(4, seed=3)]
@@ -258,7 +260,7 @@ def test_weights_that_go_non_finite_stop_the_run_at_that_step(tokenizer, rendere
         NonFiniteError, match=r"SFT step 1: weight model.layers.0.mlp.up_proj.weight holds NaN"
     ):
         trainer.train()
-    assert [p.name for p in checkpoint.complete_checkpoints(tmp_path)] == [
+    assert [p.name for p in run_outputs.complete_checkpoints(tmp_path)] == [
         "checkpoint-1"
     ]  # the last good one
 

@@ -20,12 +20,12 @@ import pytest
 import torch
 
 from conftest import make_model, rl_trainer
-from tirl.demo.arith import generate_problems
 from tirl.rewards.shaping import RewardConfig
 from tirl.rollout.agent.async_loop import AsyncAgentLoop
 from tirl.rollout.agent.loop import AgentConfig, AgentLoop
 from tirl.rollout.engines.torch.engine import TorchEngine
 from tirl.rollout.sampling import SamplingParams
+from tirl.tasks.arith.problems import generate_problems
 from tirl.train import checkpoint, memory
 from tirl.train.optim import OptimConfig
 from tirl.train.rl.config import KLConfig

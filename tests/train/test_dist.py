@@ -25,9 +25,9 @@ from conftest import make_model
 from tirl.commands.run_config import TirlConfig
 from tirl.commands.stages import run_rl
 from tirl.core.config import load_config
-from tirl.demo.arith import generate_problems
 from tirl.models.loading import ModelConfig, load_model
-from tirl.train import checkpoint
+from tirl.tasks.arith.problems import generate_problems
+from tirl.train import checkpoint_read
 from tirl.train.dist import DistConfig, resolve_backend
 from tirl.train.optim import build_optimizer
 
@@ -166,19 +166,19 @@ def test_torchrun_rl_writes_a_sharded_checkpoint_that_resumes_in_one_process(run
     assert len((src / "metrics.jsonl").read_text().splitlines()) == 1  # one step, logged by rank 0 alone
     ckpt = src / "checkpoint-1"
     assert (ckpt / "dcp").is_dir() and (ckpt / "rank-1.pt").is_file()
-    checkpoint.verify(ckpt)  # the manifest lists every rank's files
+    checkpoint_read.verify(ckpt)  # the manifest lists every rank's files
     # the exported final model is a plain HF directory with the same weights as the sharded checkpoint
     model = load_model(ModelConfig(), src / "model")
     from_ckpt = load_model(ModelConfig(), src / "model")
     with torch.no_grad():
         for p in from_ckpt.parameters():
             p.zero_()
-    checkpoint.load_weights(from_ckpt, ckpt)
+    checkpoint_read.load_weights(from_ckpt, ckpt)
     for (name, a), b in zip(model.state_dict().items(), from_ckpt.state_dict().values(), strict=True):
         torch.testing.assert_close(b, a, msg=name)
-    state = checkpoint.load_state(ckpt)
+    state = checkpoint_read.load_state(ckpt)
     opt, _ = build_optimizer(from_ckpt, TirlConfig().rl.optim, 10)
-    checkpoint.load_optimizer(from_ckpt, opt, state)
+    checkpoint_read.load_optimizer(from_ckpt, opt, state)
     for p in from_ckpt.parameters():  # whole moments (resharded from 2 shards), after one update
         assert opt.state[p]["exp_avg"].shape == p.shape and int(opt.state[p]["step"]) == 1
 
@@ -224,7 +224,7 @@ def test_torchrun_lora_rl_checkpoints_an_adapter_that_resumes_and_exports(runs, 
 
     src = runs / "rl-2-lora"
     ckpt = src / "checkpoint-1"
-    checkpoint.verify(ckpt)
+    checkpoint_read.verify(ckpt)
     metrics = json.loads((src / "metrics.jsonl").read_text().splitlines()[0])
     assert metrics["loss/kl"] == pytest.approx(0.0, abs=1e-6)  # step 0: the adapter (B = 0) is still the base
     saved = FileSystemReader(str(ckpt / "dcp")).read_metadata().state_dict_metadata
@@ -246,13 +246,13 @@ def test_torchrun_lora_rl_checkpoints_an_adapter_that_resumes_and_exports(runs, 
     # the DCP adapter, loaded into one process's LoRA model, is the gathered adapter
     cfg = load_config(TirlConfig, None, [*_rl_overrides(runs, steps=2), *LORA])
     model = load_policy(cfg.model)
-    checkpoint.load_weights(model, ckpt)
+    checkpoint_read.load_weights(model, ckpt)
     live = {k: v for k, v in model.state_dict().items() if ".lora_" in k}
     assert len(live) == len(adapter)
     for k, v in live.items():
         torch.testing.assert_close(v, adapter[k.replace(".default", "")], msg=k)
     opt, _ = build_optimizer(model, cfg.rl.optim, 10)
-    checkpoint.load_optimizer(model, opt, checkpoint.load_state(ckpt))
+    checkpoint_read.load_optimizer(model, opt, checkpoint_read.load_state(ckpt))
     assert len(opt.state) == len(live) and all(int(st["step"]) == 1 for st in opt.state.values())
 
     # tirl export merges it: the merged model computes base + adapter's logits

@@ -12,8 +12,8 @@ from conftest import make_model
 from tirl.commands.run_config import TirlConfig
 from tirl.commands.stages import run_rl
 from tirl.core.config import load_config
-from tirl.demo.arith import generate_problems
-from tirl.train.checkpoint import CheckpointError
+from tirl.tasks.arith.problems import generate_problems
+from tirl.train.manifest import CheckpointError
 
 
 def _cfg(root, model_dir):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import make_model
-from tirl.train import checkpoint, manifest
+from tirl.train import checkpoint_read, checkpoint_write, manifest
 from tirl.train.manifest import CheckpointError, RunIdentity
 
 RL = RunIdentity("rl", {"data": "8 rows, sha256 0123", "rl.n": 8, "rl.prompts_per_step": 4})
@@ -20,7 +20,7 @@ def model(tokenizer):
 
 
 def _save(path, model, tokenizer, identity=RL, state=None, optimizer=None):
-    return checkpoint.save(
+    return checkpoint_write.save(
         path, model=model, tokenizer=tokenizer, state=state or {"step": 1, "order": [0]}, optimizer=optimizer,
         identity=identity,
     )  # fmt: skip
@@ -28,15 +28,15 @@ def _save(path, model, tokenizer, identity=RL, state=None, optimizer=None):
 
 def test_overwritten_bytes_of_the_same_size_are_found_by_the_hash(model, tokenizer, tmp_path):
     path = _save(tmp_path / "checkpoint-1", model, tokenizer)
-    for name in (checkpoint.STATE, "model.safetensors"):
+    for name in (checkpoint_write.STATE, "model.safetensors"):
         f = path / name
         good = f.read_bytes()
         mid = len(good) // 2
         f.write_bytes(good[:mid] + b"\xff" * 4096 + good[mid + 4096 :])  # same size, other content
         with pytest.raises(CheckpointError, match=f"{name} is damaged \\(its sha256 differs"):
-            checkpoint.load_state(path, RL)
+            checkpoint_read.load_state(path, RL)
         f.write_bytes(good)
-    assert checkpoint.load_state(path, RL)["step"] == 1
+    assert checkpoint_read.load_state(path, RL)["step"] == 1
 
 
 def test_manifest_lists_size_and_hash_and_identity(model, tokenizer, tmp_path):
@@ -54,7 +54,7 @@ def test_a_manifest_of_sizes_only_still_loads(model, tokenizer, tmp_path):
     (path / manifest.MANIFEST).write_text(
         json.dumps({"files": {k: v["size"] for k, v in data["files"].items()}})
     )
-    assert checkpoint.load_state(path, RL)["step"] == 1  # no settings recorded: nothing to compare
+    assert checkpoint_read.load_state(path, RL)["step"] == 1  # no settings recorded: nothing to compare
 
 
 def test_non_finite_weights_or_optimizer_state_are_not_saved(model, tokenizer, tmp_path):
@@ -76,31 +76,31 @@ def test_non_finite_weights_or_optimizer_state_are_not_saved(model, tokenizer, t
 def test_resume_refuses_another_stage(model, tokenizer, tmp_path):
     sft = _save(tmp_path / "sft", model, tokenizer, RunIdentity("sft", {}), state={"step": 1})
     with pytest.raises(CheckpointError, match="written by tirl sft, not tirl rl: resume it with `tirl sft"):
-        checkpoint.load_state(sft, RL)
+        checkpoint_read.load_state(sft, RL)
     rl = _save(tmp_path / "rl", model, tokenizer)
     with pytest.raises(CheckpointError, match="written by tirl rl, not tirl sft"):
-        checkpoint.load_state(rl, RunIdentity("sft", {}, allow_changes=True))  # never overridable
+        checkpoint_read.load_state(rl, RunIdentity("sft", {}, allow_changes=True))  # never overridable
 
 
 def test_a_checkpoint_without_a_recorded_stage_is_told_by_its_state(model, tokenizer, tmp_path):
     rl = _save(tmp_path / "rl", model, tokenizer, identity=None)  # the RL trainer's state has a data order
     with pytest.raises(CheckpointError, match="written by tirl rl, not tirl sft"):
-        checkpoint.load_state(rl, RunIdentity("sft", {}))
+        checkpoint_read.load_state(rl, RunIdentity("sft", {}))
     sft = _save(tmp_path / "sft", model, tokenizer, identity=None, state={"step": 1})
     with pytest.raises(CheckpointError, match="written by tirl sft, not tirl rl"):
-        checkpoint.load_state(sft, RL)
+        checkpoint_read.load_state(sft, RL)
 
 
 def test_changed_settings_are_refused_naming_both_values_unless_allowed(model, tokenizer, tmp_path, capsys):
     path = _save(tmp_path / "checkpoint-1", model, tokenizer)
     other = RunIdentity("rl", {**RL.settings, "rl.n": 4, "data": "32 rows, sha256 4567"})
     with pytest.raises(CheckpointError) as e:
-        checkpoint.load_state(path, other)
+        checkpoint_read.load_state(path, other)
     msg = str(e.value)
     assert "data: '8 rows, sha256 0123' in the checkpoint, '32 rows, sha256 4567' now" in msg
     assert "rl.n: 8 in the checkpoint, 4 now" in msg and "--resume-allow-changes" in msg
     allowed = RunIdentity("rl", other.settings, allow_changes=True)
-    assert checkpoint.load_state(path, allowed)["step"] == 1
+    assert checkpoint_read.load_state(path, allowed)["step"] == 1
     assert "rl.n: 8 in the checkpoint, 4 now" in capsys.readouterr().out
 
 
@@ -123,14 +123,14 @@ def test_a_failed_save_says_why_in_one_line_and_keeps_the_earlier_checkpoint(
         real(obj, f, *a, **kw)  # a partial file is written, then the disk gives out
         raise error
 
-    monkeypatch.setattr(checkpoint.torch, "save", failing)
+    monkeypatch.setattr(checkpoint_write.torch, "save", failing)
     with pytest.raises(CheckpointError) as e:
         _save(tmp_path / "checkpoint-2", model, tokenizer)
     msg = str(e.value)
     assert said in msg and "\n" not in msg and "earlier ones are intact" in msg
-    monkeypatch.setattr(checkpoint.torch, "save", real)
+    monkeypatch.setattr(checkpoint_write.torch, "save", real)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1"]  # the partial one is gone
-    assert checkpoint.load_state(first, RL)["step"] == 1
+    assert checkpoint_read.load_state(first, RL)["step"] == 1
 
 
 def test_data_fingerprint_sees_content_and_order():
@@ -143,7 +143,7 @@ def test_data_fingerprint_sees_content_and_order():
 def test_the_commands_refuse_the_other_stages_checkpoint_and_changed_data(model, tokenizer, tmp_path, capsys):
     from conftest import sample_conversation
     from tirl.cli import main
-    from tirl.demo.arith import generate_problems
+    from tirl.tasks.arith.problems import generate_problems
 
     rl_data, sft_data = tmp_path / "rl.jsonl", tmp_path / "sft.jsonl"
     rows = [p.to_row() for p in generate_problems(8, seed=3)]
@@ -184,9 +184,10 @@ def test_torchs_bare_unexpected_pos_on_a_full_disk_is_called_a_full_disk(
         raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 110336 vs 110224")
 
     usage = collections.namedtuple("usage", "total used free")
-    monkeypatch.setattr(checkpoint.torch, "save", full)
+    monkeypatch.setattr(checkpoint_write.torch, "save", full)
     monkeypatch.setattr(manifest.shutil, "disk_usage", lambda _: usage(3 << 20, 3 << 20, 430_080))
     with pytest.raises(CheckpointError, match=r"not saved: no space left on the disk \(430,080 bytes free\)"):
         _save(tmp_path / "checkpoint-2", model, tokenizer)
     monkeypatch.undo()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1"] and checkpoint.load_state(first, RL)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-1"]
+    assert checkpoint_read.load_state(first, RL)

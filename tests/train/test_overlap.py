@@ -18,7 +18,7 @@ from tirl.rollout.config import RolloutConfig
 from tirl.rollout.engines.torch.engine import TorchEngine
 from tirl.rollout.factory import capabilities_for
 from tirl.rollout.sampling import SamplingParams
-from tirl.train import checkpoint
+from tirl.train import checkpoint, checkpoint_read
 from tirl.train.optim import OptimConfig
 from tirl.train.rl.check import check_engine, check_rl
 from tirl.train.rl.overlap import Lookahead, check_off_policy, staleness
@@ -106,7 +106,7 @@ def test_killed_and_resumed_matches_an_uninterrupted_run(tokenizer, renderer, sa
     full = _trainer(tokenizer, renderer, sandbox, tmp_path / "full", off=off).train()
     resumed = _trainer(tokenizer, renderer, sandbox, tmp_path / "resumed", off=off)
     if off:
-        assert checkpoint.load_state(tmp_path / "full" / "checkpoint-1")["pending"] is not None
+        assert checkpoint_read.load_state(tmp_path / "full" / "checkpoint-1")["pending"] is not None
     checkpoint.restore_trainer(resumed, tmp_path / "full" / "checkpoint-1")
     assert resumed.run.agent.engine.weight_version == 1  # the checkpoint's weights were sent to the engine
     rest = resumed.train()

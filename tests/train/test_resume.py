@@ -18,8 +18,8 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import make_model, say_rows
-from tirl.demo.arith import generate_problems
-from tirl.train import checkpoint
+from tirl.tasks.arith.problems import generate_problems
+from tirl.train import checkpoint_read, checkpoint_write, manifest, run_outputs
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -80,7 +80,7 @@ def _metrics(out: Path) -> list[dict]:
 def _kill_after_checkpoint(args: list[str], ckpt: Path) -> None:
     proc = subprocess.Popen(args, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.time() + 300
-    while not (ckpt / checkpoint.MANIFEST).exists():
+    while not (ckpt / manifest.MANIFEST).exists():
         assert proc.poll() is None, proc.stderr.read().decode()[-2000:]
         assert time.time() < deadline
         time.sleep(0.01)
@@ -121,9 +121,9 @@ def test_sigterm_finishes_the_step_and_leaves_a_resumable_checkpoint(setup, tmp_
     stdout, _ = proc.communicate(timeout=120)
     assert proc.returncode == 75, stdout  # EX_TEMPFAIL: stopped on request, resumable
     assert "--resume auto" in stdout
-    (ckpt,) = checkpoint.complete_checkpoints(out)
-    checkpoint.verify(ckpt)
-    step = checkpoint.load_state(ckpt)["step"]
+    (ckpt,) = run_outputs.complete_checkpoints(out)
+    checkpoint_read.verify(ckpt)
+    step = checkpoint_read.load_state(ckpt)["step"]
     assert 1 <= step < 4
     r = _run(_args(setup, out, 0.0, "--resume", "auto"))
     assert r.returncode == 0 and (out / "model" / "config.json").is_file(), r.stderr[-2000:]
@@ -133,32 +133,34 @@ def test_sigterm_finishes_the_step_and_leaves_a_resumable_checkpoint(setup, tmp_
 def test_rotation_never_deletes_the_newest_complete_checkpoint(tmp_path):
     for step in (2, 4, 6):
         (tmp_path / f"checkpoint-{step}").mkdir()
-        (tmp_path / f"checkpoint-{step}" / checkpoint.MANIFEST).write_text('{"files": {}}')
+        (tmp_path / f"checkpoint-{step}" / manifest.MANIFEST).write_text('{"files": {}}')
     (tmp_path / "checkpoint-8").mkdir()  # incomplete: no manifest; never counted, never deleted
-    assert checkpoint.rotate(tmp_path, 0) == []
-    assert [p.name for p in checkpoint.rotate(tmp_path, 2)] == ["checkpoint-2"]
-    assert [p.name for p in checkpoint.complete_checkpoints(tmp_path)] == ["checkpoint-4", "checkpoint-6"]
-    checkpoint.rotate(tmp_path, 1)
-    assert [p.name for p in checkpoint.complete_checkpoints(tmp_path)] == ["checkpoint-6"]
+    assert run_outputs.rotate(tmp_path, 0) == []
+    assert [p.name for p in run_outputs.rotate(tmp_path, 2)] == ["checkpoint-2"]
+    assert [p.name for p in run_outputs.complete_checkpoints(tmp_path)] == ["checkpoint-4", "checkpoint-6"]
+    run_outputs.rotate(tmp_path, 1)
+    assert [p.name for p in run_outputs.complete_checkpoints(tmp_path)] == ["checkpoint-6"]
     assert (tmp_path / "checkpoint-8").is_dir()
-    assert checkpoint.resolve_resume("auto", tmp_path).name == "checkpoint-6"
-    assert checkpoint.resolve_resume("auto", tmp_path / "nothing-here") is None
+    assert run_outputs.resolve_resume("auto", tmp_path).name == "checkpoint-6"
+    assert run_outputs.resolve_resume("auto", tmp_path / "nothing-here") is None
 
 
 def test_damaged_checkpoints_are_named(tokenizer, tmp_path):
     model = make_model(tokenizer)
-    path = checkpoint.save(tmp_path / "checkpoint-1", model=model, tokenizer=tokenizer, state={"step": 1})
-    assert checkpoint.load_state(path)["step"] == 1
-    state_file = path / checkpoint.STATE
+    path = checkpoint_write.save(
+        tmp_path / "checkpoint-1", model=model, tokenizer=tokenizer, state={"step": 1}
+    )
+    assert checkpoint_read.load_state(path)["step"] == 1
+    state_file = path / checkpoint_write.STATE
     state_file.write_bytes(state_file.read_bytes()[:-10])
-    with pytest.raises(checkpoint.CheckpointError, match="trainer_state.pt is damaged"):
-        checkpoint.load_state(path)
-    checkpoint.save(tmp_path / "checkpoint-2", model=model, tokenizer=tokenizer, state={"step": 2})
+    with pytest.raises(manifest.CheckpointError, match="trainer_state.pt is damaged"):
+        checkpoint_read.load_state(path)
+    checkpoint_write.save(tmp_path / "checkpoint-2", model=model, tokenizer=tokenizer, state={"step": 2})
     (tmp_path / "checkpoint-2" / "model.safetensors").unlink()
-    with pytest.raises(checkpoint.CheckpointError, match="model.safetensors is missing"):
-        checkpoint.resolve_resume(str(tmp_path / "checkpoint-2"), tmp_path)
-    with pytest.raises(checkpoint.CheckpointError, match="no such checkpoint"):
-        checkpoint.resolve_resume(str(tmp_path / "checkpoint-9"), tmp_path)
+    with pytest.raises(manifest.CheckpointError, match="model.safetensors is missing"):
+        run_outputs.resolve_resume(str(tmp_path / "checkpoint-2"), tmp_path)
+    with pytest.raises(manifest.CheckpointError, match="no such checkpoint"):
+        run_outputs.resolve_resume(str(tmp_path / "checkpoint-9"), tmp_path)
 
 
 @pytest.mark.slow
@@ -180,6 +182,6 @@ def test_sft_killed_and_resumed_matches_an_uninterrupted_run(setup, tmp_path):
     assert r.returncode == 0 and "at step 3" in r.stdout, r.stderr[-2000:]
     a, b = _metrics(full), _metrics(cut)
     assert [m["step"] for m in b] == list(range(10)) and a == b
-    assert [p.name for p in checkpoint.complete_checkpoints(cut)] == ["checkpoint-9"]  # keep_last=1
+    assert [p.name for p in run_outputs.complete_checkpoints(cut)] == ["checkpoint-9"]  # keep_last=1
     wa, wb = load_file(full / "model" / "model.safetensors"), load_file(cut / "model" / "model.safetensors")
     assert all(torch.equal(wa[k], wb[k]) for k in wa)

@@ -13,9 +13,9 @@ import torch
 
 from conftest import make_model
 from tirl.cli import main
-from tirl.demo.arith import generate_problems
 from tirl.eval.curves import run_curves
 from tirl.rollout.types import Trajectory
+from tirl.tasks.arith.problems import generate_problems
 from tirl.train.rl.batch import global_rollout_metrics
 
 

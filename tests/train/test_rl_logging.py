@@ -6,7 +6,7 @@ import pytest
 
 from conftest import make_model
 from tirl.cli import main
-from tirl.demo.arith import generate_problems
+from tirl.tasks.arith.problems import generate_problems
 
 
 @pytest.mark.slow

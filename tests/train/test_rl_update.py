@@ -66,7 +66,7 @@ def test_seq_mean_token_sum_norm_ignores_batch_padding(tokenizer, renderer, sand
     tb = _trainer(b, tokenizer, renderer, sandbox, tmp_path / "b", mini_batch=16)
     for t in (ta, tb):
         t.run.cfg.loss.agg = t.loss_spec.agg = "seq-mean-token-sum-norm"
-    assert ta.norm_len == 12  # the agent's response budget
+    assert ta.loss_spec.norm_len == 12  # the agent's response budget
     trajs, adv = _scripted_batch(ta, tokenizer)
     batch = trajectory_batch(trajs, adv, pad_id=tokenizer.pad_token_id)
     B, T = batch.input_ids.shape

@@ -28,7 +28,7 @@ from tirl.rollout.engines.torch.engine import TorchEngine
 from tirl.rollout.factory import capabilities_for
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Trajectory
-from tirl.train import checkpoint
+from tirl.train import checkpoint, checkpoint_read
 from tirl.train.optim import OptimConfig
 from tirl.train.rl.check import check_engine, check_rl
 from tirl.train.rl.config import StreamConfig
@@ -42,9 +42,14 @@ class ServerLike(TorchEngine):
     """The torch engine on its own copy of the policy, which a sync overwrites, behind a request gate."""
 
     capabilities = EngineCapabilities(
-        name="server-like", weight_sync="memory", logprobs="full", per_request_seeds=False, multi_process=False,
-        batches_requests=True, sync_gate=True,
-    )  # fmt: skip
+        name="server-like",
+        weight_sync="memory",
+        logprobs="full",
+        per_request_seeds=False,
+        multi_process=False,
+        batches_requests=True,
+        sync_gate=True,
+    )
 
     def __init__(self, *a, **kw) -> None:
         super().__init__(*a, **kw)
@@ -79,9 +84,15 @@ def _trainer(tokenizer, renderer, sandbox, out, *, stream: StreamConfig, steps: 
         engine, renderer, sandbox, AgentConfig(max_response_tokens=12, max_tokens_per_turn=12), concurrency=8
     )
     cfg = RLConfig(
-        steps=steps, prompts_per_step=2, n=4, mini_batch_size=4, optim=OptimConfig(lr=5e-2), save_every=1,
-        entropy_coef=0.05, stream=stream,  # all rewards are -1 here: the entropy term moves the policy
-    )  # fmt: skip
+        steps=steps,
+        prompts_per_step=2,
+        n=4,
+        mini_batch_size=4,
+        optim=OptimConfig(lr=5e-2),
+        save_every=1,
+        entropy_coef=0.05,
+        stream=stream,  # all rewards are -1 here: the entropy term moves the policy
+    )
     return rl_trainer(model, tokenizer, agent, _rows(), cfg, out)
 
 
@@ -103,7 +114,7 @@ def test_k0_is_the_synchronous_loop_to_the_bit(tokenizer, renderer, sandbox, tmp
     assert [m["rollout/staleness"] for m in b] == [0.0, 0.0] and b[1]["stream/dropped_groups"] == 0.0
     for p, q in zip(sync.run.policy.parameters(), streamed.run.policy.parameters(), strict=True):
         assert torch.equal(p, q)
-    assert streamed.trained_groups == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert streamed.sampling_mode.trained_groups == [(0, 0), (0, 1), (1, 0), (1, 1)]
 
 
 def test_k1_streams_within_the_bound_and_resumes_without_training_a_group_twice(
@@ -112,22 +123,21 @@ def test_k1_streams_within_the_bound_and_resumes_without_training_a_group_twice(
     full = _trainer(tokenizer, renderer, sandbox, tmp_path / "full", stream=StreamConfig(True), steps=3)
     history = full.train()
     assert all(m["rollout/staleness_max"] <= 1.0 for m in history)
-    assert len(set(full.trained_groups)) == len(full.trained_groups) == 6
-    state = checkpoint.load_state(tmp_path / "full" / "checkpoint-1")["stream"]
+    assert len(set(full.sampling_mode.trained_groups)) == len(full.sampling_mode.trained_groups) == 6
+    state = checkpoint_read.load_state(tmp_path / "full" / "checkpoint-1")["stream"]
     saved = [g.work.key for g in state["ready"]] + [w.key for w in state["unfinished"]]
-    assert state["trained_groups"] == full.trained_groups[:2]
+    assert state["trained_groups"] == full.sampling_mode.trained_groups[:2]
     assert not set(saved) & set(state["trained_groups"]) and len(set(saved)) == len(saved)
     resumed = _trainer(tokenizer, renderer, sandbox, tmp_path / "resumed", stream=StreamConfig(True), steps=3)
     checkpoint.restore_trainer(resumed, tmp_path / "full" / "checkpoint-1")
     assert resumed.run.agent.engine.weight_version == 1
     rest = resumed.train()
     assert len(rest) == 2
-    keys = resumed.trained_groups
-    assert keys[:2] == full.trained_groups[:2] and len(set(keys)) == len(keys) == 6
+    keys = resumed.sampling_mode.trained_groups
+    assert keys[:2] == full.sampling_mode.trained_groups[:2] and len(set(keys)) == len(keys) == 6
     # what the checkpoint held is trained first or still waits: none of it was lost
-    assert set(saved) <= set(keys) | {w.key for w in resumed.stream.snapshot(0)["unfinished"]} | {
-        g.work.key for g in resumed.stream.snapshot(0)["ready"]
-    }
+    left = resumed.sampling_mode.producer.snapshot(0)
+    assert set(saved) <= set(keys) | {w.key for w in left["unfinished"]} | {g.work.key for g in left["ready"]}
 
 
 # ---- the producer on its own: a scripted agent --------------------------------------------------------------

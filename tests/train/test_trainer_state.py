@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from conftest import make_model
-from tirl.train import checkpoint, dist, manifest
+from tirl.train import checkpoint, checkpoint_read, checkpoint_write, dist, manifest, rng, run_outputs
 from tirl.train.batch import collate, micro_batches
 from tirl.train.fsdp import MicroBatchPasses
 from tirl.train.optim import OptimConfig
@@ -88,7 +88,7 @@ def _trainer(tokenizer, renderer, out: Path | None, cls=SFTTrainer) -> SFTTraine
 def test_sft_trainer_restored_from_its_checkpoint_continues_exactly(tokenizer, renderer, tmp_path):
     full = _trainer(tokenizer, renderer, tmp_path / "full", cls=WithQueue)
     full.train()
-    assert [p.name for p in checkpoint.complete_checkpoints(tmp_path / "full")] == [
+    assert [p.name for p in run_outputs.complete_checkpoints(tmp_path / "full")] == [
         "checkpoint-2",
         "checkpoint-4",
         "checkpoint-6",
@@ -121,19 +121,19 @@ def test_a_rank_missing_from_a_sharded_checkpoint_drops_the_entries_it_recorded(
     """A sharded checkpoint records which entries were each rank's own; a rank the saving run did not have
     keeps its own seeded ones (here: rank 0 with its rank file removed)."""
     path = tmp_path / "checkpoint-1"
-    (path / checkpoint.DCP_DIR).mkdir(parents=True)
-    (path / checkpoint.DCP_DIR / ".metadata").write_bytes(b"x")
-    own = {"rng": checkpoint.rng_state(), "generator": "rank 0's", "queue": [5]}
-    shared = {"step": 1, **own, checkpoint.RANK_KEYS: ["rng", "generator", "queue"], "counter": 3}
-    torch.save(shared, path / checkpoint.STATE)
+    (path / checkpoint_write.DCP_DIR).mkdir(parents=True)
+    (path / checkpoint_write.DCP_DIR / ".metadata").write_bytes(b"x")
+    own = {"rng": rng.rng_state(), "generator": "rank 0's", "queue": [5]}
+    shared = {"step": 1, **own, checkpoint_write.RANK_KEYS: ["rng", "generator", "queue"], "counter": 3}
+    torch.save(shared, path / checkpoint_write.STATE)
     torch.save(own, path / "rank-0.pt")
     manifest.write(path, None)
-    state = checkpoint.load_state(path)
+    state = checkpoint_read.load_state(path)
     assert state["queue"] == [5] and state["generator"] == "rank 0's" and state["counter"] == 3
     (path / "rank-0.pt").unlink()
-    (path / checkpoint.MANIFEST).unlink()
+    (path / manifest.MANIFEST).unlink()
     manifest.write(path, None)
-    state = checkpoint.load_state(path)
+    state = checkpoint_read.load_state(path)
     assert "queue" not in state and "generator" not in state
     assert state["counter"] == 3 and "rng" in state  # rank 0's global generators are the fallback
 

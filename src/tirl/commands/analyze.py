@@ -57,7 +57,7 @@ def analyze_command(args: argparse.Namespace) -> int:
 
 
 def main_analyze(args: argparse.Namespace) -> int:
-    from tirl.eval.analysis import AnalysisConfig
+    from tirl.eval.tables import AnalysisConfig
 
     labels = [x.strip() for x in args.labels.split(",")] if args.labels else None
     validation = _items(args.choose_temperature_on, "--choose-temperature-on")

@@ -1,7 +1,8 @@
 """`tirl data prepare`, `stitch` and `inspect`, and the `tirl data` parser (with `sample` and `filter` from their own
-modules); what they run lives below: the benchmarks, the recipe's Hub datasets (`tirl.data.hub`) and the readers in
-`tirl.data`, the data a task ships (`Task.prepare`, GSM8K's in `tirl.tasks.gsm8k`), stitching in
-`tirl.tasks.gsm8k.stitch`."""
+modules); what they run lives below: the data a task ships or reads from the user's file (`Task.prepare`: the
+benchmarks in `tirl.tasks.benchmarks`, GSM8K's in `tirl.tasks.gsm8k`), the recipe's Hub datasets
+(`tirl.data.hub`), the readers in `tirl.data`, stitching in `tirl.tasks.gsm8k.stitch`. The names `prepare`
+offers come from the task registry (`prepared_tasks`) and the Hub table (`HUB_SETS`), never from a list here."""
 
 from __future__ import annotations
 
@@ -10,10 +11,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from tirl.data.benchmarks import USER_SUPPLIED, WORDINGS, prepare
+from tirl.data.benchmarks import WORDINGS
 from tirl.data.lengths import READ_MAX_TOKENS
 from tirl.data.readers import ReadReport, iter_rows
-from tirl.tasks import prepared_tasks
+from tirl.tasks import Task, prepared_tasks
 
 MAX_ERRORS_SHOWN = 20
 
@@ -52,19 +53,32 @@ def prepare_command(
     tasks = prepared_tasks()
     if wording not in WORDINGS:
         raise ValueError(f"unknown wording {wording!r}; valid: {', '.join(WORDINGS)}")
-    if name in tasks:
-        if source is not None:
-            raise ValueError(f"{name} is packaged with tirl; --source is only for {', '.join(USER_SUPPLIED)}")
-        rows = tasks[name].prepare(wording, split)
-    elif split != "test":
-        raise ValueError(
-            f"{name} has only a test split here (a train split ships with: {', '.join(tasks) or 'no task'})"
-        )
-    else:
-        rows = prepare(name, wording=wording, source=source)
+    if name not in tasks:
+        raise ValueError(f"unknown dataset {name!r}; valid: {', '.join([*tasks, *HUB_SETS])}")
+    rows = prepare_rows(tasks, name, wording, split, source)
     path = write_rows(out, rows)
     console.print(f"{name} {split}: {len(rows)} rows ({wording} wording) -> {path}")
     return 0
+
+
+def user_file_tasks(tasks: dict[str, Task]) -> dict[str, Task]:
+    """The tasks whose data is the user's file (`Task.user_file`, `--source`), by name."""
+    return {k: t for k, t in tasks.items() if t.user_file}
+
+
+def prepare_rows(
+    tasks: dict[str, Task], name: str, wording: str, split: str, source: str | None
+) -> list[dict[str, Any]]:
+    """Task `name`'s rows of `split`: from the user's file for a task that reads one (its own error when `source`
+    is None), else from its packaged data, which `--source` does not apply to."""
+    task = tasks[name]
+    if task.user_file:
+        return task.prepare(wording, split, source)
+    if source is not None:
+        raise ValueError(
+            f"{name} is packaged with tirl; --source is only for {', '.join(user_file_tasks(tasks))}"
+        )
+    return task.prepare(wording, split)
 
 
 def stitch_command(
@@ -261,7 +275,6 @@ def _add_stitch_parser(data: argparse._SubParsersAction) -> None:
 def add_data_parser(sub: argparse._SubParsersAction) -> None:
     """The `data` subcommands, added to tirl's parser by cli.py."""
     from tirl.chat.template import FORMATS
-    from tirl.data.benchmarks import NAMES
     from tirl.data.hub import HUB_SETS
 
     data = sub.add_parser("data", help="prepare benchmark files; inspect a dataset").add_subparsers(
@@ -276,7 +289,8 @@ def add_data_parser(sub: argparse._SubParsersAction) -> None:
         "prepare",
         help="write a benchmark, or the recipe's SFT/RL/eval data fetched from the Hub, as rows (.parquet or .jsonl)",
     )
-    p.add_argument("name", choices=[*NAMES, *prepared_tasks(), *HUB_SETS])
+    tasks = prepared_tasks()
+    p.add_argument("name", choices=[*tasks, *HUB_SETS])
     p.add_argument(
         "--out", required=True, help="output file (.parquet or .jsonl); an existing one needs --force"
     )
@@ -284,7 +298,8 @@ def add_data_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--wording", choices=WORDINGS, default="recipe", help="prompt wording (default: the recipe's)"
     )
-    p.add_argument("--source", default=None, help="gpqa: GPQA's CSV; livecodebench: the Open-AgentRL parquet")
+    sources = "; ".join(f"{k}: {t.user_file}" for k, t in user_file_tasks(tasks).items())
+    p.add_argument("--source", default=None, help=sources)
     p.add_argument(
         "--split",
         choices=("test", "train"),

@@ -11,7 +11,7 @@ from typing import Any, ClassVar
 
 from tirl.core.fidelity import check_fidelity, recipe_data
 from tirl.eval.config import EvalConfig
-from tirl.models.config import ModelConfig
+from tirl.models.config import ModelConfig, TinyModelConfig
 from tirl.rewards.config import RewardConfig
 from tirl.rollout.agent.config import AgentConfig
 from tirl.rollout.config import RolloutConfig
@@ -63,11 +63,17 @@ class LoggingConfig:
 
 
 @dataclass
+class DemoConfig:
+    """`demo.*`: what only the tiny demo reads, the model it builds from scratch and that model's copy warm-up
+    (tirl.tasks.arith.warmup) before SFT. Every other command ignores it."""
+
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)  # the tiny model's shape
+    warmup: SFTConfig = field(default_factory=lambda: SFTConfig(epochs=0))  # 0 epochs: no warm-up
+
+
+@dataclass
 class TirlConfig:
-    MOVED_KEYS: ClassVar[dict[str, str]] = {
-        "warmup": "task.warmup",
-        "tiny": "task.tiny",
-    }  # the demo's, in its task
+    MOVED_KEYS: ClassVar[dict[str, str]] = {"warmup": "demo.warmup", "tiny": "demo.tiny"}
 
     # tirl | recipe: "recipe" puts every setting of tirl.core.fidelity.ROWS the config does not set at the
     # reference recipe's value (when the config is loaded)
@@ -87,6 +93,7 @@ class TirlConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     dist: DistConfig = field(default_factory=DistConfig)  # torchrun runs; the world size comes from torchrun
+    demo: DemoConfig = field(default_factory=DemoConfig)  # the tiny demo's model and warm-up
 
     def __post_init__(self) -> None:
         if self.threads < 0:  # torch.set_num_threads would refuse it only once the run has started

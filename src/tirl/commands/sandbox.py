@@ -48,8 +48,9 @@ def add_sandbox_parser(sub: Any) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from tirl.sandbox.auth import is_loopback, load_token
+    from tirl.sandbox.connections import bind, resolve
     from tirl.sandbox.local import LocalSandbox
-    from tirl.sandbox.server import bind, resolve, serve
+    from tirl.sandbox.server import serve
 
     cfg = load_run_config(args).sandbox
     if args.workers is not None:

@@ -1,4 +1,4 @@
-"""Datasets in the verl / Open-AgentRL schema: validated streaming readers, writers, and the packaged benchmarks.
+"""Datasets in the verl / Open-AgentRL schema: validated streaming readers, writers, what benchmark rows share.
 
 `read_rows` / `write_rows` are what the stages and the demo use; `iter_rows` / `read_dataset` stream large files
 and can skip-and-report bad rows instead of stopping at the first (see readers.py).

@@ -16,7 +16,7 @@ The conversions keep the recipe's content and put it in one parquet shape whatev
 - RL (the 30K file): `data_source`, `prompt`, `ability`, and `reward_model` / `extra_info` as JSON strings (as the
   recipe's LiveCodeBench file stores them), ground truths keeping their type; the prompts stay as in the file,
   since the recipe rewrites them when it reads them (`rl.prompt_rewrite: verl`, `tirl.data.recipe_prompts`);
-- evaluation sets: the recipe's prompt wording (or `plain`) around each problem, as the packaged benchmarks
+- evaluation sets: the recipe's prompt wording (or `plain`) around each problem, as the benchmarks' tasks
   (`tirl.data.benchmarks`), ground truths normalized the same way (an AIME answer that is not an integer from 0
   to 999 is refused, naming its row).
 
@@ -24,7 +24,8 @@ Revisions: the SFT-3K and 30K repositories are pinned to the commits a published
 (not re-read here: the revisions are this module's assumption until a run with network confirms the file at
 them); Open-AgentRL-Eval has no known commit and follows `main` (the commit fetched is recorded all the same).
 
-Deliberately not here: the packaged benchmarks (`tirl.data.benchmarks`), model repositories (`tirl.models.hub`).
+Deliberately not here: the benchmarks tirl ships or reads from the user's file (`tirl.tasks.benchmarks`), model
+repositories (`tirl.models.hub`).
 """
 
 from __future__ import annotations
@@ -136,7 +137,8 @@ def gpqa_rows(path: Path, wording: str) -> list[dict[str, Any]]:
 
 
 def lcb_rows(path: Path, wording: str) -> list[dict[str, Any]]:
-    """Open-AgentRL-Eval's LiveCodeBench v6 (2025-02 to 2025-05): `tirl.data.benchmarks.prepare_livecodebench`."""
+    """Open-AgentRL-Eval's LiveCodeBench v6 (2025-02 to 2025-05), read as the user's copy is
+    (`tirl.data.benchmarks.prepare_livecodebench`)."""
     return prepare_livecodebench(wording, path)
 
 

@@ -101,10 +101,11 @@ def _presets_of(compare: str | None) -> tuple[str, ...]:
 
 def _compare_fits(args: argparse.Namespace) -> bool:
     """--compare names a comparison of --model's demo (data: on --task gsm8k); else says which it takes."""
-    from tirl.demo.ablation.presets import SMOLLM2_PRESETS, objectives
+    from tirl.demo.ablation.presets import objectives, packaged
 
     if args.model == "smollm2":
-        ok = args.compare in SMOLLM2_PRESETS and (args.compare != "data" or args.task == "gsm8k")
+        smollm2 = [name for name, p in packaged().items() if p.study.stages == "smollm2"]
+        ok = args.compare in smollm2 and (args.compare != "data" or args.task == "gsm8k")
         takes = "lora, or data with --task gsm8k"
     else:
         ok, takes = args.compare in objectives(), f"a pass@k objective: {', '.join(objectives())}"

@@ -10,7 +10,7 @@
   (arm `real`, in `sft-real/`, its rows in `data/sft-real.jsonl`) against the stitched SFT (arm `stitched`: the
   demo's `sft/`), both SFT models evaluated the same way.
 
-The training stages live in OUT_DIR as the demo's and are reused when made from the same inputs (`tirl.demo.reuse`),
+The training stages live in OUT_DIR as the demo's and are reused when made from the same inputs (`tirl.demo.stages`),
 so a comparison after a demo trains only the new arm; one made from other settings or data is retrained, with a
 line saying which inputs changed. The evaluations, `tirl analyze` of them (`analysis/`) and the comparison's
 report.json (each arm against the baseline with a paired interval over problems) go to OUT_DIR/compare-NAME/.

@@ -9,7 +9,7 @@ stitched-SFT model and not the base: the base never calls the tool in this forma
 call), so it has no correct tool trajectories to give; the stitched-SFT model is the first model that has.
 
 The comparison's arm `real` then trains SFT from the base on those rows with the stitched SFT's settings
-(`sft-real`), evaluated as the stitched SFT is (`tirl.demo.ablation.smollm2_stages.data_start`). Not here: the
+(`sft-real`), evaluated as the stitched SFT is (`tirl.demo.ablation.starts.SmolLM2Starts.data_start`). Not here: the
 arms, their training and evaluation (`tirl.demo.ablation`).
 """
 
@@ -23,8 +23,7 @@ from typing import Any
 from tirl.core.io import atomic_write_json
 from tirl.core.logging import console
 from tirl.data import read_rows, write_rows
-from tirl.demo.reuse import SAMPLE_KEYS, Stage, config_inputs, rows_input
-from tirl.demo.smollm2 import Run
+from tirl.demo.stages import SAMPLE_KEYS, Stage, Stages, config_inputs, rows_input
 
 SAMPLE_N = 4  # samples per problem
 SAMPLE_MAX_PROBLEMS_PER_ROW = 2  # problems tried per wanted row at most: the sampling budget
@@ -84,7 +83,7 @@ def _settings_inputs(n: int, max_problems: int | None, keep_retokenized: bool) -
 
 
 def _sample_chunks(
-    run: Run, pool: list[dict[str, Any]], want: int, scfg: Any, progress: Progress
+    run: Stages, pool: list[dict[str, Any]], want: int, scfg: Any, progress: Progress
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Model `sft`'s kept rows and summary counts over `pool`, `SAMPLE_CHUNK` problems at a time until `want` rows,
     going on from `progress` and saving it after each chunk."""
@@ -92,7 +91,7 @@ def _sample_chunks(
     from tirl.eval.rejection_sampling import sample_rows
     from tirl.rollout.sampling import SamplingParams
 
-    cfg, model = run.cfg, run.models["sft"]
+    cfg, model = run.cfg, run.models["sft"].path
     params = SamplingParams(temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
     start, kept, stats = progress.load()
     console.print(
@@ -117,7 +116,7 @@ def _sample_chunks(
 
 
 def sample_real_rows(
-    run: Run,
+    run: Stages,
     pool: list[dict[str, Any]],
     want: int,
     n: int = SAMPLE_N,
@@ -134,7 +133,7 @@ def sample_real_rows(
     path = out / "data" / "sft-real.jsonl"
     inputs = {
         **config_inputs(cfg, SAMPLE_KEYS),
-        "model sft": run.prints["sft"],
+        "model sft": model.fingerprint,
         **rows_input("sample pool", pool),
         "wanted rows": str(want),
         **_settings_inputs(n, max_problems, keep_retokenized),
@@ -149,7 +148,7 @@ def sample_real_rows(
     kept = kept[:want]
     write_rows(path, kept)
     stats.update(
-        rows_written=len(kept), wanted=want, settings={**dataclasses.asdict(scfg), "model": str(model)}
+        rows_written=len(kept), wanted=want, settings={**dataclasses.asdict(scfg), "model": str(model.path)}
     )
     atomic_write_json(summary_path(path), stats)
     stage.record()

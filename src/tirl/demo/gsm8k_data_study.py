@@ -33,8 +33,8 @@ from tirl.core.logging import console
 from tirl.data import read_rows, write_rows
 from tirl.demo.compare_data import sample_real_rows
 from tirl.demo.gsm8k_study import with_keys
-from tirl.demo.reuse import every_weight, files_fingerprint
-from tirl.demo.smollm2 import Run, _earlier_times, ensure_smollm2, eval_stage, print_table, timed, train_stage
+from tirl.demo.smollm2 import import_base, print_table
+from tirl.demo.stages import Model, Rows, Stages, earlier_times, every_weight, files_fingerprint
 
 ROWS = 400  # SFT rows per arm
 SAMPLE_N = 8  # answers per problem: at this model's pass@8 (~30%), 400 rows take ~1,400 of the 2,000 problems
@@ -66,9 +66,9 @@ def matched_rows(stitched: list[dict[str, Any]], sampled: list[dict[str, Any]]) 
     return [by_id[r["problem_id"]] for r in sampled]
 
 
-def sft_rows(run: Run, study: Path, chosen: str) -> None:
-    """Steps 1-2 (module docstring): run.rows["real"] and run.rows["stitched"], the second written beside the
-    first in OUT/data/."""
+def sft_rows(run: Stages, study: Path, chosen: str) -> tuple[dict[str, Rows], int]:
+    """Steps 1-2 (module docstring): each arm's SFT rows, the stitched ones written beside the sampled ones in
+    OUT/data/, and the number of problems the sampler was given."""
     from tirl.tasks.gsm8k import sample_pool
 
     cfg = run.cfg
@@ -76,40 +76,32 @@ def sft_rows(run: Run, study: Path, chosen: str) -> None:
     ids = {r["problem_id"] for r in stitched}
     pool = [r for r in sample_pool(cfg.task, cfg.seed) if r["extra_info"]["id"] in ids]
     sampler = study / f"sft-{chosen}" / "model"
-    run.models["sft"], run.prints["sft"] = sampler, files_fingerprint(sampler)
-    sampled = timed(
-        run.times, "sample", sample_real_rows, run, pool, ROWS, n=SAMPLE_N, max_problems=len(pool),
-        keep_retokenized=True,
-    )  # fmt: skip
+    run.models["sft"] = Model(sampler, files_fingerprint(sampler))
+    sampled = run.timed(
+        "sample", sample_real_rows, run, pool, ROWS, n=SAMPLE_N, max_problems=len(pool), keep_retokenized=True
+    )
     if not sampled:
         raise RuntimeError("the study's SFT model got no problem of its SFT pool right: nothing to compare")
-    run.rows["real"], run.rows["stitched"] = sampled, matched_rows(stitched, sampled)
-    write_rows(run.out / "data" / "sft-stitched.jsonl", run.rows["stitched"])
-    run.report["rows"] = {
-        "sft": len(sampled),
-        "rl": len(run.rows["rl"]),
-        "pool": len(pool),
-        "sampler": chosen,
-    }
+    arms = {"stitched": matched_rows(stitched, sampled), "real": sampled}
+    write_rows(run.out / "data" / "sft-stitched.jsonl", arms["stitched"])
+    return arms, len(pool)
 
 
-def train_and_evaluate(run: Run) -> None:
+def train_and_evaluate(run: Stages, arms: dict[str, Rows], test: Rows, rl: Rows) -> None:
     """Steps 3-4 (module docstring): each arm's SFT, then its RL, each evaluated on the test problems."""
-    cfg, rows = run.cfg, run.rows
+    cfg = run.cfg
     full = every_weight(cfg)
     first_t = with_keys(cfg, eval={"temperatures": [cfg.eval.all_temperatures[0]]})
-    test = ("test rows", rows["test"])
     for arm in ARMS:
-        describe = f"[bold]sft-{arm}[/]: from base on {len(rows[arm])} {arm} rows, every weight"
-        train_stage(run, f"sft-{arm}", "sft", "base", (f"sft {arm} rows", rows[arm]), full, describe, True)
+        describe = f"[bold]sft-{arm}[/]: from base on {len(arms[arm])} {arm} rows, every weight"
+        data = (f"sft {arm} rows", arms[arm])
+        run.train(f"sft-{arm}", "sft", "base", data, full, describe, resumable=True)
     for arm in ARMS:
-        eval_stage(run, f"sft-{arm}", f"sft-{arm}", test, first_t)
+        run.evaluate(f"sft-{arm}", ("test rows", test), first_t)
     for arm in ARMS:
-        describe = (
-            f"[bold]rl-{arm}[/]: GRPO-TCR from sft-{arm}, {cfg.rl.steps} steps on {len(rows['rl'])} rows"
-        )
-        train_stage(run, f"rl-{arm}", "rl", f"sft-{arm}", ("rl rows", rows["rl"]), full, describe, True)
-        eval_stage(run, f"rl-{arm}", f"rl-{arm}", test, first_t)
+        describe = f"[bold]rl-{arm}[/]: GRPO-TCR from sft-{arm}, {cfg.rl.steps} steps on {len(rl)} rows"
+        run.train(f"rl-{arm}", "rl", f"sft-{arm}", ("rl rows", rl), full, describe, resumable=True)
+        run.evaluate(f"rl-{arm}", ("test rows", test), first_t)
 
 
 def run_study_data_comparison(cfg: TirlConfig) -> dict[str, Any]:
@@ -122,20 +114,20 @@ def run_study_data_comparison(cfg: TirlConfig) -> dict[str, Any]:
     setup_torch(cfg)
     out = study / "compare-data"
     save_config(cfg, out / "config.yaml")
-    times = _earlier_times(out / "report.json")
+    times = earlier_times(out / "report.json")
     report: dict[str, Any] = {"task": "gsm8k study: data at equal size", "summary": {}, "seconds": times}
-    rows = {"test": read_rows(study / "data" / "test.jsonl"), "rl": read_rows(rl_path)}
-    run = Run(cfg, out, rows, report, times)
-    base = timed(times, "import", ensure_smollm2, Path(cfg.model.path))
-    run.models["base"], run.prints["base"] = base, files_fingerprint(base)
-    sft_rows(run, study, chosen)
-    train_and_evaluate(run)
-    report["models"] = {k: str(v) for k, v in run.models.items()}
+    test, rl = read_rows(study / "data" / "test.jsonl"), read_rows(rl_path)
+    run = Stages(cfg, out, report, times)
+    import_base(run)
+    arms, pool = sft_rows(run, study, chosen)
+    report["rows"] = {"sft": len(arms["real"]), "rl": len(rl), "pool": pool, "sampler": chosen}
+    train_and_evaluate(run, arms, test, rl)
+    report["models"] = {k: str(m.path) for k, m in run.models.items()}
     print_table(report["summary"])
     for kind in ("sft", "rl"):
         labels = [f"{kind}-{a}" for a in ARMS]
-        result = timed(
-            times, f"analyze_{kind}", run_analyze, [out / f"eval-{m}" for m in labels], out / f"analysis-{kind}",
+        result = run.timed(
+            f"analyze_{kind}", run_analyze, [out / f"eval-{m}" for m in labels], out / f"analysis-{kind}",
             labels=list(ARMS),
         )  # fmt: skip
         report[f"analysis_{kind}"] = f"analysis-{kind}/report.json"

@@ -1,8 +1,8 @@
 """`tirl demo --model smollm2 --task gsm8k --study`: the GSM8K study, sized to answer its questions rather than
 to finish in minutes (`configs/study-smollm2-gsm8k.yaml`, docs/gsm8k.md, "The study"; hours on 2 cores).
 
-Stages, each reused when made from the same inputs (`tirl.demo.reuse`); the training stages save checkpoints and
-continue from the newest one when a run stopped midway (`train_stage(resumable=True)`):
+Stages, each reused when made from the same inputs (`tirl.demo.stages`); the training stages save checkpoints and
+continue from the newest one when a run stopped midway (`Stages.train(resumable=True)`):
 1. data (`study_rows`): the held-out test problems; of the train split (all within `task.levels`, disjoint, fixed
    by the split seed: `task.split_seed`, or `seed` when it is -1) the RL candidates (`task.num_rl`), a validation
    slice (`task.num_val`) and, of the others, the first `task.num_sft` that stitch in both styles (code: one call,
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,16 +33,18 @@ from tirl.commands.run_config import TirlConfig
 from tirl.core.config import save_config, to_dict
 from tirl.core.logging import console
 from tirl.data import read_rows, write_rows
-from tirl.demo.reuse import (
+from tirl.demo.smollm2 import import_base, print_table
+from tirl.demo.stages import (
     SAMPLE_KEYS,
+    Rows,
     Stage,
+    Stages,
     config_inputs,
     digest,
+    earlier_times,
     every_weight,
-    files_fingerprint,
     rows_input,
 )
-from tirl.demo.smollm2 import Run, _earlier_times, ensure_smollm2, eval_stage, print_table, timed, train_stage
 
 FILTER_K = 4  # answers per RL candidate: rates 0, 1/4, 1/2, 3/4, 1
 VAL_N = 4  # samples per validation problem (SFT choice and RL's curve)
@@ -66,7 +69,30 @@ def data_inputs(cfg: TirlConfig) -> dict[str, str]:
     }
 
 
-def study_rows(cfg: TirlConfig, out: Path) -> dict[str, list[dict[str, Any]]]:
+@dataclass(frozen=True)
+class StudyRows:
+    """The study's splits (module docstring, step 1): the held-out test problems, the validation slice, the RL
+    candidates, and per style its stitched SFT rows (the same problems in both)."""
+
+    test: Rows
+    val: Rows
+    rl_candidates: Rows
+    sft: dict[str, Rows]
+
+    def files(self) -> dict[str, Rows]:
+        """Each split by its file's name in OUT/data/ (`NAME.jsonl`)."""
+        sft = {f"sft-{style}": self.sft[style] for style in STYLES}
+        return {"test": self.test, "val": self.val, "rl-candidates": self.rl_candidates, **sft}
+
+    @classmethod
+    def read(cls, data: Path) -> StudyRows:
+        def rows(name: str) -> Rows:
+            return read_rows(data / f"{name}.jsonl")
+
+        return cls(rows("test"), rows("val"), rows("rl-candidates"), {s: rows(f"sft-{s}") for s in STYLES})
+
+
+def study_rows(cfg: TirlConfig, out: Path) -> StudyRows:
     """The study's splits (module docstring), written to OUT/data/; reused when already written for the same
     task options and split seed (the stitched rows come from the sandbox and are identical on a rerun)."""
     from tirl.sandbox import build_sandbox
@@ -77,14 +103,10 @@ def study_rows(cfg: TirlConfig, out: Path) -> dict[str, list[dict[str, Any]]]:
     stage = Stage("data", data / "sft-code.jsonl", data_inputs(cfg))
     names = ("test", "val", "rl-candidates", *(f"sft-{s}" for s in STYLES))
     if stage.reusable(all((data / f"{n}.jsonl").is_file() for n in names)):
-        return {n: read_rows(data / f"{n}.jsonl") for n in names}
+        return StudyRows.read(data)
     val, pool = study_splits(cfg.task, cfg.seed)
     records = gsm8k_records("train")
-    rows: dict[str, list[dict[str, Any]]] = {
-        "test": gsm8k_rows("test", cfg.task, cfg.seed),
-        "val": val,
-        "rl-candidates": gsm8k_rows("train", cfg.task, cfg.seed),
-    }
+    test, candidates = gsm8k_rows("test", cfg.task, cfg.seed), gsm8k_rows("train", cfg.task, cfg.seed)
     want = cfg.task.num_sft
     take = pool[: want + want // 4 + 16]  # stitching keeps ~94% of these problems: a margin
     stitched = {}
@@ -101,9 +123,8 @@ def study_rows(cfg: TirlConfig, out: Path) -> dict[str, list[dict[str, Any]]]:
     both = [pid for pid in stitched["code"] if pid in stitched["text"]][:want]
     if len(both) < want:
         raise ValueError(f"gsm8k study: {len(both)} problems stitch in both styles, task.num_sft = {want}")
-    for style in STYLES:
-        rows[f"sft-{style}"] = [stitched[style][pid] for pid in both]
-    for name, part in rows.items():
+    rows = StudyRows(test, val, candidates, {s: [stitched[s][pid] for pid in both] for s in STYLES})
+    for name, part in rows.files().items():
         write_rows(data / f"{name}.jsonl", part)
     stage.record()
     return rows
@@ -120,36 +141,36 @@ def pass_at_1(summary: dict[str, Any]) -> float:
     return next(s["pass@1"] for s in summary.values() if isinstance(s, dict) and "pass@1" in s)
 
 
-def choose_sft(run: Run, full: TirlConfig) -> str:
-    """Both styles' SFT, each on the validation slice; the label of the better (module docstring, step 2)."""
+def choose_sft(run: Stages, full: TirlConfig, rows: StudyRows) -> str:
+    """Both styles' SFT, each on the validation slice; the label of the better (module docstring, step 2), which
+    becomes `run.models["sft"]`."""
     val_cfg = with_keys(full, eval={"n": VAL_N, "temperatures": [full.eval.all_temperatures[0]]})
     scores = {}
     for style in STYLES:
-        rows = run.rows[f"sft-{style}"]
-        describe = f"[bold]SFT[/] ({style} style) on {len(rows)} stitched trajectories, every weight"
-        train_stage(run, f"sft-{style}", "sft", "base", (f"sft {style} rows", rows), full, describe, True)
-        summary = eval_stage(run, f"sft-{style}", f"val-sft-{style}", ("val rows", run.rows["val"]), val_cfg)
+        sft = rows.sft[style]
+        describe = f"[bold]SFT[/] ({style} style) on {len(sft)} stitched trajectories, every weight"
+        run.train(f"sft-{style}", "sft", "base", (f"sft {style} rows", sft), full, describe, resumable=True)
+        summary = run.evaluate(f"sft-{style}", ("val rows", rows.val), val_cfg, name=f"val-sft-{style}")
         scores[style] = pass_at_1(summary)
     best = max(STYLES, key=lambda s: (scores[s], s == "code"))
     run.report["sft_choice"] = {"validation_pass@1": scores, "chosen": best, "samples": VAL_N}
     console.print(f"SFT on the validation slice (pass@1): {scores}; RL starts from the {best} style")
-    run.models["sft"], run.prints["sft"] = run.models[f"sft-{best}"], run.prints[f"sft-{best}"]
+    run.models["sft"] = run.models[f"sft-{best}"]
     run.save()
     return best
 
 
-def filter_rl_rows(run: Run) -> list[dict[str, Any]]:
+def filter_rl_rows(run: Stages, candidates: Rows) -> Rows:
     """The RL candidates the chosen SFT model solves sometimes (module docstring, step 3), with their rates."""
     from tirl.commands.stages import eval_reward, inference_agent
     from tirl.core.io import atomic_write_json
     from tirl.eval.pass_rate_filter import Band, filtered_rows
     from tirl.rollout.sampling import SamplingParams
 
-    cfg, path = run.cfg, run.out / "data" / "rl.jsonl"
-    candidates = run.rows["rl-candidates"]
+    cfg, path, sft = run.cfg, run.out / "data" / "rl.jsonl", run.models["sft"]
     inputs = {
         **config_inputs(cfg, SAMPLE_KEYS),
-        "model sft": run.prints["sft"],
+        "model sft": sft.fingerprint,
         **rows_input("rl candidates", candidates),
     }
     stage = Stage("filter", path, {**inputs, "k": str(FILTER_K)})
@@ -159,7 +180,7 @@ def filter_rl_rows(run: Run) -> list[dict[str, Any]]:
     console.print(
         f"[bold]filter[/]: {FILTER_K} answers per RL candidate ({len(candidates)}), kept 0 < rate < 1"
     )
-    with inference_agent(cfg, run.models["sft"], run.out / "filter") as agent:
+    with inference_agent(cfg, sft.path, run.out / "filter") as agent:
         rows, stats = filtered_rows(
             agent, candidates, Band(), FILTER_K, params=params, reward=eval_reward(cfg), seed=cfg.seed,
             batch_problems=cfg.eval.batch_problems,
@@ -185,7 +206,7 @@ def rl_curves(rl_dir: Path) -> dict[str, Any] | None:
 
 
 def transfer_rows() -> list[dict[str, Any]]:
-    from tirl.data.benchmarks import prepare_math500
+    from tirl.tasks.benchmarks import prepare_math500
 
     return [r for r in prepare_math500("plain") if r["extra_info"]["level"] in TRANSFER_LEVELS]
 
@@ -201,17 +222,17 @@ def run_gsm8k_study(cfg: TirlConfig) -> dict[str, Any]:
     setup_torch(cfg)
     out = Path(cfg.out_dir)
     save_config(cfg, out / "config.yaml")
-    times = _earlier_times(out / "report.json")
+    times = earlier_times(out / "report.json")
     report: dict[str, Any] = {"task": "gsm8k study", "models": {}, "summary": {}, "seconds": times}
-    base = timed(times, "import", ensure_smollm2, Path(cfg.model.path))
-    run = Run(cfg, out, timed(times, "data", study_rows, cfg, out), report, times)
-    report["rows"] = {k: len(v) for k, v in run.rows.items()}
-    run.models["base"], run.prints["base"] = base, files_fingerprint(base)
+    run = Stages(cfg, out, report, times)
+    import_base(run)
+    rows = run.timed("data", study_rows, cfg, out)
+    report["rows"] = {k: len(v) for k, v in rows.files().items()}
     full = every_weight(cfg)
-    choose_sft(run, full)
-    rl_rows = timed(times, "filter", filter_rl_rows, run)
+    choose_sft(run, full, rows)
+    rl_rows = run.timed("filter", filter_rl_rows, run, rows.rl_candidates)
     report["rows"]["rl"] = len(rl_rows)
-    write_rows(out / "data" / "val-rl.jsonl", run.rows["val"])
+    write_rows(out / "data" / "val-rl.jsonl", rows.val)
     rl_cfg = with_keys(
         full,
         rl={
@@ -224,18 +245,18 @@ def run_gsm8k_study(cfg: TirlConfig) -> dict[str, Any]:
         eval={"n": VAL_N, "temperatures": [cfg.eval.all_temperatures[0]], "max_problems": 0},
     )
     describe = f"[bold]RL[/]: GRPO-TCR, {cfg.rl.steps} steps of {cfg.rl.prompts_per_step} x {cfg.rl.n} on {len(rl_rows)} problems"
-    train_stage(run, "rl", "rl", "sft", ("rl rows", rl_rows), rl_cfg, describe, True)
+    run.train("rl", "rl", "sft", ("rl rows", rl_rows), rl_cfg, describe, resumable=True)
     report["rl_curves"] = rl_curves(out / "rl")
-    test = ("test rows", run.rows["test"])
+    test = ("test rows", rows.test)
     first_t = with_keys(cfg, eval={"temperatures": [cfg.eval.all_temperatures[0]]})
-    eval_stage(run, "base", "base", test, first_t)
+    run.evaluate("base", test, first_t)
     for label in ("sft", "rl"):
-        eval_stage(run, label, label, test, cfg)
+        run.evaluate(label, test, cfg)
         transfer = with_keys(first_t, eval={"n": TRANSFER_N})
-        eval_stage(run, label, f"math500-{label}", ("math500 level 1-2", transfer_rows()), transfer)
-    report["models"] = {k: str(v) for k, v in run.models.items()}
+        run.evaluate(label, ("math500 level 1-2", transfer_rows()), transfer, name=f"math500-{label}")
+    report["models"] = {k: str(m.path) for k, m in run.models.items()}
     print_table({k: v for k, v in report["summary"].items() if not k.startswith("val-")})
-    timed(times, "analyze", analyze_study, run)
+    run.timed("analyze", analyze_study, run)
     return report
 
 
@@ -246,7 +267,7 @@ ANALYSES = {  # folder: (its evaluations, its labels)
 }
 
 
-def analyze_study(run: Run) -> None:
+def analyze_study(run: Stages) -> None:
     """Step 5's and 6's `tirl analyze`: base, SFT and RL together, RL against SFT, and the transfer; each
     folder's report.json named in the study's."""
     from tirl.eval.report import print_summary, run_analyze

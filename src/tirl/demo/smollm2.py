@@ -12,14 +12,14 @@ with its own ChatML format and Hermes tool calls (`configs/demo-smollm2.yaml`):
    (`analysis-vs-sft/`: does RL widen what SFT solves, or sharpen it?): curves with intervals, crossover, solvable
    sets, best temperature per k, audit, tool use, viewer.
 Stage times go to `report.json`. `--compare lora|data` runs after it, as the presets of `tirl compare` that reuse
-its stages (`tirl.demo.compare`, `tirl.demo.ablation.smollm2_stages`): LoRA RL against full RL from this SFT
+its stages (`tirl.demo.compare`, `tirl.demo.ablation.starts`): LoRA RL against full RL from this SFT
 checkpoint; SFT on the stitched-SFT model's own sampled trajectories against the stitched SFT.
 
 `--task gsm8k` runs the same stages on GSM8K (`configs/demo-smollm2-gsm8k.yaml`, docs/gsm8k.md): stitched SFT
 trajectories from the human solutions, the base evaluated with `BASE_EVAL_N` samples.
 
 A model (`sft/model`, `rl/model`, `rl-lora/model`, ...) or an evaluation already in OUT_DIR is reused when it was
-made from the same inputs (its config sections, its data, the model it started from: `tirl.demo.reuse`), so
+made from the same inputs (its config sections, its data, the model it started from: `tirl.demo.stages`), so
 `--compare lora` after a run trains only the adapter, and a run with other settings redoes the stages they change
 and every stage after them, saying which and why. `report.json` is rewritten after every stage.
 """
@@ -27,31 +27,17 @@ and every stage after them, saying which and why. `report.json` is rewritten aft
 from __future__ import annotations
 
 import dataclasses
-import json
-import resource
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rich.table import Table
 
 from tirl.commands.run_config import TirlConfig
-from tirl.commands.stages import run_eval, run_rl, run_sft, setup_torch
+from tirl.commands.stages import setup_torch
 from tirl.core.config import save_config
-from tirl.core.io import atomic_write_json
 from tirl.core.logging import console
-from tirl.demo.reuse import (
-    EVAL_KEYS,
-    RL_KEYS,
-    SFT_KEYS,
-    Stage,
-    config_inputs,
-    every_weight,
-    files_fingerprint,
-    model_done,
-    rows_input,
-)
+from tirl.demo import tiny
+from tirl.demo.stages import DemoRows, Model, Stages, earlier_times, every_weight, files_fingerprint
 from tirl.eval.report import print_summary, run_analyze
 
 BASE_EVAL_N = 4  # GSM8K: the base never calls the tool (none in 800 samples); 4 samples show it
@@ -67,164 +53,48 @@ def ensure_smollm2(path: Path) -> Path:
     return import_gguf(find_smollm2_gguf(), path)
 
 
-def cpu_seconds() -> float:
-    """User and system seconds of this process and of every child it has waited for (the vLLM server, sandbox
-    workers): a stage's CPU cost, which another job on the machine changes far less than its wall time."""
-    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+def import_base(run: Stages) -> Model:
+    """The base model (`model.path`, imported when missing), as `run.models["base"]`."""
+    base = run.timed("import", ensure_smollm2, Path(run.cfg.model.path))
+    run.models["base"] = Model(base, files_fingerprint(base))
+    return run.models["base"]
 
 
-def timed(times: dict[str, float], name: str, fn: Any, *args: Any, **kwargs: Any) -> Any:
-    """`fn(*args, **kwargs)`, its wall seconds put in `times[name]` and its CPU seconds in `times[name + " cpu"]`."""
-    t0, c0 = time.time(), cpu_seconds()
-    out = fn(*args, **kwargs)
-    times[name] = round(time.time() - t0, 1)
-    times[f"{name} cpu"] = round(cpu_seconds() - c0, 1)
-    console.print(f"[dim]{name}: {times[name]:.0f} s ({times[f'{name} cpu']:.0f} CPU s)[/]")
-    return out
-
-
-@dataclass
-class Run:
-    """What the stages of one demo run share: its config, output folder, data, report and stage times, and each
-    model made so far (label -> directory) with the fingerprint of what made it (`tirl.demo.reuse`)."""
-
-    cfg: TirlConfig
-    out: Path
-    rows: dict[str, Any]
-    report: dict[str, Any]
-    times: dict[str, float]
-    models: dict[str, Path] = field(default_factory=dict)
-    prints: dict[str, str] = field(default_factory=dict)
-
-    def save(self) -> None:
-        atomic_write_json(self.out / "report.json", self.report)
-
-
-def train_stage(run: Run, label: str, kind: str, start: str, data: tuple[str, list[dict]], cfg: TirlConfig,
-                describe: str, resumable: bool = False) -> Path:  # fmt: skip
-    """SFT or RL (`kind`) with `cfg` from model `start` on `data` (its name, its rows) into OUT_DIR/label, unless
-    the model there was made from the same inputs; adds it to `run.models`. `resumable`: a stage a run stopped
-    midway continues from its newest checkpoint when its inputs are the same (`cfg` must save checkpoints)."""
-    name, rows = data
-    inputs = {
-        **config_inputs(cfg, SFT_KEYS if kind == "sft" else RL_KEYS),
-        f"model {start}": run.prints[start],
-        **rows_input(name, rows),
-    }
-    stage = Stage(label, run.out / label / "model", inputs)
-    path = stage.output
-    if not stage.reusable(model_done(path)):
-        console.print(describe)
-        fn = run_sft if kind == "sft" else run_rl
-        resume = _resume_point(run.out / f"{label}.started.json", inputs) if resumable else None
-        if resume is not None:  # its seconds will count the part after the checkpoint only
-            run.report.setdefault("continued_from_checkpoint", []).append(label)
-        path = timed(run.times, label, fn, cfg, run.out / label, model_path=run.models[start], rows=rows,
-                     resume=resume, restart=resume is None)  # fmt: skip
-        stage.record()
-        (run.out / f"{label}.started.json").unlink(missing_ok=True)
-    run.models[label], run.prints[label] = path, stage.fingerprint
-    return path
-
-
-def _resume_point(started: Path, inputs: dict[str, str]) -> str | None:
-    """ "auto" (the stage's newest checkpoint) when an earlier run started the stage with the same inputs, else
-    None (a fresh start); records these inputs as started."""
-    try:
-        same = json.loads(started.read_text(encoding="utf-8")) == inputs
-    except (OSError, ValueError):
-        same = False
-    atomic_write_json(started, inputs)
-    if same:
-        console.print(f"[dim]{started.name}: the same inputs; continuing from the newest checkpoint[/]")
-    return "auto" if same else None
-
-
-def _train(run: Run) -> None:
-    """SFT and RL, each reused when made from the same inputs."""
-    cfg, rows = run.cfg, run.rows
-    full = every_weight(cfg)
-    describe = f"[bold]SFT[/] on {len(rows['sft_rows'])} tool trajectories, every weight"
-    train_stage(run, "sft", "sft", "base", ("sft rows", rows["sft_rows"]), full, describe)
-    describe = (
-        f"[bold]RL[/] rl: GRPO-TCR with the {full.rollout.engine} engine, {full.rl.steps} steps of "
-        f"{full.rl.prompts_per_step} prompts x {full.rl.n}, lr {full.rl.optim.lr:g}"
-    )
-    train_stage(run, "rl", "rl", "sft", ("rl rows", rows["rl_rows"]), full, describe)
-
-
-def _earlier_times(report: Path) -> dict[str, float]:
-    """Stage seconds of the report an earlier run left in OUT_DIR (none when there is none or it is unreadable)."""
-    try:
-        seconds = json.loads(report.read_text(encoding="utf-8"))["seconds"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return {}
-    return (
-        {k: v for k, v in seconds.items() if isinstance(v, int | float)} if isinstance(seconds, dict) else {}
-    )
-
-
-def evaluate_stage(run: Run, label: str) -> dict[str, Any]:
-    """Model `label`'s evaluation on the held-out rows, reused when made from the same inputs; returns its
-    summary and puts it in the report."""
-    cfg = run.cfg
-    if label == "base" and cfg.task.name == "gsm8k":
-        cfg = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, n=min(cfg.eval.n, BASE_EVAL_N)))
-    return eval_stage(run, label, label, ("test rows", run.rows["test_rows"]), cfg)
-
-
-def eval_stage(
-    run: Run, label: str, name: str, data: tuple[str, list[dict]], cfg: TirlConfig
-) -> dict[str, Any]:
-    """Model `label` evaluated with `cfg` on `data` (its name, its rows) into OUT_DIR/eval-`name`, reused when made
-    from the same inputs; the summary goes into the report under `name`."""
-    rows_name, rows = data
-    inputs = {
-        **config_inputs(cfg, EVAL_KEYS),
-        f"model {label}": run.prints[label],
-        **rows_input(rows_name, rows),
-    }
-    stage = Stage(f"eval {name}", run.out / f"eval-{name}" / "summary.json", inputs)
-    if stage.reusable(stage.output.is_file()):
-        summary = json.loads(stage.output.read_text(encoding="utf-8"))
-    else:
-        temps = cfg.eval.all_temperatures
-        console.print(f"[bold]eval[/] {name}: {label} on {len(rows)} {rows_name} x {cfg.eval.n} at T={temps}")
-        out = run.out / f"eval-{name}"
-        summary = timed(run.times, f"eval_{name}", run_eval, cfg, out, model_path=run.models[label], label=name,
-                        rows=rows)  # fmt: skip
-        stage.record()
-    run.report["summary"][name] = summary
-    run.save()
-    return summary
+def start(run: Stages) -> DemoRows:
+    """The base model, the task's demo data in OUT/data and SFT on every weight from the base into OUT/sft/model,
+    each reused when made from the same inputs: the demo's first stages, and a comparison's start on SmolLM2."""
+    import_base(run)
+    data = run.timed("data", tiny.demo_rows, run.cfg, run.out)
+    describe = f"[bold]SFT[/] on {len(data.sft_rows)} tool trajectories, every weight"
+    run.train("sft", "sft", "base", ("sft rows", data.sft_rows), every_weight(run.cfg), describe)
+    return data
 
 
 def run_smollm2_demo(cfg: TirlConfig) -> dict[str, Any]:
     """The whole run (module docstring); returns the report written to OUT_DIR/report.json."""
-    from tirl.demo.tiny import demo_rows
-
     setup_torch(cfg)
     out = Path(cfg.out_dir)
     save_config(cfg, out / "config.yaml")
-    times = _earlier_times(out / "report.json")  # a reused stage keeps the time it took
+    times = earlier_times(out / "report.json")  # a reused stage keeps the time it took
     report: dict[str, Any] = {"task": cfg.task.name, "models": {}, "summary": {}, "seconds": times}
-    base = timed(times, "import", ensure_smollm2, Path(cfg.model.path))
-    run = Run(cfg, out, timed(times, "data", demo_rows, cfg, out), report, times)
-    run.models["base"], run.prints["base"] = base, files_fingerprint(base)
-    _train(run)
-    report["models"] = {k: str(v) for k, v in run.models.items()}
-    for label in list(run.models):
-        evaluate_stage(run, label)
-    models = run.models
+    run = Stages(cfg, out, report, times)
+    data = start(run)
+    full = every_weight(cfg)
+    describe = (
+        f"[bold]RL[/] rl: GRPO-TCR with the {full.rollout.engine} engine, {full.rl.steps} steps of "
+        f"{full.rl.prompts_per_step} prompts x {full.rl.n}, lr {full.rl.optim.lr:g}"
+    )
+    run.train("rl", "rl", "sft", ("rl rows", data.rl_rows), full, describe)
+    models = list(run.models)
+    report["models"] = {k: str(m.path) for k, m in run.models.items()}
+    for label in models:
+        ev = cfg
+        if label == "base" and cfg.task.name == "gsm8k":
+            ev = dataclasses.replace(cfg, eval=dataclasses.replace(cfg.eval, n=min(cfg.eval.n, BASE_EVAL_N)))
+        run.evaluate(label, ("test rows", data.test_rows), ev)
     print_table(report["summary"])
-    analysis = timed(
-        times,
-        "analyze",
-        run_analyze,
-        [out / f"eval-{m}" for m in models],
-        out / "analysis",
-        labels=list(models),
+    analysis = run.timed(
+        "analyze", run_analyze, [out / f"eval-{m}" for m in models], out / "analysis", labels=models
     )
     trained = [m for m in models if m != "base"]  # the pass@k question: RL against SFT, SFT the baseline
     versus_sft = run_analyze([out / f"eval-{m}" for m in trained], out / "analysis-vs-sft", labels=trained)

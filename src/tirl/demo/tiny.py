@@ -19,14 +19,25 @@ from rich.table import Table
 
 from tirl.chat.template import conversation_text, with_system
 from tirl.commands.run_config import TirlConfig
-from tirl.commands.stages import run_eval, run_rl, run_sft, setup_torch
+from tirl.commands.stages import run_eval, run_sft, setup_torch
 from tirl.core.config import save_config
 from tirl.core.io import atomic_write_json
 from tirl.core.logging import console
 from tirl.data import write_rows
-from tirl.demo.reuse import RL_KEYS, SFT_KEYS, Stage, config_inputs, digest, every_weight, rows_input
-from tirl.demo.tiny_model import build_tiny
+from tirl.demo.stages import (
+    SFT_KEYS,
+    DemoRows,
+    Model,
+    Stage,
+    Stages,
+    config_inputs,
+    digest,
+    every_weight,
+    model_done,
+    rows_input,
+)
 from tirl.eval.report import print_summary, run_analyze
+from tirl.models.tiny import build_tiny
 from tirl.sandbox import build_sandbox
 from tirl.tasks import load_task
 
@@ -42,7 +53,7 @@ def _tokenizer_corpus(
     return texts
 
 
-def demo_rows(cfg: TirlConfig, out: Path) -> dict[str, Any]:
+def demo_rows(cfg: TirlConfig, out: Path) -> DemoRows:
     """The task's demo data (SFT trajectories through the sandbox, RL and test problems), written to `out`/data."""
     task = load_task(cfg.task.name)
     if task.demo_data is None:
@@ -62,67 +73,64 @@ def demo_rows(cfg: TirlConfig, out: Path) -> dict[str, Any]:
     write_rows(data / "rl.jsonl", demo.rl_rows)
     write_rows(data / "test.jsonl", demo.test_rows)
     write_rows(data / "warmup.jsonl", demo.warmup_rows)
-    return {
-        "sft_rows": demo.sft_rows,
-        "rl_rows": demo.rl_rows,
-        "test_rows": demo.test_rows,
-        "warmup_rows": demo.warmup_rows,
-        "system": cfg.chat.system_prompt or task.system_prompt or "",
-    }
+    system = cfg.chat.system_prompt or task.system_prompt or ""
+    return DemoRows(demo.sft_rows, demo.rl_rows, demo.test_rows, demo.warmup_rows, system)
 
 
-def prepare(cfg: TirlConfig, out: Path) -> dict[str, Any]:
-    """Data and the initial tiny model; returns paths and the rows."""
-    rows = demo_rows(cfg, out)
-    corpus = _tokenizer_corpus(rows["sft_rows"], rows["rl_rows"] + rows["test_rows"], rows["system"])
-    corpus += [r["prompt"] + r["completion"] for r in rows["warmup_rows"]]
-    init = build_tiny(out / "model-init", corpus, cfg.task.tiny, seed=cfg.seed)
-    init_inputs = {**config_inputs(cfg, ("task.tiny", "seed")), **rows_input("tokenizer corpus", corpus)}
-    return {"init": init, "init_fingerprint": digest(init_inputs), **rows}
+def prepare(cfg: TirlConfig, out: Path) -> tuple[DemoRows, Model]:
+    """The data and the initial tiny model (its fingerprint: what it was built from)."""
+    data = demo_rows(cfg, out)
+    corpus = _tokenizer_corpus(data.sft_rows, data.rl_rows + data.test_rows, data.system)
+    corpus += [r["prompt"] + r["completion"] for r in data.warmup_rows]
+    init = build_tiny(out / "model-init", corpus, cfg.demo.tiny, seed=cfg.seed)
+    init_inputs = {**config_inputs(cfg, ("demo.tiny", "seed")), **rows_input("tokenizer corpus", corpus)}
+    return data, Model(init, digest(init_inputs))
 
 
-def sft_stage(cfg: TirlConfig, out: Path, prep: dict[str, Any]) -> Stage:
-    """What `train_sft_model`'s checkpoint (the warm-up's too) is made from (`tirl.demo.reuse`)."""
+def sft_stage(cfg: TirlConfig, out: Path, data: DemoRows, init: Model) -> Stage:
+    """What `train_sft_model`'s checkpoint (the warm-up's too) is made from (`tirl.demo.stages`)."""
     full = every_weight(cfg)
     inputs = {
-        **config_inputs(full, (*SFT_KEYS, "task.warmup")),
-        "model init": prep["init_fingerprint"],
-        **rows_input("sft rows", prep["sft_rows"]),
-        **rows_input("warm-up rows", prep["warmup_rows"]),
+        **config_inputs(full, (*SFT_KEYS, "demo.warmup")),
+        "model init": init.fingerprint,
+        **rows_input("sft rows", data.sft_rows),
+        **rows_input("warm-up rows", data.warmup_rows),
     }
     return Stage("SFT", out / "sft" / "model", inputs)
 
 
-def rl_stage(cfg: TirlConfig, out: Path, label: str, sft: Stage, prep: dict[str, Any]) -> Stage:
-    """What RL with `cfg` from `sft`'s checkpoint into OUT_DIR/label/model is made from."""
-    inputs = {
-        **config_inputs(cfg, RL_KEYS),
-        "model sft": sft.fingerprint,
-        **rows_input("rl rows", prep["rl_rows"]),
-    }
-    return Stage(f"RL ({label})", out / label / "model", inputs)
+def train_sft(run: Stages, data: DemoRows, init: Model, times: dict[str, float] | None = None) -> Model:
+    """The copy warm-up and SFT from `init` into OUT/sft/model (`run.reuse`: unless made from the same inputs);
+    adds it to `run.models` as `sft`."""
+    stage = sft_stage(run.cfg, run.out, data, init)
+    path = stage.output
+    if not run.reusable(stage, model_done(path)):
+        path = train_sft_model(run.cfg, run.out, data, init, {} if times is None else times)
+        stage.record()
+    run.models["sft"] = Model(path, stage.fingerprint)
+    return run.models["sft"]
 
 
-def train_sft_model(cfg: TirlConfig, out: Path, prep: dict[str, Any], times: dict[str, float]) -> Path:
+def train_sft_model(cfg: TirlConfig, out: Path, data: DemoRows, init: Model, times: dict[str, float]) -> Path:
     """The copy warm-up (if configured), then SFT on the scripted trajectories; returns the SFT checkpoint.
 
     Both train every weight, whatever model.lora says: an adapter on a model built from scratch has nothing to
     adapt, so `model.lora.rank > 0` in the demo applies to its RL stage only."""
     cfg = every_weight(cfg)
     t0 = time.time()
-    start = prep["init"]
-    if cfg.task.warmup.epochs:
+    start = init.path
+    if cfg.demo.warmup.epochs:
         console.print(
-            "[bold]warm-up[/]: the freshly built model learns to copy numbers (see tirl.demo.warmup)"
+            "[bold]warm-up[/]: the freshly built model learns to copy numbers (see tirl.tasks.arith.warmup)"
         )
         start = run_sft(
-            cfg, out / "warmup", model_path=start, rows=prep["warmup_rows"], stage=cfg.task.warmup, label="warm-up",
+            cfg, out / "warmup", model_path=start, rows=data.warmup_rows, stage=cfg.demo.warmup, label="warm-up",
             restart=True,
         )  # fmt: skip
     times["warmup"] = time.time() - t0
     t0 = time.time()
     console.print("[bold]SFT[/] on the scripted trajectories (loss on assistant tokens only)")
-    sft_model = run_sft(cfg, out / "sft", model_path=start, rows=prep["sft_rows"], restart=True)
+    sft_model = run_sft(cfg, out / "sft", model_path=start, rows=data.sft_rows, restart=True)
     times["sft"] = time.time() - t0
     return sft_model
 
@@ -133,30 +141,23 @@ def run_demo(cfg: TirlConfig) -> dict[str, Any]:
     save_config(cfg, out / "config.yaml")
     times: dict[str, float] = {}
     t0 = time.time()
-    prep = prepare(cfg, out)
+    data, init = prepare(cfg, out)
     times["prepare"] = time.time() - t0
-
-    sft = sft_stage(cfg, out, prep)  # recorded for `--compare`, which reuses the checkpoints (this retrains)
-    sft.forget()
-    sft_model = train_sft_model(cfg, out, prep, times)
-    sft.record()
+    # every stage is redone, and recorded for `--compare`, which reuses the checkpoints
+    run = Stages(cfg, out, reuse=False)
+    sft = train_sft(run, data, init, times)
 
     t0 = time.time()
-    sft_summary = run_eval(cfg, out / "eval-sft", model_path=sft_model, label="sft", rows=prep["test_rows"])
+    sft_summary = run_eval(cfg, out / "eval-sft", model_path=sft.path, label="sft", rows=data.test_rows)
     times["eval_sft"] = time.time() - t0
 
     t0 = time.time()
-    console.print(
-        f"[bold]RL[/] GRPO-TCR, {cfg.rl.steps} steps of {cfg.rl.prompts_per_step} prompts x {cfg.rl.n}"
-    )
-    rl = rl_stage(cfg, out, "rl", sft, prep)
-    rl.forget()
-    rl_model = run_rl(cfg, out / "rl", model_path=sft_model, rows=prep["rl_rows"], restart=True)
-    rl.record()
+    describe = f"[bold]RL[/] GRPO-TCR, {cfg.rl.steps} steps of {cfg.rl.prompts_per_step} prompts x {cfg.rl.n}"
+    rl = run.train("rl", "rl", "sft", ("rl rows", data.rl_rows), cfg, describe, title="RL (rl)")
     times["rl"] = time.time() - t0
 
     t0 = time.time()
-    rl_summary = run_eval(cfg, out / "eval-rl", model_path=rl_model, label="rl", rows=prep["test_rows"])
+    rl_summary = run_eval(cfg, out / "eval-rl", model_path=rl.path, label="rl", rows=data.test_rows)
     times["eval_rl"] = time.time() - t0
 
     report = {

@@ -19,7 +19,7 @@ from tirl.core.io import atomic_write_json, atomic_write_text, staged_contents
 if (
     TYPE_CHECKING
 ):  # the analysis imports math-verify (sympy): only when a command runs, not to build the parser
-    from tirl.eval.analysis import AnalysisConfig
+    from tirl.eval.tables import AnalysisConfig
 
 
 def run_analyze(
@@ -36,9 +36,10 @@ def run_analyze(
     """Analyse the runs (the first is the baseline); returns the report dict (with "seconds" per phase).
     `validation`: one validation run per run, to choose temperatures on; `seeds`: one seed per run, to pool over
     (`tirl.eval.selection_report`)."""
-    from tirl.eval.analysis import AnalysisConfig, analyze_runs
+    from tirl.eval.analysis import analyze_runs
     from tirl.eval.samples import load_run
     from tirl.eval.selection_report import add_sections, plan_runs
+    from tirl.eval.tables import AnalysisConfig
 
     if not paths:
         raise ValueError("analyze needs at least one run")

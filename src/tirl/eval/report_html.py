@@ -9,7 +9,7 @@ import base64
 import html
 from pathlib import Path
 
-from tirl.eval.analysis import crossover_sentence
+from tirl.eval.comparison import crossover_sentence
 from tirl.eval.metrics import default_ks
 from tirl.eval.selection_report import render_sections
 

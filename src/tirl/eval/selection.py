@@ -1,7 +1,7 @@
 """Temperatures chosen off the test set, and verdicts pooled over seeds: pure functions over per-problem counts.
 
 A model's best temperature per k, picked on the test problems and reported on the same problems, is optimistic
-(the envelope of `tirl.eval.analysis` is that, and stays only as a labelled upper bound). Here the choice is made
+(the envelope of `tirl.eval.accuracy` is that, and stays only as a labelled upper bound). Here the choice is made
 on a validation slice and the test set only reports it:
 
 - `choose_temperatures`: per k, the temperature of the grid with the highest mean validation pass@k, with a flag

@@ -22,7 +22,6 @@ from pathlib import Path
 
 import numpy as np
 
-from tirl.eval.analysis import AnalysisConfig, Table, build_tables
 from tirl.eval.metrics import default_ks
 from tirl.eval.samples import Run
 from tirl.eval.selection import (
@@ -35,6 +34,7 @@ from tirl.eval.selection import (
     paired_over_seeds,
     pass_at_ks,
 )
+from tirl.eval.tables import AnalysisConfig, Table, build_tables
 
 CHOSEN = "validation-chosen T"
 SEED_WORD = " seed "

@@ -171,15 +171,16 @@ def verifier_for(data_source: str, ability: str = "") -> Verifier:
 
 register = route  # the earlier name of `route`
 
+# The built-in routes: the data sources of the benchmarks (each benchmark's task, tirl.tasks.benchmarks, declares
+# the same tuple, so its rows are graded alike with or without tirl.tasks loaded) and of the recipe's data.
+MATH_SOURCES = ("math500", "math_dapo")
+INTEGER_SOURCES = ("aime24", "aime25", "aime2024", "aime2025", "amc23")
+CHOICE_SOURCES = ("gpqa", "gpqa_diamond")
+CODE_SOURCES = ("humaneval", "livecodebench", "livecodebench_v6")
+
 _MATH = {"in_workers": True, "is_fast": math_is_fast, "equivalent": math_equivalent}
-register_verifier("math", grade_math, **_MATH, data_sources=("math500", "math_dapo"))
-register_verifier(
-    "integer", grade_integer, **_MATH, data_sources=("aime24", "aime25", "aime2024", "aime2025", "amc23")
-)
-register_verifier(
-    "choice", grade_letter, is_fast=_always, extract=boxed_letter, data_sources=("gpqa", "gpqa_diamond")
-)
+register_verifier("math", grade_math, **_MATH, data_sources=MATH_SOURCES)
+register_verifier("integer", grade_integer, **_MATH, data_sources=INTEGER_SOURCES)
+register_verifier("choice", grade_letter, is_fast=_always, extract=boxed_letter, data_sources=CHOICE_SOURCES)
 register_verifier(STRICT, grade_math_dapo, is_fast=_always, extract=strict_answer)
-register_verifier(
-    CODE, _code_batch, needs_sandbox=True, data_sources=("humaneval", "livecodebench", "livecodebench_v6")
-)
+register_verifier(CODE, _code_batch, needs_sandbox=True, data_sources=CODE_SOURCES)

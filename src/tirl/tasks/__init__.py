@@ -1,7 +1,7 @@
 """Tasks: a dataset, its tools, its verifier, its prompt wording and its `task.*` options (`task.py`). A dataset
 tirl ships is one folder, a subpackage imported (and so registered) here by discovery: `gsm8k/` (GSM8K: its data,
-verifier, splits, stitched SFT rows, the no-tool and few-shot variants). `arith`, the demo's arithmetic, is a
-plugin that lives in `tirl.demo` and is registered here by name only."""
+verifier, splits, stitched SFT rows, the no-tool and few-shot variants), `arith/` (the default task:
+generated arithmetic, its scripted solver) and `benchmarks/` (the evaluation benchmarks, one task each)."""
 
 import importlib
 import pkgutil
@@ -11,7 +11,5 @@ from tirl.tasks.task import DemoData, Task, TaskOptions, load_task, prepared_tas
 for _found in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
     if _found.ispkg:  # a dataset's folder registers its tasks when imported
         importlib.import_module(f"{__name__}.{_found.name}")
-
-register_task("tirl.demo.arith_task:ARITH", name="arith")
 
 __all__ = ["DemoData", "Task", "TaskOptions", "load_task", "prepared_tasks", "register_task", "task_names"]

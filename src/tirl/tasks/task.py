@@ -72,7 +72,9 @@ class Task:
     gives verl-schema rows; `demo_data(options, seed, sandbox, max_tool_response_chars)` what `tirl demo` needs
     (SFT trajectories included, their tool outputs cut as the agent cuts them); `options` the dataclass of its
     `task.*` settings, which both callbacks get (`cfg.task`) with the run's `seed`; `prepare(wording, split)` a
-    whole split as `tirl data prepare NAME` writes it, for a task that ships its data."""
+    whole split as `tirl data prepare NAME` writes it, for a task that ships its data; `user_file` what file a task
+    whose data tirl does not ship reads instead (`--source FILE`, for `--help`), its `prepare(wording, split,
+    source)` then given the path, or None when `--source` is missing (its own error says what to pass)."""
 
     name: str
     tools: Sequence[Tool] = field(default_factory=default_tools)
@@ -83,13 +85,19 @@ class Task:
     demo_data: Callable[[TaskOptions, int, Sandbox, int], DemoData] | None = None
     options: type[TaskOptions] = TaskOptions  # the task's `task.*` settings: a TaskOptions subclass
     # `tirl data prepare NAME`: every problem of a split ("test", "train") as rows, in a wording ("recipe", "plain")
-    prepare: Callable[[str, str], list[dict[str, Any]]] | None = None
+    prepare: Callable[..., list[dict[str, Any]]] | None = None
+    # e.g. "GPQA's CSV": `prepare` reads the user's file (`--source`); "" = tirl ships the task's data
+    user_file: str = ""
 
     def __post_init__(self) -> None:
         ToolSet(self.tools)  # two tools with one name, or a non-tool, fail here
         if not (isinstance(self.options, type) and issubclass(self.options, TaskOptions)):
             raise ValueError(
                 f"task {self.name!r}: options must be a TaskOptions subclass, got {self.options!r}"
+            )
+        if self.user_file and self.prepare is None:
+            raise ValueError(
+                f"task {self.name!r} reads the user's {self.user_file} but has no prepare to read it"
             )
         if self.verifier is not None and not self.data_sources:
             raise ValueError(

@@ -14,8 +14,9 @@ Two consequences handled here:
 - A rank with fewer micro-batches (or none) runs idle passes, which touch every parameter with zero gradient:
   `MicroBatchPasses`, the one micro-batch loop of both trainers, adds them.
 
-Everything that depends on whether a model is sharded is decided here or in `tirl.train.checkpoint`: trainers call
-`shard`, `gathered`, `MicroBatchPasses` and `save_model` alike in one process and under torchrun.
+Everything that depends on whether a model is sharded is decided here or in the checkpoint's writer and reader
+(`tirl.train.checkpoint_write`, `tirl.train.checkpoint_read`): trainers call `shard`, `gathered`,
+`MicroBatchPasses` and `save_model` alike in one process and under torchrun.
 
 Not here: mixed-precision policies and CPU offload (`MixedPrecisionPolicy`, `CPUOffloadPolicy`) -- the CPU tests
 cannot check them -- and tensor/sequence parallelism.

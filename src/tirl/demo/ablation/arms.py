@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 STARTS = ("sft", "init")  # sft: arms share each seed's SFT model; init: every arm trains its own SFT
 TRAINS = ("rl", "sft")  # what an arm trains up to, and whose model is evaluated and compared
-STAGE_SETS = ("tiny", "smollm2")  # which demo's stages run the arms (`tirl.demo.ablation.runner.stage_set`)
+STAGE_SETS = ("tiny", "smollm2")  # which demo's stages run the arms (`tirl.demo.ablation.starts.STAGE_SETS`)
 START_LABEL = "sft"  # the label of the shared SFT model's evaluation (Study.evaluate_start)
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 # an arm's name is part of directory names (`eval-NAME`, `sft-NAME`, `rl-NAME`), which tirl stages as
@@ -143,17 +143,22 @@ def read_arms_file(path: str | Path) -> tuple[list[Arm], str]:
     unknown = set(data) - {"arms", "baseline"}
     if unknown:
         raise ConfigError(f"--arms {path}: unknown keys {sorted(unknown)}; valid: arms, baseline")
+    return arms_of(data["arms"], f"--arms {path}"), str(data.get("baseline") or "")
+
+
+def arms_of(section: Mapping[Any, Any], where: str) -> list[Arm]:
+    """The arms of an `arms: {NAME: {key: value, ...}, ...}` section of the file `where` names."""
     arms = []
-    for name, values in data["arms"].items():
+    for name, values in section.items():
         if not isinstance(name, str):  # `null:`, `~:`, `yes:` or `2024:` are YAML values, not names
             kind = "null" if name is None else f"{type(name).__name__} {name!r}"
             raise ConfigError(
-                f"--arms {path}: an arm name is read by YAML as {kind}, not text: quote it, or choose another"
+                f"{where}: an arm name is read by YAML as {kind}, not text: quote it, or choose another"
             )
         if values is not None and not isinstance(values, Mapping):
-            raise ConfigError(f"--arms {path}: arm {name!r} must map keys to values")
+            raise ConfigError(f"{where}: arm {name!r} must map keys to values")
         arms.append(Arm(name, tuple(_flatten(values or {}))))
-    return arms, str(data.get("baseline") or "")
+    return arms
 
 
 def with_overrides(cfg: TirlConfig, overrides: Sequence[str]) -> TirlConfig:

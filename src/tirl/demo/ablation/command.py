@@ -34,7 +34,11 @@ def add_compare_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--arms", default=None, metavar="FILE", help="arms from YAML: arms: {NAME: {key: value}}, baseline"
     )
-    p.add_argument("--preset", default=None, help="a named comparison (--list-presets)")
+    p.add_argument(
+        "--preset",
+        default=None,
+        help="a named comparison (--list-presets: the files of tirl/configs/compare/), or a preset file (.yaml)",
+    )
     p.add_argument("--list-presets", action="store_true", help="print the presets and exit")
     p.add_argument(
         "--seeds", type=int, default=None, help="seeds seed, seed+1, ... (default: the preset's, else 1)"

@@ -1,43 +1,36 @@
-"""Named comparisons: `tirl compare --preset NAME` (`--list-presets` prints them).
+"""Named comparisons: `tirl compare --preset NAME` (`--list-presets` prints them), each a YAML file of
+`tirl/configs/compare/` a user can read, copy and run as `tirl compare --preset FILE`.
 
-The algorithm presets test the reference paper's claims about exploration on the demo's tiny model: each pits the
-plain setting (the baseline, first) against the paper's choice, with everything else as the demo config has it, and
-`expect` says which way the paper says it goes. The demo config already uses the paper's choices (clip 0.2/0.28,
-token-mean, the tool-call term, no KL, no entropy bonus), so in each preset one arm is the demo as it is and both
-arms spell their setting out. The entropy bonus has no claim: the recipe keeps entropy up with clip-higher alone
-(docs/architecture.md) and leaves `rl.entropy_coef` at 0, so the preset only measures what a small bonus does.
+The algorithm presets (`clip-higher`, `loss-agg`, `tool-reward`, `kl`, `entropy-bonus`, and `algorithm`, all five in
+one study) test the reference paper's claims about exploration on the demo's tiny model: each pits the plain setting
+against the paper's choice, with everything else as the demo config has it, and `expect` says which way the paper
+says it goes. The SmolLM2 presets (`lora`, `data`, `data-rl`) run SmolLM2-135M-Instruct's stages and are what `tirl
+demo --model smollm2 --compare lora|data` runs. The objective presets (`passk`, `pkpo`, and any registered advantage
+estimator that takes pass@k's k) are made here, from the estimator registry: what `tirl demo --compare OBJECTIVE`
+runs, GRPO-TCR against that objective from one SFT checkpoint, the SFT model evaluated beside them at T = 0.6 and 1.0.
 
-The objective presets (`passk`, `pkpo`, and any registered advantage estimator that takes pass@k's k) are what
-`tirl demo --compare OBJECTIVE` runs: GRPO-TCR against that objective from one SFT checkpoint, the SFT model
-evaluated beside them at T = 0.6 and 1.0.
-
-The SmolLM2 presets run SmolLM2-135M-Instruct's stages (`Study.stages`, its packaged config unless --config names
-another) and are what `tirl demo --model smollm2 --compare lora|data` runs: `lora`, RL with a LoRA adapter against
-RL on every weight from one SFT checkpoint; `data`, SFT on trajectories the stitched-SFT model sampled itself and got
-right against SFT on the stitched ones (an arm that changes the SFT rows: `Arm.sft_data`), the SFT models compared
-(`Study.train = "sft"`), on GSM8K; `data-rl`, the same arms after RL with the same settings from each arm's SFT
-model (the paper compares the models after RL). `--compare data` runs both, the second reusing the first's SFT.
+A preset file: `summary`, `arms` (an `--arms` file's `NAME: {dotted.key: value}`, the baseline first), and optionally
+`notes` and `sft_data` (per arm), `expect` (arm: +1 or -1), `seeds`, `evaluate_start`, `train`, `stages`, `config`
+(its base config, a file of `tirl/configs/`) and `overrides` (dotted overrides of the base config, before the
+user's).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from tirl.algorithms import ADVANTAGE_ESTIMATORS
 from tirl.core.config import ConfigError
-from tirl.demo.ablation.arms import Arm, Study
+from tirl.core.yamlread import read_yaml_file
+from tirl.demo.ablation.arms import Arm, Study, arms_of
 
-PAPER_SEEDS = 5  # the issue's study: 5 seeds of the demo per preset
+PRESETS = Path(__file__).resolve().parents[2] / "configs" / "compare"
 OBJECTIVE_TEMPERATURES = (0.6, 1.0)  # `tirl demo --compare`'s default --temperatures
-LORA_RANK = 16
-LORA_LR = 1e-4  # docs/configuration.md, "Memory options and LoRA": about 10x the full-parameter rate
-
-
-# the data comparison's arms: SFT on stitched trajectories, or on the ones the stitched-SFT model sampled and got right
-DATA_ARMS = (
-    Arm("stitched", (), "SFT on stitched trajectories from the human solutions"),
-    Arm("real", (), "SFT on the stitched-SFT model's own correct trajectories", sft_data="sampled"),
-)
+STUDY_KEYS = ("summary", "seeds", "evaluate_start", "train", "stages", "expect")
+KEYS = ("arms", "notes", "sft_data", "config", "overrides", *STUDY_KEYS)
 
 
 @dataclass(frozen=True)
@@ -50,93 +43,36 @@ class Preset:
     config: str = ""
 
 
-def _paper(name: str, summary: str, plain: Arm, chosen: Arm, sign: int = 1, claim: bool = True) -> Preset:
-    study = Study(
-        name,
-        (plain, chosen),
-        seeds=PAPER_SEEDS,
-        expect={chosen.name: sign} if claim else {},
-        summary=summary,
-    )
-    return Preset(study)
+def _per_arm(data: Mapping[str, Any], key: str, names: list[str], where: str) -> dict[str, str]:
+    values = data.get(key) or {}
+    if not isinstance(values, Mapping) or set(values) - set(names):
+        raise ConfigError(f"{where}: {key} maps arms of the preset to text, got {values!r}")
+    return {str(k): str(v) for k, v in values.items()}
 
 
-ALGORITHM_PRESETS = {
-    p.study.name: p
-    for p in (
-        _paper(
-            "clip-higher",
-            "clip-higher (eps 0.2/0.28) against symmetric clipping (0.2/0.2): the paper's exploration lever",
-            Arm("symmetric", ("rl.loss.clip_low=0.2", "rl.loss.clip_high=0.2"), "clip 0.2/0.2"),
-            Arm("clip-higher", ("rl.loss.clip_low=0.2", "rl.loss.clip_high=0.28"), "clip 0.2/0.28"),
-        ),
-        _paper(
-            "loss-agg",
-            "token-mean against sequence-mean loss aggregation (every token weighs the same vs every sequence)",
-            Arm("seq-mean", ("rl.loss.agg=seq-mean-token-mean",), "seq-mean-token-mean"),
-            Arm("token-mean", ("rl.loss.agg=token-mean",), "token-mean"),
-        ),
-        _paper(
-            "tool-reward",
-            "the recipe's tool-call reward term on wrong answers, off against on",
-            Arm("no-tool-term", ("reward.tool_call_bonus=false",), "reward.tool_call_bonus off"),
-            Arm("tool-term", ("reward.tool_call_bonus=true",), "reward.tool_call_bonus on"),
-        ),
-        _paper(
-            "kl",
-            "a small KL penalty to the SFT model (k3, 0.001) against none",
-            Arm("small-kl", ("rl.kl.coef=0.001", "rl.kl.estimator=k3"), "KL k3, coefficient 0.001"),
-            Arm("no-kl", ("rl.kl.coef=0.0",), "no KL"),
-        ),
-        _paper(
-            "entropy-bonus",
-            "an entropy bonus (0.001) against none; no claim: the recipe has none",
-            Arm("no-bonus", ("rl.entropy_coef=0.0",), "no entropy bonus"),
-            Arm("bonus", ("rl.entropy_coef=0.001",), "entropy bonus 0.001"),
-            claim=False,
-        ),
-    )
-}
-
-
-def _algorithm_study() -> Preset:
-    """The five algorithm claims in one study: the recipe as the demo has it (the baseline) against each plain
-    setting, one setting changed per arm. Each seed's SFT model and the recipe's RL run are shared by all five
-    comparisons (6 RL runs a seed where the five presets take 10), and `expect` says the recipe should win each
-    one the paper makes a claim about."""
-    recipe = Arm(
-        "recipe",
-        ("rl.loss.clip_low=0.2", "rl.loss.clip_high=0.28", "rl.loss.agg=token-mean", "reward.tool_call_bonus=true",
-         "rl.kl.coef=0.0", "rl.entropy_coef=0.0"),
-        "the demo's RL as it is: clip 0.2/0.28, token-mean, the tool-call term, no KL, no entropy bonus",
-    )  # fmt: skip
-    arms = (
-        recipe,
-        Arm("symmetric", ("rl.loss.clip_high=0.2",), "clip 0.2/0.2"),
-        Arm("seq-mean", ("rl.loss.agg=seq-mean-token-mean",), "seq-mean-token-mean"),
-        Arm("no-tool-term", ("reward.tool_call_bonus=false",), "reward.tool_call_bonus off"),
-        Arm("small-kl", ("rl.kl.coef=0.001", "rl.kl.estimator=k3"), "KL k3, coefficient 0.001"),
-        Arm("bonus", ("rl.entropy_coef=0.001",), "entropy bonus 0.001 (no claim)"),
-    )
-    claims = {
-        "symmetric": -1,
-        "seq-mean": -1,
-        "no-tool-term": -1,
-        "small-kl": -1,
-    }  # the paper: the recipe wins
-    return Preset(
-        Study(
-            "algorithm",
-            arms,
-            seeds=PAPER_SEEDS,
-            expect=claims,
-            summary="the five algorithm presets in one study: the recipe against symmetric clipping, sequence-mean "
-            "aggregation, no tool-call term, a small KL and an entropy bonus, one setting each",
-        )
-    )
-
-
-ALGORITHM_PRESETS["algorithm"] = _algorithm_study()
+def read_preset(path: str | Path, name: str = "") -> Preset:
+    """The preset a YAML file describes (module docstring), named `name` (default: the file's stem)."""
+    path = Path(path)
+    where = f"--preset {path}"
+    data = read_yaml_file(path, "--preset")
+    if not isinstance(data, Mapping) or not isinstance(data.get("arms"), Mapping):
+        raise ConfigError(f"{where}: expected a mapping with 'arms: {{NAME: {{key: value}}, ...}}'")
+    unknown = sorted(set(data) - set(KEYS))
+    if unknown:
+        raise ConfigError(f"{where}: unknown keys {unknown}; valid: {', '.join(KEYS)}")
+    arms = arms_of(data["arms"], where)
+    names = [a.name for a in arms]
+    notes, sft_data = _per_arm(data, "notes", names, where), _per_arm(data, "sft_data", names, where)
+    arms = [Arm(a.name, a.overrides, notes.get(a.name, ""), sft_data.get(a.name, "")) for a in arms]
+    overrides = data.get("overrides") or []
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        raise ConfigError(f"{where}: overrides is a list of dotted key=value, got {overrides!r}")
+    study = {k: data[k] for k in STUDY_KEYS if data.get(k) is not None}
+    try:
+        made = Study(name or path.stem, tuple(arms), **study)
+    except TypeError as e:
+        raise ConfigError(f"{where}: {e}") from None
+    return Preset(made, tuple(overrides), str(data.get("config") or ""))
 
 
 def objectives() -> list[str]:
@@ -161,62 +97,30 @@ def objective_preset(objective: str) -> Preset:
     return Preset(study, (f"eval.temperatures=[{temps}]",))
 
 
-SMOLLM2_PRESETS = {
-    "lora": Preset(
-        Study(
-            "lora",
-            (
-                Arm("full", ("model.lora.rank=0",), "RL on every weight"),
-                Arm(
-                    "lora",
-                    (f"model.lora.rank={LORA_RANK}", f"rl.optim.lr={LORA_LR:g}"),
-                    "RL with a LoRA adapter",
-                ),
-            ),
-            stages="smollm2",
-            summary=f"RL with a rank-{LORA_RANK} LoRA adapter (lr {LORA_LR:g}) against RL on every weight, from one "
-            "SFT checkpoint of SmolLM2-135M-Instruct",
-        ),
-        config="demo-smollm2.yaml",
-    ),
-    "data": Preset(
-        Study(
-            "data",
-            DATA_ARMS,
-            expect={"real": 1},
-            train="sft",
-            stages="smollm2",
-            summary="SFT of SmolLM2-135M-Instruct on real sampled trajectories against stitched ones, on GSM8K",
-        ),
-        config="demo-smollm2-gsm8k.yaml",
-    ),
-    "data-rl": Preset(
-        Study(
-            "data-rl",
-            DATA_ARMS,
-            expect={"real": 1},
-            stages="smollm2",
-            summary="the data comparison after RL: GRPO-TCR with the same settings from each arm's SFT model (the "
-            "real-trajectory one and the stitched one), the RL models compared, on GSM8K",
-        ),
-        config="demo-smollm2-gsm8k.yaml",
-    ),
-}
+def packaged() -> dict[str, Preset]:
+    """The presets of `tirl/configs/compare/`, by name."""
+    return {p.stem: read_preset(p) for p in sorted(PRESETS.glob("*.yaml"), key=lambda p: p.stem)}
 
 
 def preset_names() -> list[str]:
-    return [*ALGORITHM_PRESETS, *objectives(), *SMOLLM2_PRESETS]
+    """Every preset: the packaged ones on the tiny demo's stages, the objectives, then the SmolLM2 ones."""
+    files = packaged()
+    tiny = [n for n, p in files.items() if p.study.stages == "tiny"]
+    return [*tiny, *objectives(), *(n for n in files if n not in tiny)]
 
 
 def get_preset(name: str) -> Preset:
-    """The preset called `name`; an unknown name lists the valid ones."""
-    if name in ALGORITHM_PRESETS:
-        return ALGORITHM_PRESETS[name]
-    if name in SMOLLM2_PRESETS:
-        return SMOLLM2_PRESETS[name]
+    """The preset called `name`, or the one in file `name` (a path ending in .yaml); an unknown name lists the
+    valid ones."""
+    if name.endswith((".yaml", ".yml")):
+        return read_preset(name)
+    if (PRESETS / f"{name}.yaml").is_file():
+        return read_preset(PRESETS / f"{name}.yaml")
     if name in objectives():
         return objective_preset(name)
-    raise ConfigError(f"unknown preset {name!r}; valid: {', '.join(preset_names())}")
+    raise ConfigError(
+        f"unknown preset {name!r}; valid: {', '.join(preset_names())}, or a preset file (.yaml)"
+    )
 
 
 def describe_presets() -> list[str]:

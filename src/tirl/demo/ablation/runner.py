@@ -6,8 +6,9 @@ together (`tirl analyze`, the baseline first).
 
 An arm that fails, a bad override or a crash, is recorded with its error (`ArmRun`) and the others go on; a stop
 request (`StopRequested`) or Ctrl-C ends the comparison, and a rerun resumes it: every finished stage is reused
-(`pipeline`). The stages are the tiny demo's (`pipeline`) or SmolLM2's (`smollm2_stages`), as the study names them
-(`stage_set`). Not here: the numbers across seeds (`summary`).
+(`tirl.demo.stages`). A start is made the tiny demo's way or SmolLM2's, as the study names it (`starts.STAGE_SETS`);
+an arm's RL and evaluation read only the start's rows and model (`train_rl`, `evaluate`). Not here: the numbers
+across seeds (`summary`).
 """
 
 from __future__ import annotations
@@ -19,13 +20,14 @@ import traceback
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from types import ModuleType
+from typing import Any
 
 from tirl.commands.run_config import TirlConfig
 from tirl.core.io import atomic_write_json
 from tirl.core.logging import console
-from tirl.demo.ablation import pipeline
 from tirl.demo.ablation.arms import START_LABEL, Arm, Study, arm_config
+from tirl.demo.ablation.starts import STAGE_SETS, Start, TinyStarts, sft_sources
+from tirl.demo.stages import Model, Stages
 from tirl.eval.report import print_summary, run_analyze
 from tirl.train.signals import StopRequested
 
@@ -64,31 +66,42 @@ class ArmRun:
     seconds: float = 0.0
 
 
-def stage_set(name: str) -> ModuleType:
-    """The module whose `prepare_start`, `data_start`, `train_rl`, `evaluate` and `sft_sources` run a study's
-    arms: the tiny demo's (`pipeline`) or SmolLM2's (imported when named: it is the only one that needs vLLM)."""
-    if name == "smollm2":
-        from tirl.demo.ablation import smollm2_stages
+def train_rl(cfg: TirlConfig, out: Path, start: Start) -> Model:
+    """RL from the start's SFT model into `out`/model, reused when made from the same inputs (a demo's RL record:
+    its `rl/` of the same settings is reused)."""
+    rl = cfg.rl
+    describe = (
+        f"[bold]RL[/] {out.name}: {rl.advantage.name}, {rl.steps} steps of {rl.prompts_per_step} prompts x "
+        f"{rl.n}, seed {cfg.seed}"
+    )
+    rows = ("rl rows", start.data.rl_rows)
+    return Stages(cfg, out.parent).train(
+        out.name, "rl", "sft", rows, cfg, describe, model=start.sft, title=f"RL ({out.name})"
+    )
 
-        return smollm2_stages
-    return pipeline
+
+def evaluate(cfg: TirlConfig, root: Path, model: Model, label: str, start: Start) -> dict[str, Any]:
+    """The model's evaluation on the start's held-out rows into `root`/eval-`label`, reused when made from the
+    same inputs; returns its summary."""
+    rows = ("test rows", start.data.test_rows)
+    return Stages(cfg, root).evaluate(label, rows, cfg, model=model)
 
 
 class _Shared:
     """A seed's shared data and SFT model (of the base config, in `out`), made on first use; a failure is kept and
     given to every arm asking."""
 
-    def __init__(self, cfg: TirlConfig, out: Path, stages: ModuleType) -> None:
-        self.cfg, self.out, self.stages = cfg, out, stages
-        self._start: pipeline.Start | None = None
+    def __init__(self, cfg: TirlConfig, out: Path, starts: TinyStarts) -> None:
+        self.cfg, self.out, self.starts = cfg, out, starts
+        self._start: Start | None = None
         self._error = ""
 
-    def get(self) -> pipeline.Start:
+    def get(self) -> Start:
         if self._error:
             raise RuntimeError(f"the seed's shared SFT failed: {self._error}")
         if self._start is None:
             try:
-                self._start = self.stages.prepare_start(self.cfg, self.out)
+                self._start = self.starts.start(self.cfg, self.out)
             except StopRequested:
                 raise
             except Exception as e:
@@ -118,31 +131,25 @@ def _seeded(cfg: TirlConfig, seed: int) -> TirlConfig:
 
 def _run_arm(arm: Arm, cfg: TirlConfig, seed: int, study: Study, shared: _Shared, layout: Layout) -> ArmRun:
     t0 = time.time()
-    stages = shared.stages
     own_dir = layout.train_dir(seed) / f"sft-{arm.name}"
-    own = (
-        study.start == "init"
-        or bool(arm.sft_data)
-        or stages.sft_sources(cfg) != stages.sft_sources(shared.cfg)
-    )
+    own = study.start == "init" or bool(arm.sft_data) or sft_sources(cfg) != sft_sources(shared.cfg)
     if arm.sft_data:  # its rows come from the shared start (the sampled ones: from its SFT model)
         console.print(f"[bold]{arm.name}[/]: its own SFT model, on the {arm.sft_data} SFT rows")
-        start = stages.data_start(cfg, own_dir, arm.sft_data, shared.get())
+        start = shared.starts.data_start(cfg, own_dir, arm.sft_data, shared.get())
     elif own:
         console.print(
             f"[bold]{arm.name}[/]: its own SFT model (its SFT settings or data differ, or --start init)"
         )
-        start = stages.prepare_start(cfg, own_dir)
+        start = shared.starts.start(cfg, own_dir)
     else:
         start = shared.get()
     rl_dir = ""
-    if study.train == "sft":  # the arms' SFT models are what is compared
-        model = (start.sft, start.sft_fingerprint)
-    else:
-        model = stages.train_rl(cfg, layout.rl_dir(seed, arm.name), start)
+    model = start.sft  # --train sft: the arms' SFT models are what is compared
+    if study.train != "sft":
+        model = train_rl(cfg, layout.rl_dir(seed, arm.name), start)
         rl_dir = str(layout.rl_dir(seed, arm.name))
+    evaluate(cfg, layout.eval_dir(seed), model, arm.name, start)
     eval_dir = layout.eval_dir(seed) / f"eval-{arm.name}"
-    stages.evaluate(cfg, eval_dir, model, arm.name, start)
     return ArmRun(arm.name, seed, "done", "", rl_dir, str(eval_dir), own, round(time.time() - t0, 1))
 
 
@@ -150,14 +157,13 @@ def _run_seed(
     base: TirlConfig, configs: dict[str, TirlConfig | str], seed: int, study: Study, layout: Layout
 ) -> list[ArmRun]:
     seed_base = _seeded(base, seed)
-    shared = _Shared(seed_base, layout.train_dir(seed), stage_set(study.stages))
+    shared = _Shared(seed_base, layout.train_dir(seed), STAGE_SETS[study.stages]())
     runs: list[ArmRun] = []
     labels: list[str] = []
     if study.evaluate_start:
         try:
             start = shared.get()
-            out = layout.eval_dir(seed) / f"eval-{START_LABEL}"
-            shared.stages.evaluate(seed_base, out, (start.sft, start.sft_fingerprint), START_LABEL, start)
+            evaluate(seed_base, layout.eval_dir(seed), start.sft, START_LABEL, start)
             labels.append(START_LABEL)
         except StopRequested:
             raise

@@ -1,9 +1,11 @@
 """The warm worker: runs INSIDE the isolation boundary, imports common modules once, forks once per snippet.
 
-Started as a script (`python -I zygote.py CONFIG_JSON`) by tirl/sandbox/local.py; it and its four sibling modules
-(wire.py: the protocol; script.py: running the snippet as `python snippet.py` would; runfiles.py: the run's files
-written, fetched and wiped; privileges.py: what keeps a snippet from the worker itself) import only the standard library (plus the modules it preloads for snippets) and never
-tirl, so it starts fast and owns no host state.
+Started as a script (`python -I zygote.py CONFIG_JSON`) by tirl/sandbox/local.py; it and its sibling modules
+(wire.py: the protocol; child.py: the snippet's process set up; script.py: running the snippet as
+`python snippet.py` would; supervise.py: its output read and its processes killed and reaped; runfiles.py: the
+run's files written, fetched and wiped; privileges.py: what keeps a snippet from the worker itself) import only the
+standard library (plus the modules it preloads for snippets) and never tirl, so it starts fast and owns no host
+state.
 
 No request's data stays where a later snippet could find it: every snippet is a fork of the zygote, and whatever
 the zygote once held in its heap (freed or not) the next tenant could read back from its own memory. So the zygote
@@ -16,16 +18,13 @@ size). The reply is written before that cleanup and the ready byte after it; the
 only after the ready byte, so a cleanup however long (a snippet's million files) never delays the run's own
 reply, and the host replaces a worker whose cleanup does not end in time.
 
-Per run: a fresh directory under /tmp (its cwd, HOME and TMPDIR), pipes for stdout/stderr read up to the cap, a
-memfd for stdin, rlimits (CPU, address space, file size, no core, process count) set in the child, and, when the
-zygote is root, the snippet switched to its own unprivileged uid (so it cannot signal the zygote or a runner,
-write root-owned files, or read 0700 ones). When the snippet's main process exits, times out or floods its
-output, every other process in the worker's pid namespace is SIGKILLed (kill(-1) spares only the caller and the
-namespace init, the zygote; a runner is a child subreaper, so orphans are its to reap), so daemons and setsid()
-escapes die with the run. The directory and the worker's private /tmp, /dev/shm (and /var/tmp under unshare as
-root) are wiped before the next request. The child is a fresh fork of a zygote that never runs snippets: no
-Python state carries over from one run to the next. A seccomp filter (BPF compiled by libseccomp on the host, see
-seccomp.py) is loaded by the zygote once its modules are imported, so every runner and snippet inherits it.
+Per run: a fresh directory under /tmp, pipes for stdout/stderr read up to the cap, the child's limits and identity
+(child.py); when the snippet's main process exits, times out or floods its output, every other process in the
+worker's pid namespace is SIGKILLed (supervise.py). The directory and the worker's private /tmp, /dev/shm (and
+/var/tmp under unshare as root) are wiped before the next request. The child is a fresh fork of a zygote that
+never runs snippets: no Python state carries over from one run to the next. A seccomp filter (BPF compiled by
+libseccomp on the host, see seccomp.py) is loaded by the zygote once its modules are imported, so every runner and
+snippet inherits it.
 """
 
 from __future__ import annotations
@@ -36,36 +35,29 @@ import io
 import json
 import mmap
 import os
-import random
-import resource
 import select
 import shutil
 import signal
 import sys
 import time
-import traceback
 
 # Started as a script inside the sandbox, tirl is not importable: the siblings are loaded by path, then their bare
 # names are dropped again, so that a snippet's own `import wire` or `import script` is its own business.
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import child
     import privileges
     import runfiles
     import script
+    import supervise
     import wire
 
-    del (
-        sys.path[0],
-        sys.modules["script"],
-        sys.modules["wire"],
-        sys.modules["runfiles"],
-        sys.modules["privileges"],
-    )
+    del sys.path[0]
+    del sys.modules["child"], sys.modules["privileges"], sys.modules["runfiles"]
+    del sys.modules["script"], sys.modules["supervise"], sys.modules["wire"]
 else:  # imported on the host (tests, tools): the same modules through the package
-    from tirl.sandbox.worker import privileges, runfiles, script, wire
+    from tirl.sandbox.worker import child, privileges, runfiles, script, supervise, wire
 
-_CHUNK = 65536
-_DRAIN_S = 0.5
 _RUNNER_EOF = 3  # the runner's exit status when fd 0 closed before a request: the zygote ends
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -105,23 +97,6 @@ def _install_seccomp(prctl: object, prog: _SockFprog) -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP) failed")
 
 
-def _print_exc_quietly() -> None:
-    """The traceback on stderr, if stderr still takes it (a forked child about to _exit)."""
-    try:
-        traceback.print_exc()
-    except BaseException:
-        pass
-
-
-def _write_quietly(path: str, text: str) -> bool:
-    try:
-        with open(path, "w") as f:
-            f.write(text)
-        return True
-    except OSError:
-        return False
-
-
 class Zygote:
     def __init__(self, cfg: dict) -> None:
         self.cfg = cfg
@@ -136,7 +111,7 @@ class Zygote:
         self._prctl = self._libc.prctl  # resolved once, not in every child
         # stdout, stderr (each up to one byte past the cap), a scratch buffer to drain a flood, a request header:
         # anonymous maps, zero until used and zeroed after each run (a later fork must find nothing in them)
-        sizes = (cfg["max_output_bytes"] + 1, cfg["max_output_bytes"] + 1, _CHUNK, wire.REQ.size)
+        sizes = (cfg["max_output_bytes"] + 1, cfg["max_output_bytes"] + 1, supervise.CHUNK, wire.REQ.size)
         self._bufs = [(ctypes.c_char * n).from_buffer(mmap.mmap(-1, n)) for n in sizes]
         self._views = [memoryview(b).cast("B") for b in self._bufs]
         # each private tmpfs and its size with nothing of a run in it
@@ -164,7 +139,9 @@ class Zygote:
         if self.cfg["private_tmp"]:
             self._tmp_sizes = [(d, os.stat(d).st_size) for d in self.cfg["wipe_dirs"] if os.path.isdir(d)]
             self._tmp_times = [(d, _times(d)) for d, _ in self._tmp_sizes]
-        self.oom_protected = _write_quietly("/proc/self/oom_score_adj", "-1000")  # the OOM killer spares us
+        self.oom_protected = child.write_quietly(
+            "/proc/self/oom_score_adj", "-1000"
+        )  # the OOM killer spares us
         if self.cfg["pidns"]:
             self._last_pid_fd = privileges.hide_from_snippets(self._libc)
         privileges.not_dumpable(self._libc)
@@ -180,61 +157,6 @@ class Zygote:
         """The next fork gets pid 2 (every process of the last run is reaped): pids count nothing of earlier runs."""
         privileges.reset_pids(self._last_pid_fd)
 
-    def child(
-        self, req: tuple, code: bytes | None, stdin: bytes | None, out_w: int, err_w: int, rundir: str
-    ) -> None:
-        """The snippet's process. `code` None: the request's code and stdin are still on fd 0, ours to read."""
-        status = 1
-        try:
-            code_len, stdin_len, _timeout, mem_mb, cpu_s, _extra_len = req
-            if code is None:
-                code = wire.read_exact(0, code_len)
-                stdin = None if stdin_len == wire.NO_STDIN else wire.read_exact(0, stdin_len)
-            if stdin is None:
-                stdin_fd = os.open("/dev/null", os.O_RDONLY)
-            else:
-                stdin_fd = os.memfd_create("stdin")
-                wire.write_all(stdin_fd, stdin)
-                os.lseek(stdin_fd, 0, os.SEEK_SET)
-            prepared = script.prepare(code)
-            mem_mb = mem_mb or self.cfg["memory_mb"]
-            os.dup2(stdin_fd, 0)
-            os.dup2(out_w, 1)
-            os.dup2(err_w, 2)
-            os.closerange(3, 65536)
-            os.chdir(rundir)
-            if not self.cfg["pidns"]:
-                os.setsid()  # so the zygote can kill the run's process group
-            cfg = self.cfg
-            mem = self.base_vm + mem_mb * 2**20
-            limits = [
-                (resource.RLIMIT_CPU, (cpu_s, cpu_s + 1)),
-                (resource.RLIMIT_AS, (mem, mem)),
-                (resource.RLIMIT_FSIZE, (cfg["max_file_bytes"], cfg["max_file_bytes"])),
-                (resource.RLIMIT_CORE, (0, 0)),
-                (resource.RLIMIT_NPROC, (cfg["max_processes"], cfg["max_processes"])),
-            ]
-            for res, lim in limits:
-                resource.setrlimit(res, lim)
-            if self.oom_protected:
-                _write_quietly("/proc/self/oom_score_adj", "500")  # and picks the snippet
-            if self.uid >= 0:
-                os.setgroups([])
-                os.setresgid(self.uid, self.uid, self.uid)
-                os.setresuid(self.uid, self.uid, self.uid)
-            else:
-                privileges.drop_capabilities(self._libc)
-            status = script.snippet_main(*prepared)
-            for stream in (sys.stdout, sys.stderr):
-                try:
-                    stream.flush()
-                except BaseException:
-                    pass
-        except BaseException:
-            _print_exc_quietly()
-        finally:
-            os._exit(status)
-
     def run(self, rundir: str, req: tuple, code: bytes | None, stdin: bytes | None, extra: dict) -> None:
         """One snippet, from its files to its fetched files; writes the response on fd 1.
 
@@ -242,45 +164,41 @@ class Zygote:
         fd 0 itself. Output is read into the preallocated buffers, written out from them and zeroed, so none of
         it stays in this process for a later fork to find.
         """
-        try:
-            os.mkdir(rundir, 0o700)
-        except FileExistsError:  # left by a killed worker that had our pid (isolation none)
-            shutil.rmtree(rundir, ignore_errors=True)
-            os.mkdir(rundir, 0o700)
-        if self.uid >= 0:
-            os.chown(rundir, self.uid, self.uid)
-        if extra.get("files"):
-            try:
-                runfiles.restore(rundir, extra["files"], self.uid)
-            except (OSError, ValueError, RecursionError) as e:  # the request's (a full tmpfs...): its error
-                err = f"tirl sandbox: could not write the request's files: {e}\n".encode()
-                wire.write_all(1, wire.RESP.pack(1, 0, 0.0, 0, len(err), 0) + err)
-                return
+        if not self._make_rundir(rundir, extra.get("files")):
+            return
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        self._fresh_state(rundir)
+        child.fresh_state(rundir)
         self._reset_pids()
         t0 = time.monotonic()
         pid = _raw_fork()
         if pid == 0:
-            self.child(req, code, stdin, out_w, err_w, rundir)
+            child.snippet_process(
+                req,
+                code,
+                stdin,
+                out_w,
+                err_w,
+                rundir,
+                cfg=self.cfg,
+                base_vm=self.base_vm,
+                oom_protected=self.oom_protected,
+                libc=self._libc,
+            )
         for fd in (out_w, err_w):
             os.close(fd)
         pidfd = os.pidfd_open(pid)
-        n_out, n_err, flags = self._collect(pid, pidfd, out_r, err_r, t0 + req[2])
-        used = (n_out + 1, n_err + 1, _CHUNK if flags & wire.F_TRUNCATED else 0)
-        self._kill_all(0.0, pid)  # the loop may have ended on EOF with a background process still running
+        pidns, cap, deadline = self.cfg["pidns"], self.cfg["max_output_bytes"], t0 + req[2]
+        n_out, n_err, flags = supervise.collect(self._views, cap, pidns, pid, pidfd, out_r, err_r, deadline)
+        used = (n_out + 1, n_err + 1, supervise.CHUNK if flags & wire.F_TRUNCATED else 0)
+        # the loop may have ended on EOF with a background process still running
+        supervise.kill_all(pidns, 0.0, pid)
         _, wstatus = os.waitpid(pid, 0)
         wall = time.monotonic() - t0
         for fd in (out_r, err_r, pidfd):
             os.close(fd)
-        self._reap()
-        fetched = b""
-        if extra.get("fetch"):  # every process of the run is dead: no symlink can change under us
-            files, skipped = runfiles.fetch(
-                rundir, extra["fetch"], self.cfg["max_fetch_bytes"], self.cfg["max_file_bytes"]
-            )
-            fetched = json.dumps({"files": files, "skipped": skipped}).encode()
+        supervise.reap(pidns)
+        fetched = self._fetched(rundir, extra.get("fetch"))  # every process of the run is dead
         code_ = os.waitstatus_to_exitcode(wstatus)
         if code_ == -signal.SIGKILL and not flags & (wire.F_TIMEOUT | wire.F_TRUNCATED):
             flags |= wire.F_KILLED  # not by us: the host checks the memory cgroup's OOM counter
@@ -293,81 +211,34 @@ class Zygote:
             for buf, n in zip(self._bufs, used, strict=False):  # the header buffer: zeroed on reading
                 ctypes.memset(buf, 0, min(n, len(buf)))
 
-    def _collect(self, pid: int, pidfd: int, out_r: int, err_r: int, deadline: float) -> tuple[int, int, int]:
-        """Read both pipes into the output buffers up to the cap until they close and the main process has exited
-        (a snippet that closes its stdout still runs until it exits or times out); kill everything on timeout or
-        overflow. Returns the two streams' lengths and the flags."""
-        cap = self.cfg["max_output_bytes"]
-        views = {out_r: self._views[0], err_r: self._views[1]}
-        lens = {out_r: 0, err_r: 0}
-        flags = 0
-        drain_until = 0.0  # set once everything is killed: the pipes must close within _DRAIN_S
-        poller = select.poll()
-        for fd in (out_r, err_r, pidfd):
-            poller.register(fd, select.POLLIN)
-        open_fds, exited = 2, False
-        while open_fds or not exited:
-            now = time.monotonic()
-            if not drain_until and now >= deadline:
-                flags |= wire.F_TIMEOUT
-                drain_until = self._kill_all(now, pid)
-            if drain_until and now >= drain_until:
-                break  # a process we cannot see still holds a pipe: give up on it
-            for fd, _ev in poller.poll(max(0.0, (drain_until or deadline) - now) * 1000):
-                if fd == pidfd:
-                    poller.unregister(pidfd)
-                    exited = True
-                    if not drain_until:
-                        drain_until = self._kill_all(time.monotonic(), pid)  # main exited: no stragglers
-                    continue
-                pos = lens[fd]
-                # up to one byte past the cap (that byte says the stream overflowed), then into the scratch buffer
-                into = views[fd][pos : min(cap + 1, pos + _CHUNK)] if pos <= cap else self._views[2]
-                n = os.readv(fd, [into])
-                if not n:
-                    poller.unregister(fd)
-                    open_fds -= 1
-                    continue
-                lens[fd] = min(pos + n, cap + 1)
-                if lens[fd] > cap and not flags & wire.F_TRUNCATED:
-                    flags |= wire.F_TRUNCATED
-                    if not drain_until:
-                        drain_until = self._kill_all(time.monotonic(), pid)
-        return min(lens[out_r], cap), min(lens[err_r], cap), flags
-
-    def _fresh_state(self, rundir: str) -> None:
-        """Set here, before the fork, what each child must not share with the previous one (cheaper than after)."""
-        os.environ["HOME"] = os.environ["TMPDIR"] = rundir
-        random.seed()  # os.fork would reseed it in the child; the raw fork does not
-        if "numpy" in sys.modules:  # numpy's global generator is never reseeded after a fork
-            sys.modules["numpy"].random.seed(int.from_bytes(os.urandom(4), "little"))
-        if "tempfile" in sys.modules:
-            sys.modules["tempfile"].tempdir = None
-
-    def _kill_all(self, now: float, pid: int) -> float:
+    def _make_rundir(self, rundir: str, files: dict | None) -> bool:
+        """The run's directory, fresh and the snippet's, with the request's `files` in it; False when they cannot be
+        written, the request's error already replied."""
         try:
-            if self.cfg["pidns"]:
-                os.kill(-1, signal.SIGKILL)  # every process of our pid namespace but us (its init)
-            else:
-                os.killpg(pid, signal.SIGKILL)  # no namespace: only the run's session
-        except (ProcessLookupError, PermissionError):
-            pass
-        return now + _DRAIN_S
-
-    def _reap(self) -> None:
-        """Wait for every process the run left (we are their init); re-kill any forked during the kill."""
-        deadline = time.monotonic() + 2.0
-        while True:
+            os.mkdir(rundir, 0o700)
+        except FileExistsError:  # left by a killed worker that had our pid (isolation none)
+            shutil.rmtree(rundir, ignore_errors=True)
+            os.mkdir(rundir, 0o700)
+        if self.uid >= 0:
+            os.chown(rundir, self.uid, self.uid)
+        if files:
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid:
-                continue
-            if not self.cfg["pidns"] or time.monotonic() > deadline:
-                return  # without a namespace, the host-side group kill is all we can do
-            self._kill_all(0.0, 0)
-            time.sleep(0.001)
+                runfiles.restore(rundir, files, self.uid)
+            except (OSError, ValueError, RecursionError) as e:  # the request's (a full tmpfs...): its error
+                err = f"tirl sandbox: could not write the request's files: {e}\n".encode()
+                wire.write_all(1, wire.RESP.pack(1, 0, 0.0, 0, len(err), 0) + err)
+                return False
+        return True
+
+    def _fetched(self, rundir: str, fetch: list | None) -> bytes:
+        """The reply's extra frame: the run's `fetch_files` (read once every process of the run is dead, so no
+        symlink can change under us), or nothing."""
+        if not fetch:
+            return b""
+        files, skipped = runfiles.fetch(
+            rundir, fetch, self.cfg["max_fetch_bytes"], self.cfg["max_file_bytes"]
+        )
+        return json.dumps({"files": files, "skipped": skipped}).encode()
 
     def serve(self) -> None:
         """Per request: the header (numbers only) read here into a buffer zeroed after use; a request without
@@ -396,12 +267,9 @@ class Zygote:
                     sys.exit("zygote: a run left part of its request unread")  # the host replaces this worker
                 if not runfiles.is_clean(rundir, self._tmp_sizes):
                     self._in_runner(runfiles.wipe, rundir, self.cfg)
-            for d, (
-                atime,
-                mtime,
-            ) in self._tmp_times:  # when the last run wrote there is no later tenant's business
+            for d, times in self._tmp_times:  # when the last run wrote there is no later tenant's business
                 try:
-                    os.utime(d, ns=(atime, mtime))
+                    os.utime(d, ns=times)
                 except OSError:
                     pass
             if self.n != max_runs:  # the last run: we exit, the host replaces the worker
@@ -422,15 +290,15 @@ class Zygote:
             except EOFError:  # the host went away mid-request
                 status = _RUNNER_EOF
             except BaseException:
-                _print_exc_quietly()
+                child.print_exc_quietly()
             finally:
                 os._exit(status)
         _, wstatus = os.waitpid(pid, 0)
         status = os.waitstatus_to_exitcode(wstatus)
         if status != 0:
-            if self.cfg["pidns"]:
-                self._kill_all(0.0, 0)  # a runner that died mid-run leaves its snippet to us (pid 1)
-            self._reap()
+            if self.cfg["pidns"]:  # a runner that died mid-run leaves its snippet to us (pid 1)
+                supervise.kill_all(True, 0.0, 0)
+            supervise.reap(self.cfg["pidns"])
             sys.exit(0 if status == _RUNNER_EOF else f"zygote: the runner failed (status {status})")
 
     def runner(self, req: tuple, rundir: str) -> None:

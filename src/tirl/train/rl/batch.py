@@ -82,9 +82,14 @@ class RolloutStats:
     def of(cls, t: Trajectory) -> RolloutStats:
         surprisal = -sum(lp for lp, m in zip(t.logprobs, t.loss_mask, strict=True) if m)
         return cls(
-            t.stop_reason, t.num_tool_calls, t.num_tool_errors, t.turns, t.response_length, sum(t.loss_mask),
+            t.stop_reason,
+            t.num_tool_calls,
+            t.num_tool_errors,
+            t.turns,
+            t.response_length,
+            sum(t.loss_mask),
             surprisal,
-        )  # fmt: skip
+        )
 
 
 def rollout_metrics(

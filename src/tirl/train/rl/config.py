@@ -153,9 +153,16 @@ class RLConfig:
     # what the moved keys meant when a config left them out: `tirl config migrate` writes these where the new
     # variant's own default differs (rl.policy_loss=gspo ran with 0.2 / 0.28, GSPOOptions' default is 3e-4 / 4e-4)
     MOVED_DEFAULTS: ClassVar[dict[str, Any]] = {
-        "adv_estimator": "grpo", "passk_k": 4, "policy_loss": "ppo", "clip_low": 0.2, "clip_high": 0.28,
-        "clip_c": 10.0, "loss_agg": "token-mean", "loss_norm_len": 0, "token_mean": "exact",
-    }  # fmt: skip
+        "adv_estimator": "grpo",
+        "passk_k": 4,
+        "policy_loss": "ppo",
+        "clip_low": 0.2,
+        "clip_high": 0.28,
+        "clip_c": 10.0,
+        "loss_agg": "token-mean",
+        "loss_norm_len": 0,
+        "token_mean": "exact",
+    }
 
     data: str = ""  # JSONL of RL rows (verl schema: prompt, reward_model.ground_truth, ...)
     steps: int = 20
@@ -229,27 +236,44 @@ class RLConfig:
 
     def _check_counts(self) -> None:
         """Every count at most what a run can hold (`tirl.core.config.MAX_*`), and the trajectories a step holds."""
-        check_counts(self, "rl", {
-            "steps": (1, MAX_STEPS), "prompts_per_step": (1, MAX_COUNT), "n": (1, MAX_COUNT),
-            "mini_batch_size": (1, MAX_IN_FLIGHT), "micro_batch_size": (0, MAX_IN_FLIGHT),
-            "micro_batch_tokens": (0, MAX_BATCH_TOKENS), "ppo_epochs": (1, MAX_COUNT),
-            "dynamic_max_rounds": (0, MAX_COUNT), "logprob_batch_size": (1, MAX_IN_FLIGHT),
-            "log_samples": (0, MAX_IN_FLIGHT), "save_every": (0, MAX_STEPS), "keep_last": (0, MAX_STEPS),
-        })  # fmt: skip
+        check_counts(
+            self,
+            "rl",
+            {
+                "steps": (1, MAX_STEPS),
+                "prompts_per_step": (1, MAX_COUNT),
+                "n": (1, MAX_COUNT),
+                "mini_batch_size": (1, MAX_IN_FLIGHT),
+                "micro_batch_size": (0, MAX_IN_FLIGHT),
+                "micro_batch_tokens": (0, MAX_BATCH_TOKENS),
+                "ppo_epochs": (1, MAX_COUNT),
+                "dynamic_max_rounds": (0, MAX_COUNT),
+                "logprob_batch_size": (1, MAX_IN_FLIGHT),
+                "log_samples": (0, MAX_IN_FLIGHT),
+                "save_every": (0, MAX_STEPS),
+                "keep_last": (0, MAX_STEPS),
+            },
+        )
         fix = "lower rl.prompts_per_step"
         check_product(
-            ("rl.prompts_per_step", "rl.n"), (self.prompts_per_step, self.n), MAX_IN_FLIGHT,
-            "trajectories a step samples and holds", fix,
-        )  # fmt: skip
+            ("rl.prompts_per_step", "rl.n"),
+            (self.prompts_per_step, self.n),
+            MAX_IN_FLIGHT,
+            "trajectories a step samples and holds",
+            fix,
+        )
         if self.stream.enabled:  # the buffer holds its groups' trajectories, finished or in flight
             groups = self.stream.capacity(self.prompts_per_step)
             named = "rl.stream.buffer_groups"
             if not self.stream.buffer_groups:
                 named = "(rl.stream.max_staleness + 1) x rl.prompts_per_step"
             check_product(
-                (named, "rl.n"), (groups, self.n), MAX_IN_FLIGHT, "trajectories the stream buffer holds",
+                (named, "rl.n"),
+                (groups, self.n),
+                MAX_IN_FLIGHT,
+                "trajectories the stream buffer holds",
                 f"{fix} or rl.stream.max_staleness, or set a smaller rl.stream.buffer_groups",
-            )  # fmt: skip
+            )
 
 
 __all__ = [

@@ -90,11 +90,6 @@ def staleness_metrics(trajs: Sequence[Trajectory], engine_version: int) -> dict[
     return out
 
 
-def lookahead(off_policy_steps: int) -> Lookahead | None:
-    """The trainer's `Lookahead` for `rl.off_policy_steps` (None for 0; the engine is checked by `tirl.train.rl.check.check_lookahead`)."""
-    return Lookahead() if off_policy_steps else None
-
-
 def check_off_policy(steps: int, *, dynamic_sampling: bool) -> None:
     """`rl.off_policy_steps` and what it cannot be combined with, checked in `RLConfig.__post_init__`."""
     if steps not in OFF_POLICY_STEPS:

@@ -69,13 +69,17 @@ def assemble(
     ref_dtype: torch.dtype | None = None,
     ref_model: torch.nn.Module | None = None,
     activation_gib: float = 0.0,
-    **rest: Any,
+    logger: MetricsLogger | None = None,
+    ref_source: str = "",
+    identity: RunIdentity | None = None,
+    validate: Callable[[int], dict[str, float]] | None = None,
+    compile_pad_multiple: int = 0,
 ) -> RLRun:
     """The `RLRun` of these parts: prompts longer than agent.max_prompt_tokens dropped (verl's
     filter_overlong_prompts; an error if none is left or one runs past the model's positions), `micro_batch_tokens:
     auto` sized for `activation_gib` (tirl.train.memory), the KL reference wrapped when rl.kl.coef > 0 (`ref_model`:
     its copy when `policy` cannot be copied, being FSDP-sharded; else a frozen copy of `policy`, none for LoRA).
-    `rest`: RLRun's optional fields (logger, ref_source, identity, validate)."""
+    `logger`, `ref_source`, `identity`, `validate` and `compile_pad_multiple` go to `RLRun` as they are."""
     if not rows:
         raise ValueError("RL needs at least one prompt row")
     fitted = fitting_prompts(problem_rows(rows), agent.renderer, agent.config.max_prompt_tokens)
@@ -84,6 +88,22 @@ def assemble(
     reference = Reference(policy, ref_dtype, copy=ref_model) if cfg.kl.coef > 0 else None
     caps = capabilities_of(agent.engine).with_precision(None, autocast)  # bf16: not exact
     return RLRun(
-        policy, tokenizer, agent, fitted, cfg, budget, sampling, reward, Path(out_dir), seed, caps,
-        autocast=autocast, reference=reference, **rest,
-    )  # fmt: skip
+        policy=policy,
+        tokenizer=tokenizer,
+        agent=agent,
+        rows=fitted,
+        cfg=cfg,
+        micro_budget=budget,
+        sampling=sampling,
+        reward=reward,
+        out_dir=Path(out_dir),
+        seed=seed,
+        engine_caps=caps,
+        logger=logger,
+        autocast=autocast,
+        reference=reference,
+        ref_source=ref_source,
+        identity=identity,
+        validate=validate,
+        compile_pad_multiple=compile_pad_multiple,
+    )

@@ -3,10 +3,10 @@ its batch as soon as enough finished groups are ready.
 
 AReaL, verl's fully async trainer, SkyRL and prime-rl all do this; this is the bounded, one-process version:
 
-1. The trainer draws work in *rounds*: a step's prompts (`_next_prompts`) and every trajectory's request seed (the
-   draws the async agent loop makes for a synchronous step), in the main thread, in step order. At step s the rounds
-   up to s + K are submitted (K = `rl.stream.max_staleness`), more only when too few groups are left to fill a batch
-   (dropped ones are replaced).
+1. The trainer's streaming mode (`tirl.train.rl.sampling.Streaming`) draws work in *rounds*: a step's prompts and
+   every trajectory's request seed (the draws the async agent loop makes for a synchronous step), in the main
+   thread, in step order. At step s the rounds up to s + K are submitted (K = `rl.stream.max_staleness`), more
+   only when too few groups are left to fill a batch (dropped ones are replaced).
 2. `StreamProducer` runs the work on its own threads, a group at a time (`n` trajectories of one prompt through
    the async agent loop, then graded), at most `buffer_groups` groups finished or in flight: memory stays bounded
    and the engine is never asked for more than that.
@@ -160,9 +160,16 @@ class StreamProducer:
         while (work := self._next_work()) is not None:
             try:
                 trajs, scores = rollout_and_score(
-                    self.agent, [work.row], self.sampling, n=self.n, reward=self.reward, generator=None,
-                    where=f"streamed group {work.key}", first_group=work.index, seeds=list(work.seeds),
-                )  # fmt: skip
+                    self.agent,
+                    [work.row],
+                    self.sampling,
+                    n=self.n,
+                    reward=self.reward,
+                    generator=None,
+                    where=f"streamed group {work.key}",
+                    first_group=work.index,
+                    seeds=list(work.seeds),
+                )
             except BaseException as e:  # noqa: BLE001 - re-raised in the trainer's thread by `take`
                 with self._cond:
                     if not self._closing and self._error is None:

@@ -30,13 +30,13 @@ How this departs from textbook GRPO (the reference recipe's choices unless noted
    normalizers, gradients and metrics are reduced. The weight sync after each update is collective.
 12. Rollouts may run ahead of the update: one step (`rl.off_policy_steps`, `tirl.train.rl.overlap`) or continuously,
    with a staleness bound (`rl.stream.*`, `tirl.train.rl.stream`); the rollout correction covers the stale tokens.
+   Each way of sampling a step's batch is a class of `tirl.train.rl.sampling`; the loop asks the chosen one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import random
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -46,32 +46,25 @@ import torch
 
 from tirl.algorithms import get_advantage_estimator, get_policy_loss
 from tirl.core.progress import progress
-from tirl.data.records import ProblemRow
-from tirl.rollout.agent.async_loop import draw_seeds
-from tirl.rollout.agent.episodes import rollout_and_score
-from tirl.rollout.factory import awake
 from tirl.rollout.types import Trajectory
 from tirl.train import checkpoint, dist, fsdp, manifest
 from tirl.train.batch import TokenBatch, slice_rows
-from tirl.train.checkpoint import CheckpointError
 from tirl.train.compiled import CompiledLayers
+from tirl.train.manifest import CheckpointError
 from tirl.train.optim import SkipGuard, build_optimizer, clip_and_step
 from tirl.train.perf import Timers, peak_memory_mb
 from tirl.train.rl.batch import (
     TRUNCATED,
     global_rollout_metrics,
-    groups_with_signal,
     rank_reduced,
     render_samples,
     rollout_logprobs,
     trajectory_batch,
 )
-from tirl.train.rl.check import why_not_stream
 from tirl.train.rl.config import RLConfig
 from tirl.train.rl.correction import RolloutCorrection
-from tirl.train.rl.overlap import lookahead, staleness_metrics
 from tirl.train.rl.run import RLRun
-from tirl.train.rl.stream import GroupWork, StreamProducer, flatten
+from tirl.train.rl.sampling import sampling_mode
 from tirl.train.rl.token_check import token_fidelity
 from tirl.train.rl.update import LossSpec, accumulate_gradients, no_grad_logprobs
 from tirl.train.signals import graceful_stop
@@ -80,165 +73,56 @@ from tirl.train.signals import graceful_stop
 class RLTrainer:
     """The GRPO-TCR loop; checkpointed and resumed through `tirl.train.checkpoint.Resumable`."""
 
-    rank_state: tuple[str, ...] = ("generator",)  # each rank samples and orders mini-batches with its own
+    # "generator" (each rank samples and orders mini-batches with its own) and the sampling mode's own entries
+    rank_state: tuple[str, ...]
 
     def __init__(self, run: RLRun) -> None:
         """`run`: the policy, engine, prompts and settings, checked and sized (`tirl.train.rl.run.assemble`); the
-        trainer adds only the algorithm's own state (estimator, loss, optimizer, generators, counters)."""
+        trainer adds only the algorithm's own state (estimator, loss, optimizer, generators, counters) and the
+        sampling mode `rl.*` names (`tirl.train.rl.sampling`)."""
         cfg = run.cfg
         self.run = run  # kept whole, read where needed: the trainer copies none of its fields
-        self.world = dist.world_size()
         self.corr = RolloutCorrection.of(
             run.engine_caps.rollout_correction(cfg.correction.mode), cfg.correction
         )
         self.adv_fn = get_advantage_estimator(cfg.advantage.name, **cfg.advantage.hyperparameters())
-        self.loss_fn = get_policy_loss(cfg.loss.name)
-        self.local_mini = cfg.mini_batch_size // self.world  # trajectories per update on this rank
+        self.local_mini = cfg.mini_batch_size // dist.world_size()  # trajectories per update on this rank
         updates = cfg.steps * cfg.ppo_epochs * -(-cfg.prompts_per_step * cfg.n // cfg.mini_batch_size)
         self.opt, self.sched = build_optimizer(run.policy, cfg.optim, updates)
-        self.rng = random.Random(run.seed)
         self.gen = torch.Generator().manual_seed(dist.rank_seed(run.seed))  # sampling, mini-batch order
-        self._order: list[int] = []
-        self.norm_len = cfg.loss.norm_len or run.agent.config.max_response_tokens
         self.skips = SkipGuard(cfg.optim.max_skipped_in_row)
-        self.ahead = lookahead(cfg.off_policy_steps)  # the batch sampled during the update
-        self.stream = self._producer()  # groups sampled continuously (rl.stream.enabled)
-        self.rank_state = (
-            "generator",
-            *(("pending",) if self.ahead else ()),
-            *(("stream",) if self.stream else ()),
-        )
-        self.rounds = 0  # rounds of prompts handed to the stream producer
-        self.trained_groups: list[tuple[int, int]] = []  # (round, index) of every streamed group trained
-        self.updates_done = self.step_done = 0
         self.timers = Timers()
+        # synchronous, dynamic, ahead or streaming
+        self.sampling_mode = sampling_mode(run, self.gen, self.timers)
+        self.prompts = self.sampling_mode.rollouts.prompts
+        self.rank_state = ("generator", *self.sampling_mode.rank_state)
+        self.updates_done = self.step_done = 0
         self.last_trajectories: list[Trajectory] = []
         compiled = CompiledLayers(run.policy, run.compile_pad_multiple) if run.compile_pad_multiple else None
-        self.loss_spec = LossSpec.for_rl(
-            cfg, self.loss_fn, self.norm_len, run.sampling.logprob_temperature, run.autocast, compiled
-        )
-
-    def _producer(self) -> StreamProducer | None:
-        """The stream producer of `rl.stream.*`, for an engine that can stream (checked again on the engine built:
-        `rollout.engine=vllm` may be colocated)."""
-        run, s = self.run, self.run.cfg.stream
-        if not s.enabled:
-            return None
-        if why := why_not_stream(run.engine_caps, partial=s.partial):
-            raise ValueError(why)
-        local = run.cfg.prompts_per_step // self.world
-        return StreamProducer(
-            run.agent, run.sampling, run.reward, n=run.cfg.n, capacity=s.capacity(local),
-            max_staleness=s.max_staleness, partial=s.partial,
-            workers=max(1, min(s.capacity(local), getattr(run.agent, "concurrency", 1) // run.cfg.n)),
-        )  # fmt: skip
-
-    def _submit_round(self) -> None:
-        """Hand the producer a step's worth of prompts, each trajectory's request seed drawn as a synchronous step
-        draws them (`tirl.train.rl.stream`)."""
-        rows, n = self._next_prompts(), self.run.cfg.n
-        seeds = draw_seeds(len(rows) * n, self.gen)
-        works = [GroupWork(self.rounds, i, r, tuple(seeds[i * n : (i + 1) * n])) for i, r in enumerate(rows)]
-        self.stream.submit(works)
-        self.rounds += 1
-
-    def _stream_batch(self) -> tuple[list[Trajectory], list[Any], dict[str, float]]:
-        """This step's groups from the producer: rounds up to this step + K submitted, then the first finished
-        groups within the staleness bound, numbered as a synchronous step numbers them."""
-        while self.rounds <= self.step_done + self.run.cfg.stream.max_staleness:
-            self._submit_round()
-        local = len(dist.rank_share(list(range(self.run.cfg.prompts_per_step))))
-        with self.timers.time("rollout"):
-            groups, stats = self.stream.take(local, self.run.agent.engine.weight_version, self._submit_round)
-        self.trained_groups += [g.work.key for g in groups]
-        if self.run.engine_caps.sync_gate:  # such an engine has its gate (tirl.rollout.engines.base)
-            stats["stream/interrupted_requests"] = float(self.run.agent.engine.gate.interruptions)
-        return (*flatten(groups, dist.rank() * local), rank_reduced(stats))
-
-    def _next_prompts(self) -> list[ProblemRow]:
-        """Epoch-wise shuffled prompts: each row is used once before any is reused. Every rank draws the same
-        step's prompts (one order, seeded alike) and keeps its own share."""
-        out = []
-        while len(out) < self.run.cfg.prompts_per_step:
-            if not self._order:
-                self._order = list(range(len(self.run.rows)))
-                self.rng.shuffle(self._order)
-            out.append(self.run.rows[self._order.pop()])
-        return dist.rank_share(out)
+        norm_len = cfg.loss.norm_len or run.agent.config.max_response_tokens
+        loss_fn, temperature = get_policy_loss(cfg.loss.name), run.sampling.logprob_temperature
+        self.loss_spec = LossSpec.for_rl(cfg, loss_fn, norm_len, temperature, run.autocast, compiled)
 
     def _logprobs(self, model: torch.nn.Module, batch: TokenBatch) -> torch.Tensor:
         """(B, T) log-probs of the trained tokens (0 elsewhere), at most `logprob_batch_size` sequences and
         `micro_batch_tokens` padded tokens per forward."""
-        return no_grad_logprobs(
-            model, batch, max_seqs=self.run.cfg.logprob_batch_size, max_tokens=int(self.run.cfg.micro_batch_tokens),
-            temperature=self.run.sampling.logprob_temperature, autocast=self.run.autocast,
-            share_prefix=self.run.cfg.share_prefix,
-        )  # fmt: skip
-
-    def _rollout(
-        self, rows: Sequence[ProblemRow], first_group: int, gen: torch.Generator | None = None
-    ) -> tuple[list[Trajectory], list[Any]]:
-        """`n` trajectories per row, scored; their groups number the rows from `first_group` on."""
-        self.run.policy.eval()
-        return rollout_and_score(
-            self.run.agent, rows, self.run.sampling, n=self.run.cfg.n, reward=self.run.reward,
-            generator=self.gen if gen is None else gen, first_group=first_group, where=f"RL step {self.step_done}", timed=self.timers.time,
-            sampling_context=self._sampling_context,
-        )  # fmt: skip
-
-    def _sampling_context(self) -> Any:
-        """The whole model on each rank (an engine sharing the policy) and the engine awake: a colocated engine
-        sleeps outside the rollouts, the torch engine drops what it keeps for them (packed weights, kept KV)."""
-        stack = contextlib.ExitStack()
-        if self.run.engine_caps.shares_policy:
-            stack.enter_context(fsdp.gathered(self.run.policy))
-        stack.enter_context(awake(self.run.agent.engine))
-        return stack
-
-    def _sample_ahead(self) -> None:
-        """Start sampling the next step's batch in the background; its prompts and seed are drawn here."""
-        rows = self._next_prompts()
-        gen = torch.Generator().manual_seed(int(torch.randint(2**62, (1,), generator=self.gen)))
-        self.ahead.start(lambda: (*self._rollout(rows, dist.rank() * len(rows), gen), {}))
-
-    def _sample_batch(self) -> tuple[list[Trajectory], list[Any], dict[str, float]]:
-        """This step's trajectories; with dynamic sampling (DAPO), only groups with a reward signal, refilled from
-        new prompts for up to `dynamic_max_rounds` extra rounds, trimmed to `prompts_per_step` groups."""
         cfg = self.run.cfg
-        rows = self._next_prompts()
-        trajs, scores = self._rollout(rows, dist.rank() * len(rows))  # group numbers unique over ranks
-        if not cfg.dynamic_sampling:
-            return trajs, scores, {}
-        drawn_t, drawn_s, rounds = list(trajs), list(scores), 0
-        keep_t, keep_s = groups_with_signal(trajs, scores)
-        while len(keep_t) < cfg.prompts_per_step * cfg.n and rounds < cfg.dynamic_max_rounds:
-            rounds += 1
-            more_t, more_s = self._rollout(self._next_prompts(), rounds * cfg.prompts_per_step)
-            drawn_t += more_t
-            drawn_s += more_s
-            t, sc = groups_with_signal(more_t, more_s)
-            keep_t, keep_s = keep_t + t, keep_s + sc
-        keep_t, keep_s = keep_t[: cfg.prompts_per_step * cfg.n], keep_s[: cfg.prompts_per_step * cfg.n]
-        stats = {
-            "dynamic/rounds": float(rounds),
-            "dynamic/groups_drawn": float(len(drawn_t) // cfg.n),
-            "dynamic/groups_kept": float(len(keep_t) // cfg.n),
-        }
-        if not keep_t:  # no group had a signal in any round: nothing to learn from this step
-            return drawn_t, drawn_s, stats
-        return keep_t, keep_s, stats
+        return no_grad_logprobs(
+            model,
+            batch,
+            max_seqs=cfg.logprob_batch_size,
+            max_tokens=int(cfg.micro_batch_tokens),
+            temperature=self.run.sampling.logprob_temperature,
+            autocast=self.run.autocast,
+            share_prefix=cfg.share_prefix,
+        )
 
     def step(self) -> dict[str, float]:
+        """One step: the sampling mode's batch, its advantages, the update; returns the step's metrics."""
         cfg = self.run.cfg
         t0 = time.time()
-        if self.stream:
-            trajs, scores, dyn = self._stream_batch()
-        else:
-            trajs, scores, dyn = (self.ahead and self.ahead.take()) or self._sample_batch()
-        version = self.run.agent.engine.weight_version
-        stale = staleness_metrics(trajs, version) if self.ahead or self.stream else {}
-        if self.ahead and self.step_done + 1 < cfg.steps:
-            self._sample_ahead()
+        sampled = self.sampling_mode.batch(self.step_done)
+        trajs, scores = sampled.trajs, sampled.scores
         t_rollout = time.time() - t0
         fidelity = token_fidelity(trajs, self.run.agent.renderer, self.run.agent.config.token_stream)
         rewards = torch.tensor([s.reward for s in scores])
@@ -247,24 +131,24 @@ class RLTrainer:
         device = next(self.run.policy.parameters()).device
         batch = trajectory_batch(trajs, adv, pad_id=self.run.agent.renderer.pad_id).to(device)
         truncated = [i for i, t in enumerate(trajs) if t.stop_reason in TRUNCATED]
-        if cfg.overlong_filter and truncated:
-            batch.loss_mask[truncated] = (
-                0  # DAPO's overlong filtering: a cut-off answer is no evidence either way
-            )
+        if cfg.overlong_filter and truncated:  # DAPO's overlong filtering: a cut-off answer is no evidence
+            batch.loss_mask[truncated] = 0
         with self.timers.time("update"):
             update, mismatch = self._train_on(batch, trajs)
         metrics, stats = global_rollout_metrics(trajs, scores, rewards, groups, adv)
         metrics.update(update)
         metrics.update(fidelity)
-        metrics.update(dyn)
-        metrics.update(rank_reduced(mismatch | stale))
+        metrics.update(sampled.metrics)
+        metrics.update(rank_reduced(mismatch | sampled.staleness))
         perf = self.timers.pop()
         perf["perf/step_s/update"] -= perf.get("perf/step_s/sync", 0.0)  # sync is timed inside the update
-        sampled = sum(s.sampled_tokens for s in stats)
+        sampled_tokens = sum(s.sampled_tokens for s in stats)
         trained = dist.sum_floats({"t": float(batch.attention_mask.sum())})["t"]
         metrics.update(perf)
         metrics.update(peak_memory_mb())  # this process's
-        metrics["perf/tokens_per_s/rollout"] = sampled / max(perf.get("perf/step_s/rollout", 0.0), 1e-9)
+        metrics["perf/tokens_per_s/rollout"] = sampled_tokens / max(
+            perf.get("perf/step_s/rollout", 0.0), 1e-9
+        )
         metrics["perf/tokens_per_s/update"] = cfg.ppo_epochs * trained / max(perf["perf/step_s/update"], 1e-9)
         self.last_trajectories = trajs
         metrics.update({"time/rollout": t_rollout, "time/step": time.time() - t0})
@@ -281,8 +165,9 @@ class RLTrainer:
         the mismatch and correct for it (capabilities)."""
         cfg = self.run.cfg
         on_policy = cfg.ppo_epochs == 1 and self.local_mini >= len(trajs)
+        fresh = self.sampling_mode.fresh  # sampled from the weights this step starts with
         source = self.run.engine_caps.old_logprobs(
-            on_policy=on_policy, correction=self.correction, fresh=self._fresh, mode=cfg.old_logprobs
+            on_policy=on_policy, correction=self.correction, fresh=fresh, mode=cfg.old_logprobs
         )
         old_logp, mismatch, in_pass = None, {}, source == "policy" and self.corr.active
         if source == "engine":
@@ -345,8 +230,7 @@ class RLTrainer:
                 sums.update(stats)
                 updates += 1
         self.run.policy.eval()
-        if self.ahead:  # the next batch's requests end before the engine reloads its weights
-            self.ahead.wait()
+        self.sampling_mode.before_sync()
         with self.timers.time("sync"):  # the next rollout must sample from the updated policy
             self.run.agent.engine.sync_weights(self.run.policy)
         out = {k: v / updates for k, v in sums.items()}
@@ -360,8 +244,8 @@ class RLTrainer:
         SIGTERM / SIGINT finish the current step, write a checkpoint and raise `StopRequested`."""
         cfg, history = self.run.cfg, []
         with contextlib.ExitStack() as stack:
-            if self.stream:  # the producer stops with the steps, however they end
-                stack.callback(self.stream.close)
+            # a stream's producer stops with the steps, however they end
+            stack.callback(self.sampling_mode.close)
             self._steps(history)
         per_step = max(1, self.updates_done // max(1, self.step_done))  # every step takes as many updates
         first = (self.updates_done - self.skips.in_row) // per_step
@@ -398,14 +282,14 @@ class RLTrainer:
                         self.run.logger.log(val, step=step)
                 bar.advance(1, info=f"reward {m['reward/mean']:+.2f}  acc {m['reward/accuracy']:.2f}")
                 checkpoint.save_if_due(
-                    self, self.run.out_dir, step=self.step_done, every=cfg.save_every,
-                    stopping=dist.any_rank(stop.requested), tokenizer=self.run.tokenizer, keep_last=cfg.keep_last,
-                )  # fmt: skip
-
-    @property
-    def _fresh(self) -> bool:
-        """The rollouts come from the weights this step starts with (never sampled ahead of the last sync)."""
-        return self.ahead is None and (self.stream is None or self.run.cfg.stream.max_staleness == 0)
+                    self,
+                    self.run.out_dir,
+                    step=self.step_done,
+                    every=cfg.save_every,
+                    stopping=dist.any_rank(stop.requested),
+                    tokenizer=self.run.tokenizer,
+                    keep_last=cfg.keep_last,
+                )
 
     @property
     def correction(self) -> str:
@@ -426,28 +310,17 @@ class RLTrainer:
 
     def state_dict(self) -> dict[str, Any]:
         """Everything the next step depends on besides the weights, the optimizer and the global generators."""
-        return (
-            {
-                "step": self.step_done,
-                "scheduler": self.sched.state_dict(),
-                "order": list(self._order),
-                "order_rng": self.rng.getstate(),
-                "generator": self.gen.get_state(),
-                "updates_done": self.updates_done,
-                "skips": (self.skips.in_row, self.skips.total),
-                "ref_source": self.run.ref_source,
-                "wandb_id": self.run.logger.run_id if self.run.logger else None,
-            }
-            | ({"pending": self.ahead.pending} if self.ahead else {})
-            | self._stream_state()
-        )
-
-    def _stream_state(self) -> dict[str, Any]:
-        """The producer's buffer and unfinished work (`StreamProducer.snapshot`), with the rounds drawn so far."""
-        if not self.stream:
-            return {}
-        snap = self.stream.snapshot(self.run.agent.engine.weight_version)
-        return {"stream": snap | {"rounds": self.rounds, "trained_groups": list(self.trained_groups)}}
+        return {
+            "step": self.step_done,
+            "scheduler": self.sched.state_dict(),
+            "order": list(self.prompts.order),
+            "order_rng": self.prompts.rng.getstate(),
+            "generator": self.gen.get_state(),
+            "updates_done": self.updates_done,
+            "skips": (self.skips.in_row, self.skips.total),
+            "ref_source": self.run.ref_source,
+            "wandb_id": self.run.logger.run_id if self.run.logger else None,
+        } | self.sampling_mode.state_dict()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The restored weights (already in the policy) reach a server engine too: it still serves the weights it
@@ -459,22 +332,16 @@ class RLTrainer:
             )
         self.step_done = int(state["step"])
         self.sched.load_state_dict(state["scheduler"])
-        self._order = [i for i in state["order"] if i < len(self.run.rows)]  # fewer rows: a changed data file
-        self.rng.setstate(state["order_rng"])
+        # fewer rows: a changed data file
+        self.prompts.order = [i for i in state["order"] if i < len(self.run.rows)]
+        self.prompts.rng.setstate(state["order_rng"])
         if "generator" in state:  # absent for a rank the checkpoint's run did not have: it keeps its own seed
             self.gen.set_state(state["generator"])
         self.updates_done = int(state["updates_done"])
         self.skips.in_row, self.skips.total = state["skips"]
-        if self.ahead:  # the batch sampled during the checkpointed step's update (tirl.train.rl.overlap)
-            self.ahead.pending = state.get("pending")
         if self.run.engine_caps.sync_on_resume:  # a server engine still serves the weights it started with
             self.run.agent.engine.sync_weights(self.run.policy)
-        if (
-            self.stream and state.get("stream") is not None
-        ):  # its groups keep their age on the engine's counter
-            self.rounds = int(state["stream"]["rounds"])
-            self.trained_groups = list(state["stream"]["trained_groups"])
-            self.stream.restore(state["stream"], self.run.agent.engine.weight_version)
+        self.sampling_mode.load_state_dict(state)
 
 
 __all__ = ["RLConfig", "RLTrainer", "trajectory_batch"]

@@ -18,8 +18,9 @@ detached log-probs are written to `seen` for the mismatch metrics.
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, field, fields
 from typing import Any
 
 import torch
@@ -36,30 +37,42 @@ from tirl.train.logprobs import (
     backward_outside_autocast,
     token_logprobs,
 )
+from tirl.train.rl.config import RLConfig
 from tirl.train.rl.correction import RolloutCorrection
+
+RL_KEY = "rl"  # a LossSpec field's metadata key: the setting under `rl.` that `LossSpec.for_rl` reads into it
+
+
+def from_rl(key: str, default: Any = MISSING) -> Any:
+    """A `LossSpec` field that `LossSpec.for_rl` reads from `rl.<key>`: a setting every loss shares is carried from
+    the config by this one line; `default`, if given, is its value in a spec built by hand."""
+    return field(default=default, metadata={RL_KEY: key})
 
 
 @dataclass
 class LossSpec:
     """What the loss of an update needs besides tensors: the policy loss and its keyword hyperparameters (`hyper`:
-    the loss's own, from its `rl.loss.*` options), and the aggregation every term shares."""
+    the loss's own, from its `rl.loss.*` options), and the settings every term shares (the `from_rl` fields)."""
 
     loss_fn: Any
     hyper: dict[str, Any]
-    agg: str
-    norm_len: int
+    agg: str = from_rl("loss.agg")
+    norm_len: int  # rl.loss.norm_len resolved: 0 there is the response budget
     temperature: float
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"
-    entropy_coef: float = 0.0
-    micro_batch_size: int = 0  # sequences per micro-batch; 0 = the whole mini-batch
-    micro_batch_tokens: int = 0  # padded tokens per micro-batch; 0 = no budget
+    kl_coef: float = from_rl("kl.coef", 0.0)
+    kl_estimator: str = from_rl("kl.estimator", "k3")
+    entropy_coef: float = from_rl("entropy_coef", 0.0)
+    # sequences per micro-batch; 0 = the whole mini-batch
+    micro_batch_size: int = from_rl("micro_batch_size", 0)
+    # padded tokens per micro-batch; 0 = no budget
+    micro_batch_tokens: int = from_rl("micro_batch_tokens", 0)
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS
-    autocast: torch.dtype | None = (
-        None  # model.autocast: forward/backward in this dtype, fp32 weights and log-softmax
-    )
-    token_mean: str = "exact"  # token-mean over the mini-batch (exact) or verl's per micro-batch (micro)
-    share_prefix: bool = False  # rows with one prompt share its forward pass (tirl.train.prefix)
+    # model.autocast: forward/backward in this dtype, fp32 weights and log-softmax
+    autocast: torch.dtype | None = None
+    # token-mean over the mini-batch (exact) or verl's per micro-batch (micro)
+    token_mean: str = from_rl("loss.token_mean", "exact")
+    # rows with one prompt share its forward pass (tirl.train.prefix)
+    share_prefix: bool = from_rl("share_prefix", False)
     # on-policy rollout correction in the update's own pass (module docstring), with the engine's sampling
     # log-probs in the batch's extra["rollout_logp"]; None: none
     correction: RolloutCorrection | None = None
@@ -69,20 +82,30 @@ class LossSpec:
     @classmethod
     def for_rl(
         cls,
-        cfg: Any,
+        cfg: RLConfig,
         loss_fn: Any,
         norm_len: int,
         temperature: float,
         autocast: torch.dtype | None,
         compiled: CompiledLayers | None = None,
     ) -> LossSpec:
-        """The spec an `RLConfig` (`cfg`) asks for, with the trainer's resolved loss, length and temperature."""
+        """The spec `cfg` asks for: every `from_rl` field read from its key, with the trainer's resolved loss,
+        length and temperature."""
+        shared = {f.name: rl_value(cfg, f.metadata[RL_KEY]) for f in fields(cls) if RL_KEY in f.metadata}
         return cls(
-            loss_fn, hyper=cfg.loss.hyperparameters(), agg=cfg.loss.agg, norm_len=norm_len, temperature=temperature,
-            kl_coef=cfg.kl.coef, kl_estimator=cfg.kl.estimator, entropy_coef=cfg.entropy_coef,
-            micro_batch_size=cfg.micro_batch_size, micro_batch_tokens=cfg.micro_batch_tokens,
-            token_mean=cfg.loss.token_mean, autocast=autocast, share_prefix=cfg.share_prefix, compiled=compiled,
-        )  # fmt: skip
+            loss_fn,
+            hyper=cfg.loss.hyperparameters(),
+            norm_len=norm_len,
+            temperature=temperature,
+            autocast=autocast,
+            compiled=compiled,
+            **shared,
+        )
+
+
+def rl_value(cfg: RLConfig, key: str) -> Any:
+    """The value of `rl.<key>` (a dotted key under `rl.`, as `loss.agg`) in `cfg`."""
+    return functools.reduce(getattr, key.split("."), cfg)
 
 
 def global_counts(loss_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -122,9 +145,12 @@ def accumulate_gradients(
     num_tokens, num_seqs = global_counts(mini.loss_mask)
     # idle passes included where a sharded model needs them
     passes = MicroBatchPasses(
-        policy, mini, max_seqs=spec.micro_batch_size, max_tokens=spec.micro_batch_tokens,
+        policy,
+        mini,
+        max_seqs=spec.micro_batch_size,
+        max_tokens=spec.micro_batch_tokens,
         share_prefix=spec.share_prefix,
-    )  # fmt: skip
+    )
     sums: Counter[str] = Counter()  # token-weighted sums of the loss statistics
     totals: Counter[str] = Counter()
     norm = {"norm_len": spec.norm_len, "num_tokens": num_tokens, "num_seqs": num_seqs}
@@ -143,13 +169,18 @@ def accumulate_gradients(
             totals["loss/total"] += float(loss.detach())
             weight = float(mask.sum())
             sums.update({k: v * weight for k, v in stats.items() if k != "loss/pg"})
-    # Across ranks: the losses are already divided by global counts, so they add up; the statistics are
-    # token-weighted means over the whole mini-batch.
+    out = _over_ranks(sums, totals, num_tokens)
+    out["loss/micro_batches"] = float(len(passes))
+    return out
+
+
+def _over_ranks(sums: Counter[str], totals: Counter[str], num_tokens: torch.Tensor) -> dict[str, float]:
+    """A mini-batch's stats over all ranks: the losses (`totals`) are already divided by global counts, so they add
+    up; the statistics (`sums`, token-weighted) become token-weighted means over the whole mini-batch."""
     reduced = dist.sum_floats({**{f"sum:{k}": v for k, v in sums.items()}, **totals})
     total_tokens = max(float(num_tokens), 1.0)
     out = {k[4:]: v / total_tokens for k, v in reduced.items() if k.startswith("sum:")}
     out.update({k: v for k, v in reduced.items() if not k.startswith("sum:")})
-    out["loss/micro_batches"] = float(len(passes))
     return out
 
 
@@ -176,9 +207,14 @@ def no_grad_logprobs(
             continue
         part = slice_rows(batch, rows)
         lp, _ = token_logprobs(
-            model, part.input_ids, part.attention_mask, temperature=temperature, loss_mask=part.loss_mask,
-            autocast=autocast, prefix_len=part.prefix_len if share_prefix else None,
-        )  # fmt: skip
+            model,
+            part.input_ids,
+            part.attention_mask,
+            temperature=temperature,
+            loss_mask=part.loss_mask,
+            autocast=autocast,
+            prefix_len=part.prefix_len if share_prefix else None,
+        )
         out[rows, : lp.shape[1]] = lp
     return out
 

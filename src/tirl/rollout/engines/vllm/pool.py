@@ -42,7 +42,8 @@ import torch.distributed as tdist
 
 from tirl.core.io import atomic_dir, atomic_write_json
 from tirl.rollout.engines.openai.engine import EngineError, OpenAIEngine, OpenAIEngineConfig
-from tirl.rollout.engines.vllm.engine import SERVED_NAME, VLLMEngine, VLLMEngineConfig
+from tirl.rollout.engines.vllm.command import SERVED_NAME, VLLMEngineConfig
+from tirl.rollout.engines.vllm.engine import VLLMEngine
 from tirl.rollout.engines.vllm.ext.tirl_weight_receiver import KEY_ENV
 from tirl.rollout.engines.vllm.sync import ServerSync, policy_tensors
 from tirl.rollout.engines.vllm.weights import INDEX, ties_embeddings, untie, untied_copy

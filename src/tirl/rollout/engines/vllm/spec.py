@@ -17,7 +17,8 @@ def build(ro: RolloutConfig, x: EngineInputs) -> Engine:
     """One managed server in one process; under torchrun, or with `rollout.urls`, a pool of servers every rank
     samples from (`tirl.rollout.engines.vllm.pool`); colocated: one sleeping engine per rank."""
     from tirl.models.hub import resolve_model
-    from tirl.rollout.engines.vllm.engine import VLLMEngine, VLLMEngineConfig
+    from tirl.rollout.engines.vllm.command import VLLMEngineConfig
+    from tirl.rollout.engines.vllm.engine import VLLMEngine
     from tirl.rollout.engines.vllm.pool import build_pool, world_size
     from tirl.rollout.engines.vllm.weights import is_plain_hf_dir, servable_dir
 

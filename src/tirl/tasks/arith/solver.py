@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tirl.core.config import MAX_CHARS, check_counts
-from tirl.demo.arith import Problem
 from tirl.sandbox.types import Sandbox
+from tirl.tasks.arith.problems import Problem
 from tirl.tasks.toolcalls import code_call, run_with_progress
 from tirl.tools.base import truncate_middle
 from tirl.tools.code_interpreter import CODE_INTERPRETER_SCHEMA, format_tool_output

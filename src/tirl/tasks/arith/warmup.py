@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from tirl.demo.arith import Problem
+from tirl.tasks.arith.problems import Problem
 
 
 def copy_warmup_rows(problems: Sequence[Problem]) -> list[dict[str, Any]]:

@@ -2,7 +2,7 @@
 
 Problems have exact integer answers and three difficulty levels (products of multi-digit numbers, sums of several
 large numbers, modular arithmetic). Each problem carries the Python expression that solves it, so the scripted solver
-(`tirl.demo.solver`) can write tool calls whose outputs come from the real sandbox.
+(`tirl.tasks.arith.solver`) can write tool calls whose outputs come from the real sandbox.
 
 Not a benchmark: it exists so that every stage of the loop can be shown working on two CPU cores in minutes.
 """

@@ -1,23 +1,20 @@
-"""`arith`, the demo's task: arithmetic problems solved with the code interpreter, a task plugin like any user's.
+"""`arith`, the default task: generated arithmetic problems solved with the code interpreter.
 
-tirl.tasks registers it by name (`tirl.demo.arith_task:ARITH`) without importing it; its rows are graded through
-the registry's routing (data source "tirl/arith", ability "math": the math verifier). Its `task.*` options are
-`ArithOptions`: the splits, the levels and question style, the scripted solver, and for the tiny demo the copy
-warm-up and the tiny model's shape.
+Its rows are graded through the registry's routing (data source "tirl/arith", ability "math": the math verifier).
+Its `task.*` options are `ArithOptions`: the splits, the levels and question style, and the scripted solver that
+writes its SFT trajectories. The tiny demo's own settings (the model's shape, the copy warm-up) are `demo.*`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from tirl.core.config import MAX_ROWS, check_counts
-from tirl.demo.arith import STYLES, Problem, split_problems
-from tirl.demo.solver import SolverConfig, scripted_trajectories
-from tirl.demo.tiny_model import TinyModelConfig
-from tirl.demo.warmup import copy_warmup_rows
-from tirl.tasks.task import DemoData, Task, TaskOptions
-from tirl.train.sft import SFTConfig
+from tirl.tasks.arith.problems import STYLES, Problem, split_problems
+from tirl.tasks.arith.solver import SolverConfig, scripted_trajectories
+from tirl.tasks.arith.warmup import copy_warmup_rows
+from tirl.tasks.task import DemoData, Task, TaskOptions, register_task
 
 if TYPE_CHECKING:
     from tirl.sandbox.types import Sandbox
@@ -25,7 +22,9 @@ if TYPE_CHECKING:
 
 @dataclass
 class ArithOptions(TaskOptions):
-    """`task.*` of the arithmetic task (see tirl.demo.arith)."""
+    """`task.*` of the arithmetic task (see tirl.tasks.arith.problems)."""
+
+    MOVED_KEYS: ClassVar[dict[str, str]] = {"tiny": "demo.tiny", "warmup": "demo.warmup"}  # the tiny demo's
 
     num_sft: int = 3000
     num_rl: int = 2000
@@ -33,8 +32,6 @@ class ArithOptions(TaskOptions):
     levels: list[int] = field(default_factory=lambda: [1, 2, 3])  # difficulty levels drawn
     style: str = "plain"  # plain | word | mixed questions
     solver: SolverConfig = field(default_factory=SolverConfig)
-    warmup: SFTConfig = field(default_factory=lambda: SFTConfig(epochs=0))  # the tiny model's copy warm-up
-    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)  # the tiny demo's model shape
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -74,3 +71,4 @@ def arith_demo_data(
 
 
 ARITH = Task("arith", rows=arith_rows, demo_data=arith_demo_data, options=ArithOptions)
+register_task(ARITH)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -17,42 +16,10 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 from transformers import PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM
 
 from tirl.chat.template import CHATML_JINJA
-from tirl.core.config import MAX_TOKENS, check_counts
+from tirl.models.config import TinyModelConfig
 
 PAD, EOS, IM_START = "<|endoftext|>", "<|im_end|>", "<|im_start|>"
 SPECIAL_TOKENS = [PAD, IM_START, EOS, "<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
-
-
-@dataclass
-class TinyModelConfig:
-    """Shape of the tiny Qwen2 model: the defaults (the demo's) give about 1.0M parameters with its ~600 tokens.
-
-    Two wide layers learned to copy numbers several times sooner (in steps and seconds) than four narrow ones.
-    """
-
-    vocab_size: int = 1024  # the BPE target; a small corpus may yield fewer tokens
-    hidden_size: int = 192
-    intermediate_size: int = 576
-    num_layers: int = 2
-    num_heads: int = 6
-    num_kv_heads: int = 6
-    max_positions: int = 1024
-
-    def __post_init__(self) -> None:
-        check_counts(self, "task.tiny", {  # a tiny model: far past these it is no longer one
-            "vocab_size": (1, 1 << 20), "hidden_size": (1, 1 << 16), "intermediate_size": (1, 1 << 18),
-            "num_layers": (1, 1024), "num_heads": (1, 1024), "num_kv_heads": (1, 1024), "max_positions": (1, MAX_TOKENS),
-        })  # fmt: skip
-        if self.hidden_size % self.num_heads:
-            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(
-                f"num_heads {self.num_heads} is not divisible by num_kv_heads {self.num_kv_heads}"
-            )
-        if self.vocab_size < 300:
-            raise ValueError(
-                f"vocab_size {self.vocab_size} is below the 256 byte symbols plus special tokens"
-            )
 
 
 def train_tokenizer(texts: Iterable[str], *, vocab_size: int = 1024) -> PreTrainedTokenizerFast:
