@@ -356,7 +356,7 @@ def test_only_picks_arms_of_a_preset_and_stages_runs_them_on_smollm2():
     import argparse
 
     from tirl.demo.ablation.command import add_compare_arguments, build_study
-    from tirl.demo.command import DEMO_MODELS
+    from tirl.demo.command import config_of
 
     parser = argparse.ArgumentParser()
     add_compare_arguments(parser)
@@ -364,7 +364,7 @@ def test_only_picks_arms_of_a_preset_and_stages_runs_them_on_smollm2():
     base, study = build_study(args, DEMO_CONFIG)
     assert [a.name for a in study.arms] == ["recipe", "symmetric"] and study.baseline_arm == "recipe"
     assert study.expect == {"symmetric": -1} and study.stages == "smollm2" and study.seeds == 5
-    smollm2 = load_config(TirlConfig, DEMO_MODELS["smollm2"])
+    smollm2 = load_config(TirlConfig, config_of("smollm2"))
     assert to_dict(base) == to_dict(smollm2)  # SmolLM2's own base config under its stages
     _, tiny = build_study(parser.parse_args(["--preset", "algorithm"]), DEMO_CONFIG)
     assert tiny.stages == "tiny" and len(tiny.arms) == 6

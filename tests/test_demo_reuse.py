@@ -17,7 +17,7 @@ import tirl.demo.stages as stages
 import tirl.demo.tiny as tiny
 from tirl.commands.run_config import TirlConfig
 from tirl.core.config import load_config
-from tirl.demo.command import DEMO_CONFIG, DEMO_MODELS, DEMO_TASKS
+from tirl.demo.command import DEMO_CONFIG, config_of
 from tirl.demo.stages import DemoRows, Model
 
 
@@ -80,7 +80,7 @@ def calls(monkeypatch, tmp_path) -> list[str]:
 
 def test_smollm2_demo_redoes_only_the_stages_whose_inputs_changed(calls, tmp_path, capsys):
     def demo(*overrides: str) -> list[str]:
-        cfg = load_config(TirlConfig, DEMO_MODELS["smollm2"], [f"out_dir={tmp_path / 'demo'}", *overrides])
+        cfg = load_config(TirlConfig, config_of("smollm2"), [f"out_dir={tmp_path / 'demo'}", *overrides])
         calls.clear()
         smollm2.run_smollm2_demo(cfg)
         return sorted(calls)
@@ -109,7 +109,7 @@ def test_smollm2_demo_redoes_only_the_stages_whose_inputs_changed(calls, tmp_pat
 
 
 def test_smollm2_demo_redoes_a_stage_output_without_a_record(calls, tmp_path, capsys):
-    cfg = load_config(TirlConfig, DEMO_MODELS["smollm2"], [f"out_dir={tmp_path / 'demo'}", "task.num_test=3"])
+    cfg = load_config(TirlConfig, config_of("smollm2"), [f"out_dir={tmp_path / 'demo'}", "task.num_test=3"])
     smollm2.run_smollm2_demo(cfg)
     (tmp_path / "demo" / "rl" / "model.fingerprint.json").unlink()  # as a run before records left it
     calls.clear()
@@ -137,7 +137,7 @@ def test_compare_retrains_the_demo_checkpoints_made_from_other_settings(calls, t
 def test_compare_lora_after_the_smollm2_demo_trains_only_the_adapter(calls, tmp_path):
     """`tirl demo --model smollm2 --compare lora`: the preset's stages are the demo's, so its sft/ and rl/ (arm
     `full`) are reused and only rl-lora/ trains; the arms are evaluated into compare-lora/."""
-    cfg = load_config(TirlConfig, DEMO_MODELS["smollm2"], [f"out_dir={tmp_path / 'demo'}", "task.num_test=3"])
+    cfg = load_config(TirlConfig, config_of("smollm2"), [f"out_dir={tmp_path / 'demo'}", "task.num_test=3"])
     smollm2.run_smollm2_demo(cfg)
     calls.clear()
     report = compare.run_compare(cfg, "lora", temperatures=None)
@@ -168,7 +168,7 @@ def test_compare_data_trains_sft_on_the_sampled_rows_and_compares_the_sft_models
     monkeypatch.setattr(starts, "sample_real_rows", sample)
     monkeypatch.setattr(gsm8k, "sample_pool", lambda task, seed: [])
     out = tmp_path / "demo"
-    cfg = load_config(TirlConfig, DEMO_TASKS["gsm8k"], [f"out_dir={out}", "task.num_test=3"])
+    cfg = load_config(TirlConfig, config_of("smollm2", "gsm8k"), [f"out_dir={out}", "task.num_test=3"])
     smollm2.run_smollm2_demo(cfg)
     calls.clear()
     report = compare.run_compare(cfg, "data", temperatures=None)

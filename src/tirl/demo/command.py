@@ -1,119 +1,140 @@
 """`tirl demo` and `tirl compare`: their parsers and commands (cli.py only registers them). They live with the demo,
-which sits above the commands layer, rather than in `tirl.commands`."""
+which sits above the commands layer, rather than in `tirl.commands`.
+
+Each packaged demo is one `Recipe` of `RECIPES`: the flags that choose it (`--model`, `--task`, `--study`), its
+config, which `--compare` names and whether `--seeds` it takes, and its runner. `demo_command` looks the flags up
+there and checks the rest against the recipe, so a new demo is one entry, not another branch."""
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tirl.commands.args import add_config_command, load_run_config, positive_int
 from tirl.core.rundir import claim
 
 CONFIGS = Path(__file__).parent.parent / "configs"  # tirl/configs, spelled as cli.py spelled it
 DEMO_CONFIG = CONFIGS / "demo.yaml"
-DEMO_MODELS = {"tiny": DEMO_CONFIG, "smollm2": CONFIGS / "demo-smollm2.yaml"}
-DEMO_TASKS = {"gsm8k": CONFIGS / "demo-smollm2-gsm8k.yaml"}  # with --model smollm2
-STUDY_CONFIG = CONFIGS / "study-smollm2-gsm8k.yaml"  # demo --model smollm2 --study
+STUDY_CONFIG = CONFIGS / "study-smollm2-gsm8k.yaml"  # demo --model smollm2 --task gsm8k --study
 
 
-def _config(args: argparse.Namespace):
-    """The demo's run config: --config, else the packaged config of --model, --task and --study."""
-    path = args.config
-    if not path:
-        path = DEMO_TASKS[args.task] if args.task in DEMO_TASKS else DEMO_MODELS[args.model]
-        path = STUDY_CONFIG if args.study else path
-    return load_run_config(args, path)
-
-
-def demo_command(args: argparse.Namespace) -> int:
-    if args.seeds != 1 and (args.model != "tiny" or args.compare):
-        print("tirl demo: --seeds runs the tiny demo only (without --compare)", file=sys.stderr)
-        return 2
-    if args.task not in (None, "arith") and args.model != "smollm2":
-        print(
-            f"tirl demo: --task {args.task} runs with --model smollm2 (the tiny model is built for arith)",
-            file=sys.stderr,
-        )
-        return 2
-    if args.study and (args.model != "smollm2" or args.task != "gsm8k" or args.compare not in (None, "data")):
-        print(
-            "tirl demo: --study runs with --model smollm2 --task gsm8k (and takes --compare data only)",
-            file=sys.stderr,
-        )
-        return 2
-    if args.compare and not args.study and not _compare_fits(args):
-        return 2
-    from tirl.train.signals import EXIT_RESUMABLE, StopRequested
-
-    try:
-        _run_demo(args)
-    except StopRequested as e:  # a checkpoint is written: the same command continues from it
-        print(f"tirl demo: {e}", file=sys.stderr)
-        return EXIT_RESUMABLE
-    return 0
-
-
-def _run_demo(args: argparse.Namespace) -> None:
-    """The demo `args` name (checked by demo_command): the study, the SmolLM2 demo, a comparison or the tiny demo."""
-    if args.study:
-        from tirl.demo.gsm8k_data_study import run_study_data_comparison
-        from tirl.demo.gsm8k_study import run_gsm8k_study
-
-        cfg = _config(args)
-        with claim(cfg.out_dir, "demo"):
-            (run_study_data_comparison if args.compare else run_gsm8k_study)(cfg)
-        return
-    if args.model == "smollm2":
-        from tirl.demo.compare import run_compare
-        from tirl.demo.smollm2 import run_smollm2_demo
-
-        cfg = _config(args)
-        with claim(cfg.out_dir, "demo"):
-            run_smollm2_demo(cfg)
-            for name in _presets_of(args.compare):  # their training stages the demo's own (reused)
-                run_compare(cfg, name, temperatures=None)
-        return
+def _run_tiny(cfg: Any, args: argparse.Namespace) -> None:
+    """The tiny demo, over --seeds seeds, or the --compare objective against GRPO-TCR on its stages."""
     if args.compare:
         from tirl.demo.compare import run_compare
 
         temps = [float(t) for t in args.temperatures.split(",") if t.strip()]
-        cfg = _config(args)
-        with claim(cfg.out_dir, "demo"):
-            run_compare(cfg, args.compare, temperatures=temps)
+        run_compare(cfg, args.compare, temperatures=temps)
         return
     from tirl.demo.tiny import run_demo
 
-    cfg = _config(args)
-    with claim(cfg.out_dir, "demo"):
-        if args.seeds == 1:
-            run_demo(cfg)
-        else:
-            from tirl.demo.seeds import run_seeds
+    if args.seeds == 1:
+        run_demo(cfg)
+        return
+    from tirl.demo.seeds import run_seeds
 
-            run_seeds(cfg, args.seeds, run_demo)
+    run_seeds(cfg, args.seeds, run_demo)
 
 
-def _presets_of(compare: str | None) -> tuple[str, ...]:
-    """The presets `--compare` runs after the SmolLM2 demo: data compares the SFT models, then the RL models."""
-    return ("data", "data-rl") if compare == "data" else (compare,) if compare else ()
+def _run_smollm2(cfg: Any, args: argparse.Namespace) -> None:
+    """The SmolLM2 demo, then the presets --compare names on its stages (reused): data is the SFT models, then RL."""
+    from tirl.demo.compare import run_compare
+    from tirl.demo.smollm2 import run_smollm2_demo
+
+    run_smollm2_demo(cfg)
+    presets = ("data", "data-rl") if args.compare == "data" else (args.compare,) if args.compare else ()
+    for name in presets:
+        run_compare(cfg, name, temperatures=None)
 
 
-def _compare_fits(args: argparse.Namespace) -> bool:
-    """--compare names a comparison of --model's demo (data: on --task gsm8k); else says which it takes."""
-    from tirl.demo.ablation.presets import objectives, packaged
+def _run_study(cfg: Any, args: argparse.Namespace) -> None:
+    """The GSM8K study, or with --compare data its data comparison (on a study that has chosen its SFT)."""
+    from tirl.demo.gsm8k_data_study import run_study_data_comparison
+    from tirl.demo.gsm8k_study import run_gsm8k_study
 
-    if args.model == "smollm2":
-        smollm2 = [name for name, p in packaged().items() if p.study.stages == "smollm2"]
-        ok = args.compare in smollm2 and (args.compare != "data" or args.task == "gsm8k")
-        takes = "lora, or data with --task gsm8k"
-    else:
-        ok, takes = args.compare in objectives(), f"a pass@k objective: {', '.join(objectives())}"
-    if not ok:
-        print(
-            f"tirl demo --model {args.model}: --compare {args.compare!r}; it takes {takes}", file=sys.stderr
-        )
-    return ok
+    (run_study_data_comparison if args.compare else run_gsm8k_study)(cfg)
+
+
+def _objectives() -> tuple[str, ...]:
+    from tirl.demo.ablation.presets import objectives
+
+    return tuple(objectives())
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """One packaged demo: the `--model`/`--task`/`--study` that choose it, its config, the `--compare` names it takes
+    (a function: the objectives are whatever advantage estimators are registered), whether it takes `--seeds`, and
+    its runner."""
+
+    model: str
+    task: str
+    study: bool
+    config: Path
+    run: Callable[[Any, argparse.Namespace], None]
+    compares: Callable[[], tuple[str, ...]]
+    seeds: bool = False
+
+    @property
+    def flags(self) -> str:
+        return f"--model {self.model} --task {self.task}" + (" --study" if self.study else "")
+
+
+RECIPES = (
+    Recipe("tiny", "arith", False, DEMO_CONFIG, _run_tiny, _objectives, seeds=True),
+    Recipe("smollm2", "arith", False, CONFIGS / "demo-smollm2.yaml", _run_smollm2, lambda: ("lora",)),
+    Recipe(
+        "smollm2",
+        "gsm8k",
+        False,
+        CONFIGS / "demo-smollm2-gsm8k.yaml",
+        _run_smollm2,
+        lambda: ("lora", "data", "data-rl"),
+    ),
+    Recipe("smollm2", "gsm8k", True, STUDY_CONFIG, _run_study, lambda: ("data",)),
+)
+
+
+def config_of(model: str, task: str = "arith", study: bool = False) -> Path:
+    """The packaged config of the demo these flags choose."""
+    (recipe,) = [r for r in RECIPES if (r.model, r.task, r.study) == (model, task, study)]
+    return recipe.config
+
+
+def recipe_of(args: argparse.Namespace) -> Recipe | str:
+    """The recipe the flags choose, checked against --compare and --seeds; else the reason, for the user."""
+    task = args.task or "arith"
+    found = [r for r in RECIPES if (r.model, r.task, r.study) == (args.model, task, args.study)]
+    if not found:
+        demos = "; ".join(r.flags for r in RECIPES)
+        return f"no demo runs --model {args.model} --task {task}{' --study' if args.study else ''}; the demos: {demos}"
+    recipe = found[0]
+    if args.compare and args.compare not in recipe.compares():
+        return f"{recipe.flags} takes --compare {' or '.join(recipe.compares())} only, not {args.compare!r}"
+    if args.seeds != 1 and (not recipe.seeds or args.compare):
+        return "--seeds runs the tiny demo only (without --compare)"
+    return recipe
+
+
+def demo_command(args: argparse.Namespace) -> int:
+    recipe = recipe_of(args)
+    if isinstance(recipe, str):
+        print(f"tirl demo: {recipe}", file=sys.stderr)
+        return 2
+    from tirl.train.signals import EXIT_RESUMABLE, StopRequested
+
+    cfg = load_run_config(args, args.config or recipe.config)
+    try:
+        with claim(cfg.out_dir, "demo"):
+            recipe.run(cfg, args)
+    except StopRequested as e:  # a checkpoint is written: the same command continues from it
+        print(f"tirl demo: {e}", file=sys.stderr)
+        return EXIT_RESUMABLE
+    return 0
 
 
 def compare_command(args: argparse.Namespace) -> int:
@@ -156,14 +177,14 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
     )
     demo.add_argument(
         "--model",
-        choices=sorted(DEMO_MODELS),
+        choices=sorted({r.model for r in RECIPES}),
         default="tiny",
         help="tiny: a ~1M-parameter model built from scratch (configs/demo.yaml); smollm2: SmolLM2-135M-Instruct "
         "learns the code tool, SFT then GRPO-TCR with vLLM (configs/demo-smollm2.yaml; --compare lora adds LoRA RL)",
     )
     demo.add_argument(
         "--task",
-        choices=["arith", *sorted(DEMO_TASKS)],
+        choices=sorted({r.task for r in RECIPES}),
         default=None,
         help="arith: the generated arithmetic (default); gsm8k (with --model smollm2): GSM8K, SFT on stitched trajectories "
         "from the human solutions, GRPO-TCR, 200 held-out test problems x 16 samples "
