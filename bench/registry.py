@@ -41,6 +41,11 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "tools", 0.5, "code_interpreter through the tool API against the sandbox batch called directly"
     ),
     Benchmark("rollout_async", 2, "async agent loop against lock-step on long-tail tool calls"),
+    Benchmark(
+        "agent_program",
+        1,
+        "an agent program on the OpenAI client (agent.program) against tirl's own agent loop",
+    ),
     Benchmark("linear_kernels", 2, "one Linear through MKL, packed oneDNN fp32/bf16 and autocast"),
     Benchmark(
         "engines",

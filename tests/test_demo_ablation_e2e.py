@@ -16,7 +16,7 @@ from typing import Any
 
 from tirl.cli import main
 from tirl.tasks.arith.task import ArithOptions
-from tirl.tasks.task import DemoData, Task
+from tirl.tasks.task import Task, TrainingData
 
 TINY = [  # every stage at its smallest: 48 SFT steps (the format is learned by then), one RL step
     "task=test_demo_ablation_e2e:SAY",
@@ -65,7 +65,7 @@ def _rows(split: str, options: Any, seed: int) -> list[dict[str, Any]]:
     return [_row(i, d, split) for i, d in enumerate(_digits(n, 10 * seed + offset))]
 
 
-def _demo_data(options: Any, seed: int, sandbox: Any, max_tool_response_chars: int) -> DemoData:
+def _training_data(options: Any, seed: int, sandbox: Any, max_tool_response_chars: int) -> TrainingData:
     sft = [
         {
             "messages": [
@@ -75,10 +75,10 @@ def _demo_data(options: Any, seed: int, sandbox: Any, max_tool_response_chars: i
         }
         for d in _digits(options.num_sft, 10 * seed)
     ]
-    return DemoData(sft, _rows("train", options, seed), _rows("test", options, seed), [])
+    return TrainingData(sft, _rows("train", options, seed), _rows("test", options, seed), [])
 
 
-SAY = Task("say", tools=(), system_prompt="", rows=_rows, demo_data=_demo_data, options=ArithOptions)
+SAY = Task("say", tools=(), system_prompt="", rows=_rows, training_data=_training_data, options=ArithOptions)
 
 
 def _numbers(report: dict) -> list:

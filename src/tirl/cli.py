@@ -17,6 +17,7 @@ tirl check-tokens FILE [--model DIR] [--format F] [--config FILE] [--data FILE] 
 tirl model import FILE.gguf --out DIR [--dtype float32|bfloat16]   (or --smollm2 instead of FILE)
 tirl config migrate FILE [--out FILE]   (an older config file in the current keys)
 tirl sandbox serve [--host H] [--port P] [--workers N] [--config FILE] [sandbox.key=value ...]
+tirl serve-policy --config FILE [model.path=DIR ...] [--host H] [--port P] [--out DIR]   (an OpenAI endpoint)
 torchrun --nproc_per_node=N -m tirl sft|rl ...   (FSDP2 over N processes: gloo on CPU, nccl on CUDA)
 tirl plan --config FILE [--stage rl|sft] [--nproc N] [--gpu-gib G] [--arch NAME|config.json] [--json]
 """
@@ -37,6 +38,7 @@ from tirl.commands.data import add_data_parser
 from tirl.commands.models import add_export_parser, add_model_parser
 from tirl.commands.plan import add_plan_parser
 from tirl.commands.sandbox import add_sandbox_parser
+from tirl.commands.serve_policy import add_serve_policy_parser
 from tirl.commands.stage import add_stage_parsers
 from tirl.commands.tokcheck import add_check_tokens_parser
 from tirl.core.config import ConfigError
@@ -59,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_parser(sub)  # tirl data prepare|inspect|stitch|sample|filter (commands/data.py)
     add_check_tokens_parser(sub)  # tirl check-tokens (commands/tokcheck.py)
     add_sandbox_parser(sub)  # tirl sandbox serve (commands/sandbox.py)
+    add_serve_policy_parser(sub)  # tirl serve-policy (commands/serve_policy.py)
     add_model_parser(sub)  # tirl model import (commands/models.py)
     add_config_parser(sub)  # tirl config migrate (commands/config.py)
     return parser

@@ -134,5 +134,5 @@ def test_a_bad_task_fails_at_start_naming_it(capsys):
     assert "task 'examples.nope:task': cannot import 'task' from 'examples.nope'" in err
     assert (
         "unknown task 'nosuch'; valid: aime24, aime25, amc23, arith, gpqa, gsm8k, gsm8k-fewshot, gsm8k-no-tool, "
-        "humaneval, livecodebench, math500 or package.module:attribute" in err
+        "humaneval, livecodebench, math500, verifiers:ENV or package.module:attribute" in err
     )

@@ -9,9 +9,9 @@ from tirl.tasks import load_task
 from tirl.tasks.gsm8k import (
     GSM8KOptions,
     calculator_steps,
-    gsm8k_demo_data,
     gsm8k_records,
     gsm8k_rows,
+    gsm8k_training_data,
     sample_pool,
 )
 
@@ -56,7 +56,7 @@ def test_too_many_problems_for_the_knob_name_the_keys():
 
 def test_demo_data_is_stitched_sft_on_the_pools_front(sandbox):
     cfg = _cfg(num_sft=12)
-    demo = gsm8k_demo_data(*cfg, sandbox, TirlConfig().agent.max_tool_response_chars)
+    demo = gsm8k_training_data(*cfg, sandbox, TirlConfig().agent.max_tool_response_chars)
     assert len(demo.sft_rows) == 12 and demo.rl_rows == gsm8k_rows("train", *cfg)
     sft_ids = [r["problem_id"] for r in demo.sft_rows]
     pool_ids = [r["extra_info"]["id"] for r in sample_pool(*cfg)]

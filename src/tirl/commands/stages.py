@@ -38,7 +38,7 @@ from tirl.train.allocator import bound_onednn_caches, keep_freed_memory
 from tirl.train.manifest import RunIdentity, data_fingerprint
 from tirl.train.resume import resume_point
 from tirl.train.rl import reference
-from tirl.train.rl.check import check_rl, sampling_of
+from tirl.train.rl.check import check_program, check_rl, sampling_of
 from tirl.train.rl.run import assemble
 from tirl.train.rl.trainer import RLTrainer
 from tirl.train.sft import SFTConfig, SFTTrainer, sft_run
@@ -235,6 +235,7 @@ def run_rl(
     checkpoint with this run's data and settings, unless `allow_changes`. `restart`: as `run_sft`'s."""
     sampling = sampling_of(cfg.rollout)
     check_rl(cfg.rl, cfg.rollout, dist.world_size())  # before anything loads
+    check_program(cfg.rl, cfg.agent.program)
     out = Path(out_dir)
     rows = rows if rows is not None else task_rows(cfg, cfg.rl.data, "train")
     if cfg.rl.prompt_rewrite == "verl":
@@ -253,6 +254,7 @@ def run_rl(
     with build_sandbox(cfg.sandbox) as sandbox, closing, contextlib.ExitStack() as stack:
         agent = build_agent(model, tokenizer, cfg, sandbox, model_path=path, work_dir=out)
         stack.callback(agent.engine.close)
+        stack.callback(agent.close)  # an agent program's endpoint
         validate = None
         if cfg.rl.validation.data and (cfg.rl.validation.every or cfg.rl.validation.at_start):
             validate = validator(cfg, out, agent, resolved.label, logger=logger)
@@ -372,7 +374,7 @@ def inference_agent(cfg: TirlConfig, model_path: str | Path | None, work_dir: Pa
     warn_chat_format(tokenizer, model, cfg)
     with build_sandbox(cfg.sandbox) as sandbox:
         agent = build_agent(model, tokenizer, cfg, sandbox, model_path=path, work_dir=work_dir)
-        with contextlib.closing(agent.engine):
+        with contextlib.closing(agent.engine), contextlib.closing(agent):
             yield agent
 
 

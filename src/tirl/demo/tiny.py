@@ -56,15 +56,15 @@ def _tokenizer_corpus(
 def demo_rows(cfg: TirlConfig, out: Path) -> DemoRows:
     """The task's demo data (SFT trajectories through the sandbox, RL and test problems), written to `out`/data."""
     task = load_task(cfg.task.name)
-    if task.demo_data is None:
+    if task.training_data is None:
         raise ValueError(
-            f"task {task.name!r} has no demo data (Task.demo_data): `tirl demo` needs SFT trajectories"
+            f"task {task.name!r} has no training data (Task.training_data): `tirl demo` needs SFT trajectories"
         )
     console.print(
         f"[bold]data[/] task {task.name!r}: SFT, RL and held-out test problems; SFT tool calls run in the sandbox"
     )
     with build_sandbox(cfg.sandbox) as sandbox:
-        demo = task.demo_data(cfg.task, cfg.seed, sandbox, cfg.agent.max_tool_response_chars)
+        demo = task.training_data(cfg.task, cfg.seed, sandbox, cfg.agent.max_tool_response_chars)
     console.print(
         f"{len(demo.sft_rows)} SFT, {len(demo.rl_rows)} RL, {len(demo.test_rows)} held-out test problems"
     )

@@ -86,7 +86,12 @@ def agent_loop(
     config: AgentConfig,
     tools: ToolSet | None = None,
 ) -> AgentLoop:
-    """The loop `rollout.mode` resolves to for this engine (`EngineCapabilities.rollout_loop`)."""
+    """The loop `rollout.mode` resolves to for this engine (`EngineCapabilities.rollout_loop`), or the user's agent
+    program behind the policy endpoint when `agent.program.command` is set."""
+    if config.program.command:
+        from tirl.rollout.gateway.program import ProgramLoop
+
+        return ProgramLoop(engine, renderer, sandbox, config, config.program, tools=tools)
     if capabilities_of(engine).rollout_loop(ro.mode) == "async":
         # the watchdog grows with the response budget (tirl.rollout.timeouts)
         timeout = Throughput(ro.min_tokens_per_s).limit(ro.timeout_s, config.max_response_tokens)

@@ -106,6 +106,11 @@ class Trajectory:
     token_versions: list[int] = field(default_factory=list)
     error: str | None = None  # why the rollout was abandoned (stop_reason "error")
     outcome: Outcome | None = None  # set once graded
+    # the text the verifier grades when it is not the assistant's own turns: an agent program's reported answer
+    graded_text: str | None = None
+    reported_score: float | None = (
+        None  # an agent program's own reward for this sample, used instead of shaping
+    )
 
     def __post_init__(self) -> None:
         if self.problem is not None and not isinstance(self.problem, ProblemRow):
@@ -168,6 +173,11 @@ class Trajectory:
     def assistant_text(self) -> str:
         return "".join(self.turn_texts)
 
+    @property
+    def answer_text(self) -> str:
+        """What the verifier grades: `graded_text` where set, else the assistant's turns."""
+        return self.assistant_text if self.graded_text is None else self.graded_text
+
     def check(self) -> None:
         """Raise if the per-token lists disagree in length (a broken trajectory must never reach the trainer)."""
         n = len(self.response_ids)
@@ -201,6 +211,10 @@ class Trajectory:
             out["token_versions"] = list(self.token_versions)
         if self.error is not None:
             out["error"] = self.error
+        if self.graded_text is not None:
+            out["graded_text"] = self.graded_text
+        if self.reported_score is not None:
+            out["reported_score"] = self.reported_score
         if self.outcome is not None:
             out.update(asdict(self.outcome))
         return out
@@ -235,6 +249,8 @@ class Trajectory:
             token_versions=list(m.get("token_versions", [])),
             error=m.get("error"),
             outcome=outcome,
+            graded_text=m.get("graded_text"),
+            reported_score=m.get("reported_score"),
         )
         return t
 

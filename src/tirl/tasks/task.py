@@ -2,9 +2,10 @@
 
 `tirl rl|eval|demo task=NAME` picks a registered task (`register_task`), `task=my_pkg.tasks:sql_task` imports
 one from the user's own package (installed, or under the working directory) (a `Task`, or a function declared
-`-> Task` that takes no arguments; nothing else named there is called), so adding a task never means editing
-tirl. The verifier is routed through the one registry (`tirl.rewards.registry`): a task that names one sends its
-`data_sources` to it once, when it is registered (a plugin's task or factory, when it is first loaded); two tasks
+`-> Task` that takes no arguments; nothing else named there is called), and `task=PREFIX:NAME` asks a registered
+task source (`register_task_source`: `verifiers:ENV`, a verifiers environment) to build one, so adding a task
+never means editing tirl. The verifier is routed through the one registry (`tirl.rewards.registry`): a task
+that names one sends its `data_sources` to it once, when it is registered (a plugin's task or factory, when it is first loaded); two tasks
 that send one source to different verifiers are an error, so which verifier grades a row never depends on which
 task a run loaded. Rows come from the stage's data file when one is set (`rl.data`,
 `eval.data`), else from the task's `rows(split, options, seed)` ("train" for RL, "test" for eval): a task is built from its own
@@ -56,8 +57,9 @@ def default_task_options() -> TaskOptions:
 
 
 @dataclass(frozen=True)
-class DemoData:
-    """What `tirl demo` trains and evaluates on: SFT conversations, RL and held-out prompts, warm-up rows."""
+class TrainingData:
+    """What a run from scratch trains and evaluates on (`tirl demo` runs one): SFT conversations, RL and held-out
+    prompts, warm-up rows."""
 
     sft_rows: list[dict[str, Any]]
     rl_rows: list[dict[str, Any]]
@@ -69,7 +71,7 @@ class DemoData:
 class Task:
     """One task. `tools` are listed in the system turn and dispatched by name; `verifier` (a registered name) grades
     rows of `data_sources`; `system_prompt` is used when `chat.system_prompt` is empty; `rows(split, options, seed)`
-    gives verl-schema rows; `demo_data(options, seed, sandbox, max_tool_response_chars)` what `tirl demo` needs
+    gives verl-schema rows; `training_data(options, seed, sandbox, max_tool_response_chars)` what `tirl demo` needs
     (SFT trajectories included, their tool outputs cut as the agent cuts them); `options` the dataclass of its
     `task.*` settings, which both callbacks get (`cfg.task`) with the run's `seed`; `prepare(wording, split)` a
     whole split as `tirl data prepare NAME` writes it, for a task that ships its data; `user_file` what file a task
@@ -82,7 +84,7 @@ class Task:
     data_sources: Sequence[str] = ()
     system_prompt: str | None = None
     rows: Callable[[str, TaskOptions, int], list[dict[str, Any]]] | None = None
-    demo_data: Callable[[TaskOptions, int, Sandbox, int], DemoData] | None = None
+    training_data: Callable[[TaskOptions, int, Sandbox, int], TrainingData] | None = None
     options: type[TaskOptions] = TaskOptions  # the task's `task.*` settings: a TaskOptions subclass
     # `tirl data prepare NAME`: every problem of a split ("test", "train") as rows, in a wording ("recipe", "plain")
     prepare: Callable[..., list[dict[str, Any]]] | None = None
@@ -124,6 +126,14 @@ class Task:
 
 
 _TASKS: dict[str, Task | Callable[[], Task] | str] = {}
+_TASK_SOURCES: dict[str, tuple[str, str]] = {}  # spec prefix -> (its factory's module:function, usage)
+
+
+def register_task_source(prefix: str, factory: str, usage: str) -> None:
+    """Make `task=PREFIX:REST` a task another library defines (`verifiers:ENV`): the function `factory` names
+    (`package.module:function`, imported on first use, as a plugin is) builds the Task from REST; `usage` is how
+    the error for an unknown task names the form (`verifiers:ENV`)."""
+    _TASK_SOURCES[prefix] = (factory, usage)
 
 
 def register_task(task: Task | Callable[[], Task] | str, name: str | None = None) -> None:
@@ -174,6 +184,10 @@ def load_task(spec: str) -> Task:
             os.getcwd() not in sys.path
         ):  # as `python -m` and uvicorn do: the user's package in the working directory
             sys.path.append(os.getcwd())
+        if module in _TASK_SOURCES:
+            factory, _ = _TASK_SOURCES[module]
+            where, _, name = factory.partition(":")
+            return getattr(importlib.import_module(where), name)(attr).route_sources()
         try:
             obj = getattr(importlib.import_module(module), attr)
         except (ImportError, AttributeError) as e:
@@ -189,7 +203,8 @@ def load_task(spec: str) -> Task:
             return load_task(obj)
     else:
         raise ValueError(
-            f"unknown task {spec!r}; valid: {', '.join(task_names())} or package.module:attribute"
+            f"unknown task {spec!r}; valid: {', '.join([*task_names(), *(u for _, u in _TASK_SOURCES.values())])}"
+            " or package.module:attribute"
         )
     if isinstance(obj, Task):
         return obj if spec in _TASKS else obj.route_sources()  # a registered Task was routed when registered

@@ -77,6 +77,9 @@ class Tool:
     def run_batch(self, arguments: Sequence[dict[str, Any]], sandbox: Sandbox | None) -> list[ToolOutput]:
         raise NotImplementedError
 
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({getattr(self, 'name', None)!r})"
+
 
 _threads = concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="tirl-tool")
 _groups = concurrent.futures.ThreadPoolExecutor(
@@ -177,7 +180,7 @@ class ToolSet:
         self.tools: dict[str, Tool] = {}
         for t in map(as_tool, tools):
             if t.name in self.tools:
-                raise ValueError(f"two tools are named {t.name!r}")
+                raise ValueError(f"two tools are named {t.name!r}: {self.tools[t.name]!r} and {t!r}")
             self.tools[t.name] = t
 
     def configured(self, options: ToolOptions) -> ToolSet:

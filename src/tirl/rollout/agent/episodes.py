@@ -33,7 +33,7 @@ def responses_of(trajs: Sequence[Trajectory]) -> list[Response]:
             raise ValueError(
                 f"trajectory {i} has no problem to grade against: roll it out with an Origin (AgentLoop.run origins=)"
             )
-        out.append(Response(t.assistant_text, t.problem, t.num_executed_calls, t.response_length))
+        out.append(Response(t.answer_text, t.problem, t.num_executed_calls, t.response_length))
     return out
 
 
@@ -78,6 +78,8 @@ def rollout_and_score(
             responses_of(trajs), reward, max_len=agent.config.max_response_tokens, sandbox=agent.sandbox
         )
     for t, sc in zip(trajs, scores, strict=True):
+        if t.reported_score is not None:  # an agent program's own reward (agent.program.reward=program)
+            sc.reward, sc.parts = t.reported_score, {"reported": t.reported_score}
         t.outcome = Outcome(sc.correct, sc.reward, sc.pred, sc.verdict)
     return trajs, scores
 

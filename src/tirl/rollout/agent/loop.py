@@ -42,6 +42,10 @@ def stop_token_ids(renderer: ChatRenderer, config: AgentConfig) -> list[int]:
 class AgentLoop:
     """Runs batches of prompts to finished trajectories."""
 
+    # a trajectory is its problem's prompt re-rendered plus the loop's turns (what the RL step's token check
+    # re-renders); an agent program writes its own prompts (`tirl.rollout.gateway.program`)
+    builds_from_problem = True
+
     def __init__(
         self,
         engine: Engine,
@@ -103,6 +107,14 @@ class AgentLoop:
         for t in trajs:
             t.check()
         return trajs
+
+    def episode_metrics(self) -> dict[str, float]:
+        """Counts of the last `run`'s episodes for the RL step's metrics (none for tirl's own loop: its
+        trajectories say everything)."""
+        return {}
+
+    def close(self) -> None:
+        """What the loop itself holds (an agent program's endpoint); the engine is closed by its owner."""
 
     def _execute(self, calls: list[ToolCall]) -> list[ToolOutput]:
         return execute_tool_calls(self.tools, self.sandbox, calls, self.config)

@@ -4,7 +4,7 @@ from scratch starts on (`warmup.py`) and the task with its options (`task.py`). 
 
 from tirl.tasks.arith.problems import STYLES, Problem, split_problems
 from tirl.tasks.arith.solver import SolverConfig, scripted_trajectories
-from tirl.tasks.arith.task import ARITH, ArithOptions, arith_demo_data, arith_rows
+from tirl.tasks.arith.task import ARITH, ArithOptions, arith_rows, arith_training_data
 from tirl.tasks.arith.warmup import copy_warmup_rows
 
 __all__ = [
@@ -13,7 +13,7 @@ __all__ = [
     "ArithOptions",
     "Problem",
     "SolverConfig",
-    "arith_demo_data",
+    "arith_training_data",
     "arith_rows",
     "copy_warmup_rows",
     "scripted_trajectories",

@@ -14,7 +14,7 @@ from tirl.core.config import MAX_ROWS, check_counts
 from tirl.tasks.arith.problems import STYLES, Problem, split_problems
 from tirl.tasks.arith.solver import SolverConfig, scripted_trajectories
 from tirl.tasks.arith.warmup import copy_warmup_rows
-from tirl.tasks.task import DemoData, Task, TaskOptions, register_task
+from tirl.tasks.task import Task, TaskOptions, TrainingData, register_task
 
 if TYPE_CHECKING:
     from tirl.sandbox.types import Sandbox
@@ -60,15 +60,15 @@ def arith_rows(split: str, options: ArithOptions, seed: int) -> list[dict[str, A
     return [p.to_row() for p in (rl if split == "train" else test)]
 
 
-def arith_demo_data(
+def arith_training_data(
     options: ArithOptions, seed: int, sandbox: Sandbox, max_tool_response_chars: int
-) -> DemoData:
+) -> TrainingData:
     """Disjoint SFT / RL / test problems; SFT trajectories written by the scripted solver through the sandbox (its
     tool outputs cut at `task.solver.max_tool_response_chars`, not the agent's cap)."""
     sft, rl, test = _splits(options, seed)
     sft_rows = scripted_trajectories(sft, sandbox, options.solver, seed=seed)
-    return DemoData(sft_rows, [p.to_row() for p in rl], [p.to_row() for p in test], copy_warmup_rows(sft))
+    return TrainingData(sft_rows, [p.to_row() for p in rl], [p.to_row() for p in test], copy_warmup_rows(sft))
 
 
-ARITH = Task("arith", rows=arith_rows, demo_data=arith_demo_data, options=ArithOptions)
+ARITH = Task("arith", rows=arith_rows, training_data=arith_training_data, options=ArithOptions)
 register_task(ARITH)

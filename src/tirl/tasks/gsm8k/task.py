@@ -34,7 +34,7 @@ from tirl.data.benchmarks import math_prompt
 from tirl.tasks.gsm8k.data import DATA_SOURCES, gsm8k_answer, gsm8k_id, gsm8k_records, prepare_gsm8k
 from tirl.tasks.gsm8k.stitch import StitchConfig, stitch_rows
 from tirl.tasks.gsm8k.verifier import VERIFIER
-from tirl.tasks.task import DemoData, Task, TaskOptions, register_task
+from tirl.tasks.task import Task, TaskOptions, TrainingData, register_task
 
 if TYPE_CHECKING:
     from tirl.sandbox.types import Sandbox
@@ -150,9 +150,9 @@ def study_splits(options: GSM8KOptions, seed: int) -> tuple[list[dict[str, Any]]
     return [_row(records[i], "train", i) for i in front[cut:]], front[:cut]
 
 
-def gsm8k_demo_data(
+def gsm8k_training_data(
     options: GSM8KOptions, seed: int, sandbox: Sandbox, max_tool_response_chars: int, *, style: str = "code"
-) -> DemoData:
+) -> TrainingData:
     """The first `num_sft` stitchable problems of the front part as SFT rows stitched in `style`; RL and test
     rows."""
     front, _ = _train_parts(options, seed)
@@ -169,7 +169,7 @@ def gsm8k_demo_data(
         rows += more
     if len(rows) < want:
         raise ValueError(f"gsm8k: only {len(rows)} stitchable train problems, task.num_sft = {want}")
-    return DemoData(rows[:want], gsm8k_rows("train", options, seed), gsm8k_rows("test", options, seed))
+    return TrainingData(rows[:want], gsm8k_rows("train", options, seed), gsm8k_rows("test", options, seed))
 
 
 GRADED = {"verifier": VERIFIER, "data_sources": DATA_SOURCES}
@@ -178,7 +178,7 @@ register_task(
         "gsm8k",
         **GRADED,
         rows=gsm8k_rows,
-        demo_data=gsm8k_demo_data,
+        training_data=gsm8k_training_data,
         options=GSM8KOptions,
         prepare=prepare_gsm8k,
     )
@@ -186,6 +186,6 @@ register_task(
 register_task(
     Task(
         "gsm8k-no-tool", **GRADED, tools=(), system_prompt=NO_TOOL_PROMPT, rows=gsm8k_rows,
-        demo_data=functools.partial(gsm8k_demo_data, style="plain"), options=GSM8KOptions,
+        training_data=functools.partial(gsm8k_training_data, style="plain"), options=GSM8KOptions,
     )
 )  # fmt: skip

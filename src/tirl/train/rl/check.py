@@ -15,6 +15,7 @@ from tirl.rollout.factory import capabilities_for, preflight
 from tirl.rollout.sampling import SamplingParams
 
 if TYPE_CHECKING:
+    from tirl.rollout.agent.config import ProgramConfig
     from tirl.train.rl.config import RLConfig
 
 
@@ -34,6 +35,16 @@ def check_rl(rl: RLConfig, ro: RolloutConfig, world: int) -> None:
             "use rollout.mode=async (or auto with a server engine)"
         )
     preflight(ro)
+
+
+def check_program(rl: RLConfig, program: ProgramConfig) -> None:
+    """An agent program's episodes of a step run inside one rollout call (the endpoint samples at one policy
+    version): no streaming and no sampling ahead of the update."""
+    if program.command and (rl.stream.enabled or rl.off_policy_steps):
+        raise ValueError(
+            "agent.program.command runs each step's episodes before its update: set rl.stream.enabled=false and "
+            "rl.off_policy_steps=0"
+        )
 
 
 def check_engine(rl: RLConfig, caps: EngineCapabilities, sampling: SamplingParams, world: int) -> None:

@@ -124,7 +124,12 @@ class RLTrainer:
         sampled = self.sampling_mode.batch(self.step_done)
         trajs, scores = sampled.trajs, sampled.scores
         t_rollout = time.time() - t0
-        fidelity = token_fidelity(trajs, self.run.agent.renderer, self.run.agent.config.token_stream)
+        agent = self.run.agent
+        fidelity = (
+            token_fidelity(trajs, agent.renderer, agent.config.token_stream)
+            if agent.builds_from_problem
+            else {}
+        )
         rewards = torch.tensor([s.reward for s in scores])
         groups = torch.tensor([t.group for t in trajs])
         adv = self.adv_fn(rewards, groups)
@@ -138,6 +143,7 @@ class RLTrainer:
         metrics, stats = global_rollout_metrics(trajs, scores, rewards, groups, adv)
         metrics.update(update)
         metrics.update(fidelity)
+        metrics.update(dist.sum_floats(agent.episode_metrics()))  # an agent program's episode outcomes
         metrics.update(sampled.metrics)
         metrics.update(rank_reduced(mismatch | sampled.staleness))
         perf = self.timers.pop()
