@@ -322,3 +322,40 @@ def test_a_reported_score_is_the_reward_and_a_missing_one_trains_nothing(tool_re
     assert reported[0].outcome.score == 0.75 and reported[0].to_dict()["meta"]["reported_score"] == 0.75
     assert mute[0].response_ids == [] and mute[0].error.startswith("no_score")
     assert loop.episode_metrics()["agent/no_score"] == 1
+
+
+def test_a_request_that_breaks_the_engine_fails_only_its_own_episode(tool_renderer) -> None:
+    import concurrent.futures
+
+    from tirl.rollout.gateway.server import Batcher
+
+    class Picky(ScriptedEngine):
+        def generate(self, prompts, params, **kw):
+            if any(7 in p for p in prompts):
+                raise RuntimeError("the engine cannot take id 7")
+            return super().generate(prompts, params, **kw)
+
+    batcher = Batcher(Picky(tool_renderer, ["fine"]))
+    good, bad = concurrent.futures.Future(), concurrent.futures.Future()
+    batcher._generate([([1, 2], 4, good), ([7], 4, bad)])  # one batch: it fails, then each runs alone
+    assert good.result(timeout=5).token_ids and "id 7" in str(bad.exception(timeout=5))
+
+
+def test_ids_outside_the_vocabulary_and_oversized_requests_are_refused(tool_renderer) -> None:
+    import httpx
+
+    from tirl.rollout.gateway.server import MAX_REQUEST_CHARS
+
+    gateway, server = served(ScriptedEngine(tool_renderer, ["a"]), tool_renderer)
+    try:
+        gateway.open("e5")
+        post = lambda path, body: httpx.post(f"{server.url}{path}", json=body, timeout=30)  # noqa: E731
+        vocab = len(tool_renderer.tokenizer)
+        outside = post("/episodes/e5/v1/completions", {"prompt": [1, vocab]})
+        assert outside.status_code == 400 and f"[0, {vocab})" in outside.json()["error"]["message"]
+        huge = [{"role": "user", "content": "x" * (MAX_REQUEST_CHARS + 1)}]
+        big = post("/episodes/e5/v1/chat/completions", {"messages": huge})
+        assert big.status_code == 400 and big.json()["error"]["code"] == "request_too_large"
+    finally:
+        server.stop()
+    assert gateway.close("e5").calls == []

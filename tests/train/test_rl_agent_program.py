@@ -81,3 +81,39 @@ def test_an_agent_program_is_refused_with_streaming_or_sampling_ahead():
     check_program(RLConfig(off_policy_steps=1), ProgramConfig())  # no program: nothing to refuse
     with pytest.raises(ValueError, match="rl.off_policy_steps=0"):
         check_program(RLConfig(off_policy_steps=1), program)
+
+
+def test_a_split_episode_trains_each_run_of_calls_in_its_group(tokenizer, sandbox, tmp_path):
+    """A program that edits the model's reply before asking again diverges: with on_divergence=split, an RL step
+    trains both runs of calls as samples of the episode's group."""
+    program_file = tmp_path / "editor.py"
+    program_file.write_text(
+        "import json, sys\n"
+        "from openai import OpenAI\n"
+        "e = json.loads(sys.stdin.read()); client = OpenAI(); msgs = list(e['messages'])\n"
+        "first = client.chat.completions.create(model='p', messages=msgs).choices[0].message\n"
+        "msgs += [{'role': 'assistant', 'content': (first.content or '') + ' (edited)'},\n"
+        "         {'role': 'user', 'content': 'Go on.'}]\n"
+        "last = client.chat.completions.create(model='p', messages=msgs).choices[0].message\n"
+        "print(json.dumps({'answer': last.content}))\n"
+    )
+    torch.manual_seed(0)
+    model = make_model(tokenizer)
+    renderer = ChatRenderer(tokenizer)
+    engine = RecordingEngine(model, eos_ids=[renderer.eos_id], pad_id=renderer.pad_id)
+    program = ProgramConfig(command=f"{sys.executable} {program_file}", on_divergence="split", timeout_s=120)
+    agent = ProgramLoop(
+        engine, renderer, sandbox, AgentConfig(max_tokens_per_turn=8, program=program), program
+    )
+    rows = [
+        {"prompt": [{"role": "user", "content": "What is 1 + 1?"}], "reward_model": {"ground_truth": "2"}}
+    ]
+    rl = RLConfig(steps=1, prompts_per_step=1, n=2, mini_batch_size=4, optim=OptimConfig(lr=1e-3))
+    trainer = rl_trainer(model, tokenizer, agent, rows, rl, tmp_path)
+    try:
+        m = trainer.step()
+    finally:
+        agent.close()
+    assert m["agent/episodes"] == 2 and m["agent/divergent"] == 2 and m["agent/samples"] == 4
+    trajs = trainer.last_trajectories
+    assert len(trajs) == 4 and {t.group for t in trajs} == {0} and all(t.response_ids for t in trajs)

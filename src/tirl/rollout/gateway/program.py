@@ -126,9 +126,8 @@ class ProgramLoop(AgentLoop):
         e = self.gateway.close(eid)
         e.answer = done.answer if done.answer is not None else e.answer
         e.score = done.score if done.score is not None else e.score
-        if (
-            done.status != "ok" or e.status == "ok"
-        ):  # a spent budget stays "budget" when the program ended well
+        # how the program ended, except that a spent budget stays "budget" when the program then ended well
+        if done.status != "ok" or e.status == "ok":
             e.status, e.detail = done.status, done.detail
         if e.status == "ok" and not e.calls:
             e.status, e.detail = "no_calls", "the program never called the model"

@@ -31,6 +31,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 
 from tirl.chat.template import ChatRenderer
+from tirl.data.lengths import MAX_CHARS_PER_TOKEN, text_chars
 from tirl.rollout.agent.config import AgentConfig, ProgramConfig
 from tirl.rollout.engines.base import Engine
 from tirl.rollout.gateway.episode import Call, Episode, continues
@@ -39,6 +40,9 @@ from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation, Origin
 
 BATCH_WINDOW_S = 0.005  # how long the sampler waits for more requests to join a batch
+# characters of a request's text, refused before any tokenizer sees it: MAX_CHARS_PER_TOKEN x 2^17 tokens, above any
+# context tirl trains (tirl.data.lengths explains the bound)
+MAX_REQUEST_CHARS = MAX_CHARS_PER_TOKEN << 17
 
 
 class Batcher:
@@ -65,19 +69,27 @@ class Batcher:
                     batch.append(self.queue.get(timeout=left))
                 except queue.Empty:
                     break
-            try:
-                gens = self.engine.generate(
-                    [p for p, _, _ in batch],
-                    self.params,
-                    max_new_tokens=[m for _, m, _ in batch],
-                    generator=self.generator,
-                )
-            except BaseException as e:  # noqa: BLE001 - each waiting request gets the engine's error
-                for *_, f in batch:
-                    f.set_exception(e)
-                continue
-            for (*_, f), g in zip(batch, gens, strict=True):
-                f.set_result(g)
+            self._generate(batch)
+
+    def _generate(self, batch: list[tuple[list[int], int, concurrent.futures.Future]]) -> None:
+        """One engine call for `batch`; if it fails, each request alone, so that one bad request fails only
+        its own episode."""
+        try:
+            gens = self.engine.generate(
+                [p for p, _, _ in batch],
+                self.params,
+                max_new_tokens=[m for _, m, _ in batch],
+                generator=self.generator,
+            )
+        except Exception as e:  # noqa: BLE001 - given to the waiting request(s)
+            if len(batch) > 1:
+                for one in batch:
+                    self._generate([one])
+            else:
+                batch[0][2].set_exception(e)
+            return
+        for (*_, f), g in zip(batch, gens, strict=True):
+            f.set_result(g)
 
 
 @dataclass
@@ -145,6 +157,10 @@ class Gateway:
 
     def chat(self, episode_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
         state = self._state(episode_id)
+        if text_chars(body, stop_after=MAX_REQUEST_CHARS) > MAX_REQUEST_CHARS:
+            raise RequestError(
+                f"the request has more than {MAX_REQUEST_CHARS} characters", 400, "request_too_large"
+            )
         messages, tools = messages_of(body), tools_of(body)
         with state.lock:
             e = state.episode
@@ -172,6 +188,12 @@ class Gateway:
     def complete(self, episode_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
         state = self._state(episode_id)
         raw = body.get("prompt")
+        if text_chars(raw, stop_after=MAX_REQUEST_CHARS) > MAX_REQUEST_CHARS or (
+            isinstance(raw, list) and len(raw) > MAX_REQUEST_CHARS
+        ):
+            raise RequestError(
+                f"the prompt is longer than {MAX_REQUEST_CHARS} characters or ids", 400, "request_too_large"
+            )
         if isinstance(raw, list) and len(raw) == 1 and isinstance(raw[0], (str, list)):
             raw = raw[0]  # one prompt in a list
         if isinstance(raw, str):
@@ -226,6 +248,9 @@ class Gateway:
             raise RequestError(
                 f"the episode made agent.program.max_calls={self.program.max_calls} calls", 400, "max_calls"
             )
+        vocab = len(self.renderer.tokenizer)
+        if any(not 0 <= i < vocab for i in prompt):
+            raise RequestError(f"prompt token ids must lie in [0, {vocab}): the policy's vocabulary")
         prev = e.calls[-1] if e.calls else None
         joined = continues(prev, prompt)
         if not joined:
@@ -241,7 +266,15 @@ class Gateway:
         asked = body.get("max_completion_tokens") or body.get("max_tokens") or cfg.max_tokens_per_turn
         if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1:
             raise RequestError(f"max_tokens must be a positive integer, got {asked!r}")
-        g = self.sampler.sample(prompt, min(asked, cfg.max_tokens_per_turn, left))
+        room = self.sampler.engine.max_positions - len(prompt) if self.sampler.engine.max_positions else left
+        if room < 1:
+            raise RequestError(
+                f"the prompt's {len(prompt)} tokens fill the model's {self.sampler.engine.max_positions} "
+                "positions",
+                400,
+                "context_length_exceeded",
+            )
+        g = self.sampler.sample(prompt, min(asked, cfg.max_tokens_per_turn, left, room))
         if g.finish_reason == "error":
             raise RequestError("the engine failed on this request", 500, "engine_error")
         text = self.renderer.tokenizer.decode(g.token_ids, skip_special_tokens=False)
