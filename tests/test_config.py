@@ -431,3 +431,23 @@ def test_an_old_demo_config_with_the_tiny_model_under_task_migrates_to_demo(tmp_
     notes = migrate_file(old)
     assert sorted(notes) == ["task.tiny -> demo.tiny", "task.warmup -> demo.warmup"]
     assert load_config(TirlConfig, old) == load_config(TirlConfig, packaged)
+
+
+def test_a_task_override_over_a_file_whose_task_section_names_no_task_starts_from_that_tasks_defaults():
+    """configs/demo.yaml sets arith's options without `task.name` (arith is the default): `task=gsm8k` over it
+    (task.name=gsm8k) switches the variant, so arith's options are dropped rather than refused as unknown keys of GSM8K's."""
+    from tirl.core.config import read_config_file
+    from tirl.demo.command import DEMO_CONFIG
+
+    assert (
+        "name" not in read_config_file(DEMO_CONFIG)["task"]
+        and "num_sft" in read_config_file(DEMO_CONFIG)["task"]
+    )
+    cfg = load_config(TirlConfig, DEMO_CONFIG, ["task.name=gsm8k"])
+    assert cfg.task.name == "gsm8k" and cfg.task == type(cfg.task)(
+        name="gsm8k"
+    )  # GSM8K's defaults, not arith's
+    assert (
+        load_config(TirlConfig, DEMO_CONFIG, ["task.name=arith"]).task.num_sft
+        == read_config_file(DEMO_CONFIG)["task"]["num_sft"]
+    )

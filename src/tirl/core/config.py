@@ -407,8 +407,10 @@ def _apply_override(
             if is_variant != variants:
                 return
             value = _parse_override(raw, tp, item)
-            if is_variant and node.get(part, value) != value:
-                node.clear()  # another variant: it starts from its own defaults, not the old one's options
+            # another variant (than the section's own, or its default when the file names none): it starts from
+            # its own defaults, not the old one's options
+            if is_variant and node.get(part, _init_fields(section)[part].default) != value:
+                node.clear()
             node[part] = value
             return
         sub = _dataclass_of(tp)
