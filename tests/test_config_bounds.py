@@ -1,4 +1,4 @@
-"""Every count a config sets has an upper bound (`tirl.core.config.MAX_*`), refused as the config loads with its key,
+"""Every count a config sets has an upper bound (`tirl.core.bounds.MAX_*`), refused as the config loads with its key,
 before any work; the recipes' own values stay well inside."""
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import pytest
 
 from tirl.algorithms.losses import _LOSS_OPTIONS
 from tirl.commands.run_config import TirlConfig
-from tirl.core.config import MAX_IN_FLIGHT, ConfigError, _dataclass_of, _hints, check_range, load_config
+from tirl.core.bounds import MAX_IN_FLIGHT, check_range
+from tirl.core.config import ConfigError, _dataclass_of, _hints, load_config
 from tirl.tasks.task import TaskOptions
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "src" / "tirl" / "configs").glob("*.yaml"))

@@ -81,6 +81,13 @@ def test_an_agent_program_is_refused_with_streaming_or_sampling_ahead():
     check_program(RLConfig(off_policy_steps=1), ProgramConfig())  # no program: nothing to refuse
     with pytest.raises(ValueError, match="rl.off_policy_steps=0"):
         check_program(RLConfig(off_policy_steps=1), program)
+    from tirl.rollout.config import RolloutConfig
+    from tirl.train.rl.check import check_rl
+
+    with pytest.raises(
+        ValueError, match="agent.program.command runs each step's episodes"
+    ):  # the stage's check
+        check_rl(RLConfig(off_policy_steps=1), RolloutConfig(engine="vllm"), 1, program)
 
 
 def test_a_split_episode_trains_each_run_of_calls_in_its_group(tokenizer, sandbox, tmp_path):

@@ -268,7 +268,7 @@ def _check_finite(
     name: str, value: float, low: float, high: float | None = None, *, low_open: bool = False
 ) -> None:
     """Raise unless `value` is finite and in [low, high) (`low_open`: (low, ...)); NaN fails every comparison, so
-    `if value < low` alone lets it through. The message reads as `tirl.core.config.check_range`'s."""
+    `if value < low` alone lets it through. The message reads as `tirl.core.bounds.check_range`'s."""
     above = value > low if low_open else value >= low
     if not (math.isfinite(value) and above and (high is None or value < high)):
         lo = f"{low} {'<' if low_open else '<='} {name}" + ("" if high is None else f" < {high}")
@@ -292,7 +292,7 @@ class LossOptions:
     token_mean: Literal["exact", "micro"] = "exact"
 
     def __post_init__(self) -> None:
-        if not 0 <= self.norm_len <= 1 << 20:  # tirl.core.config.MAX_TOKENS, which this layer does not import
+        if not 0 <= self.norm_len <= 1 << 20:  # tirl.core.bounds.MAX_TOKENS, which this layer does not import
             raise ValueError(f"norm_len must be 0-{1 << 20} (0 = the response budget), got {self.norm_len}")
 
     @classmethod

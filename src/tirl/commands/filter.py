@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from tirl.commands.sample import add_sampling_arguments, check_in_flight, check_outputs, load_problems
-from tirl.core.config import MAX_COUNT, check_range
+from tirl.core.bounds import MAX_COUNT, check_range
 from tirl.eval.pass_rate_filter import Band, FilterStats, filtered_rows
 from tirl.eval.rejection_sampling import engine_dir, summary_path
 

@@ -52,7 +52,7 @@ def load_problems(args: argparse.Namespace) -> tuple[Any, list[dict[str, Any]]]:
 
 def check_in_flight(option: str, n: int, batch_problems: int) -> None:
     """Refuse `n` samples (of `option`) of `eval.batch_problems` problems each batch past what a run holds at once."""
-    from tirl.core.config import MAX_IN_FLIGHT, check_product
+    from tirl.core.bounds import MAX_IN_FLIGHT, check_product
 
     check_product(
         (option, "eval.batch_problems"), (n, batch_problems), MAX_IN_FLIGHT, "trajectories held at once",

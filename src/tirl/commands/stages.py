@@ -38,7 +38,7 @@ from tirl.train.allocator import bound_onednn_caches, keep_freed_memory
 from tirl.train.manifest import RunIdentity, data_fingerprint
 from tirl.train.resume import resume_point
 from tirl.train.rl import reference
-from tirl.train.rl.check import check_program, check_rl, sampling_of
+from tirl.train.rl.check import check_rl, sampling_of
 from tirl.train.rl.run import assemble
 from tirl.train.rl.trainer import RLTrainer
 from tirl.train.sft import SFTConfig, SFTTrainer, sft_run
@@ -234,8 +234,7 @@ def run_rl(
     policy's, so a resumed run never takes its resumed policy as the reference. The checkpoint must be an RL
     checkpoint with this run's data and settings, unless `allow_changes`. `restart`: as `run_sft`'s."""
     sampling = sampling_of(cfg.rollout)
-    check_rl(cfg.rl, cfg.rollout, dist.world_size())  # before anything loads
-    check_program(cfg.rl, cfg.agent.program)
+    check_rl(cfg.rl, cfg.rollout, dist.world_size(), cfg.agent.program)  # before anything loads
     out = Path(out_dir)
     rows = rows if rows is not None else task_rows(cfg, cfg.rl.data, "train")
     if cfg.rl.prompt_rewrite == "verl":

@@ -20,8 +20,8 @@ ordinary field (each engine's `rollout.<name>.*`, `tirl.rollout.config`), so not
 
 YAML is read by `tirl.core.yamlread`, tirl's one YAML reader: aliases are allowed, but a document whose aliases
 expand it past `MAX_EXPANDED_VALUES` values, an alias inside the value it names, or a key given twice in one
-mapping is refused as it loads. Values shown in error messages are shortened (`_shown`): a huge value would flood
-the message.
+mapping is refused as it loads. Values shown in error messages are shortened (`tirl.core.bounds.shown`): a huge value would
+flood the message. The bounds values must lie in, and their checks, are `tirl.core.bounds`.
 
 Deliberately not here: interpolation, includes, `_component_`-style object construction or generated YAML.
 A reader finds what runs by reading the dataclasses.
@@ -31,9 +31,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import math
 import re
-import reprlib
 import types
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -41,6 +39,7 @@ from typing import Any, Literal, TypeVar, Union, get_args, get_origin, get_type_
 
 import yaml
 
+from tirl.core.bounds import shown
 from tirl.core.errors import ConfigError
 from tirl.core.io import atomic_write_text
 from tirl.core.yamlread import load_yaml, read_yaml_file
@@ -49,76 +48,6 @@ T = TypeVar("T")
 
 # PyYAML follows YAML 1.1, where `1e-3` (no dot) is a string; these strings are accepted for float fields.
 _FLOAT_RE = re.compile(r"^[-+]?(\d+(\.\d*)?|\.\d+)([eE][-+]?\d+)?$")
-MAX_SHOWN_CHARS = 200  # of a value repeated in an error message
-
-# Upper bounds of the counts a config sets (`check_counts`), each far above what a real run uses; a value past one is
-# refused as the config loads, naming its key, where it would otherwise allocate until the machine runs out of
-# memory (`eval.n=1000000000` did) or spawn without end. The recipes' own values are in src/tirl/configs/recipe-*.yaml.
-MAX_TOKENS = 1 << 20  # a sequence, prompt, response or turn: 8x the longest context of the models tirl trains
-MAX_BATCH_TOKENS = 1 << 26  # padded tokens per forward/backward (the recipe: 23,040)
-MAX_COUNT = 1 << 16  # samples per problem, problems or sequences of a batch, turns, calls (pass@k: ~10,000)
-MAX_IN_FLIGHT = 1 << 16  # trajectories held at once: samples x problems (the recipe: 16 x 64 = 1,024)
-MAX_STEPS = 10**7  # optimizer steps, epochs, steps between saves or validations (the recipe: 1,410 steps)
-MAX_ROWS = 1 << 20  # rows a task generates or draws
-MAX_PROCESSES = 4096  # worker processes or threads: above the core count of any one machine
-MAX_CHARS = 1 << 26  # characters of one tool response kept
-MAX_RETRIES = 100
-
-
-_REPR = reprlib.Repr()
-_REPR.maxlevel, _REPR.maxlist, _REPR.maxtuple, _REPR.maxdict = 3, 8, 8, 8
-_REPR.maxstring = _REPR.maxother = _REPR.maxlong = MAX_SHOWN_CHARS
-
-
-def _shown(value: Any) -> str:
-    """`repr(value)` shortened to about `MAX_SHOWN_CHARS` characters (a huge value would flood the message)."""
-    text = _REPR.repr(value)
-    return text if len(text) <= MAX_SHOWN_CHARS else text[: MAX_SHOWN_CHARS - 3] + "..."
-
-
-def check_range(
-    name: str,
-    value: float,
-    low: float | None = None,
-    high: float | None = None,
-    *,
-    low_open: bool = False,
-    high_open: bool = False,
-    low_name: str = "",
-) -> None:
-    """Raise ValueError unless `value` is finite and within [low, high] (open ends where asked; `low_name`: the
-    setting `low` comes from). NaN compares false with everything, so `if value < 0` alone lets it through, to
-    fail minutes later in the loss."""
-    # an int is finite, even one past a float's range (where math.isfinite would raise OverflowError)
-    ok = isinstance(value, int) or math.isfinite(value)
-    ok = ok and (low is None or (value > low if low_open else value >= low))
-    ok = ok and (high is None or (value < high if high_open else value <= high))
-    if not ok:
-        bound = f"{low_name} ({low})" if low_name else f"{low}"
-        lo = "" if low is None else f"{bound} {'<' if low_open else '<='} "
-        hi = "" if high is None else f" {'<' if high_open else '<='} {high}"
-        what, shown = ("an integer", _shown(value)) if isinstance(value, int) else ("a finite number", value)
-        raise ValueError(f"{name}={shown} must be {what}{' with ' + lo + name + hi if lo or hi else ''}")
-
-
-def check_counts(obj: Any, section: str, bounds: Mapping[str, tuple[int, int]]) -> None:
-    """`check_range` for each integer field of `obj` that `bounds` names, within its (low, high), named
-    `section.field` in the error (a field that is not an int, such as `micro_batch_tokens: auto`, is skipped)."""
-    for name, (low, high) in bounds.items():
-        value = getattr(obj, name)
-        if isinstance(value, int) and not isinstance(value, bool):
-            check_range(_join(section, name), value, low, high)
-
-
-def check_product(names: Sequence[str], values: Sequence[int], high: int, what: str, fix: str) -> None:
-    """Raise unless the product of `values` (of the settings `names`) is at most `high`; `what` the product counts,
-    `fix` what to lower."""
-    product = math.prod(values)
-    if product > high:
-        raise ValueError(
-            f"{' x '.join(f'{n}={v}' for n, v in zip(names, values, strict=True))} = {product} {what}: at most "
-            f"{high}; {fix}"
-        )
 
 
 def _join(where: str, key: str) -> str:
@@ -177,7 +106,7 @@ def _is_union(tp: Any) -> bool:
 
 def _bad_type(key: str, tp: Any, value: Any) -> ConfigError:
     return ConfigError(
-        f"config key '{key}' expects {_type_name(tp)}, got {_shown(value)} ({type(value).__name__})"
+        f"config key '{key}' expects {_type_name(tp)}, got {shown(value)} ({type(value).__name__})"
     )
 
 
@@ -235,7 +164,7 @@ def _convert_literal(tp: Any, value: Any, key: str) -> Any:
         return value
     if isinstance(value, bool) and ("on" if value else "off") in choices:
         return "on" if value else "off"  # YAML 1.1 reads a bare off/on (and no/yes) as a boolean
-    raise ConfigError(f"config key '{key}' must be one of {list(choices)}, got {_shown(value)}")
+    raise ConfigError(f"config key '{key}' must be one of {list(choices)}, got {shown(value)}")
 
 
 def _convert_scalar(tp: type, value: Any, key: str) -> Any:
@@ -268,7 +197,7 @@ def _convert_sequence(tp: Any, value: Any, key: str) -> list | tuple:
         return tuple(_convert(args[0], v, f"{key}[{i}]") for i, v in enumerate(value))
     if len(args) != len(value):
         raise ConfigError(
-            f"config key '{key}' expects {len(args)} items ({_type_name(tp)}), got {_shown(value)}"
+            f"config key '{key}' expects {len(args)} items ({_type_name(tp)}), got {shown(value)}"
         )
     return tuple(_convert(a, v, f"{key}[{i}]") for i, (a, v) in enumerate(zip(args, value, strict=True)))
 
@@ -297,7 +226,7 @@ def from_dict(cls: type[T], data: Mapping[str, Any], *, where: str = "") -> T:
     if not (dataclasses.is_dataclass(cls) and isinstance(cls, type)):
         raise TypeError(f"from_dict needs a dataclass type, got {cls!r}")
     if not isinstance(data, Mapping):
-        raise ConfigError(f"config section '{where or '<root>'}' must be a mapping, got {_shown(data)}")
+        raise ConfigError(f"config section '{where or '<root>'}' must be a mapping, got {shown(data)}")
     try:
         cls = _variant(cls, data)
     except ValueError as e:
@@ -463,9 +392,6 @@ def save_config(cfg: Any, path: str | Path) -> Path:
 __all__ = [
     "ConfigError",
     "apply_overrides",
-    "check_counts",
-    "check_product",
-    "check_range",
     "from_dict",
     "load_config",
     "read_config_file",

@@ -14,7 +14,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from tirl.core.config import ConfigError, _dataclass_of, _hints, _init_fields, _join, _shown, _variant
+from tirl.core.bounds import shown
+from tirl.core.config import ConfigError, _dataclass_of, _hints, _init_fields, _join, _variant
 
 
 def _set_path(data: dict[str, Any], dotted: str, value: Any, *, after: str | None = None) -> None:
@@ -101,12 +102,12 @@ def migrate_data(cls: type, data: Mapping[str, Any]) -> tuple[dict[str, Any], li
         fields_ = _init_fields(holder) if holder is not None else {}
         if was_set and leaf not in fields_:
             _drop(out, new)
-            notes.append(f"dropped {_join(where, old)}={_shown(value)}: {new} is not a setting there")
+            notes.append(f"dropped {_join(where, old)}={shown(value)}: {new} is not a setting there")
         elif was_set:
             notes.append(f"{_join(where, old)} -> {new}")
         elif leaf in fields_ and _lookup(out, new) is _MISSING and _default_of(fields_[leaf]) != value:
             _set_path(out, new, value)
-            notes.append(f"{new}: {_shown(value)} (what leaving out {_join(where, old)} meant)")
+            notes.append(f"{new}: {shown(value)} (what leaving out {_join(where, old)} meant)")
     return out, notes
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tirl.core.config import MAX_COUNT, MAX_IN_FLIGHT, check_counts, check_product
+from tirl.core.bounds import MAX_COUNT, MAX_IN_FLIGHT, check_counts, check_product
 
 
 @dataclass

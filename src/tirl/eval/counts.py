@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tirl.core.config import MAX_COUNT
+from tirl.core.bounds import MAX_COUNT
 from tirl.core.io import atomic_write_jsonl
 
 COUNTS_FILE = "counts.jsonl"

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tirl.core.config import check_range
+from tirl.core.bounds import check_range
 from tirl.eval.rejection_sampling import sampled_groups
 
 

@@ -26,7 +26,7 @@ import torch
 
 from tirl.chat.template import ChatRenderer
 from tirl.chat.tokcheck import Divergence, first_divergence
-from tirl.core.config import MAX_COUNT, check_range
+from tirl.core.bounds import MAX_COUNT, check_range
 from tirl.data.records import ProblemRow, problem_rows
 from tirl.rollout.types import Trajectory
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tirl.core.config import MAX_COUNT
+from tirl.core.bounds import MAX_COUNT
 from tirl.eval.counts import count_groups, temperature_key
 from tirl.eval.samples import Run, Sample
 

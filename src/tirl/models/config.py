@@ -9,7 +9,7 @@ from typing import Literal
 
 import torch
 
-from tirl.core.config import MAX_TOKENS, check_counts, check_range
+from tirl.core.bounds import MAX_TOKENS, check_counts, check_range
 from tirl.models.precision import bf16_pays
 
 ALL_LINEAR = "all-linear"

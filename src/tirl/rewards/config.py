@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from tirl.core.config import MAX_PROCESSES, MAX_TOKENS, check_counts
+from tirl.core.bounds import MAX_PROCESSES, MAX_TOKENS, check_counts
 
 
 @dataclass

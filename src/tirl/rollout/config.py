@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from tirl.core.config import MAX_COUNT, MAX_IN_FLIGHT, MAX_RETRIES, check_counts, with_sections
+from tirl.core.bounds import MAX_COUNT, MAX_IN_FLIGHT, MAX_RETRIES, check_counts
+from tirl.core.config import with_sections
 from tirl.rollout.capabilities import MODES
 from tirl.rollout.engines.registry import ENGINES, REQUIRED_KEYS, SECTIONS
 

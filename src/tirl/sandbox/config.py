@@ -6,7 +6,7 @@ import shutil
 from dataclasses import dataclass
 from typing import Literal
 
-from tirl.core.config import MAX_COUNT, MAX_PROCESSES, MAX_RETRIES, MAX_STEPS, check_counts
+from tirl.core.bounds import MAX_COUNT, MAX_PROCESSES, MAX_RETRIES, MAX_STEPS, check_counts
 
 Isolation = Literal["bwrap", "unshare", "none"]
 # Strongest first: a config asking for one of these never silently gets a later one.

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tirl.core.config import check_range
+from tirl.core.bounds import check_range
 from tirl.sandbox.types import Sandbox
 from tirl.tools.base import Tool, ToolOutput
 from tirl.tools.mcp_session import McpServerError, McpSession, is_url, reasons

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from tirl.core.config import MAX_BATCH_TOKENS, MAX_COUNT, MAX_STEPS, MAX_TOKENS, check_counts, check_range
+from tirl.core.bounds import MAX_BATCH_TOKENS, MAX_COUNT, MAX_STEPS, MAX_TOKENS, check_counts, check_range
 
 BACKENDS = ("auto", "gloo", "nccl")
 

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tirl.core.config import MAX_CHARS, check_counts
+from tirl.core.bounds import MAX_CHARS, check_counts
 from tirl.sandbox.types import Sandbox
 from tirl.tasks.arith.problems import Problem
 from tirl.tasks.toolcalls import code_call, run_with_progress

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from tirl.core.config import MAX_ROWS, check_counts
+from tirl.core.bounds import MAX_ROWS, check_counts
 from tirl.tasks.arith.problems import STYLES, Problem, split_problems
 from tirl.tasks.arith.solver import SolverConfig, scripted_trajectories
 from tirl.tasks.arith.warmup import copy_warmup_rows

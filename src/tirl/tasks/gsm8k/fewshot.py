@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from tirl.core.config import check_counts
+from tirl.core.bounds import check_counts
 from tirl.tasks.gsm8k.data import gsm8k_id, gsm8k_records
 from tirl.tasks.gsm8k.task import GRADED, GSM8KOptions, calculator_steps, gsm8k_rows, split_seed
 from tirl.tasks.task import Task, register_task

@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tirl.core.config import MAX_ROWS, check_counts
+from tirl.core.bounds import MAX_ROWS, check_counts
 from tirl.data.benchmarks import math_prompt
 from tirl.tasks.gsm8k.data import DATA_SOURCES, gsm8k_answer, gsm8k_id, gsm8k_records, prepare_gsm8k
 from tirl.tasks.gsm8k.stitch import StitchConfig, stitch_rows

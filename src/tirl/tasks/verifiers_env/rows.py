@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tirl.core.config import MAX_ROWS, check_counts, check_range
+from tirl.core.bounds import MAX_ROWS, check_counts, check_range
 from tirl.tasks.task import TaskOptions
 from tirl.tasks.verifiers_env.load import LoadedEnv
 

@@ -24,11 +24,14 @@ def sampling_of(ro: RolloutConfig) -> SamplingParams:
     return SamplingParams(temperature=ro.temperature, top_p=ro.top_p, top_k=ro.top_k)
 
 
-def check_rl(rl: RLConfig, ro: RolloutConfig, world: int) -> None:
-    """Every rule on whether `tirl rl` can run `rl` with `rollout.engine` on `world` processes, checked once, before
-    any model loads (a ValueError naming the setting to change), and the engine's own checks of this machine."""
+def check_rl(rl: RLConfig, ro: RolloutConfig, world: int, program: ProgramConfig | None = None) -> None:
+    """Every rule on whether `tirl rl` can run `rl` with `rollout.engine` (and `agent.program`) on `world`
+    processes, checked once, before any model loads (a ValueError naming the setting to change), and the engine's
+    own checks of this machine."""
     caps = capabilities_for(ro.engine)
     check_engine(rl, caps, sampling_of(ro), world)
+    if program is not None:
+        check_program(rl, program)
     if rl.stream.enabled and caps.rollout_loop(ro.mode) != "async":
         raise ValueError(
             f"rl.stream.enabled with rollout.mode={ro.mode}: streaming runs each group through the async agent loop; "

@@ -18,7 +18,7 @@ from tirl.algorithms import (
     default_loss_options,
 )
 from tirl.algorithms.rollout_correction import CORRECTIONS
-from tirl.core.config import (
+from tirl.core.bounds import (
     MAX_BATCH_TOKENS,
     MAX_COUNT,
     MAX_IN_FLIGHT,
@@ -235,7 +235,7 @@ class RLConfig:
         self._check_counts()
 
     def _check_counts(self) -> None:
-        """Every count at most what a run can hold (`tirl.core.config.MAX_*`), and the trajectories a step holds."""
+        """Every count at most what a run can hold (`tirl.core.bounds.MAX_*`), and the trajectories a step holds."""
         check_counts(
             self,
             "rl",

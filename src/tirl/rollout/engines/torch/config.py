@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tirl.core.config import MAX_IN_FLIGHT, check_counts
+from tirl.core.bounds import MAX_IN_FLIGHT, check_counts
 from tirl.rollout.engines.torch.packed import PACK_MODES
 
 GRAPH_MODES = ("auto", "on", "off")  # rollout.torch.cuda_graphs (tirl.rollout.engines.torch.graph_decode)
