@@ -99,7 +99,9 @@ class ProgramLoop(AgentLoop):
         out: list[Trajectory] = []
         training = bool(origins) and origins[0].group is not None
         for e, messages in zip(episodes, prompts, strict=True):
-            prompt_ids = self.renderer.prompt_ids(messages)
+            prompt_ids = (
+                [] if e.calls else self.renderer.prompt_ids(messages)
+            )  # only an episode without calls
             out += trajectories(
                 e,
                 prompt_ids,

@@ -36,6 +36,7 @@ from tirl.rollout.agent.config import AgentConfig, ProgramConfig
 from tirl.rollout.engines.base import Engine
 from tirl.rollout.gateway.episode import Call, Episode, continues
 from tirl.rollout.gateway.messages import RequestError, messages_of, normal, reply, tools_of
+from tirl.rollout.gateway.processes import score_of
 from tirl.rollout.sampling import SamplingParams
 from tirl.rollout.types import Generation, Origin
 
@@ -133,8 +134,6 @@ class Gateway:
 
     def report(self, episode_id: str, body: Mapping[str, Any]) -> dict[str, Any]:
         """The program's answer (and score), posted to /episodes/ID/report instead of printed."""
-        from tirl.rollout.gateway.processes import score_of
-
         state = self._state(episode_id)
         answer, score = body.get("answer"), body.get("score")
         if answer is not None and not isinstance(answer, str):
