@@ -79,6 +79,12 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     ),
     Benchmark("vllm_sync", 10, "weight sync into a vLLM server, memory against disk", f"{VLLM}; {SMOLLM2}"),
     Benchmark(
+        "vllm_sync_network",
+        5,
+        "the in-memory sync as a network transfer: bytes, loopback rate, memory held, the recipe at 25-400 Gb/s",
+        VLLM,
+    ),
+    Benchmark(
         "vllm_idle",
         8,
         "what an idle vLLM server costs the update, running and paused",

@@ -34,7 +34,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("chat, sandbox, data", ("tirl.chat", "tirl.sandbox", "tirl.data")),
     ("tools, models, rewards", ("tirl.tools", "tirl.models", "tirl.rewards")),
     ("rollout, tasks", ("tirl.rollout", "tirl.tasks")),
-    ("eval, train", ("tirl.eval", "tirl.train")),
+    ("eval, train, launch", ("tirl.eval", "tirl.train", "tirl.launch")),
     ("run config", ("tirl.commands.run_config",)),
     ("stages and commands", ("tirl.commands",)),
     ("demo", ("tirl.demo",)),
@@ -234,7 +234,7 @@ def test_checker_follows_lazy_package_and_type_checking_imports(tmp_path: Path) 
     )
     # train and eval stand side by side: a train -> eval import fails like an upward one
     assert (
-        "tirl.train.rl (eval, train) imports tirl.eval.evaluate (tirl.eval, beside it) via tirl.train.rl -> "
+        "tirl.train.rl (eval, train, launch) imports tirl.eval.evaluate (tirl.eval, beside it) via tirl.train.rl -> "
         "tirl.eval.evaluate" in found
     )
     assert (

@@ -18,8 +18,10 @@ tirl model import FILE.gguf --out DIR [--dtype float32|bfloat16]   (or --smollm2
 tirl config migrate FILE [--out FILE]   (an older config file in the current keys)
 tirl sandbox serve [--host H] [--port P] [--workers N] [--config FILE] [sandbox.key=value ...]
 tirl serve-policy --config FILE [model.path=DIR ...] [--host H] [--port P] [--out DIR]   (an OpenAI endpoint)
+tirl serve-vllm MODEL [--host H] [--port P] [--dtype D] [--vllm-arg=ARG ...]   (for rollout.urls; key in env)
 torchrun --nproc_per_node=N -m tirl sft|rl ...   (FSDP2 over N processes: gloo on CPU, nccl on CUDA)
 tirl plan --config FILE [--stage rl|sft] [--nproc N] [--gpu-gib G] [--arch NAME|config.json] [--json]
+tirl launch slurm|k8s --out DIR --run-dir RUN [--train-nodes T --vllm-nodes M ...] [-- OVERRIDES]
 """
 
 from __future__ import annotations
@@ -35,10 +37,12 @@ from tirl import __version__
 from tirl.commands.analyze import add_analyze_parser
 from tirl.commands.config import add_config_parser
 from tirl.commands.data import add_data_parser
+from tirl.commands.launch import add_launch_parser
 from tirl.commands.models import add_export_parser, add_model_parser
 from tirl.commands.plan import add_plan_parser
 from tirl.commands.sandbox import add_sandbox_parser
 from tirl.commands.serve_policy import add_serve_policy_parser
+from tirl.commands.serve_vllm import add_serve_vllm_parser
 from tirl.commands.stage import add_stage_parsers
 from tirl.commands.tokcheck import add_check_tokens_parser
 from tirl.core.config import ConfigError
@@ -62,8 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_check_tokens_parser(sub)  # tirl check-tokens (commands/tokcheck.py)
     add_sandbox_parser(sub)  # tirl sandbox serve (commands/sandbox.py)
     add_serve_policy_parser(sub)  # tirl serve-policy (commands/serve_policy.py)
+    add_serve_vllm_parser(sub)  # tirl serve-vllm (commands/serve_vllm.py)
     add_model_parser(sub)  # tirl model import (commands/models.py)
     add_config_parser(sub)  # tirl config migrate (commands/config.py)
+    add_launch_parser(sub)  # tirl launch slurm|k8s (commands/launch.py)
     return parser
 
 

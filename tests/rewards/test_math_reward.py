@@ -123,3 +123,19 @@ def test_math_verify_error_becomes_a_wrong_answer(monkeypatch: pytest.MonkeyPatc
     result = grade(r"\boxed{\frac{1}{2}}", "0.5")
     assert (result.score, result.correct) == (-1.0, False)
     assert "parser exploded" in result.details["error"]
+
+
+def test_the_grading_worker_outlives_the_stop_signals_its_group_gets() -> None:
+    """torchrun's SIGTERM and a terminal's Ctrl-C reach the whole process group: the grading worker ignores both
+    (its parent ends it), so a trainer finishing its step before it checkpoints can still grade."""
+    import os
+    import signal
+
+    pool = math_reward._get_pool()
+    assert grade(r"\boxed{4}", "4").correct
+    for pid in list(pool._processes):
+        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGINT)
+    time.sleep(0.5)
+    assert math_reward._get_pool() is pool and all(p.is_alive() for p in pool._processes.values())
+    assert grade(r"\boxed{5}", "5").correct

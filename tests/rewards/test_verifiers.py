@@ -240,16 +240,35 @@ def _kill_workers(signum: int) -> None:
     assert not any(proc.is_alive() for proc in procs)
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
-def test_workers_killed_between_batches_cost_no_grade(signum):
-    """A stop signal to the process group killed the grading workers while the run went on to finish its step
-    (it checkpoints after it): the next batch is graded in a fresh pool, not raised as BrokenProcessPool nor
-    turned into errors (which would have been the rewards of the step saved in the checkpoint)."""
+def test_workers_killed_between_batches_cost_no_grade():
+    """The memory killer (SIGKILL) took the grading workers while the run went on to finish its step (it
+    checkpoints after it): the next batch is graded in a fresh pool, not raised as BrokenProcessPool nor turned
+    into errors (which would have been the rewards of the step saved in the checkpoint)."""
     items = [("math", "\\boxed{\\frac{1}{2}}", "\\frac12"), ("math", "\\boxed{3}", "\\sqrt{9}")]
     assert [g.correct for g in grade_many(items, workers=2, timeout_s=10)] == [True, True]
-    _kill_workers(signum)
+    _kill_workers(signal.SIGKILL)
     graded = grade_many(items, workers=2, timeout_s=10)
     assert [g.correct for g in graded] == [True, True], [g.details for g in graded]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_workers_outlive_the_stop_signals_their_group_gets(signum):
+    """torchrun's SIGTERM and a terminal's Ctrl-C reach the whole process group while the run finishes its step:
+    the grading workers ignore them (their parent ends the pool), so the same pool grades the next batch."""
+    import os
+    import time
+
+    from tirl.rewards import batch
+
+    items = [("math", "\\boxed{\\frac{1}{2}}", "\\frac12"), ("math", "\\boxed{3}", "\\sqrt{9}")]
+    assert [g.correct for g in grade_many(items, workers=2, timeout_s=10)] == [True, True]
+    pool, procs = batch._pool, list(batch._pool._processes.values())
+    for proc in procs:
+        os.kill(proc.pid, signum)
+    time.sleep(0.5)
+    assert all(proc.is_alive() for proc in procs)
+    assert [g.correct for g in grade_many(items, workers=2, timeout_s=10)] == [True, True]
+    assert batch._pool is pool
 
 
 def dies_once(response: str, ground_truth: str, timeout_s: float = 5.0):

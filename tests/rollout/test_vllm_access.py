@@ -71,10 +71,21 @@ DEV_ROUTES = ["/collective_rpc", "/sleep", "/wake_up", "/reset_prefix_cache", "/
 def test_every_route_refuses_a_request_without_the_key(header):
     for path in DEV_ROUTES:
         for method in ("GET", "POST", "OPTIONS"):
+            if (method, path) == ("GET", "/health"):
+                continue  # the liveness probe (next test)
             sent, ran = asgi(request(path, method, header))
             assert not ran, (path, method, header)
             assert sent[0]["status"] == 401 and b"TIRL_VLLM_API_KEY" in sent[1]["body"]
     sent, ran = asgi(request("/v1/realtime", "GET", header, kind="websocket"))
+    assert not ran and sent == [{"type": "websocket.close", "code": 1008}]
+
+
+def test_only_get_health_answers_without_the_key():
+    """A scheduler's probe carries no secret: GET /health passes, nothing else on that path or near it does."""
+    assert asgi(request("/health", "GET"))[1]
+    for path, method in (("/health", "POST"), ("/health/", "GET"), ("/healthz", "GET"), ("/health/x", "GET")):
+        assert not asgi(request(path, method))[1], (path, method)
+    sent, ran = asgi(request("/health", "GET", kind="websocket"))
     assert not ran and sent == [{"type": "websocket.close", "code": 1008}]
 
 
@@ -340,7 +351,8 @@ def test_an_ordinary_user_cannot_reach_a_root_owned_server(tmp_path, tokenizer):
         seen = json.loads(r.stdout.splitlines()[-1])
         print(json.dumps(seen, indent=1))
         assert seen["uid"] == 65534
-        assert {k: v for k, v in seen["status"].items() if v != 401} == {}
+        # everything refused but the open liveness probe, which answers (tirl_vllm_auth.HEALTH)
+        assert {k: v for k, v in seen["status"].items() if v != 401} == {"GET /health null": 200}
         assert seen["dialed"] is False and seen["environ"] == "PermissionError"
         after = engine.generate(prompt, SamplingParams(), max_new_tokens=8, seeds=[0])[0]
         assert after.token_ids == before.token_ids and after.logprobs == before.logprobs

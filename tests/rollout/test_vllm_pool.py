@@ -218,6 +218,25 @@ def test_each_rank_gets_its_share_of_the_servers():
         url_share([], 0, 1)
 
 
+def test_ranks_on_several_machines_refuse_a_loopback_server(monkeypatch, tmp_path):
+    """Rank 0's own server on 127.0.0.1 cannot be reached from another machine: every rank refuses before any
+    server starts; its address is rollout.vllm.host, and on one machine loopback is fine."""
+    from tirl.rollout.engines.openai.engine import EngineError
+    from tirl.rollout.engines.vllm import pool
+
+    monkeypatch.setattr(pool, "world_size", lambda: 4)
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert pool.spans_nodes()
+    cfg = VLLMEngineConfig(model=str(tmp_path), host="127.0.0.1")
+    with pytest.raises(EngineError, match="set rollout.vllm.host to rank 0's address"):
+        pool.build_pool(cfg, [])
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert not pool.spans_nodes()
+    assert [pool.is_loopback(h) for h in ("127.0.0.2", "localhost", "::1", "10.0.0.7", "node7")] == [
+        True, True, True, False, False,
+    ]  # fmt: skip
+
+
 def test_streamed_buckets_hold_the_weights_write_weights_writes(tokenizer, tmp_path, monkeypatch):
     """In one process the bucketed writer gives the same tensors as the whole-model export, tied head included,
     one file per bucket when the bucket is smaller than the model."""

@@ -381,3 +381,18 @@ def test_policy_tensors_untie_and_lora_merge():
     q = "model.layers.0.self_attn.q_proj.weight"
     assert not torch.equal(merged[q], plain[q])  # the adapter is folded in
     assert torch.equal(merged["model.norm.weight"], plain["model.norm.weight"])
+
+
+def test_policy_tensors_cross_the_wire_in_the_served_dtype():
+    """fp32 weights served in bf16 are sent as bf16 (half the bytes), rounded as vLLM's own load would round them;
+    served as trained, or under a dtype name the wire does not know ("auto"), they are sent unchanged."""
+    model = small_model()
+    fp32 = dict(policy_tensors(model, untie=True))
+    bf16 = dict(policy_tensors(model, untie=True, dtype="bfloat16"))
+    assert sorted(bf16) == sorted(fp32)
+    for name, t in bf16.items():
+        assert t.dtype == torch.bfloat16 and torch.equal(t, fp32[name].to(torch.bfloat16)), name
+    sent = sum(len(frame(n, t)[1]) for n, t in bf16.items())
+    assert sent * 2 == sum(len(frame(n, t)[1]) for n, t in fp32.items())
+    for same in ("float32", "auto", ""):
+        assert all(t.dtype == torch.float32 for _, t in policy_tensors(model, untie=False, dtype=same))

@@ -41,8 +41,13 @@ def call(app, path: str, headers: dict[str, str] | None = None) -> httpx.Respons
 
 @pytest.mark.parametrize("path", ["/run_code", "/health", "/metrics"])
 def test_every_route_needs_the_bearer_token(path: str) -> None:
+    """Every route but the liveness probe (GET /health, next test) answers 401 without the token."""
     pool = EchoPool()
     app = create_app(pool, auth_token=TOKEN)
+    if path == "/health":  # only GET is open; any other method still needs the token
+        r = asyncio.run(_post(app, path))
+        assert r.status_code == 401 and r.headers["www-authenticate"] == "Bearer", r.text
+        return
     for headers in (
         None,
         {"Authorization": "Bearer wrong"},
@@ -56,6 +61,23 @@ def test_every_route_needs_the_bearer_token(path: str) -> None:
     for scheme in ("Bearer", "bearer", "BEARER", "bEaReR"):  # RFC 7235: the scheme is case-insensitive
         r = call(app, path, {"Authorization": f"{scheme} {TOKEN}"})
         assert r.status_code == 200, (scheme, r.text)
+
+
+async def _post(app, path: str) -> httpx.Response:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://sandbox") as c:
+        return await c.post(path, json={})
+
+
+def test_get_health_answers_a_probe_without_the_token_with_liveness_alone() -> None:
+    """A scheduler's probe carries no secret: GET /health says the server is up and nothing more; with the
+    token it gives the load figures."""
+    app = create_app(EchoPool(), auth_token=TOKEN)
+    for headers in (None, {"Authorization": "Bearer wrong"}):
+        r = call(app, "/health", headers)
+        assert r.status_code == 200 and r.json() == {"status": "ok"}, r.text
+    full = call(app, "/health", {"Authorization": f"Bearer {TOKEN}"})
+    assert full.status_code == 200 and "inflight" in full.json()
 
 
 def test_without_a_token_the_server_stays_open_and_counts_nothing_unauthorized() -> None:
@@ -351,8 +373,13 @@ def test_official_sandboxfusion_client_sends_the_token_through_a_session() -> No
             mp.setattr(fusion_client, "requests", session)
             r = sandbox_fusion.run_code(req, endpoint=srv.url, max_attempts=1, client_timeout=60)
         assert r.run_result.stdout == "42\n"
+        # GET /health answers a probe without the token, liveness alone; the stats need the token
+        open_health, full_health = httpx.get(f"{srv.url}/health"), srv.http.get("/health")
+        assert open_health.status_code == 200 and open_health.json() == {"status": "ok"}
+        assert full_health.status_code == 200 and "inflight" in full_health.json()
         assert (
-            httpx.get(f"{srv.url}/health").status_code == 401 and srv.http.get("/health").status_code == 200
+            httpx.post(f"{srv.url}/health").status_code in (401, 405)
+            and httpx.get(f"{srv.url}/metrics").status_code == 401
         )
     finally:
         srv.close()

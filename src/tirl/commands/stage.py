@@ -8,7 +8,12 @@ from pathlib import Path
 
 from tirl.commands.args import add_config_command, load_run_config
 from tirl.commands.run_config import TirlConfig
+from tirl.core.errors import TirlError
 from tirl.core.rundir import claim
+
+
+class RankLost(TirlError):
+    """Another rank of the run died (its process or its machine): this one stops too, its checkpoints intact."""
 
 
 def stage_command(args: argparse.Namespace) -> int:
@@ -40,6 +45,14 @@ def run_stage_command(args: argparse.Namespace, cfg: TirlConfig, out: Path) -> i
         except StopRequested as e:
             console.print(str(e))
             return EXIT_RESUMABLE
+        except Exception as e:
+            if (why := dist.lost_peer(e)) is None:
+                raise
+            raise RankLost(
+                f"rank {dist.rank()} of {dist.world_size()}: a collective failed because another rank is gone "
+                f"({why}); every complete checkpoint in {out} stays: start the run again with --resume auto once "
+                "the nodes are back, on any number of processes"
+            ) from e
         finally:
             dist.shutdown()
     else:

@@ -24,7 +24,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
-from tirl.rewards.math import GradeResult
+from tirl.rewards.math import GradeResult, ignore_stop_signals
 from tirl.rewards.registry import Verifier, get_verifier
 
 _STARTUP_S = 120.0
@@ -96,7 +96,11 @@ def _get_pool(workers: int) -> ProcessPoolExecutor:
         if _pool is None or _pool_workers != workers:
             if _pool is not None:
                 _kill(_pool)
-            pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+            pool = ProcessPoolExecutor(
+                max_workers=workers,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=ignore_stop_signals,
+            )
             for f in [pool.submit(_warm) for _ in range(workers)]:
                 f.result(timeout=_STARTUP_S)
             _pool, _pool_workers = pool, workers

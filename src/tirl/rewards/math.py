@@ -96,11 +96,25 @@ def _warm_up() -> bool:
     return True
 
 
+def ignore_stop_signals() -> None:
+    """A grading worker's initializer: SIGINT and SIGTERM are for its parent, which decides when the pool ends.
+    A terminal's Ctrl-C and torchrun's SIGTERM reach the whole process group, and a worker that died of them would
+    fail the step the trainer is finishing before it checkpoints; SIGKILL still ends a stuck worker."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def _get_pool() -> ProcessPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
-            pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+            pool = ProcessPoolExecutor(
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=ignore_stop_signals,
+            )
             pool.submit(_warm_up).result(timeout=_POOL_STARTUP_TIMEOUT_S)
             _pool = pool
         return _pool

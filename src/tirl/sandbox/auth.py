@@ -89,7 +89,8 @@ def is_loopback(host: str) -> bool:
 
 
 class BearerAuth:
-    """ASGI middleware: 401 unless the request carries `Authorization: Bearer <token>` (compared in constant time)."""
+    """ASGI middleware: 401 unless the request carries `Authorization: Bearer <token>` (compared in constant time);
+    `GET /health` without it gets `{"status": "ok"}` alone, for probes that carry no secret."""
 
     def __init__(self, app: Any, token: str, on_reject: Any = None) -> None:
         self.app, self.on_reject = app, on_reject
@@ -102,13 +103,20 @@ class BearerAuth:
         # the scheme is case-insensitive (RFC 7235: "bearer", "BEARER"); the token is compared in constant time
         if hmac.compare_digest(credentials.lstrip(b" "), self.expected) and scheme.lower() == b"bearer":
             return await self.app(scope, receive, send)
+        if (
+            scope.get("method") == "GET" and scope.get("path") == "/health"
+        ):  # a scheduler's probe has no token:
+            return await _reply(send, 200, LIVE, [])  # it learns that the server is up, not its load
         if self.on_reject is not None:
             self.on_reject()
         body = b'{"detail":"missing or wrong bearer token: send Authorization: Bearer <the server\'s token>"}'
-        headers = [
-            (b"content-type", b"application/json"),
-            (b"content-length", str(len(body)).encode()),
-            (b"www-authenticate", b"Bearer"),
-        ]
-        await send({"type": "http.response.start", "status": 401, "headers": headers})
-        await send({"type": "http.response.body", "body": body})
+        await _reply(send, 401, body, [(b"www-authenticate", b"Bearer")])
+
+
+LIVE = b'{"status":"ok"}'  # GET /health without the token: liveness alone (the stats need the token)
+
+
+async def _reply(send: Any, status: int, body: bytes, extra: list[tuple[bytes, bytes]]) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *extra]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

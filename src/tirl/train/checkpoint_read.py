@@ -61,6 +61,24 @@ def load_state(path: str | Path, expect: RunIdentity | None = None) -> dict[str,
     return state
 
 
+def saved_world(state: dict[str, Any]) -> int | None:
+    """How many processes wrote the sharded checkpoint `state` came from (None: one process, or not sharded)."""
+    return int(state["world_size"]) if "checkpoint_dir" in state and "world_size" in state else None
+
+
+def every_rank(state: dict[str, Any], key: str) -> list[Any]:
+    """Entry `key` of every saving rank's own state, in rank order, from the sharded checkpoint `state` came from
+    (a run resumed on another number of processes deals them out again: `tirl.train.rl.reshard`)."""
+    path, world = Path(state["checkpoint_dir"]), saved_world(state)
+    out = []
+    for r in range(world or 0):
+        f = path / f"rank-{r}.pt"
+        if not f.is_file():
+            raise CheckpointError(f"checkpoint {path}: {f.name} is missing (the run had {world} processes)")
+        out.append(_load(f).get(key))
+    return out
+
+
 def _load(f: Path) -> dict[str, Any]:
     try:
         return torch.load(f, weights_only=False)

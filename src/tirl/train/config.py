@@ -99,7 +99,11 @@ class DistConfig:
     # FSDP2: free each decoder layer's gathered weights after its forward (less memory, one more all-gather in
     # the backward); False keeps them until the backward (ZeRO-2-like).
     reshard_after_forward: bool = True
+    # how long a collective waits for the other ranks: a rank whose process dies is seen at once (its sockets
+    # close), a machine that vanishes (power, network) only after this; long enough for a step's rollouts
+    timeout_s: float = 1800.0
 
     def __post_init__(self) -> None:
+        check_range("dist.timeout_s", self.timeout_s, 0, low_open=True)
         if self.backend not in BACKENDS:
             raise ValueError(f"unknown dist.backend {self.backend!r}; valid: {', '.join(BACKENDS)}")

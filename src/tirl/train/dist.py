@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import torch
@@ -55,13 +56,31 @@ def init_distributed(cfg: DistConfig, device: str) -> bool:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     else:
         os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-    dist.init_process_group(backend=backend)
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=cfg.timeout_s))
     if rank() != 0:
         from tirl.core.logging import console
 
         os.environ["TIRL_QUIET"] = "1"
         console.quiet = True
     return True
+
+
+# what gloo and NCCL say when the other end of a collective is gone (its process died, its machine vanished)
+PEER_LOST = ("Connection closed by peer", "Connection reset by peer", "Broken pipe", "Timed out", "timed out",
+             "NCCL communicator was aborted", "Socket Timeout")  # fmt: skip
+
+
+def lost_peer(e: BaseException) -> str | None:
+    """The first line of `e` when it is a collective that failed because another rank is gone, else None."""
+    if not is_distributed():
+        return None
+    text = str(e).strip()
+    first = text.splitlines()[0] if text else type(e).__name__
+    if isinstance(e, getattr(dist, "DistError", ())) or (
+        isinstance(e, RuntimeError) and any(p in text for p in PEER_LOST)
+    ):
+        return first
+    return None
 
 
 def shutdown() -> None:

@@ -28,18 +28,20 @@ from typing import Any
 
 import torch
 
+from tirl.core.logging import console
 from tirl.data.records import ProblemRow
 from tirl.rewards.scoring import Score
 from tirl.rollout.agent.async_loop import draw_seeds
 from tirl.rollout.agent.episodes import rollout_and_score
 from tirl.rollout.factory import awake
 from tirl.rollout.types import Trajectory
-from tirl.train import dist, fsdp
+from tirl.train import checkpoint_read, dist, fsdp
 from tirl.train.perf import Timers
 from tirl.train.rl.batch import groups_with_signal, rank_reduced
 from tirl.train.rl.check import why_not_stream
 from tirl.train.rl.config import RLConfig
 from tirl.train.rl.overlap import Lookahead, staleness_metrics
+from tirl.train.rl.reshard import reshard_pending, reshard_stream
 from tirl.train.rl.run import RLRun
 from tirl.train.rl.stream import GroupWork, StreamProducer, flatten
 
@@ -214,7 +216,15 @@ class Ahead(Synchronous):
         return {"pending": self.ahead.pending}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """The batch sampled during the checkpointed step's update."""
+        """The batch sampled during the checkpointed step's update (dealt out again when the checkpoint's run had
+        another number of processes)."""
+        if (world := checkpoint_read.saved_world(state)) not in (None, dist.world_size()):
+            pendings = checkpoint_read.every_rank(state, "pending")
+            state = {"pending": reshard_pending(pendings, self.cfg.n, dist.world_size(), dist.rank())}
+            if dist.is_main():
+                console.print(
+                    f"the batch sampled ahead: dealt out from {world} processes onto {dist.world_size()}"
+                )
         self.ahead.pending = state.get("pending")
 
 
@@ -265,7 +275,17 @@ class Streaming(SamplingMode):
         return {"stream": snap | {"rounds": self.rounds, "trained_groups": list(self.trained_groups)}}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """The checkpoint's groups keep their age on the engine's counter."""
+        """The checkpoint's groups keep their age on the engine's counter; a checkpoint of another number of
+        processes has every rank's groups dealt out again (`tirl.train.rl.reshard`)."""
+        if (world := checkpoint_read.saved_world(state)) not in (None, dist.world_size()):
+            stream = reshard_stream(
+                checkpoint_read.every_rank(state, "stream"), dist.world_size(), dist.rank()
+            )
+            state = {"stream": stream}
+            if dist.is_main():
+                console.print(
+                    f"the stream's groups: dealt out from {world} processes onto {dist.world_size()}"
+                )
         if state.get("stream") is not None:
             self.rounds = int(state["stream"]["rounds"])
             self.trained_groups = list(state["stream"]["trained_groups"])

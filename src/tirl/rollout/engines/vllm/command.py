@@ -1,7 +1,8 @@
 """What a managed vLLM server is started with: its settings (`VLLMEngineConfig`), the Python that runs it, its
 command line and its environment. Nothing here starts a process (`tirl.rollout.engines.vllm.engine` does).
 
-The server runs vLLM's OpenAI entry point on 127.0.0.1 (a free port unless one is given) with
+The server runs vLLM's OpenAI entry point on 127.0.0.1 (a free port unless one is given; `tirl serve-vllm` binds the
+address it is given) with
 `--logprobs-mode processed_logprobs` (the sampled token's log-prob after temperature, which the trainer recomputes;
 RL refuses top-p/top-k with this engine, see `tirl.rollout.capabilities`) and `--generation-config vllm` (the model's
 generation_config.json must not slip its own top_k/top_p/repetition penalty into requests). `VLLM_SERVER_DEV_MODE=1`
@@ -74,9 +75,21 @@ def vllm_missing_reason(python: str) -> str | None:
     return None if rc == 0 else f"{python} has no vllm package; install it with: {INSTALL_HINT}"
 
 
-def free_port() -> int:
+IPC_BASE_MAX = 40  # vLLM names its sockets BASE/tirl-vllm-ipc-XXXXXXXX/<uuid4>: sun_path holds 107 bytes
+
+
+def private_ipc_dir() -> str:
+    """A new 0700 directory for vLLM's unix sockets, under the temporary directory when its path is short enough
+    for a socket name, else under /tmp."""
+    import tempfile
+
+    base = tempfile.gettempdir()
+    return tempfile.mkdtemp(prefix="tirl-vllm-ipc-", dir=base if len(base) <= IPC_BASE_MAX else "/tmp")
+
+
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -96,6 +109,7 @@ class VLLMEngineConfig:
     model: str
     python: str = ""  # "" = resolve_vllm_python's search
     port: int = 0  # 0 = a free port
+    host: str = "127.0.0.1"  # rollout.vllm.host: the interface the server binds
     kv_cache_gib: float = 1.0  # --kv-cache-memory-bytes; 0 = vLLM's default (on GPU a share of its memory)
     dtype: str = "float32"  # rollout.dtype, else the trainer's model.dtype (then both compute in one dtype)
     extra_args: list[str] = field(default_factory=list)  # appended to the server's command line
@@ -122,9 +136,13 @@ class VLLMEngineConfig:
             )
 
 
-def server_command(cfg: VLLMEngineConfig, model_dir: str, python: str, port: int, gpu: bool) -> list[str]:
+def server_command(
+    cfg: VLLMEngineConfig, model_dir: str, python: str, port: int, gpu: bool, host: str = "127.0.0.1"
+) -> list[str]:
+    """The server's command line; `host`: the interface it binds (the trainer's own server: loopback only;
+    `tirl serve-vllm`, a server other machines reach: the address the user names)."""
     cmd = [python, "-m", "vllm.entrypoints.openai.api_server", "--model", model_dir]
-    cmd += ["--served-model-name", SERVED_NAME, "--host", "127.0.0.1", "--port", str(port)]
+    cmd += ["--served-model-name", SERVED_NAME, "--host", host, "--port", str(port)]
     cmd += ["--dtype", cfg.dtype, "--logprobs-mode", "processed_logprobs", "--generation-config", "vllm"]
     cmd += auth_args()
     if cfg.kv_cache_gib:

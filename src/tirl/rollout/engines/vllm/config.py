@@ -16,7 +16,10 @@ class VllmConfig:
     python: str = ""  # the Python with vLLM; "" = $TIRL_VLLM_PYTHON, else the repository's .venv-vllm
     args: list[str] = field(default_factory=list)  # extra server args: [--max-model-len=4096]
     kv_cache_gib: float = 1.0  # KV cache size; 0 = vLLM's default (on GPU a share of its memory)
-    port: int = 0  # 0 = a free port on 127.0.0.1
+    port: int = 0  # 0 = a free port
+    # the interface the server tirl starts binds; ranks on other nodes reach it there (servers of their own:
+    # `tirl serve-vllm` and rollout.urls)
+    host: str = "127.0.0.1"
     startup_timeout_s: float = 600.0  # the server must answer within this
     # separate = servers beside the trainer, shared by every rank (tirl.rollout.engines.vllm.pool); colocated = one engine
     # in each training process, asleep during updates (GPU only, tirl.rollout.engines.vllm.colocated)

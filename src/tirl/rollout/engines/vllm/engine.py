@@ -63,6 +63,7 @@ from tirl.rollout.engines.vllm.command import (
     adds_receiver,
     free_port,
     on_gpu,
+    private_ipc_dir,
     resolve_vllm_python,
     server_command,
     server_env,
@@ -133,19 +134,20 @@ class VLLMEngine(ServerSync, OpenAIEngine):
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.weights_dir = self.work_dir / "weights"
         self.log_path = self.work_dir / "vllm-server.log"
-        self.port = cfg.port or free_port()
+        self.port = cfg.port or free_port(cfg.host)
+        self.url = f"http://{cfg.host}:{self.port}"
         # tied embeddings are served untied, or an in-place reload would leave lm_head stale (see weights.py)
         self.untied = ties_embeddings(cfg.model)
         self.served_dir = (
             untied_copy(cfg.model, self.work_dir / "initial") if self.untied else Path(cfg.model)
         )
         gpu = on_gpu()
-        self.command = server_command(cfg, str(self.served_dir), python, self.port, gpu)
+        self.command = server_command(cfg, str(self.served_dir), python, self.port, gpu, host=cfg.host)
         key = secrets.token_hex(32)  # the server's key (module docstring), never on its command line
         t0 = self._launch(python, key, gpu)
         super().__init__(
             OpenAIEngineConfig(
-                urls=[f"http://127.0.0.1:{self.port}"],
+                urls=[self.url],
                 model=SERVED_NAME,
                 concurrency=cfg.concurrency,
                 timeout_s=cfg.request_timeout_s,
@@ -169,7 +171,7 @@ class VLLMEngine(ServerSync, OpenAIEngine):
         cfg = self.vcfg
         if adds_receiver(cfg):  # the listener the receiver is pinned to, open before the server starts
             self._stream = WeightStream(cfg.sync_host, key=key)
-        self._ipc = tempfile.mkdtemp(prefix="tirl-vllm-ipc-")  # 0700: vLLM's unix sockets, this user's alone
+        self._ipc = private_ipc_dir()  # 0700: vLLM's unix sockets, this user's alone
         env = server_env(gpu, key, self._stream.address if self._stream else "", ipc_dir=self._ipc)
         log = open_append(self.log_path, binary=True)  # never through a link; closed by _cleanup
         t0 = time.monotonic()
@@ -218,7 +220,7 @@ class VLLMEngine(ServerSync, OpenAIEngine):
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.vcfg.startup_timeout_s
-        url = f"http://127.0.0.1:{self.port}/v1/models"
+        url = f"{self.url}/v1/models"
         while True:
             if (rc := self._proc.poll()) is not None:
                 raise self._start_failure(
@@ -299,7 +301,7 @@ class VLLMEngine(ServerSync, OpenAIEngine):
         url = self._urls[0]
         if self.sync_mode([url]) == "memory":
             try:
-                self.stream_into([url], policy_tensors(model, untie=self.untied))
+                self.stream_into([url], policy_tensors(model, untie=self.untied, dtype=self.vcfg.dtype))
             except EngineError as e:
                 raise EngineError(self._dead() or str(e)) from e
         else:

@@ -70,6 +70,20 @@ def broadcast(obj: Any) -> Any:
     return box[0]
 
 
+def spans_nodes() -> bool:
+    """Whether the ranks run on more than one machine (torchrun's LOCAL_WORLD_SIZE below the world's size)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", world_size())) < world_size()
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    try:
+        return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def url_share(urls: list[str], rank_: int, world: int) -> list[str]:
     """The servers rank `rank_` of `world` sends its requests to."""
     if not urls:
@@ -187,7 +201,7 @@ class VLLMPool(ServerSync, OpenAIEngine):
     def _stream_all(self, model: Any) -> None:
         """`rollout.vllm.sync=memory`: every rank runs the gathers; rank 0 streams each tensor to every server as it
         comes, then tells every rank how it went."""
-        tensors = policy_tensors(model, untie=self.untied)
+        tensors = policy_tensors(model, untie=self.untied, dtype=self.vcfg.dtype)
         outcome = ("ok", "")
         if rank() == 0:
             try:
@@ -254,11 +268,17 @@ def build_pool(cfg: VLLMEngineConfig, urls: list[str], model_name: str = "") -> 
             pool.close()
             raise
         return pool
+    if spans_nodes() and is_loopback(cfg.host):  # every rank sees the same: all refuse, none waits
+        raise EngineError(
+            f"the ranks span several machines, and the vLLM server rank 0 starts would bind {cfg.host}, which the "
+            "other machines cannot reach: set rollout.vllm.host to rank 0's address, or start servers with "
+            "`tirl serve-vllm` and pass rollout.urls (docs/distributed.md: Across machines)"
+        )
     owner, started = None, None
     if rank() == 0:
         try:
             owner = VLLMEngine(cfg)
-            started = ("ok", f"http://127.0.0.1:{owner.port}", owner.api_key)
+            started = ("ok", owner.url, owner.api_key)
         except Exception as e:
             started = ("error", str(e), "")
             broadcast(started)

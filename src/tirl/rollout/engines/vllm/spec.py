@@ -43,7 +43,7 @@ def build(ro: RolloutConfig, x: EngineInputs) -> Engine:
             "tokenizer): export it first with tirl export"
         )
     vcfg = VLLMEngineConfig(
-        model=str(servable_dir(model_path, x.model, x.tokenizer, wd)), python=v.python, port=v.port,
+        model=str(servable_dir(model_path, x.model, x.tokenizer, wd)), python=v.python, port=v.port, host=v.host,
         kv_cache_gib=v.kv_cache_gib, dtype=ro.served_dtype(x.dtype), extra_args=list(v.args),
         startup_timeout_s=v.startup_timeout_s, work_dir=str(wd or ""), eos_ids=[x.eos_id],
         stop_ids=list(x.stop_ids), concurrency=ro.concurrency, request_timeout_s=ro.request_timeout_s,

@@ -70,10 +70,15 @@ def full_tensors(model: torch.nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
             yield name, _whole(t)
 
 
-def policy_tensors(model: torch.nn.Module, *, untie: bool) -> Iterator[tuple[str, torch.Tensor]]:
+def policy_tensors(
+    model: torch.nn.Module, *, untie: bool, dtype: str = ""
+) -> Iterator[tuple[str, torch.Tensor]]:
     """What a server loads: the weights under the plain model's names (a LoRA adapter folded in), and the input
     embedding a second time as `lm_head.weight` when the server serves a tied model untied (`weights`).
-    Under FSDP a collective, as `full_tensors` (a sharded LoRA model merges shard-wise, then gathers each tensor)."""
+    `dtype`: the served dtype; floating tensors are cast to it one at a time as they are gathered, so fp32 master
+    weights served in bf16 cross the wire at half the bytes (vLLM would round them the same way on load; "" or an
+    unknown name such as "auto": as trained). Under FSDP a collective, as `full_tensors` (a sharded LoRA model
+    merges shard-wise, then gathers each tensor)."""
     from tirl.models.lora import is_lora, merged_state_dict
 
     items: Iterable[tuple[str, torch.Tensor]]
@@ -82,7 +87,10 @@ def policy_tensors(model: torch.nn.Module, *, untie: bool) -> Iterator[tuple[str
         items = ((n, _whole(t)) for n, t in merged_state_dict(model).items() if n not in aliases)
     else:
         items = full_tensors(model)
+    served = wire.DTYPES.get(dtype)
     for name, t in items:
+        if served is not None and t.is_floating_point() and t.dtype != served:
+            t = t.to(served)
         yield name, t
         if untie and name.endswith(EMBED_SUFFIX):
             yield LM_HEAD, t

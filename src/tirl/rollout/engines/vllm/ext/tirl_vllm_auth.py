@@ -2,7 +2,9 @@
 
 Started with `--middleware tirl_vllm_auth.RequireKey`, this directory on PYTHONPATH and the key in
 `$TIRL_VLLM_API_KEY`, the server answers a request (HTTP or WebSocket, any path and method) only when it carries
-`Authorization: Bearer <key>`; every other one gets 401 before any route runs. vLLM's own `--api-key` guards only
+`Authorization: Bearer <key>`; every other one gets 401 before any route runs. One exception: `GET /health`
+(vLLM's liveness route, an empty 200) answers anyone, because a scheduler's probes (Kubernetes, a load balancer,
+`tirl.launch.wait`) carry no secret, and it tells only that the server is up. vLLM's own `--api-key` guards only
 the paths under /v1, /v2, /inference and /cohere (vllm 0.32), not the ones `VLLM_SERVER_DEV_MODE=1` opens
 (`/collective_rpc`, `/sleep`, `/wake_up`, `/reset_prefix_cache`, `/pause`, `/update_weights`, `/server_info`, ...)
 nor `/tokenize` or `/invocations`, so tirl's servers carry this one. Without the key in its environment the server
@@ -24,6 +26,7 @@ from typing import Any
 KEY_ENV = "TIRL_VLLM_API_KEY"
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
+HEALTH = "/health"  # GET only: open to probes (module docstring)
 REFUSAL = json.dumps(
     {"error": f"Unauthorized: this vLLM server answers only requests with the run's key (${KEY_ENV})"}
 ).encode()
@@ -47,7 +50,9 @@ class RequireKey:
         self._want = hashlib.sha256(bearer(key)).digest()
 
     def allows(self, scope: Scope) -> bool:
-        """Whether the request's first Authorization header carries the key."""
+        """Whether the request's first Authorization header carries the key (or it is the open liveness probe)."""
+        if scope["type"] == "http" and scope.get("method") == "GET" and scope.get("path") == HEALTH:
+            return True
         got = next((v for k, v in scope.get("headers", ()) if k.lower() == b"authorization"), b"")
         return hmac.compare_digest(hashlib.sha256(bytes(got)).digest(), self._want)
 
