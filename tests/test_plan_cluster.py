@@ -1,5 +1,6 @@
-"""`tirl plan --gpus N`: the weight sync's bytes and seconds, the step's phases and the split search against numbers
-computed by hand, the splits it refuses, and the CLI (text, JSON, errors). No weights are loaded: the bundled
+"""`tirl plan --gpus N`: the weight sync's bytes and seconds (each trainer node streaming its share of the servers),
+the step's phases and the split search against numbers computed by hand, the splits it refuses, and the CLI (text,
+JSON, errors). No weights are loaded: the bundled
 Qwen3-4B architecture on the meta device."""
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import pytest
 from tirl.commands.run_config import TirlConfig
 from tirl.core.config import load_config
 from tirl.train.plan import PlanError, load_arch, meta_model
-from tirl.train.plan_cluster import cluster_plan, default_tp, spans
+from tirl.train.plan_cluster import cluster_plan, default_tp, spans, sync_sends
 from tirl.train.plan_step import (
     Assumptions,
     SyncCopy,
@@ -72,35 +73,77 @@ def test_a_merged_lora_weight_is_gathered_in_float32():
     assert sync_copy(cfg, model, untie=False).wire_dtype == "bfloat16 (adapted layers float32)"
 
 
-def test_sync_seconds_at_each_link_speed():
-    """4 receivers, 1 on rank 0's node, 2 training nodes, 2e9 B a copy sent, 4e9 B gathered: 3 x 2e9 B over rank
-    0's link plus half the gathered copy over each training node's, and 2e9 B over loopback at 8 Gb/s (1e9 B/s)."""
+def test_sync_seconds_at_each_link_speed_are_the_slowest_nodes():
+    """2 trainer nodes sending at once, 2e9 B a copy sent, 4e9 B gathered (half over each node's link): node 0 feeds
+    1 receiver on another node and 1 on its own (loopback 8 Gb/s = 1e9 B/s: 2 s), node 1 feeds 3 on other nodes.
+    At 5 Gb/s (0.625e9 B/s) node 1 is the slower: 6e9 B in 9.6 s against 3.2 + 2 s, + the gather's 3.2 s = 12.8 s;
+    at 25: node 0, 0.64 + 2 s against 1.92 s, + 0.64 s = 3.28 s; at 100: 2.16 + 0.16 s; at 400: 2.04 + 0.04 s."""
     copy = SyncCopy(10**9, 2 * 10**9, "bfloat16", 4 * 10**9)
-    got = weight_sync(copy, receivers=4, local=1, trainer_nodes=2, a=figures(link_gbps=50.0))
-    assert (got.bytes_per_step, got.link_bytes, got.gather_link_bytes) == (8e9, 6e9, 2e9)
-    want = {g: 8e9 / (g * 1e9 / 8) + 2.0 for g in (25, 50, 100, 400)}
-    assert got.seconds == pytest.approx({f"{g}": s for g, s in want.items()})
-    assert got.seconds["25"] == pytest.approx(2.56 + 2.0) and got.seconds["400"] == pytest.approx(0.16 + 2.0)
+    got = weight_sync(copy, sends=[(1, 1), (3, 0)], trainer_nodes=2, a=figures(link_gbps=5.0))
+    assert (got.receivers, got.local_receivers, got.sending_nodes) == (5, 1, 2)
+    assert (got.bytes_per_step, got.busiest_link_bytes, got.gather_link_bytes) == (10e9, 6e9, 2e9)
+    assert got.seconds == pytest.approx({"5": 12.8, "25": 3.28, "100": 2.32, "400": 2.08})
+    none = weight_sync(copy, sends=[], trainer_nodes=2, a=figures())  # colocated
+    assert (none.receivers, none.sending_nodes, none.busiest_link_bytes) == (0, 0, 0)
+    assert none.seconds["100"] == pytest.approx(2e9 / 12.5e9)
+
+
+def test_servers_are_dealt_to_trainer_nodes_as_sync_share_deals_them():
+    """Rank order [0, 8, 1, 9, ...] with 2 trainer nodes of 8: 16 servers (GPUs 16-31) give 8 to each node, all on
+    other nodes; 3 tp-4 servers give servers 0, 2 (8 workers) to node 0 and server 1 (4) to node 1; 5 servers on
+    GPUs 16-20: 0, 2, 4 to node 0, 1, 3 to node 1. One trainer node of 4 ranks with 12 servers on GPUs 4-15: ranks
+    0-3 take 3 each, servers 0-3 on its own node. 4 trainers and 4 servers on one node of 8: all local."""
+    assert sync_sends(16, 16, 1, 8) == [(8, 0), (8, 0)]
+    assert sync_sends(16, 3, 4, 8) == [(8, 0), (4, 0)]
+    assert sync_sends(16, 5, 1, 8) == [(3, 0), (2, 0)]
+    assert sync_sends(4, 12, 1, 8) == [(8, 4)]
+    assert sync_sends(4, 4, 1, 8) == [(0, 4)]
+    assert sync_sends(32, 32, 1, 8) == [(8, 0)] * 4
 
 
 def test_recipe_sync_on_32_gpus_computed_by_hand():
-    """16 servers (tp 1) on GPUs 16-31, none on rank 0's node, each sent 8,822,848,512 B of bf16; 16 training GPUs
-    on 2 nodes, each node's link carrying half of the float32 gathers (8,044,936,192 B)."""
+    """16 servers (tp 1) on GPUs 16-31 (nodes 2, 3), each sent 8,822,848,512 B of bf16; 16 training GPUs on 2 nodes,
+    each streaming to 8 of the servers over its own link, which also carries half of the float32 gathers
+    (8,044,936,192 B): (8 x 8,822,848,512 + 8,044,936,192) B at 25 Gb/s = 25.161 s."""
     _, c = cluster_plan(recipe(), gpus=32, rollout_gpus=16, arch=QWEN3_4B)
     copy, gathered = (PARAMS + EMBEDDING) * 2, PARAMS * 4
     assert (copy, gathered // 2) == (8_822_848_512, 8_044_936_192)
     assert (c.sync.receivers, c.sync.local_receivers, c.sync.bytes_per_step) == (16, 0, 16 * copy)
+    assert (c.sync.sending_nodes, c.sync.busiest_link_bytes) == (2, 8 * copy)
     for gbps in (25, 100, 400):
-        assert c.sync.seconds[str(gbps)] == pytest.approx((16 * copy + gathered / 2) / (gbps * 1e9 / 8))
-    assert c.sync.seconds["25"] == pytest.approx(47.747, abs=1e-3)
+        assert c.sync.seconds[str(gbps)] == pytest.approx((8 * copy + gathered / 2) / (gbps * 1e9 / 8))
+    assert c.sync.seconds["25"] == pytest.approx(25.161, abs=1e-3)
     assert c.step.sync_s == c.sync.seconds["100"]
 
 
+def test_recipe_sync_on_one_node_goes_over_loopback():
+    """8 GPUs, 4 + 4: ranks 0-3 each stream one server on the same node, so nothing crosses a link and no gather
+    does: 4 x 8,822,848,512 B at --loopback-gbps 5.8 (0.725e9 B/s) = 48.677 s at every link speed."""
+    _, c = cluster_plan(recipe(), gpus=8, rollout_gpus=4, arch=QWEN3_4B)
+    copy = (PARAMS + EMBEDDING) * 2
+    assert (c.sync.receivers, c.sync.local_receivers, c.sync.sending_nodes) == (4, 4, 1)
+    assert (c.sync.busiest_link_bytes, c.sync.gather_link_bytes) == (0, 0)
+    assert c.sync.seconds == pytest.approx({g: 4 * copy / 0.725e9 for g in ("25", "100", "400")})
+    assert c.sync.seconds["25"] == pytest.approx(48.677, abs=1e-3)
+
+
+def test_recipe_sync_with_servers_dealt_unevenly():
+    """21 GPUs, 16 + 5 (8 a node): servers 0, 2, 4 from node 0, servers 1, 3 from node 1, all on node 2; the
+    busiest sends 3 copies: (3 x 8,822,848,512 + 8,044,936,192) B at 100 Gb/s = 2.761 s."""
+    _, c = cluster_plan(recipe(), gpus=21, rollout_gpus=5, arch=QWEN3_4B)
+    copy, gathered = (PARAMS + EMBEDDING) * 2, PARAMS * 4
+    assert (c.sync.receivers, c.sync.local_receivers, c.sync.sending_nodes) == (5, 0, 2)
+    assert (c.sync.bytes_per_step, c.sync.busiest_link_bytes) == (5 * copy, 3 * copy)
+    assert c.sync.seconds["100"] == pytest.approx((3 * copy + gathered / 2) / 12.5e9)
+    assert c.sync.seconds["100"] == pytest.approx(2.761, abs=1e-3)
+
+
 def test_tensor_parallel_servers_take_one_copy_per_worker():
-    """2 servers of tp 4: every worker connects to the stream and gets every tensor, so 8 copies."""
+    """2 servers of tp 4 on node 1: every worker connects to the stream and gets every tensor, so 8 copies, all
+    over the one trainer node's link."""
     _, c = cluster_plan(recipe(), gpus=16, rollout_gpus=8, tp=4, arch=QWEN3_4B)
-    assert (c.split.servers, c.sync.receivers) == (2, 8)
-    assert c.sync.bytes_per_step == 8 * (PARAMS + EMBEDDING) * 2
+    assert (c.split.servers, c.sync.receivers, c.sync.sending_nodes) == (2, 8, 1)
+    assert c.sync.bytes_per_step == c.sync.busiest_link_bytes == 8 * (PARAMS + EMBEDDING) * 2
 
 
 def test_rollout_takes_the_larger_bound_plus_the_tools():
@@ -144,8 +187,8 @@ def test_step_total_shares_and_overlap():
 def test_the_split_search_takes_the_argmin_computed_by_hand():
     """8 GPUs on one node, 1024 trajectories of 1000 response tokens, servers at 1000 tokens/s (every server has
     enough in flight at 1e6 tokens/s a sequence: the longest trajectory takes 0.02 s), no tools; trainer at 0.5 x 1e15
-    FLOP/s a GPU, checkpointing (8 x params a token) plus the old log-probs' forward (2 x); every receiver on rank 0's
-    node at 8 Gb/s (1e9 B/s), 8,822,848,512 B of bf16 each. Splits with whole GPUs for 64 prompts: T = 1, 2, 4; at T = 1
+    FLOP/s a GPU, checkpointing (8 x params a token) plus the old log-probs' forward (2 x); every receiver on the
+    one node, at 8 Gb/s (1e9 B/s), 8,822,848,512 B of bf16 each. Splits with whole GPUs for 64 prompts: T = 1, 2, 4; at T = 1
     the one rank holds 70.9 GiB, over --gpu-gib 60, so it is left out.
       T=2, R=6: 1024/6 + 8 x P x 1.024e6 / 1e15 + 2 x P x 1.024e6 / 1e15 + 6 x 8.8228 s = 264.79 s
       T=4, R=4: 1024/4 + the trainer's half of that                       + 4 x 8.8228 s = 311.89 s"""
@@ -172,6 +215,7 @@ def test_the_split_search_takes_the_argmin_computed_by_hand():
 def test_colocated_uses_every_gpu_and_sends_nothing_over_a_socket():
     _, c = cluster_plan(recipe("rollout.vllm.placement=colocated"), gpus=16, arch=QWEN3_4B)
     assert (c.split.trainer_gpus, c.split.servers, c.sync.receivers, c.sync.bytes_per_step) == (16, 16, 0, 0)
+    assert (c.sync.sending_nodes, c.sync.busiest_link_bytes) == (0, 0)
     assert c.sync.gather_link_bytes == PARAMS * 4 // 2  # 2 training nodes; the tied embedding goes once
     assert c.step.detail["in_flight_per_server"] == 1024 / 16
 
@@ -237,6 +281,7 @@ def test_cli_prints_every_section_and_json_keys(capsys):
     for line in (
         "split: ",
         "weight sync per step (as rollout.vllm.sync=memory streams it):",
+        "each trainer machine streams its share of the servers: ",
         "step time (synchronous loop",
         "overlapped",
         "assumptions",
@@ -249,6 +294,7 @@ def test_cli_prints_every_section_and_json_keys(capsys):
     assert set(data["cluster"]) == {"gpus", "gpus_per_node", "gpu", "placement", "split", "chosen_by",
                                     "runners_up", "sync", "step", "assumptions", "refused"}  # fmt: skip
     assert set(data["cluster"]["sync"]["seconds"]) == {"25", "100", "400"}
+    assert {"busiest_link_bytes", "sending_nodes", "local_receivers"} <= set(data["cluster"]["sync"])
     assert math.isclose(sum(data["cluster"]["step"]["shares"].values()), 1.0)
 
 

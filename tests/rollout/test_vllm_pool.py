@@ -218,6 +218,23 @@ def test_each_rank_gets_its_share_of_the_servers():
         url_share([], 0, 1)
 
 
+def test_the_sync_leaves_through_every_trainer_machine():
+    """Server i is streamed by the i-th rank in machine-major order: each server by exactly one rank, and the
+    servers spread over the machines before they pile up on one (ranks are numbered machine by machine)."""
+    from tirl.rollout.engines.vllm.pool import sync_share
+
+    def owners(n: int, world: int, local: int) -> list[int]:
+        shares = [sync_share([f"s{i}" for i in range(n)], r, world, local) for r in range(world)]
+        assert sorted(u for share in shares for u in share) == sorted(f"s{i}" for i in range(n))
+        return [next(r for r, share in enumerate(shares) if f"s{i}" in share) for i in range(n)]
+
+    assert owners(4, 8, 4) == [0, 4, 1, 5]  # two machines of 4 ranks: two servers from each
+    assert [r // 8 for r in owners(8, 32, 8)] == [0, 1, 2, 3] * 2  # four machines: two servers from each
+    assert owners(3, 3, 3) == [0, 1, 2] and owners(2, 2, 1) == [0, 1]  # one machine; two machines of one rank
+    assert owners(5, 2, 2) == [0, 1, 0, 1, 0] and owners(1, 4, 2) == [0]  # more servers than ranks; fewer
+    assert owners(4, 6, 4) == [0, 1, 2, 3]  # a world that does not split into machines evenly: plain order
+
+
 def test_ranks_on_several_machines_refuse_a_loopback_server(monkeypatch, tmp_path):
     """Rank 0's own server on 127.0.0.1 cannot be reached from another machine: every rank refuses before any
     server starts; its address is rollout.vllm.host, and on one machine loopback is fine."""

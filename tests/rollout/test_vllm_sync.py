@@ -396,3 +396,21 @@ def test_policy_tensors_cross_the_wire_in_the_served_dtype():
     assert sent * 2 == sum(len(frame(n, t)[1]) for n, t in fp32.items())
     for same in ("float32", "auto", ""):
         assert all(t.dtype == torch.float32 for _, t in policy_tensors(model, untie=False, dtype=same))
+
+
+def test_a_sync_host_of_another_machine_is_refused_naming_it():
+    """Every rank listens on rollout.vllm.sync_host: an address that is not this machine's (the same value given
+    to every node) is an error naming the setting, not a traceback from bind()."""
+    from types import SimpleNamespace
+
+    from tirl.rollout.engines.openai.engine import EngineError
+    from tirl.rollout.engines.vllm.sync import ServerSync
+
+    sync = ServerSync()
+    sync.vcfg, sync.api_key = SimpleNamespace(sync_host="192.0.2.1"), KEY  # TEST-NET-1: never local
+    with pytest.raises(EngineError, match="rollout.vllm.sync_host=192.0.2.1 .*each passes its own"):
+        sync._listen()
+    sync.vcfg.sync_host = "127.0.0.2"  # any address of this machine will do
+    stream = sync._listen()
+    assert stream.address.startswith("127.0.0.2:")
+    stream.close()

@@ -132,7 +132,9 @@ def test_the_collective_timeout_is_the_configured_one(monkeypatch):
 def test_a_collective_that_lost_its_peer_is_named(monkeypatch):
     """gloo's and NCCL's words for a rank that is gone become one error naming it (the CLI prints it in one line);
     any other failure is left as it is, and in one process nothing is a lost peer."""
-    gloo = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:49853. This is ...")
+    gloo = RuntimeError(
+        "[gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:49853. This is ..."
+    )
     monkeypatch.setattr(dist, "is_distributed", lambda: False)
     assert dist.lost_peer(gloo) is None
     monkeypatch.setattr(dist, "is_distributed", lambda: True)
@@ -140,3 +142,29 @@ def test_a_collective_that_lost_its_peer_is_named(monkeypatch):
     assert dist.lost_peer(RuntimeError("NCCL communicator was aborted on rank 3")) is not None
     assert dist.lost_peer(ValueError("rl.n must be > 0")) is None
     assert dist.lost_peer(RuntimeError("CUDA out of memory")) is None
+
+
+def test_a_lost_rank_exits_without_waiting_for_blocked_threads():
+    """After another rank died, threads of this process may be blocked on it (or on servers stopping with it): the
+    CLI prints the one line and exits 2 at once instead of waiting for them (a plain exit would wait 60 s here)."""
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    script = """
+import argparse, sys, threading, time
+from tirl import cli
+from tirl.commands.stage import RankLost
+threading.Thread(target=time.sleep, args=(60,)).start()  # not a daemon: a normal exit joins it
+def lost(args):
+    raise RankLost("rank 0 of 2: a collective failed because another rank is gone (test)")
+cli.build_parser = lambda: type("P", (), {"parse_args": lambda self, a: argparse.Namespace(fn=lost, command="rl")})()
+sys.exit(cli.main([]))
+"""
+    src = Path(__file__).resolve().parents[2] / "src"
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=50,
+                       env={"PYTHONPATH": str(src), "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert r.returncode == 2 and time.monotonic() - t0 < 30, (r.returncode, r.stderr)
+    assert "tirl rl: error: rank 0 of 2: a collective failed because another rank is gone" in r.stderr

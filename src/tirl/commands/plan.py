@@ -29,7 +29,7 @@ ASSUMPTION_FLAGS = (
     ("mfu", "the trainer's share of the GPU's peak"),
     ("peak_flops", "one GPU's dense bf16 FLOP/s (default from --gpu)"),
     ("link_gbps", "one node's link, Gb/s, for the step time"),
-    ("loopback_gbps", "rank 0 to a receiver on its own node, Gb/s"),
+    ("loopback_gbps", "a node's training ranks to the receivers on that node, together, Gb/s"),
 )
 CLUSTER_ONLY = ("gpus_per_node", "rollout_gpus", "vllm_tp", "gpu", *(name for name, _ in ASSUMPTION_FLAGS))
 
@@ -107,8 +107,10 @@ def _sync_lines(c: ClusterPlan) -> list[str]:
     ]
     if y.receivers:
         lines.append(
-            f"  rank 0 writes it to {y.receivers} vLLM worker(s), {y.local_receivers} on its own node: "
-            f"{y.bytes_per_step / 1e9:.2f} GB a step, {y.link_bytes / 1e9:.2f} GB over rank 0's node link"
+            f"  each trainer machine streams its share of the servers: {y.receivers} vLLM worker(s) from "
+            f"{y.sending_nodes} trainer node(s), {y.local_receivers} on their sender's node: "
+            f"{y.bytes_per_step / 1e9:.2f} GB a step in all; the busiest sends {y.busiest_link_bytes / 1e9:.2f} GB "
+            "over its link"
         )
     else:
         lines.append("  colocated: no socket; each rank loads the gathered tensors into its own engine")
@@ -119,8 +121,9 @@ def _sync_lines(c: ClusterPlan) -> list[str]:
     lines.append(f"  time: {table}")
     if y.receivers:
         lines.append(
-            f"  (receivers on rank 0's node at --loopback-gbps {c.assumptions.loopback_gbps:g}; the servers' load "
-            "time comes on top: bench/results/vllm_sync.json measures stream and load together)"
+            f"  (the nodes send at once: the slowest node's time; receivers on their sender's node at --loopback-gbps "
+            f"{c.assumptions.loopback_gbps:g}; the servers' load time comes on top: bench/results/vllm_sync.json "
+            "measures stream and load together)"
         )
     else:
         lines.append(

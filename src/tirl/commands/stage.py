@@ -13,7 +13,12 @@ from tirl.core.rundir import claim
 
 
 class RankLost(TirlError):
-    """Another rank of the run died (its process or its machine): this one stops too, its checkpoints intact."""
+    """Another rank of the run died (its process or its machine): this one stops too, its checkpoints intact.
+
+    `exit_now`: the CLI exits without waiting for this process's other threads, which may be blocked on the dead
+    peer or on servers stopping with it (every file is complete already: atomic writes, flushed logs)."""
+
+    exit_now = True
 
 
 def stage_command(args: argparse.Namespace) -> int:

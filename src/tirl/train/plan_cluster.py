@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tirl.rollout.engines.spec import BYTES, GIB, MemoryQuery
+from tirl.rollout.engines.vllm.pool import sync_share
 from tirl.train.plan import Plan, PlanError, load_arch, meta_model, plan
 from tirl.train.plan_step import (
     Assumptions,
@@ -145,6 +146,20 @@ def _recomputes_old_logprobs(cfg: Any) -> bool:
     return source == "recompute"
 
 
+def sync_sends(trainers: int, servers: int, tp: int, per_node: int) -> list[tuple[int, int]]:
+    """Each sending trainer node's (remote, local) vLLM workers, as the sync deals the servers out (`sync_share`,
+    under torchrun's local world of min(trainers, per_node)): server j, on GPUs trainers + j x tp onwards, to one
+    rank r, on node r // per_node; its tp workers are local when they share that node."""
+    urls = [str(j) for j in range(servers)]
+    sends: dict[int, list[int]] = {}
+    for r in range(trainers):
+        node = r // per_node
+        for url in sync_share(urls, r, trainers, min(trainers, per_node)):
+            counts = sends.setdefault(node, [0, 0])
+            counts[(trainers + int(url) * tp) // per_node == node] += tp
+    return [(remote, local) for _, (remote, local) in sorted(sends.items())]
+
+
 def _refusal(run: _Run, trainers: int) -> str:
     """Why the config cannot train on `trainers` ranks with servers on the rest ("" when it can)."""
     rl = run.cfg.rl
@@ -176,13 +191,12 @@ def _option(run: _Run, trainers: int) -> _Option | str:
             f"training GPUs: {server_gib:.2f} GiB on each server GPU"
         )
         memory = dataclasses.replace(memory, fits=fits, rollout_gib=server_gib, rollout_engine=where)
-    receivers = 0 if run.colocated else rollout_gpus
-    local = min(receivers, max(0, min(run.per_node, N) - trainers))
     nodes = math.ceil(trainers / run.per_node)
+    sends = [] if run.colocated else sync_sends(trainers, servers, run.tp, run.per_node)
     untie = not run.colocated and bool(getattr(run.model.config, "tie_word_embeddings", False))
     served = "" if run.colocated else cfg.rollout.served_dtype(cfg.model.dtype)
     copy = sync_copy(cfg, run.model, untie=untie, served=served)
-    sync = weight_sync(copy, receivers=receivers, local=local, trainer_nodes=nodes, a=a, untied=untie)
+    sync = weight_sync(copy, sends=sends, trainer_nodes=nodes, a=a, untied=untie)
     trajectories = cfg.rl.prompts_per_step * cfg.rl.n
     in_flight = (
         trajectories / N if run.colocated else min(trajectories, cfg.rollout.concurrency * trainers) / servers

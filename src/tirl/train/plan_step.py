@@ -3,7 +3,7 @@ where a step's time goes, for a given split of the GPUs (`tirl.train.plan_cluste
 
 Every figure comes from the config, the model's shapes (the meta-device model of `tirl.train.plan`) and the named
 figures of `Assumptions`, each with its source and each overridable on the command line: estimates, not
-measurements. GPUs [0, T) train (rank 0 on the first node), GPUs [T, N) run the servers, tp GPUs each.
+measurements. GPUs [0, T) train (rank r on node r // gpus_per_node), GPUs [T, N) run the servers, tp GPUs each.
 
 One step of the synchronous loop (`rl.off_policy_steps=0`):
 - rollout: the larger of two lower bounds, plus one trajectory's tool time (its turns, on the critical path): the
@@ -17,10 +17,12 @@ One step of the synchronous loop (`rl.off_policy_steps=0`):
   micro-batch two all-gathers (one with dist.reshard_after_forward=false) and a reduce-scatter of the gradients,
   one all-gather per forward-only micro-batch; FSDP overlaps them with compute, so a phase takes the larger;
 - weight sync (`tirl.rollout.engines.vllm.sync`, rollout.vllm.sync=memory): every tensor is all-gathered in
-  model.dtype, cast to the served dtype (rollout.dtype, else model.dtype; `policy_tensors`), and rank 0 writes it to
-  each receiving vLLM worker in turn (servers x tp connections); a tied embedding goes twice (servers serve it
-  untied). Receivers on rank 0's node are reached over loopback, the others over rank 0's node link. colocated: no
-  socket; each rank loads the gathered tensors into its own engine.
+  model.dtype to every training rank and cast to the served dtype (rollout.dtype, else model.dtype;
+  `policy_tensors`), and each rank writes it to every vLLM worker (tp a server) of its share of the servers
+  (`sync_share`: server i to the i-th rank in machine-major order); a tied embedding goes twice (servers serve it
+  untied). A node reaches the receivers on other nodes over its link and those on its own over loopback; the nodes
+  send at once, so the sync takes the slowest node's time, plus the gather. colocated: no socket; each rank loads
+  the gathered tensors into its own engine.
 The overlapped estimate (rl.off_policy_steps=1, streaming): max(rollout, trainer phases) + sync.
 
 Not modeled: prefill, and tool-output tokens counted as decoded; the servers' load time (bench/results/
@@ -57,7 +59,7 @@ class Assumptions:
     mfu: float  # the trainer's share of the peak
     peak_flops: float  # one GPU's dense bf16 FLOP/s
     link_gbps: float  # one node's link, for the step time
-    loopback_gbps: float  # rank 0 to a receiver on its own node
+    loopback_gbps: float  # a node's ranks to the receivers on that node, together
     sources: dict[str, str] = field(default_factory=dict)
 
 
@@ -105,15 +107,17 @@ def assumptions(cfg: Any, gpu: str = "h100", **given: float | None) -> Assumptio
 
 @dataclass
 class WeightSync:
-    """What one weight sync moves: one copy of the weights to each receiving vLLM worker, from rank 0."""
+    """What one weight sync moves: one copy of the weights to each receiving vLLM worker, from the training rank
+    that streams its server (`sync_share`), every trainer node sending at once."""
 
     dtype: str  # on the wire: the served dtype
     elements: int  # of one copy (a tied embedding twice where the servers serve it untied)
     copy_bytes: int
     receivers: int  # vLLM workers that connect (servers x tp); 0 colocated
-    local_receivers: int  # on rank 0's node (loopback)
-    bytes_per_step: int  # receivers x copy_bytes: what rank 0 writes
-    link_bytes: int  # of which leave rank 0's node
+    local_receivers: int  # on the same node as the rank that streams to them (loopback)
+    sending_nodes: int  # trainer nodes that stream to at least one receiver
+    bytes_per_step: int  # receivers x copy_bytes: what the training ranks write, all together
+    busiest_link_bytes: int  # what leaves the busiest trainer node over its link
     gather_link_bytes: int  # the FSDP all-gather of the copy over each training node's link
     seconds: dict[str, float]  # link Gb/s (as text) -> seconds
     untied_embedding: bool = False  # the input embedding is sent a second time, as the output layer
@@ -173,22 +177,27 @@ def sync_copy(cfg: Any, model: Any, *, untie: bool, served: str = "") -> SyncCop
 def weight_sync(
     copy: SyncCopy,
     *,
-    receivers: int,
-    local: int,
+    sends: list[tuple[int, int]],
     trainer_nodes: int,
     a: Assumptions,
     untied: bool = False,
 ) -> WeightSync:
-    """The sync's bytes and seconds at each link speed of the table and at `a.link_gbps`."""
+    """The sync's bytes and seconds at each link speed of the table and at `a.link_gbps`. `sends`: each trainer
+    node's (remote, local) receivers, those on other nodes and those on its own; empty colocated."""
     gather = copy.gathered_bytes * (trainer_nodes - 1) // trainer_nodes
-    remote = (receivers - local) * copy.wire_bytes
-    local_s = local * copy.wire_bytes / _rate(a.loopback_gbps)
-    seconds = {
-        f"{g:g}": (remote + gather) / _rate(g) + local_s for g in sorted({*LINK_TABLE_GBPS, a.link_gbps})
-    }
+    wire, loop = copy.wire_bytes, _rate(a.loopback_gbps)
+
+    def node_s(gbps: float) -> float:  # the slowest node: they send at once
+        return max(
+            (remote * wire / _rate(gbps) + local * wire / loop for remote, local in sends), default=0.0
+        )
+
+    seconds = {f"{g:g}": node_s(g) + gather / _rate(g) for g in sorted({*LINK_TABLE_GBPS, a.link_gbps})}
+    receivers, local = sum(r + lo for r, lo in sends), sum(lo for _, lo in sends)
+    busiest = max((r for r, _ in sends), default=0) * wire
     return WeightSync(
-        copy.wire_dtype, copy.elements, copy.wire_bytes, receivers, local, receivers * copy.wire_bytes, remote,
-        gather, seconds, untied,
+        copy.wire_dtype, copy.elements, wire, receivers, local, sum(1 for r, lo in sends if r + lo),
+        receivers * wire, busiest, gather, seconds, untied,
     )  # fmt: skip
 
 

@@ -46,6 +46,16 @@ class EngineGone(EngineError):
     """The server's process has exited (an engine that manages it knows): retrying cannot help."""
 
 
+def first_choice(reply: Any, where: str) -> dict[str, Any]:
+    """The first choice of a completion (or of one streamed chunk); a reply without one (the error object a
+    server sends when it aborts a request or shuts down) is an EngineError quoting it."""
+    choices = reply.get("choices") if isinstance(reply, dict) else None
+    if not choices or not isinstance(choices[0], dict):
+        said = reply.get("error", reply) if isinstance(reply, dict) else reply
+        raise EngineError(f"{where} answered without a completion: {str(said)[:500]}")
+    return choices[0]
+
+
 @dataclass
 class OpenAIEngineConfig:
     urls: list[str]
@@ -184,7 +194,7 @@ class OpenAIEngine(RemoteModel):
             choice = self._request(
                 "POST", "/v1/completions", self.body(prompt, params, budget, seed), timeout=limit
             )
-            gen = self._parse(choice["choices"][0], budget)
+            gen = self._parse(first_choice(choice, "/v1/completions"), budget)
         self.throughput.observe(len(gen.token_ids), time.monotonic() - t0)
         return gen
 
@@ -242,7 +252,7 @@ class OpenAIEngine(RemoteModel):
             for line in r.iter_lines():
                 if not line.startswith("data:") or line[5:].strip() == "[DONE]":
                     continue
-                choice = json.loads(line[5:])["choices"][0]
+                choice = first_choice(json.loads(line[5:]), f"{base}/v1/completions (streamed)")
                 new = choice.get("token_ids") or []
                 lp = (choice.get("logprobs") or {}).get("token_logprobs") or []
                 if len(new) != len(lp):

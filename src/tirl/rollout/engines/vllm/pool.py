@@ -11,14 +11,16 @@ for servers reached by URL the one in `$TIRL_VLLM_API_KEY` (docs/engines.md, "Wh
 Weight sync is one call on every rank, `sync_weights(policy)` (collective). Rank 0 decides the path once
 (`rollout.vllm.sync`, `tirl.rollout.engines.vllm.sync`) and every rank follows it:
 - memory (every managed server, and servers started with the receiver): the weights are gathered tensor by tensor
-  (an FSDP2 shard is a DTensor: `full_tensor()` all-gathers it, every rank in the same order) and rank 0 writes
-  each one, as it comes, to a socket every vLLM worker reads into its in-place reload. The memory bound is one full
-  tensor on every rank; nothing touches a disk.
+  (an FSDP2 shard is a DTensor: `full_tensor()` all-gathers it, every rank in the same order), so every rank holds
+  each whole tensor in turn, and each rank writes it, as it comes, to the sockets of its share of the servers
+  (`sync_share`: server i to the i-th rank in machine-major order, so the sync leaves through every trainer
+  machine's link), which every vLLM worker reads into its in-place reload. Each rank listens on its own
+  `rollout.vllm.sync_host`. The memory bound is one full tensor on every rank; nothing touches a disk.
 - disk: the same gathers, but rank 0 keeps them in a bucket of at most `BUCKET_BYTES` plus one tensor and writes
   each full bucket as one safetensors file (no buffer ever holds the whole model), then has every server reload in
   place from that directory.
-Tied embeddings are sent untied either way (see `weights`). Then every server's prefix cache is reset and rank
-0 broadcasts the outcome: the new weight version, or the error. Every rank waits for it, so no rank samples again
+Tied embeddings are sent untied either way (see `weights`). Then every server's prefix cache is reset and every
+rank learns every other's outcome (the new weight version, or the error). Every rank waits for it, so no rank samples again
 before every server serves the new weights, and every `Generation` records the version it came from. A failed
 sync (a dead server) raises the same `EngineError`, with the server's log, on every rank.
 
@@ -70,9 +72,33 @@ def broadcast(obj: Any) -> Any:
     return box[0]
 
 
+def gather(obj: Any) -> list[Any]:
+    """Every rank's `obj`, in rank order (a collective)."""
+    if world_size() == 1:
+        return [obj]
+    out: list[Any] = [None] * world_size()
+    tdist.all_gather_object(out, obj)
+    return out
+
+
+def local_world() -> int:
+    """The ranks on this machine (torchrun's LOCAL_WORLD_SIZE; the whole world without it)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", world_size()))
+
+
+def sync_share(urls: list[str], rank_: int, world: int, local: int) -> list[str]:
+    """The servers rank `rank_` streams the weights into: server i to the i-th rank in node-major order (local rank
+    0 of every machine, then local rank 1, ...), so a sync leaves through every trainer machine's link rather than
+    rank 0's alone. Ranks are numbered machine by machine, `local` to a machine, as torchrun numbers them."""
+    nodes = world // local if local and world % local == 0 else 1
+    local = world // nodes
+    order = [n * local + i for i in range(local) for n in range(nodes)]
+    return [u for i, u in enumerate(urls) if order[i % world] == rank_]
+
+
 def spans_nodes() -> bool:
     """Whether the ranks run on more than one machine (torchrun's LOCAL_WORLD_SIZE below the world's size)."""
-    return int(os.environ.get("LOCAL_WORLD_SIZE", world_size())) < world_size()
+    return local_world() < world_size()
 
 
 def is_loopback(host: str) -> bool:
@@ -186,34 +212,38 @@ class VLLMPool(ServerSync, OpenAIEngine):
         self.weight_version += 1
 
     def _agreed_mode(self) -> str:
-        """Rank 0's `sync_mode` (memory or disk), the same on every rank; its failure raises on every rank."""
-        outcome = ("ok", "")
+        """Rank 0's `sync_mode` (memory or disk) and the servers' receiver counts, the same on every rank; its
+        failure raises on every rank."""
+        if self._sync_mode:
+            return self._sync_mode
+        outcome: tuple[str, str, dict[str, int]] = ("ok", "", {})
         if rank() == 0:
             try:
-                outcome = ("ok", self.sync_mode(self.all_urls))
+                outcome = ("ok", self.sync_mode(self.all_urls), self._counts)
             except Exception as e:
-                outcome = ("error", str(e))
-        kind, value = broadcast(outcome)
+                outcome = ("error", str(e), {})
+        kind, value, counts = broadcast(outcome)
         if kind == "error":
             raise EngineError(value)
+        self.adopt_mode(value, counts)
         return value
 
     def _stream_all(self, model: Any) -> None:
-        """`rollout.vllm.sync=memory`: every rank runs the gathers; rank 0 streams each tensor to every server as it
-        comes, then tells every rank how it went."""
+        """`rollout.vllm.sync=memory`: every rank runs the gathers, so every rank holds each whole tensor in turn,
+        and each streams it into its share of the servers (`sync_share`); then every rank learns how all went."""
         tensors = policy_tensors(model, untie=self.untied, dtype=self.vcfg.dtype)
-        outcome = ("ok", "")
-        if rank() == 0:
+        mine = sync_share(self.all_urls, rank(), world_size(), local_world())
+        outcome = ""
+        if mine:
             try:
-                self.stream_into(self.all_urls, tensors)
+                self.stream_into(mine, tensors)
             except Exception as e:
                 why = self.owner._dead() if self.owner is not None else None
-                outcome = ("error", why or f"weight sync into the vLLM servers failed: {e}")
-        for _ in tensors:  # the rest of the gathers, whatever happened on rank 0
+                outcome = why or f"rank {rank()}: weight sync into {', '.join(mine)} failed: {e}"
+        for _ in tensors:  # the rest of the gathers, whatever happened here
             pass
-        kind, why = broadcast(outcome)
-        if kind == "error":
-            raise EngineError(why)
+        if failed := [why for why in gather(outcome) if why]:
+            raise EngineError(failed[0])
 
     def serve_initial(self) -> None:
         """Servers reached by URL serve `model` as the run starts (one may come from another run). Collective."""

@@ -1,10 +1,11 @@
 """Weights into vLLM servers in memory (`rollout.vllm.sync=memory`): streamed over a socket, never through a file.
 
-The trainer's rank 0 opens a listener, asks every server (`POST /collective_rpc`, in a thread per server) to
-connect back and load what arrives (`vllm_ext/tirl_weight_receiver.py`, the worker extension every managed server
-is started with), and writes the policy to every connection one tensor at a time as the tensors are gathered. vLLM
-loads them with its own in-place reload, the one the directory path uses, so both paths serve the same weights
-(a test compares the served log-probs). Memory: one full tensor at a time on rank 0, and none on disk.
+The trainer opens a listener (under torchrun every rank, for its share of the servers: `pool.sync_share`), asks
+each server (`POST /collective_rpc`, in a thread per server) to connect back and load what arrives
+(`vllm_ext/tirl_weight_receiver.py`, the worker extension every managed server is started with), and writes the
+policy to every connection one tensor at a time as the tensors are gathered. vLLM loads them with its own in-place
+reload, the one the directory path uses, so both paths serve the same weights
+(a test compares the served log-probs). Memory: one full tensor at a time on each rank, and none on disk.
 
 `rollout.vllm.sync=auto` (the default) takes this path when every server has the receiver and the directory reload
 (`tirl.rollout.engines.vllm.pool.write_streamed`, `tirl.rollout.engines.vllm.weights`) otherwise: a server someone else started
@@ -141,7 +142,7 @@ Post = Callable[[str, dict[str, Any], float], Any]  # (url, collective_rpc body,
 
 
 class WeightStream:
-    """Rank 0's listener for `rollout.vllm.sync=memory` (module docstring); one per engine, reused for every sync,
+    """A trainer process's listener for `rollout.vllm.sync=memory` (module docstring); one per engine, reused for every sync,
     on one port for its whole life. `key`: the servers' key, which signs every load."""
 
     def __init__(self, host: str = "127.0.0.1", *, key: str, accept_timeout_s: float = 120.0,
@@ -305,7 +306,7 @@ class ServerSync:
     api_key: str = ""
     _sync_mode: str = ""
     _stream: WeightStream | None = None
-    _workers: int = 0
+    _counts: dict[str, int] = {}  # noqa: RUF012 (replaced, never mutated): receiver workers per server URL
     last_sync: StreamResult | None = None
 
     def use_key(self, key: str) -> None:
@@ -333,7 +334,7 @@ class ServerSync:
 
         if self._sync_mode:
             return self._sync_mode
-        mode, workers = setting or self.vcfg.sync, 0
+        mode, counts = setting or self.vcfg.sync, {}
         if mode != "disk":
             if not self.api_key and mode == "memory":
                 raise EngineError(
@@ -348,11 +349,13 @@ class ServerSync:
                     f"receiver with the trainer's key: start them with {wire.KEY_ENV}=<key> PYTHONPATH={RECEIVER_DIR} "
                     f"and {' '.join(receiver_args())}, or set rollout.vllm.sync=disk (or auto)"
                 )
-            mode, workers = ("disk", 0) if missing else ("memory", sum(counts.values()))
-        if mode == "memory" and self._stream is None:
-            self._stream = WeightStream(self.vcfg.sync_host, key=self.api_key)
-        self._sync_mode, self._workers = mode, workers
+            mode = "disk" if missing else "memory"
+        self.adopt_mode(mode, counts if mode == "memory" else {})
         return mode
+
+    def adopt_mode(self, mode: str, counts: dict[str, int]) -> None:
+        """Take the sync path decided (by rank 0, for every rank of a pool) with the receiver workers per server."""
+        self._sync_mode, self._counts = mode, dict(counts)
 
     def use_sync(self, mode: str, urls: list[str]) -> None:
         """Take path `mode` from the next sync on (benchmarks and tests compare the two on one server)."""
@@ -362,17 +365,33 @@ class ServerSync:
         self.sync_mode(urls, setting=mode)
 
     def stream_into(self, urls: list[str], tensors: Iterable[tuple[str, torch.Tensor]]) -> StreamResult:
-        """Rank 0: stream `tensors` into every server, then reset their prefix caches. Runs `tensors` to its end."""
+        """Stream `tensors` into the servers at `urls`, then reset their prefix caches. Runs `tensors` to its end."""
         from tirl.rollout.engines.openai.engine import EngineError
 
-        assert self._stream is not None, "sync_mode() decides the path first"
-        res = self._stream.push(tensors, urls, self._workers, self._post_rpc, SYNC_RPC_TIMEOUT_S)
+        assert self._sync_mode == "memory", "sync_mode() decides the path first"
+        if self._stream is None:
+            self._stream = self._listen()
+        workers = sum(self._counts.get(u, 0) for u in urls)
+        res = self._stream.push(tensors, urls, workers, self._post_rpc, SYNC_RPC_TIMEOUT_S)
         if res.error:
             raise EngineError(res.error)
         for url in urls:
             self.reset_prefix_cache(url)
         self.last_sync = res
         return res
+
+    def _listen(self) -> WeightStream:
+        """This process's weight listener on `rollout.vllm.sync_host`, which must be an address of its own machine."""
+        from tirl.rollout.engines.openai.engine import EngineError
+
+        host = self.vcfg.sync_host
+        try:
+            return WeightStream(host, key=self.api_key)
+        except OSError as e:
+            raise EngineError(
+                f"cannot listen for the weight stream on rollout.vllm.sync_host={host} ({e}): it must be an address "
+                "of this machine that the vLLM servers reach; on several machines each passes its own"
+            ) from e
 
     def reset_prefix_cache(self, url: str | None = None) -> None:
         """Drop the server's cached KV blocks (the old weights computed them)."""
