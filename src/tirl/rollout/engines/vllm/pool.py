@@ -49,6 +49,7 @@ from tirl.rollout.engines.vllm.engine import VLLMEngine
 from tirl.rollout.engines.vllm.ext.tirl_weight_receiver import KEY_ENV
 from tirl.rollout.engines.vllm.sync import ServerSync, policy_tensors
 from tirl.rollout.engines.vllm.weights import INDEX, ties_embeddings, untie, untied_copy
+from tirl.sandbox.auth import is_loopback
 
 BUCKET_BYTES = (
     256 * 2**20
@@ -99,15 +100,6 @@ def sync_share(urls: list[str], rank_: int, world: int, local: int) -> list[str]
 def spans_nodes() -> bool:
     """Whether the ranks run on more than one machine (torchrun's LOCAL_WORLD_SIZE below the world's size)."""
     return local_world() < world_size()
-
-
-def is_loopback(host: str) -> bool:
-    import ipaddress
-
-    try:
-        return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def url_share(urls: list[str], rank_: int, world: int) -> list[str]:
