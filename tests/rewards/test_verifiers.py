@@ -251,6 +251,16 @@ def test_workers_killed_between_batches_cost_no_grade():
     assert [g.correct for g in graded] == [True, True], [g.details for g in graded]
 
 
+def _ignores(pid: int, signum: int) -> bool:
+    """Whether process `pid` ignores `signum` (its SigIgn mask in /proc)."""
+    from pathlib import Path
+
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("SigIgn:"):
+            return bool(int(line.split()[1], 16) >> (signum - 1) & 1)
+    return False
+
+
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_workers_outlive_the_stop_signals_their_group_gets(signum):
     """torchrun's SIGTERM and a terminal's Ctrl-C reach the whole process group while the run finishes its step:
@@ -263,6 +273,9 @@ def test_workers_outlive_the_stop_signals_their_group_gets(signum):
     items = [("math", "\\boxed{\\frac{1}{2}}", "\\frac12"), ("math", "\\boxed{3}", "\\sqrt{9}")]
     assert [g.correct for g in grade_many(items, workers=2, timeout_s=10)] == [True, True]
     pool, procs = batch._pool, list(batch._pool._processes.values())
+    deadline = time.monotonic() + 60  # a worker still starting has not run its initializer yet: wait for it
+    while not all(_ignores(proc.pid, signum) for proc in procs) and time.monotonic() < deadline:
+        time.sleep(0.05)
     for proc in procs:
         os.kill(proc.pid, signum)
     time.sleep(0.5)
