@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,7 @@ import pytest
 import torch
 from test_vllm_engine import build_tool_model, needs_vllm
 
+from tirl.rollout.engines.vllm.command import free_port
 from tirl.train import checkpoint_read
 
 SRC = Path(__file__).resolve().parents[2] / "src"
@@ -72,12 +72,6 @@ done
 wait
 exit "$rc"
 """
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def descendants(pid: int) -> list[int]:

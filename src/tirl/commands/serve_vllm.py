@@ -94,9 +94,6 @@ def serve_vllm_command(args: argparse.Namespace) -> int:
             "a checkpoint or LoRA adapter needs tirl export first"
         )
     gpu = on_gpu()
-    work = Path(args.work_dir or tempfile.gettempdir())
-    if not args.work_dir and not args.print:
-        work = Path(tempfile.mkdtemp(prefix="tirl-serve-vllm-"))
     cfg = VLLMEngineConfig(
         model=str(model),
         python=args.python,
@@ -108,7 +105,11 @@ def serve_vllm_command(args: argparse.Namespace) -> int:
     python = resolve_vllm_python(cfg.python)
     served = model
     if ties_embeddings(model):  # an in-place reload would leave a tied lm_head stale (weights.py)
-        served = untied_copy(model, work / "initial") if not args.print else work / "initial"
+        if args.print:  # where the copy would go; nothing is written
+            served = Path(args.work_dir or tempfile.gettempdir()) / "initial"
+        else:
+            work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="tirl-serve-vllm-"))
+            served = untied_copy(model, work / "initial")
     cmd = server_command(cfg, str(served), python, cfg.port, gpu, host=args.host)
     if args.print:
         print(json.dumps({"argv": cmd, "untied": served != model}))

@@ -116,6 +116,19 @@ class Rollouts:
         return stack
 
 
+def own_entry(state: dict[str, Any], key: str, reshard: Any, what: str) -> Any:
+    """This rank's entry `key` of a checkpoint's per-rank sampling state; when the checkpoint's run had another
+    number of processes, every saving rank's entries dealt out onto this run's (`reshard(saved, world, rank)`,
+    `tirl.train.rl.reshard`)."""
+    saved = checkpoint_read.saved_world(state)
+    if saved in (None, dist.world_size()):
+        return state.get(key)
+    mine = reshard(checkpoint_read.every_rank(state, key), dist.world_size(), dist.rank())
+    if dist.is_main():
+        console.print(f"{what}: dealt out from {saved} processes onto {dist.world_size()}")
+    return mine
+
+
 class SamplingMode:
     """What the trainer asks of a sampling mode; the hooks are no-ops here."""
 
@@ -218,14 +231,13 @@ class Ahead(Synchronous):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The batch sampled during the checkpointed step's update (dealt out again when the checkpoint's run had
         another number of processes)."""
-        if (world := checkpoint_read.saved_world(state)) not in (None, dist.world_size()):
-            pendings = checkpoint_read.every_rank(state, "pending")
-            state = {"pending": reshard_pending(pendings, self.cfg.n, dist.world_size(), dist.rank())}
-            if dist.is_main():
-                console.print(
-                    f"the batch sampled ahead: dealt out from {world} processes onto {dist.world_size()}"
-                )
-        self.ahead.pending = state.get("pending")
+        n = self.cfg.n
+        self.ahead.pending = own_entry(
+            state,
+            "pending",
+            lambda saved, world, rank: reshard_pending(saved, n, world, rank),
+            "the batch sampled ahead",
+        )
 
 
 class Streaming(SamplingMode):
@@ -277,19 +289,11 @@ class Streaming(SamplingMode):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """The checkpoint's groups keep their age on the engine's counter; a checkpoint of another number of
         processes has every rank's groups dealt out again (`tirl.train.rl.reshard`)."""
-        if (world := checkpoint_read.saved_world(state)) not in (None, dist.world_size()):
-            stream = reshard_stream(
-                checkpoint_read.every_rank(state, "stream"), dist.world_size(), dist.rank()
-            )
-            state = {"stream": stream}
-            if dist.is_main():
-                console.print(
-                    f"the stream's groups: dealt out from {world} processes onto {dist.world_size()}"
-                )
-        if state.get("stream") is not None:
-            self.rounds = int(state["stream"]["rounds"])
-            self.trained_groups = list(state["stream"]["trained_groups"])
-            self.producer.restore(state["stream"], self.rollouts.run.agent.engine.weight_version)
+        stream = own_entry(state, "stream", reshard_stream, "the stream's groups")
+        if stream is not None:
+            self.rounds = int(stream["rounds"])
+            self.trained_groups = list(stream["trained_groups"])
+            self.producer.restore(stream, self.rollouts.run.agent.engine.weight_version)
 
 
 def stream_producer(run: RLRun) -> StreamProducer:
