@@ -6,7 +6,9 @@ SmolLM2 into runs/smollm2-135m before train uses it); `python -m bench NAME [ARG
 optional environments installed; a benchmark's own docstring says more.
 
 Not benchmarks, and not listed: `trl_peer.py` (TRL's GRPOTrainer, run by rl_step in `.venv-trl`) and
-`vllm_worker.py` (vLLM's side of engines, run in `.venv-vllm`): each runs in another environment by its file path.
+`vllm_worker.py` (vLLM's side of engines, run in `.venv-vllm`): each runs in another environment by its file path;
+`gpu_profile.py`, `gpu_update.py` and `gpu_recipe.py`, parts of `gpu` (the profile's tables, the update, the
+recipe's 4B shape).
 """
 
 from __future__ import annotations
@@ -47,6 +49,11 @@ BENCHMARKS: tuple[Benchmark, ...] = (
         "an agent program on the OpenAI client (agent.program) against tirl's own agent loop",
     ),
     Benchmark("linear_kernels", 2, "one Linear through MKL, packed oneDNN fp32/bf16 and autocast"),
+    Benchmark(
+        "sampler",
+        0.5,
+        "next-token sampler: two-level draw and top-p within topk against full cumsum and sort",
+    ),
     Benchmark(
         "engines",
         22,
@@ -92,8 +99,9 @@ BENCHMARKS: tuple[Benchmark, ...] = (
     ),
     Benchmark(
         "gpu",
-        5,
-        "one CUDA GPU: decode (engine, bf16, CUDA graphs, HF), the update against plain HF, the demo's stages",
+        8,
+        "one CUDA GPU: decode (engine, bf16, CUDA graphs, HF) and the update against plain HF on the 0.6B and the "
+        "recipe's 4B shapes, the demo's stages",
         "a CUDA GPU (refuses without one; `--device cpu --small` for a tiny CPU run); minutes on an H100, estimated",
         args="[--device cpu --small]",
     ),
