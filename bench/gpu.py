@@ -7,7 +7,8 @@ with its dtype given.
 - Decode, Qwen3-0.6B shape (random weights; `tirl plan --arch qwen3-0.6b`), batch 64, 128-token prompts, 256 new
   tokens, sampled at temperature 1: the torch engine over fp32 weights in fp32 and under bf16 autocast (how tirl
   runs it), its CUDA-graph decode under bf16 autocast (`rollout.torch.cuda_graphs=on`) where this checkout has
-  it, and HF `generate` with fp32 and with bf16 weights: tokens/s. Each is warmed up by one call of the timed
+  it, the same with the sampler's earlier draw (one float64 cumulative sum over the whole vocabulary: the
+  two-level draw before and after, in one run), and HF `generate` with fp32 and with bf16 weights: tokens/s. Each is warmed up by one call of the timed
   length, so that the timed call allocates and captures nothing.
 - The update, same shape: 16 sequences of 1,024 to 2,048 tokens (the last three quarters trained), fp32 master
   weights under bf16 autocast, in micro-batches cut by a token budget (`micro_batch_tokens: auto` for the device;
@@ -21,7 +22,7 @@ with its dtype given.
   milliseconds per step, and the ops that took most of each (a step that is host-bound shows a device busy for a
   small share of its wall time).
 
-    python -m bench gpu                       # one GPU: about 5 minutes on an H100
+    python -m bench gpu                       # one GPU: about 8 minutes on an H100 (estimated)
     python -m bench gpu --device cpu --small  # every part at a tiny shape on a CPU, in about a minute
     python -m bench gpu --parts decode,update --profile   # and where their time goes
 
@@ -32,6 +33,7 @@ each part, so that a run cut short keeps what it measured (`--parts` runs some o
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import gc
 import inspect
@@ -40,20 +42,33 @@ import math
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from bench.common import ROOT, result_path, stopwatch, tirl_env, write_result
+from bench.gpu_profile import TOP_OPS, where_time_goes  # noqa: F401 - TOP_OPS: the tests read it here
 
 FULL = {"decode_batch": 64, "prompt": 128, "new": 256, "batch": 16, "seq": 2048, "steps": 2}
 SMALL = {"decode_batch": 4, "prompt": 16, "new": 8, "batch": 4, "seq": 64, "steps": 1}
-FIXED_MICRO = 4  # the fixed micro-batch size whose padding the result reports beside the token budget's
-PARTS = ("decode", "update", "demo")
+PARTS = (
+    "decode",
+    "update",
+    "demo",
+    "decode-4b",
+    "update-4b",
+)  # update: bench/gpu_update.py; 4b: gpu_recipe.py
 PROFILED_DECODE = (
     "torch engine, fp32 weights, bf16 autocast",
     "torch engine CUDA graphs, fp32 weights, bf16 autocast",
 )
-TOP_OPS = 12
+# the graph row again with the draw of one float64 cumulative sum over the whole vocabulary (bench/sampler.py's
+# baseline, the sampler before its two-level draw): the change measured before and after in one run
+BEFORE_SAMPLER = "torch engine CUDA graphs, full-scan draw (before), fp32 weights, bf16 autocast"
+# the graph row with its static step through torch.compile (`rollout.torch.compile_graph_step`): the warm-up
+# call compiles and captures (its seconds are `warmup_s`)
+COMPILED = "torch engine CUDA graphs, compiled step, fp32 weights, bf16 autocast"
 # decode rows: (name, weights, engine keywords; None = HF generate)
 DECODE = (
     ("torch engine, fp32 weights, fp32", "float32", {}),
@@ -62,6 +77,8 @@ DECODE = (
      {"compute_dtype": "bfloat16", "cuda_graphs": "on"}),
     ("HF generate, fp32 weights", "float32", None),
     ("HF generate, bf16 weights", "bfloat16", None),
+    (BEFORE_SAMPLER, "float32", {"compute_dtype": "bfloat16", "cuda_graphs": "on", "sampler": "full-scan"}),
+    (COMPILED, "float32", {"compute_dtype": "bfloat16", "cuda_graphs": "on", "compile_graph_step": True}),
 )  # fmt: skip
 TINY_SHAPE = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
               "num_key_value_heads": 2, "head_dim": 16, "vocab_size": 512}  # fmt: skip
@@ -126,31 +143,6 @@ def graphs_available() -> str:
     return ""
 
 
-def where_time_goes(run: Any, device: str, steps: int) -> dict:
-    """`run()` under `torch.profiler`: wall and device-busy ms per step (the device's kernels' own times summed;
-    0 on a CPU) and the `TOP_OPS` ops with the most own time (device time on CUDA, host time on a CPU); where the
-    profiler fails, the error in their place."""
-    from torch.profiler import ProfilerActivity, profile
-
-    cuda = device == "cuda"
-    activities = [ProfilerActivity.CPU, *([ProfilerActivity.CUDA] if cuda else [])]
-    try:
-        with profile(activities=activities) as prof, stopwatch() as t:
-            run()
-            sync(device)
-    except Exception as e:  # noqa: BLE001 - a profiler that fails must not cost the timed figures beside it
-        return {"error": f"{type(e).__name__}: {e}"[:2000]}
-    ops = prof.key_averages()
-    own = (lambda e: e.self_device_time_total) if cuda else (lambda e: e.self_cpu_time_total)
-    top = sorted(ops, key=own, reverse=True)[:TOP_OPS]
-    return {
-        "steps": steps, "wall_ms_per_step": t.s * 1e3 / steps,
-        "device_busy_ms_per_step": sum(e.self_device_time_total for e in ops) / 1e3 / steps,
-        "top_ops": [{"op": e.key, "calls": e.count, "self_device_ms": e.self_device_time_total / 1e3,
-                     "self_host_ms": e.self_cpu_time_total / 1e3} for e in top],
-    }  # fmt: skip
-
-
 def engine_tok_s(
     model: Any, prompts: list[list[int]], new: int, device: str, profile: bool = False, **kw: Any
 ) -> dict:
@@ -162,18 +154,21 @@ def engine_tok_s(
     from tirl.rollout.sampling import SamplingParams
 
     vocab = model.config.vocab_size
-    engine = TorchEngine(
-        model, eos_ids=[vocab - 1], pad_id=0, max_batch_size=len(prompts), keep_prefix_mib=0, **kw
+    engine = (
+        TorchEngine(  # an end id past the vocabulary: every row decodes `new` tokens, one bucket throughout
+            model, eos_ids=[vocab], pad_id=0, max_batch_size=len(prompts), keep_prefix_mib=0, **kw
+        )
     )
     params = SamplingParams(max_new_tokens=new)
-    engine.generate(prompts, params, max_new_tokens=new, generator=torch.Generator().manual_seed(0))
-    sync(device)
+    with stopwatch() as warm:
+        engine.generate(prompts, params, max_new_tokens=new, generator=torch.Generator().manual_seed(0))
+        sync(device)
     captures = getattr(engine.graphs, "captures", 0)
     with stopwatch() as t:
         out = engine.generate(prompts, params, max_new_tokens=new, generator=torch.Generator().manual_seed(1))
         sync(device)
     tokens = sum(len(g.token_ids) for g in out)
-    row = {"tokens": tokens, "seconds": t.s, "tokens_per_s": tokens / t.s}
+    row = {"tokens": tokens, "seconds": t.s, "tokens_per_s": tokens / t.s, "warmup_s": warm.s}
     if engine.graphs is not None:
         row["captures_in_timed_call"] = engine.graphs.captures - captures
     if profile:
@@ -210,11 +205,11 @@ def decode_row(
             return why
     autocast = None if kw is None else getattr(torch, kw["compute_dtype"]) if "compute_dtype" in kw else None
     model = build(cfg, device, weights).eval()
-    with torch.no_grad():
+    with torch.no_grad(), sampler((kw or {}).get("sampler", "")):
         if kw is None:
             run = hf_tok_s(model, ids.to(device), dims["new"], device)
         else:
-            kw = {**kw, "compute_dtype": autocast}
+            kw = {k: v for k, v in kw.items() if k != "sampler"} | {"compute_dtype": autocast}
             run = engine_tok_s(model, ids.tolist(), dims["new"], device, profile, **kw)
     row = {**precision(model, autocast), **run}
     del model
@@ -222,23 +217,43 @@ def decode_row(
     return row
 
 
+@contextlib.contextmanager
+def sampler(name: str) -> Iterator[None]:
+    """The engine's draw as it is (""), or the full-scan baseline ("full-scan") for the rows inside."""
+    from bench.sampler import old_draw
+    from tirl.rollout import sampling
+
+    if name not in ("", "full-scan"):
+        raise ValueError(f"unknown sampler {name!r}")
+    kept = sampling.draw
+    sampling.draw = old_draw if name else kept
+    try:
+        yield
+    finally:
+        sampling.draw = kept
+
+
 def decode(cfg: Any, dims: dict, device: str, profile: bool = False) -> dict:
     import torch
 
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1, cfg.vocab_size - 1, (dims["decode_batch"], dims["prompt"]), generator=g)
-    rows = {name: decode_row(cfg, dims, device, ids, weights, kw, profile and name in PROFILED_DECODE)
-            for name, weights, kw in DECODE}  # fmt: skip
-    base = rows["HF generate, bf16 weights"]["tokens_per_s"]
-    for r in rows.values():
-        if isinstance(r, dict):
-            r["vs_hf_generate_bf16"] = r["tokens_per_s"] / base
-    return {
+    out = {
         "batch": dims["decode_batch"],
         "prompt_tokens": dims["prompt"],
         "new_tokens": dims["new"],
-        "variants": rows,
+        "variants": {},
     }
+    for name, weights, kw in DECODE:  # the compiled row last: its compile is the longest
+        prof = profile and name in PROFILED_DECODE
+        row = partial(decode_row, cfg, dims, device, ids, weights, kw, prof)
+        out["variants"][name] = guarded(row, device)
+        progress(out)
+    base = out["variants"]["HF generate, bf16 weights"].get("tokens_per_s")
+    for r in out["variants"].values():
+        if isinstance(r, dict) and base and "tokens_per_s" in r:
+            r["vs_hf_generate_bf16"] = r["tokens_per_s"] / base
+    return out
 
 
 def free(device: str) -> None:
@@ -249,167 +264,25 @@ def free(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def update_batch(cfg: Any, dims: dict, device: str) -> Any:
-    """16 (batch) sequences of seq/2 to seq tokens, right-padded, the last three quarters of each trained."""
-    import torch
-
-    from tirl.train.batch import TokenBatch
-
-    B, T = dims["batch"], dims["seq"]
-    g = torch.Generator().manual_seed(1)
-    lengths = torch.randint(T // 2, T + 1, (B,), generator=g)
-    ids = torch.randint(0, cfg.vocab_size, (B, T), generator=g)
-    attn = (torch.arange(T)[None, :] < lengths[:, None]).long()
-    loss_mask = attn.clone()
-    loss_mask[:, : T // 4] = 0
-    adv = (torch.randn(B, 1, generator=g).expand(B, T) * loss_mask).contiguous()
-    return TokenBatch(ids.to(device), attn.to(device), loss_mask.to(device), {"advantages": adv.to(device)})
-
-
-def timed_steps(step: Any, steps: int, device: str) -> tuple[float, float | None]:
-    """(seconds per step after one warm-up step, peak allocated GiB over the timed steps; None on a CPU)."""
-    import torch
-
-    step()
-    sync(device)
-    if device == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    with stopwatch() as t:
-        for _ in range(steps):
-            step()
-        sync(device)
-    peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
-    return t.s / steps, peak
-
-
-def micro_parts(mini: Any, budget: int, fixed: int = 0) -> list[list[int]]:
-    """The rows of each micro-batch: cut by the token `budget` as tirl cuts them (`micro_batches_by_length`), or
-    `fixed` rows at a time in order."""
-    from tirl.train.batch import micro_batches_by_length
-
-    lengths = mini.attention_mask.sum(dim=-1).tolist()
-    return micro_batches_by_length(lengths, max_seqs=fixed, max_tokens=0 if fixed else budget)
-
-
-def padding_share(mini: Any, parts: list[list[int]]) -> float:
-    """The share of the passes' tokens that are padding (each part runs at its longest row)."""
-    lengths = mini.attention_mask.sum(dim=-1).tolist()
-    padded = sum(len(p) * max(lengths[i] for i in p) for p in parts)
-    return 1 - sum(lengths) / padded
-
-
-def state_dtypes(model: Any, opt: Any) -> dict[str, str]:
-    """The dtypes the update kept: parameters and the optimizer's state (AdamW's moments)."""
-    import torch
-
-    moments = {str(v.dtype).removeprefix("torch.") for st in opt.state.values() for v in st.values()
-               if torch.is_tensor(v) and v.dim() > 0}  # fmt: skip
-    return {"params": precision(model)["weights"], "optimizer_state": "/".join(sorted(moments))}
-
-
-def tirl_update(
-    model: Any, mini: Any, dims: dict, device: str, autocast: Any, budget: int, profile: bool = False
-) -> tuple:
-    from tirl.algorithms import get_policy_loss
-    from tirl.train.optim import OptimConfig, build_optimizer, clip_and_step
-    from tirl.train.rl.update import LossSpec, accumulate_gradients
-
-    spec = LossSpec(
-        get_policy_loss("ppo"), hyper={"clip_low": 0.2, "clip_high": 0.28, "clip_c": 10.0}, agg="token-mean", norm_len=dims["seq"],
-        temperature=1.0, micro_batch_tokens=budget, autocast=autocast,
-    )  # fmt: skip
-    cfg = OptimConfig(lr=1e-6)
-    opt, sched = build_optimizer(model, cfg, dims["steps"] + 1)
-
-    def step() -> None:
-        stats = accumulate_gradients(model, mini, None, None, spec)
-        clip_and_step(model, opt, sched, cfg, loss=stats["loss/total"])
-
-    timed = timed_steps(step, dims["steps"], device)
-    return (*timed, opt, where_time_goes(step, device, 1) if profile else None)
-
-
-def plain_update(
-    model: Any, mini: Any, dims: dict, device: str, autocast: Any, budget: int, profile: bool = False
-) -> tuple:
-    """HF's own loss (forward with labels) per micro-batch (the same rows as tirl's, cut to their longest),
-    weighted by its share of the trained tokens, and PyTorch's fused AdamW: what a trainer without tirl's head,
-    packing or accounting would run."""
-    import torch
-
-    from tirl.train.batch import slice_rows
-
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-6, fused=device == "cuda")
-    total = float(mini.loss_mask[:, 1:].sum())
-    micros = [slice_rows(mini, rows) for rows in micro_parts(mini, budget)]
-
-    def step() -> None:
-        for m in micros:
-            with torch.autocast(device, dtype=autocast or torch.bfloat16, enabled=autocast is not None):
-                labels = m.input_ids.masked_fill(m.loss_mask == 0, -100)
-                out = model(input_ids=m.input_ids, attention_mask=m.attention_mask, labels=labels)
-            (out.loss.float() * (float(m.loss_mask[:, 1:].sum()) / total)).backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-
-    return (*timed_steps(step, dims["steps"], device), opt, None)
-
-
-def plan_estimate(cfg: Any, dims: dict, device: str, gpu_gib: float, budget: int) -> dict:
-    """`tirl plan`'s memory estimate of this update (rl stage, one process, no KL reference)."""
-    from tirl.commands.run_config import TirlConfig
-    from tirl.core.config import load_config
-    from tirl.train.plan import plan
-
-    with tempfile.TemporaryDirectory() as tmp:
-        cfg.to_json_file(str(Path(tmp) / "config.json"))
-        seq, prompt = dims["seq"], dims["seq"] // 4
-        run = load_config(TirlConfig, None, [
-            f"model.path={tmp}", f"model.device={device}", "model.dtype=float32", "model.autocast=bfloat16",
-            "rl.prompts_per_step=1", f"rl.n={dims['batch']}", f"rl.mini_batch_size={dims['batch']}",
-            "rl.micro_batch_size=0", f"rl.micro_batch_tokens={max(budget, seq)}", "rl.kl.coef=0",
-            f"agent.max_prompt_tokens={prompt}", f"agent.max_response_tokens={seq - prompt}",
-            f"agent.max_tokens_per_turn={seq - prompt}",
-        ])  # fmt: skip
-        p = plan(run, stage="rl", processes=1, gpu_gib=gpu_gib)
-    return {"total_gib": p.total_gib, "activations_gib": p.activations_gib, "logits_gib": p.logits_gib}
-
-
-def update(cfg: Any, dims: dict, device: str, profile: bool = False) -> dict:
-    """fp32 master weights under bf16 autocast (tirl's RL update), on a CPU too (its dry run runs the same path)."""
-    import torch
-
-    from tirl.train.memory import resolve_micro_batch_tokens
-
-    autocast = torch.bfloat16
-    mini = update_batch(cfg, dims, device)
-    tokens = int(mini.attention_mask.sum())
-    rows, budget = {}, 0
-    for name, fn in (("tirl", tirl_update), ("plain HF", plain_update)):
-        model = build(cfg, device, "float32").train()
-        budget = budget or resolve_micro_batch_tokens("auto", model, autocast=autocast).tokens
-        params = sum(p.numel() for p in model.parameters())
-        s, peak, opt, prof = fn(model, mini, dims, device, autocast, budget, profile)
-        rows[name] = {**precision(model, autocast), **state_dtypes(model, opt), "seconds_per_update": s,
-                      "tokens_per_s": tokens / s, "tflop_per_s": 6 * params * tokens / s / 1e12,
-                      "peak_allocated_gib": peak, **({"profile": prof} if prof else {})}  # fmt: skip
-        del model, opt
+def guarded(run: Any, device: str) -> dict:
+    """`run()`, or {"error": ...} where it raised (an out-of-memory error above all): the part goes on, with the
+    failed variant's memory freed (its frames go with the exception)."""
+    try:
+        return run()
+    except Exception as e:  # noqa: BLE001 - one variant's failure must not cost the others their figures
+        return {"error": f"{type(e).__name__}: {e}"[:2000]}
+    finally:
         free(device)
-    rows["tirl"]["speed_vs_plain"] = (
-        rows["plain HF"]["seconds_per_update"] / rows["tirl"]["seconds_per_update"]
-    )
-    gpu_gib = torch.cuda.get_device_properties(0).total_memory / 2**30 if device == "cuda" else 80.0
-    est = plan_estimate(cfg, dims, device, gpu_gib, budget)
-    if rows["tirl"]["peak_allocated_gib"]:
-        est["vs_measured_peak"] = est["total_gib"] / rows["tirl"]["peak_allocated_gib"]
-    parts = micro_parts(mini, budget)
-    return {
-        "params": params, "sequences": dims["batch"], "max_tokens": dims["seq"], "real_tokens": tokens,
-        "micro_batch_tokens": budget, "micro_batches": len(parts), "padding_share": padding_share(mini, parts),
-        f"padding_share_fixed_{FIXED_MICRO}": padding_share(mini, micro_parts(mini, 0, FIXED_MICRO)),
-        "flops": "6 x params x real tokens per update", "variants": rows, "tirl_plan_estimate": est,
-    }  # fmt: skip
+
+
+_WRITERS: list[Callable[[dict], None]] = []  # main's, while a part runs
+
+
+def progress(so_far: dict) -> None:
+    """Write what the running part has measured so far as its entry (marked `"partial": true`), so that a
+    session that kills the part in the middle keeps its finished rows."""
+    for write in _WRITERS:
+        write(so_far)
 
 
 def demo(device: str, small: bool) -> dict:
@@ -470,12 +343,21 @@ def main(argv: list[str] | None = None) -> int:
         "machine": versions(a.device),
         "shape": "tiny Qwen3" if a.small else "Qwen3-0.6B (random weights)",
     }
+    from bench import gpu_recipe as recipe  # here: they import this module
+    from bench.gpu_update import update
+
     run = {"decode": lambda: decode(cfg, dims, a.device, a.profile),
            "update": lambda: update(cfg, dims, a.device, a.profile),
-           "demo": lambda: demo(a.device, a.small)}  # fmt: skip
-    for part in parts:  # written after each part: a run cut short keeps what it measured
+           "demo": lambda: demo(a.device, a.small),
+           "decode-4b": lambda: recipe.decode_4b(a.device, a.small),
+           "update-4b": lambda: recipe.update_4b(a.device, a.small)}  # fmt: skip
+    for part in parts:  # written after each part, and as a part goes: a run cut short keeps what it measured
+        _WRITERS[:] = [
+            lambda so_far, part=part: write_result(a.out, {**result, part: {**so_far, "partial": True}})
+        ]
         result[part] = run[part]()
         write_result(a.out, result)
+    _WRITERS.clear()
     print(json.dumps(result, indent=2, default=str))
     upd = result.get("update", {}).get("variants", {}).get("tirl", {})
     ok = math.isfinite(upd.get("tokens_per_s", 0.0)) and "error" not in result.get("demo", {})

@@ -15,7 +15,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "bench"
-NOT_BENCHMARKS = {"__init__", "__main__", "common", "registry", "trl_peer", "vllm_worker"}
+NOT_BENCHMARKS = {
+    "__init__",
+    "__main__",
+    "common",
+    "registry",
+    "trl_peer",
+    "vllm_worker",
+    "gpu_profile",
+    "gpu_recipe",
+    "gpu_update",
+}
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 

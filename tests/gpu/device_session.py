@@ -1,21 +1,27 @@
-"""One prepared session on one GPU, in at most ~9.5 minutes: the CUDA-graph tests, `python -m bench gpu` part by
-part, then `make gpu-check`'s tests, each phase a process with its own timeout, every result written as it comes.
+"""One prepared session on one GPU, in at most nine minutes: `python -m bench gpu` part by part (the 0.6B shape
+with a profile, then the recipe's 4B shape), each phase a process with its own timeout, every result written
+as it comes.
 
     python tests/gpu/device_session.py --out DIR                        # on the GPU machine (device time is short)
     python tests/gpu/device_session.py --device cpu --small --out DIR   # the dry run on a CPU (2-5 minutes)
 
 Phases, most wanted first, so that a session cut short keeps what matters (`phases`). "took": on one H100 80GB,
-2026-11-27 (docs/results/gpu/), before `--profile` (one more call per profiled row, not yet timed on a GPU) and
-with the demo at 3 RL steps and 32 test problems; the timeouts allow for both:
+2026-11-27 (docs/results/gpu/), before `--profile` (one more call per profiled row) and the 4B parts existed;
+the timeouts (`GPU_TIMEOUTS`) allow for both:
 
 | phase | what | took | timeout |
 |---|---|---|---|
 | env | versions, the GPU, and which of the offline wheels' modules import (`OFFLINE_WHEELS`, docs/gpu.md) | 10 s | 15 s |
-| graph-decode | the CUDA-graph decode's GPU tests (`tests/rollout/test_graph_decode.py -m gpu`) | 22 s | 35 s |
-| bench-decode | `python -m bench gpu --parts decode --profile`: engine (eager, bf16, CUDA graphs), HF `generate` | 111 s | 150 s |
-| bench-update | `python -m bench gpu --parts update --profile`: tirl's update and a plain HF one | 35 s | 60 s |
-| gpu-check | `make gpu-check`'s runner (`tests/gpu/gpu_check.py`), the graph tests left out (run above) | ~155 s | 180 s |
-| bench-demo | `python -m bench gpu --parts demo`: the tiny demo's stages on CUDA (now 2 RL steps, 16 tests) | ~145 s | 130 s |
+| bench-decode | `--parts decode --profile`: engine (eager, bf16, CUDA graphs; the graphs again with the earlier draw and with a compiled step), HF `generate` | 111 s (5 rows) | 200 s |
+| bench-update | `--parts update --profile`: tirl's update and a plain HF one | 35 s | 60 s |
+| bench-decode-4b | `--parts decode-4b`: the Qwen3-4B shape's graph decode and HF `generate`, 2,048/16,384 contexts | - | 135 s |
+| bench-update-4b | `--parts update-4b`: the 4B shape's update on 16 x 6,144-8,192 tokens, where `tirl plan` says it fits | - | 130 s |
+
+Run only when named (`--phases`; all three ran in the first session): `graph-decode`, the CUDA-graph decode's GPU
+tests (`tests/rollout/test_graph_decode.py -m gpu`), 22 s, 35 s; `gpu-check`, `make gpu-check`'s runner
+(`tests/gpu/gpu_check.py`, the graph tests left out), ~155 s, 180 s; `bench-demo`, the tiny demo's stages on
+CUDA (2 RL steps, 16 tests), ~145 s, 130 s. A part writes each row (each context, each variant) as it ends, so a
+phase killed at its timeout keeps what it finished (the compiled row comes last in bench-decode for that reason).
 
 DIR gets `session.json` (rewritten after each phase: its command, exit code, seconds, whether it timed out, the
 tail of its output), each phase's whole output as `PHASE.log`, and the benchmark's JSON per part
@@ -25,8 +31,8 @@ code 0 when every phase exited 0.
 
 The dry run (`--device cpu --small`): the benchmark at its tiny shape on the CPU, and the GPU test phases only
 collected (`pytest --collect-only`: they import and select), so the commands, paths and arguments are checked
-before a GPU is spent on them; its timeouts are the CPU's (the demo takes minutes there). Deliberately not here: installing anything (the offline wheels are installed
-beforehand, docs/gpu.md), vLLM (its checks skip where it is absent).
+before a GPU is spent on them; its timeouts are the CPU's. Deliberately not here: installing anything (the offline
+wheels are installed beforehand, docs/gpu.md), vLLM (its checks skip where it is absent).
 """
 
 from __future__ import annotations
@@ -46,7 +52,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # run as a script: bench/ (standard library only at import)
 from bench.common import tirl_env  # noqa: E402
 
-BUDGET_S = 570  # one device command may run 600 s
+BUDGET_S = 540  # nine minutes: one device command may run 600 s
 # the offline wheels of docs/gpu.md (`pip download ...`) -> the module each provides
 OFFLINE_WHEELS = {
     "tokenizers": "tokenizers", "math-verify": "math_verify", "numpy": "numpy", "pyyaml": "yaml", "rich": "rich",
@@ -55,6 +61,12 @@ OFFLINE_WHEELS = {
 }  # fmt: skip
 ON_THE_MACHINE = ("torch", "transformers", "peft")  # the GPU machine's own, not among the wheels
 GRAPH_TESTS = "tests/rollout/test_graph_decode.py"
+# seconds each phase may take: on a GPU about 1.2x what it took on one H100 (the table above), on a CPU the dry
+# run's (the demo takes minutes there); the default phases' sum stays within BUDGET_S
+GPU_TIMEOUTS = {"env": 15, "bench-decode": 200, "bench-update": 60, "bench-decode-4b": 135, "bench-update-4b": 130,
+                "graph-decode": 35, "gpu-check": 180, "bench-demo": 130}  # fmt: skip
+CPU_TIMEOUTS = {"env": 20, "bench-decode": 90, "bench-update": 90, "bench-decode-4b": 90, "bench-update-4b": 90,
+                "graph-decode": 60, "gpu-check": 90, "bench-demo": 220}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -64,27 +76,39 @@ class Phase:
     timeout_s: float
 
 
-def phases(cpu: bool) -> list[Phase]:
-    """The session's phases (module docstring); `cpu`: the dry run's versions of them."""
+def phases(cpu: bool, extra: bool = False) -> list[Phase]:
+    """The session's phases (module docstring); `cpu`: the dry run's versions of them; `extra`: the phases run only
+    when named (`--phases`), after the default ones."""
     py = sys.executable
     bench = (py, "-m", "bench", "gpu", *(("--device", "cpu", "--small") if cpu else ()))
     collect = ("--collect-only",) if cpu else ()
     check = (
         (py, "-m", "pytest", "-q", "-m", "gpu", "tests", *collect) if cpu else (py, "tests/gpu/gpu_check.py")
     )
-    s = (20, 60, 90, 90, 90, 220) if cpu else (15, 35, 150, 60, 180, 130)  # the dry run: the demo on a CPU
-    return [
-        Phase("env", (py, str(Path(__file__).relative_to(ROOT)), "--env", "{out}/env.json"), s[0]),
-        Phase("graph-decode", (py, "-m", "pytest", "-q", "-rs", "-m", "gpu", GRAPH_TESTS, *collect), s[1]),
-        Phase(
-            "bench-decode", (*bench, "--parts", "decode", "--profile", "--out", "{out}/gpu-decode.json"), s[2]
-        ),
-        Phase(
-            "bench-update", (*bench, "--parts", "update", "--profile", "--out", "{out}/gpu-update.json"), s[3]
-        ),
-        Phase("gpu-check", (*check, f"--ignore={GRAPH_TESTS}"), s[4]),
-        Phase("bench-demo", (*bench, "--parts", "demo", "--out", "{out}/gpu-demo.json"), s[5]),
+
+    def part(name: str, timeout_s: float, *flags: str) -> Phase:
+        return Phase(
+            f"bench-{name}", (*bench, "--parts", name, *flags, "--out", f"{{out}}/gpu-{name}.json"), timeout_s
+        )
+
+    s = CPU_TIMEOUTS if cpu else GPU_TIMEOUTS
+    default = [
+        Phase("env", (py, str(Path(__file__).relative_to(ROOT)), "--env", "{out}/env.json"), s["env"]),
+        part("decode", s["bench-decode"], "--profile"),
+        part("update", s["bench-update"], "--profile"),
+        part("decode-4b", s["bench-decode-4b"]),
+        part("update-4b", s["bench-update-4b"]),
     ]
+    more = [
+        Phase(
+            "graph-decode",
+            (py, "-m", "pytest", "-q", "-rs", "-m", "gpu", GRAPH_TESTS, *collect),
+            s["graph-decode"],
+        ),  # fmt: skip
+        Phase("gpu-check", (*check, f"--ignore={GRAPH_TESTS}"), s["gpu-check"]),
+        part("demo", s["bench-demo"]),
+    ]
+    return default + more if extra else default
 
 
 def environment() -> dict:
@@ -164,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if info["missing"] else 0
     if a.out is None or (a.device == "cpu") != a.small:
         ap.error("give --out DIR; on a CPU the dry run is --device cpu --small")
-    plan = phases(a.device == "cpu")
+    plan = phases(a.device == "cpu", extra=bool(a.phases))
     if a.phases:
         wanted, names = a.phases.split(","), [p.name for p in plan]
         if unknown := [w for w in wanted if w not in names]:

@@ -482,3 +482,19 @@ def test_captured_decode_under_bf16_autocast_on_cuda(qwen3, tokenizer, renderer)
     gens = _generate(engine, prompts, 1.0, LIMITS)
     assert _recomputed_gap(model, prompts, gens, torch.bfloat16) < BF16_LINE
     assert engine.graphs.captures == captured
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["eager", "static"])
+def test_autocasts_weight_cache_only_for_the_eager_decode(model, tokenizer, renderer, monkeypatch, static):
+    """Under bf16 autocast the eager decode casts each weight once per call (autocast's cache); the static decode
+    reads its own bf16 copy at every step, so a cache would only hold a second copy of every Linear through it."""
+    seen = []
+    chunk = TorchEngine._generate_chunk
+    monkeypatch.setattr(
+        TorchEngine,
+        "_generate_chunk",
+        lambda self, *a: seen.append(torch.is_autocast_cache_enabled()) or chunk(self, *a),
+    )
+    engine = _engine(model, tokenizer, static, compute_dtype=torch.bfloat16)
+    assert len(_generate(engine, _prompts(renderer, 2), 1.0, [4, 4])) == 2
+    assert seen == [not static]

@@ -151,3 +151,38 @@ def test_prefill_in_passes_of_similar_lengths(tokenizer, monkeypatch, temperatur
     assert [g.token_ids for g in split_run] == [g.token_ids for g in whole]
     for a, b in zip(split_run, whole, strict=True):
         assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-4)
+
+
+def test_float32_keys_are_kept_in_autocasts_dtype_with_the_same_numbers(tokenizer, monkeypatch):
+    """Qwen3's key norm returns float32 keys under bf16 autocast: the cache keeps them in bf16 (half the memory),
+    and since attention casts them to bf16 as it reads them, ids and log-probs are those of float32 storage."""
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    from tirl.rollout.engines.torch import kv_cache
+
+    cfg = Qwen3Config(vocab_size=len(tokenizer), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, head_dim=16)  # fmt: skip
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", dtype=torch.float32).eval()
+    stored = []
+    init = InPlaceLayer.lazy_initialization
+
+    def spy(self, k, v):
+        init(self, k, v)
+        stored.append((k.dtype, self._k.dtype))
+
+    monkeypatch.setattr(InPlaceLayer, "lazy_initialization", spy)
+
+    def decode() -> list:
+        eng = TorchEngine(model, eos_ids=[42], pad_id=0, max_batch_size=8, compute_dtype=torch.bfloat16)
+        with torch.no_grad():
+            return eng.generate(prompts(6), SamplingParams(temperature=1.0), max_new_tokens=12,
+                                generator=torch.Generator().manual_seed(1))  # fmt: skip
+
+    cast = decode()
+    assert set(stored) == {(torch.float32, torch.bfloat16)}
+    monkeypatch.setattr(kv_cache, "stored_dtype", lambda keys: keys.dtype)  # as they come: float32
+    stored.clear()
+    kept = decode()
+    assert set(stored) == {(torch.float32, torch.float32)}
+    assert [(g.token_ids, g.logprobs) for g in cast] == [(g.token_ids, g.logprobs) for g in kept]

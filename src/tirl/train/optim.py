@@ -13,6 +13,7 @@ import math
 import torch
 
 from tirl.core.errors import TirlError
+from tirl.core.regions import region
 from tirl.train.config import OptimConfig
 
 
@@ -68,21 +69,22 @@ def clip_and_step(
     A non-finite `loss` or gradient norm skips the update: gradients are dropped and no parameter, optimizer
     moment or schedule position changes (one NaN would otherwise poison AdamW's moments for good).
     """
-    params = [p for p in model.parameters() if p.grad is not None]
-    max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
-    total = torch.nn.utils.clip_grad_norm_(params, max_norm)
-    norm = float(
-        total.full_tensor() if hasattr(total, "full_tensor") else total
-    )  # FSDP: a replicated DTensor
-    stepped = math.isfinite(norm) and math.isfinite(loss)
-    if stepped:
-        opt.step()
-        if opt.defaults.get("fused"):
-            # fused AdamW writes the parameters in place without bumping their version counters: bump them, or
-            # a cache keyed on the version (the LM head's bf16 copy, tirl.train.head) keeps serving old weights
-            torch.autograd.graph.increment_version([p for g in opt.param_groups for p in g["params"]])
-        sched.step()
-    opt.zero_grad(set_to_none=True)
+    with region("tirl/update/optimizer"):
+        params = [p for p in model.parameters() if p.grad is not None]
+        max_norm = cfg.grad_clip if cfg.grad_clip > 0 else float("inf")
+        total = torch.nn.utils.clip_grad_norm_(params, max_norm)
+        norm = float(
+            total.full_tensor() if hasattr(total, "full_tensor") else total
+        )  # FSDP: a replicated DTensor
+        stepped = math.isfinite(norm) and math.isfinite(loss)
+        if stepped:
+            opt.step()
+            if opt.defaults.get("fused"):
+                # fused AdamW writes the parameters in place without bumping their version counters: bump them, or
+                # a cache keyed on the version (the LM head's bf16 copy, tirl.train.head) keeps serving old weights
+                torch.autograd.graph.increment_version([p for g in opt.param_groups for p in g["params"]])
+            sched.step()
+        opt.zero_grad(set_to_none=True)
     return norm, stepped
 
 

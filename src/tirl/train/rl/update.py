@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from tirl.algorithms import aggregate, kl_penalty
+from tirl.core.regions import region
 from tirl.train import dist
 from tirl.train.batch import TokenBatch, slice_rows
 from tirl.train.compiled import CompiledLayers
@@ -163,9 +164,11 @@ def accumulate_gradients(
             mask = micro.loss_mask
             if per_micro:
                 norm = micro_norm(norm, mask, len(rows), total_rows)
-            loss, stats = _micro_loss(policy, micro, rows, old_logp, ref_logp, spec, norm, totals, seen)
+            with region("tirl/update/forward"):
+                loss, stats = _micro_loss(policy, micro, rows, old_logp, ref_logp, spec, norm, totals, seen)
             if loss.requires_grad:  # a micro-batch without trained tokens has no graph and nothing to add
-                backward_outside_autocast(loss)
+                with region("tirl/update/backward"):
+                    backward_outside_autocast(loss)
             totals["loss/total"] += float(loss.detach())
             weight = float(mask.sum())
             sums.update({k: v * weight for k, v in stats.items() if k != "loss/pg"})

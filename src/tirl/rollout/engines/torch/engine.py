@@ -10,7 +10,8 @@ Log-probs are those of the sampled token under the temperature-scaled distributi
 the same quantity the trainer recomputes (`tirl.train.logprobs.token_logprobs` with the same temperature).
 
 `compute_dtype=torch.bfloat16` (`rollout.dtype: bfloat16`) decodes under bf16 autocast over the fp32 weights: the
-casts are made once per batch (autocast's weight cache lives for the whole decode) and the KV cache is bf16. Where
+casts are made once per batch (autocast's weight cache lives for the whole decode; not under `cuda_graphs`, whose
+steps read a bf16 copy of their own) and the KV cache is bf16. Where
 the hardware multiplies bf16 natively (AVX512-BF16/AMX, GPUs) decode is faster; the log-probs it reports differ
 from the trainer's fp32 ones, so the engine then declares `same_numerics=False` and RL corrects for them.
 
@@ -41,6 +42,7 @@ from typing import Any
 import torch
 
 from tirl.core.padding import first_rows, least_padding_parts
+from tirl.core.regions import region
 from tirl.models.loading import cache_keyword
 from tirl.rollout.capabilities import EngineCapabilities
 from tirl.rollout.engines.torch.graph_decode import graph_decoder
@@ -205,10 +207,13 @@ class TorchEngine:
         # Similar lengths together: less padding in each chunk.
         order = sorted(range(n), key=lambda i: len(prompts[i]))
         dt = self.compute_dtype
+        # the graph decode's steps read its own bf16 copy of the weights: a cache of autocast's casts would only
+        # serve the pre-fill, and would hold a second bf16 copy of every Linear through the decode
+        amp = {"dtype": dt or torch.bfloat16, "enabled": dt is not None, "cache_enabled": self.graphs is None}
         for s in range(0, n, self.max_batch_size):
             idx = order[s : s + self.max_batch_size]
             packed = self.packed.active() if self.packed else contextlib.nullcontext()
-            with torch.autocast(self.device.type, dtype=dt or torch.bfloat16, enabled=dt is not None), packed:
+            with torch.autocast(self.device.type, **amp), packed:
                 outs = self._generate_chunk(
                     [list(prompts[i]) for i in idx],
                     [limits[i] for i in idx],
@@ -236,19 +241,22 @@ class TorchEngine:
         live = [i for i in range(B) if limits[i] > 0]
         if not live:
             return gens
-        cache, attn, logits, next_pos = self._prefill(
-            [prompts[i] for i in live], [kept[i] for i in live], max(limits[i] for i in live)
-        )
+        with region("tirl/decode/prefill"):
+            cache, attn, logits, next_pos = self._prefill(
+                [prompts[i] for i in live], [kept[i] for i in live], max(limits[i] for i in live)
+            )
         rows = live  # the generation each cache row belongs to; `active`: the cache rows still sampling
         active = list(range(len(rows)))
         while active:
             every = len(active) == len(rows)
-            tok, lp = sample_next(logits if every else logits[active], params, generator)
-            keep = self._append(gens, [rows[j] for j in active], tok.tolist(), lp.tolist(), limits)
-            if len(keep) < len(active) and self.kept.max_bytes:
-                done = sorted({active[j] for j in set(range(len(active))) - set(keep)})
-                tokens = [prompts[rows[j]] + gens[rows[j]].token_ids[:-1] for j in done]
-                self.kept.keep(cache, done, tokens, attn)  # attn's columns are the cache's positions
+            with region("tirl/decode/sample"):
+                tok, lp = sample_next(logits if every else logits[active], params, generator)
+            with region("tirl/decode/host"):
+                keep = self._append(gens, [rows[j] for j in active], tok.tolist(), lp.tolist(), limits)
+                if len(keep) < len(active) and self.kept.max_bytes:
+                    done = sorted({active[j] for j in set(range(len(active))) - set(keep)})
+                    tokens = [prompts[rows[j]] + gens[rows[j]].token_ids[:-1] for j in done]
+                    self.kept.keep(cache, done, tokens, attn)  # attn's columns are the cache's positions
             active, tok = [active[j] for j in keep], tok[keep] if len(keep) < len(tok) else tok
             if not active:
                 break
@@ -262,14 +270,15 @@ class TorchEngine:
                     0, torch.as_tensor(active, device=dev), tok
                 )
             attn = torch.cat([attn, attn.new_ones((len(rows), 1))], dim=1)
-            out = self._step(
-                input_ids=tok[:, None],
-                attention_mask=attn,
-                position_ids=next_pos,
-                use_cache=True,
-                **{self._cache_kw: cache},
-            )
-            logits = out.logits[:, -1, :].float()
+            with region("tirl/decode/step"):
+                out = self._step(
+                    input_ids=tok[:, None],
+                    attention_mask=attn,
+                    position_ids=next_pos,
+                    use_cache=True,
+                    **{self._cache_kw: cache},
+                )
+                logits = out.logits[:, -1, :].float()
             next_pos = next_pos + 1
         return gens
 

@@ -37,6 +37,7 @@ from typing import Any, Protocol
 
 import torch
 
+from tirl.core.regions import region
 from tirl.rollout.engines.torch.config import GRAPH_MODES
 from tirl.rollout.engines.torch.graph_arena import Arena, ArenaCache, bucket, budget_bytes, columns
 from tirl.rollout.engines.torch.graph_model import RolloutWeights, rollout_weights
@@ -224,15 +225,16 @@ class GraphDecoder:
         if not live:
             return gens
         with self._lock:
-            cache, attn, logits, next_pos = eng._prefill(
-                [prompts[i] for i in live], [kept[i] for i in live], 0
-            )
-            need = attn.shape[1] + max(limits[i] for i in live)
-            bk, ck = bucket(len(live), eng.max_batch_size), columns(need)
-            self._prepare(cache, logits.shape[-1])
-            self.arena.check(len(live), need, bk, ck)
-            self._load(cache, attn, next_pos, bk, ck)
-            del cache
+            with region("tirl/decode/prefill"):  # and its copy into the arena
+                cache, attn, logits, next_pos = eng._prefill(
+                    [prompts[i] for i in live], [kept[i] for i in live], 0
+                )
+                need = attn.shape[1] + max(limits[i] for i in live)
+                bk, ck = bucket(len(live), eng.max_batch_size), columns(need)
+                self._prepare(cache, logits.shape[-1])
+                self.arena.check(len(live), need, bk, ck)
+                self._load(cache, attn, next_pos, bk, ck)
+                del cache
             self._loop(prompts, limits, params, generator, gens, live, logits, attn.shape[1], ck)
         return gens
 
@@ -277,22 +279,25 @@ class GraphDecoder:
         index = self._index(active)
         while active:
             every = len(active) == len(rows)
-            tok, lp = sample_next(
-                logits[: len(rows)] if every else logits.index_select(0, index), params, generator
-            )
+            with region("tirl/decode/sample"):
+                tok, lp = sample_next(
+                    logits[: len(rows)] if every else logits.index_select(0, index), params, generator
+                )
+                wait = self._host.start(tok, lp)
             live = [rows[j] for j in active]
-            wait = self._host.start(tok, lp)
             feed = any(len(gens[i].token_ids) + 1 < limits[i] for i in live)  # a row goes on unless it stops
             if feed:  # the next step runs on the device while the host books this one
-                a.ids[:bk, 0].fill_(eng.pad_id).index_copy_(0, index, tok)
-                logits = self._run(bk, ck)
+                with region("tirl/decode/step"):
+                    a.ids[:bk, 0].fill_(eng.pad_id).index_copy_(0, index, tok)
+                    logits = self._run(bk, ck)
                 w += 1
-            keep = eng._append(gens, live, *wait(), limits)
-            if len(keep) < len(active) and eng.kept.max_bytes:
-                done = sorted({active[j] for j in set(range(len(active))) - set(keep)})
-                tokens = [prompts[rows[j]] + gens[rows[j]].token_ids[:-1] for j in done]
-                fed = w - 1 if feed else w  # the column the launched step writes holds no token of theirs
-                eng.kept.keep(self._cache(bk, ck), done, tokens, a.mask_view(bk, ck)[:, :fed])
+            with region("tirl/decode/host"):
+                keep = eng._append(gens, live, *wait(), limits)
+                if len(keep) < len(active) and eng.kept.max_bytes:
+                    done = sorted({active[j] for j in set(range(len(active))) - set(keep)})
+                    tokens = [prompts[rows[j]] + gens[rows[j]].token_ids[:-1] for j in done]
+                    fed = w - 1 if feed else w  # the column the launched step writes holds no token of theirs
+                    eng.kept.keep(self._cache(bk, ck), done, tokens, a.mask_view(bk, ck)[:, :fed])
             if len(keep) == len(active):
                 continue
             active = [active[j] for j in keep]

@@ -20,6 +20,16 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 
+def stored_dtype(keys: torch.Tensor) -> torch.dtype:
+    """The dtype a layer keeps `keys` in: autocast's where autocast is on and they are float32 (Qwen3's key norm
+    returns float32 keys under bf16 autocast). Attention casts them to that dtype when it reads them anyway (it is
+    on autocast's lower-precision list), so storing them cast changes no number and halves their memory."""
+    dev = keys.device.type
+    if keys.dtype == torch.float32 and torch.is_autocast_enabled(dev):
+        return torch.get_autocast_dtype(dev)
+    return keys.dtype
+
+
 class InPlaceLayer(DynamicLayer):
     """One layer's cache: `capacity` positions preallocated, `length` of them written."""
 
@@ -32,7 +42,7 @@ class InPlaceLayer(DynamicLayer):
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         b, h, _, d = key_states.shape
         self.dtype, self.device = key_states.dtype, key_states.device
-        self._k = key_states.new_empty((b, h, self.capacity, d))
+        self._k = key_states.new_empty((b, h, self.capacity, d), dtype=stored_dtype(key_states))
         self._v = value_states.new_empty((b, value_states.shape[1], self.capacity, value_states.shape[-1]))
         self.is_initialized = True
 
