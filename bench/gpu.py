@@ -5,29 +5,31 @@ Every figure names the precision it ran in, read from the model that ran it (`we
 with its dtype given.
 
 - Decode, Qwen3-0.6B shape (random weights; `tirl plan --arch qwen3-0.6b`), batch 64, 128-token prompts, 256 new
-  tokens, sampled at temperature 1: the torch engine over fp32 weights in fp32 and under bf16 autocast (how tirl
-  runs it), its CUDA-graph decode under bf16 autocast (`rollout.torch.cuda_graphs=on`) where this checkout has
-  it, the same with the sampler's earlier draw (one float64 cumulative sum over the whole vocabulary: the
-  two-level draw before and after, in one run), and HF `generate` with fp32 and with bf16 weights: tokens/s. Each is warmed up by one call of the timed
-  length, so that the timed call allocates and captures nothing.
+  tokens, sampled at temperature 1 (an end id past the vocabulary: every row runs to the end): the torch engine
+  over fp32 weights in fp32 and under bf16 autocast (how tirl runs it), its CUDA-graph decode under bf16 autocast
+  (`rollout.torch.cuda_graphs=on`) where this checkout has it, HF `generate` with fp32 and with bf16 weights, then
+  the graph decode with the sampler's earlier draw (one float64 cumulative sum over the whole vocabulary: the
+  two-level draw before and after, in one run) and with its step through `torch.compile`
+  (`rollout.torch.compile_graph_step`): tokens/s. Each is warmed up by one call of the timed length (`warmup_s`:
+  captures and compiles happen there), so that the timed call allocates and captures nothing.
 - The update, same shape: 16 sequences of 1,024 to 2,048 tokens (the last three quarters trained), fp32 master
   weights under bf16 autocast, in micro-batches cut by a token budget (`micro_batch_tokens: auto` for the device;
   the padding it leaves beside that of fixed micro-batches of 4): tirl's `accumulate_gradients` + its AdamW step
-  against a plain HF forward-with-labels + fused AdamW over the same micro-batches: tokens/s, TFLOP/s counted as
-  6 x parameters x real tokens / s (attention FLOPs left out), peak allocated memory, and `tirl plan`'s estimate
-  for that update beside tirl's peak.
+  against a plain HF forward-with-labels + fused AdamW over the same micro-batches, then tirl's with
+  `model.compile_layers` (bench/gpu_update.py): tokens/s, TFLOP/s counted as 6 x parameters x real tokens / s
+  (attention FLOPs left out), peak allocated memory, and `tirl plan`'s estimate for that update beside tirl's peak.
+- The recipe's Qwen3-4B shape (`decode-4b`, `update-4b`: bench/gpu_recipe.py).
 - The tiny demo on CUDA, shortened (fewer rows and RL steps): seconds per stage from its report.
 - `--profile`: where the time goes (`torch.profiler`, one more call after the timed one, so the timed figures
   carry no profiler overhead) for the engine's bf16 decode rows and tirl's update: wall and device-busy
-  milliseconds per step, and the ops that took most of each (a step that is host-bound shows a device busy for a
-  small share of its wall time).
+  milliseconds per step, the ops that took most of each, and tirl's regions (bench/gpu_profile.py).
 
     python -m bench gpu                       # one GPU: about 8 minutes on an H100 (estimated)
     python -m bench gpu --device cpu --small  # every part at a tiny shape on a CPU, in about a minute
     python -m bench gpu --parts decode,update --profile   # and where their time goes
 
 Without CUDA it refuses unless given `--device cpu --small`. Writes bench/results/gpu.json (`--out`), again after
-each part, so that a run cut short keeps what it measured (`--parts` runs some of them).
+each row of a part (`progress`), so that a run cut short keeps what it measured (`--parts` runs some of them).
 """
 
 from __future__ import annotations

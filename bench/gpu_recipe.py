@@ -395,7 +395,7 @@ def update_variant(cfg: Any, dims: dict, device: str, fn: Any, checkpointing: bo
         enable_gradient_checkpointing(model)
     budget = resolve_micro_batch_tokens("auto", model, autocast=autocast).tokens
     params = sum(p.numel() for p in model.parameters())
-    s, peak, opt, _ = fn(model, mini, dims, device, autocast, budget)
+    s, peak, _, opt, _ = fn(model, mini, dims, device, autocast, budget)
     return {**gpu.precision(model, autocast), **gpu_update.state_dtypes(model, opt), "micro_batch_tokens": budget,
             "micro_batches": len(gpu_update.micro_parts(mini, budget)), "seconds_per_update": s,
             "tokens_per_s": tokens / s, "tflop_per_s": 6 * params * tokens / s / 1e12,

@@ -7,6 +7,7 @@ updates on the recipe's 4B shape.
 from __future__ import annotations
 
 import tempfile
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from bench.common import stopwatch
 from bench.gpu_profile import where_time_goes
 
 FIXED_MICRO = 4  # the fixed micro-batch size whose padding the result reports beside the token budget's
+COMPILED = "tirl, model.compile_layers"
 
 
 def update_batch(cfg: Any, dims: dict, device: str) -> Any:
@@ -34,12 +36,14 @@ def update_batch(cfg: Any, dims: dict, device: str) -> Any:
     return TokenBatch(ids.to(device), attn.to(device), loss_mask.to(device), {"advantages": adv.to(device)})
 
 
-def timed_steps(step: Any, steps: int, device: str) -> tuple[float, float | None]:
-    """(seconds per step after one warm-up step, peak allocated GiB over the timed steps; None on a CPU)."""
+def timed_steps(step: Any, steps: int, device: str) -> tuple[float, float | None, float]:
+    """(seconds per step after one warm-up step, peak allocated GiB over the timed steps (None on a CPU), the
+    warm-up step's seconds: compiles included)."""
     import torch
 
-    step()
-    gpu.sync(device)
+    with stopwatch() as warm:
+        step()
+        gpu.sync(device)
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
     with stopwatch() as t:
@@ -47,7 +51,7 @@ def timed_steps(step: Any, steps: int, device: str) -> tuple[float, float | None
             step()
         gpu.sync(device)
     peak = torch.cuda.max_memory_allocated() / 2**30 if device == "cuda" else None
-    return t.s / steps, peak
+    return t.s / steps, peak, warm.s
 
 
 def micro_parts(mini: Any, budget: int, fixed: int = 0) -> list[list[int]]:
@@ -76,15 +80,30 @@ def state_dtypes(model: Any, opt: Any) -> dict[str, str]:
 
 
 def tirl_update(
-    model: Any, mini: Any, dims: dict, device: str, autocast: Any, budget: int, profile: bool = False
+    model: Any,
+    mini: Any,
+    dims: dict,
+    device: str,
+    autocast: Any,
+    budget: int,
+    profile: bool = False,
+    compile_layers: bool = False,
 ) -> tuple:
+    """tirl's RL update: (seconds per update, peak GiB, warm-up seconds, the optimizer, extra fields: the profile,
+    and under `compile_layers` the padded shapes compiled). `compile_layers`: `model.compile_layers` with every
+    row padded to the longest length (one shape per micro-batch size: each a compile, in the warm-up update),
+    through inductor on CUDA and the `aot_eager` backend on a CPU (the dry run checks the path, not the kernels)."""
     from tirl.algorithms import get_policy_loss
+    from tirl.train.compiled import CompiledLayers
     from tirl.train.optim import OptimConfig, build_optimizer, clip_and_step
     from tirl.train.rl.update import LossSpec, accumulate_gradients
 
+    compiled = None
+    if compile_layers:
+        compiled = CompiledLayers(model, dims["seq"], None if device == "cuda" else {"backend": "aot_eager"})
     spec = LossSpec(
         get_policy_loss("ppo"), hyper={"clip_low": 0.2, "clip_high": 0.28, "clip_c": 10.0}, agg="token-mean", norm_len=dims["seq"],
-        temperature=1.0, micro_batch_tokens=budget, autocast=autocast,
+        temperature=1.0, micro_batch_tokens=budget, autocast=autocast, compiled=compiled,
     )  # fmt: skip
     cfg = OptimConfig(lr=1e-6)
     opt, sched = build_optimizer(model, cfg, dims["steps"] + 1)
@@ -94,7 +113,10 @@ def tirl_update(
         clip_and_step(model, opt, sched, cfg, loss=stats["loss/total"])
 
     timed = timed_steps(step, dims["steps"], device)
-    return (*timed, opt, where_time_goes(step, device, 1) if profile else None)
+    extra = {"profile": where_time_goes(step, device, 1)} if profile else {}
+    if compiled is not None:
+        extra["compiled_shapes"] = sorted(compiled.shapes)
+    return (*timed, opt, extra)
 
 
 def plain_update(
@@ -121,7 +143,7 @@ def plain_update(
         opt.step()
         opt.zero_grad(set_to_none=True)
 
-    return (*timed_steps(step, dims["steps"], device), opt, None)
+    return (*timed_steps(step, dims["steps"], device), opt, {})
 
 
 def plan_estimate(cfg: Any, dims: dict, device: str, gpu_gib: float, budget: int) -> dict:
@@ -144,6 +166,11 @@ def plan_estimate(cfg: Any, dims: dict, device: str, gpu_gib: float, budget: int
     return {"total_gib": p.total_gib, "activations_gib": p.activations_gib, "logits_gib": p.logits_gib}
 
 
+# (name, the update, whether --profile profiles it)
+VARIANTS = (("tirl", tirl_update, True), ("plain HF", plain_update, False),
+            (COMPILED, partial(tirl_update, compile_layers=True), False))  # fmt: skip
+
+
 def update(cfg: Any, dims: dict, device: str, profile: bool = False) -> dict:
     """fp32 master weights under bf16 autocast (tirl's RL update), on a CPU too (its dry run runs the same path)."""
     import torch
@@ -153,23 +180,32 @@ def update(cfg: Any, dims: dict, device: str, profile: bool = False) -> dict:
     autocast = torch.bfloat16
     mini = update_batch(cfg, dims, device)
     tokens = int(mini.attention_mask.sum())
-    rows, budget = {}, 0
-    for name, fn in (("tirl", tirl_update), ("plain HF", plain_update)):
-        model = gpu.build(cfg, device, "float32").train()
-        budget = budget or resolve_micro_batch_tokens("auto", model, autocast=autocast).tokens
-        params = sum(p.numel() for p in model.parameters())
-        s, peak, opt, prof = fn(model, mini, dims, device, autocast, budget, profile)
-        rows[name] = {**gpu.precision(model, autocast), **state_dtypes(model, opt), "seconds_per_update": s,
-                      "tokens_per_s": tokens / s, "tflop_per_s": 6 * params * tokens / s / 1e12,
-                      "peak_allocated_gib": peak, **({"profile": prof} if prof else {})}  # fmt: skip
-        del model, opt
-        gpu.free(device)
-    rows["tirl"]["speed_vs_plain"] = (
-        rows["plain HF"]["seconds_per_update"] / rows["tirl"]["seconds_per_update"]
-    )
+    rows: dict[str, Any] = {}
+    budget, params = 0, 0
+    out = {"sequences": dims["batch"], "max_tokens": dims["seq"], "real_tokens": tokens, "variants": rows}
+    # each variant written as it ends; the compiled one, whose compiles take longest, last
+    for name, fn, prof in VARIANTS:
+
+        def run(fn: Any = fn, prof: bool = prof and profile) -> dict:
+            nonlocal budget, params
+            model = gpu.build(cfg, device, "float32").train()
+            budget = budget or resolve_micro_batch_tokens("auto", model, autocast=autocast).tokens
+            params = sum(p.numel() for p in model.parameters())
+            s, peak, warm, opt, extra = fn(model, mini, dims, device, autocast, budget, prof)
+            return {**gpu.precision(model, autocast), **state_dtypes(model, opt), "seconds_per_update": s,
+                    "tokens_per_s": tokens / s, "tflop_per_s": 6 * params * tokens / s / 1e12,
+                    "peak_allocated_gib": peak, "warmup_s": warm, **extra}  # fmt: skip
+
+        rows[name] = gpu.guarded(run, device)
+        gpu.progress(out)
+    for name in ("tirl", COMPILED):
+        if "seconds_per_update" in rows[name] and "seconds_per_update" in rows["plain HF"]:
+            rows[name]["speed_vs_plain"] = (
+                rows["plain HF"]["seconds_per_update"] / rows[name]["seconds_per_update"]
+            )
     gpu_gib = torch.cuda.get_device_properties(0).total_memory / 2**30 if device == "cuda" else 80.0
     est = plan_estimate(cfg, dims, device, gpu_gib, budget)
-    if rows["tirl"]["peak_allocated_gib"]:
+    if rows["tirl"].get("peak_allocated_gib"):
         est["vs_measured_peak"] = est["total_gib"] / rows["tirl"]["peak_allocated_gib"]
     parts = micro_parts(mini, budget)
     return {

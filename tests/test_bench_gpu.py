@@ -250,3 +250,20 @@ def test_decode_writes_each_row_as_it_ends_and_a_failed_row_costs_no_other(monke
     assert rows["torch engine, fp32 weights, bf16 autocast"] == {"error": "RuntimeError: CUDA out of memory"}
     assert rows["HF generate, bf16 weights"]["tokens_per_s"] > 0 and rows[names[-1]].startswith("skipped")
     assert rows["torch engine, fp32 weights, fp32"]["vs_hf_generate_bf16"] > 0
+
+
+def test_the_compiled_update_runs_after_the_others_and_names_its_compiles(monkeypatch):
+    """The update's third variant is tirl's with `model.compile_layers` (on a CPU through aot_eager): it runs
+    last, each variant reaches `progress` as it ends, and it names the padded shapes it compiled (its warm-up
+    update compiles them) beside the same fields as the others."""
+    upd = importlib.import_module("bench.gpu_update")
+    gpu = importlib.import_module("bench.gpu")
+    seen = []
+    monkeypatch.setattr(gpu, "_WRITERS", [lambda so_far: seen.append(list(so_far["variants"]))])
+    cfg, dims = gpu.model_config(small=True), gpu.SMALL
+    rows = upd.update(cfg, dims, "cpu")["variants"]
+    assert seen == [["tirl"], ["tirl", "plain HF"], ["tirl", "plain HF", upd.COMPILED]]
+    compiled = rows[upd.COMPILED]
+    assert compiled["compiled_shapes"] and all(t % dims["seq"] == 0 for _, t in compiled["compiled_shapes"])
+    assert compiled["tokens_per_s"] > 0 and compiled["warmup_s"] > 0 and compiled["speed_vs_plain"] > 0
+    assert "compiled_shapes" not in rows["tirl"]

@@ -12,16 +12,16 @@ the timeouts (`GPU_TIMEOUTS`) allow for both:
 | phase | what | took | timeout |
 |---|---|---|---|
 | env | versions, the GPU, and which of the offline wheels' modules import (`OFFLINE_WHEELS`, docs/gpu.md) | 10 s | 15 s |
-| bench-decode | `--parts decode --profile`: engine (eager, bf16, CUDA graphs; the graphs again with the earlier draw and with a compiled step), HF `generate` | 111 s (5 rows) | 200 s |
-| bench-update | `--parts update --profile`: tirl's update and a plain HF one | 35 s | 60 s |
-| bench-decode-4b | `--parts decode-4b`: the Qwen3-4B shape's graph decode and HF `generate`, 2,048/16,384 contexts | - | 135 s |
-| bench-update-4b | `--parts update-4b`: the 4B shape's update on 16 x 6,144-8,192 tokens, where `tirl plan` says it fits | - | 130 s |
+| bench-decode | `--parts decode --profile`: engine (eager, bf16, CUDA graphs; the graphs again with the earlier draw and with a compiled step), HF `generate` | 111 s (5 rows) | 180 s |
+| bench-update | `--parts update --profile`: tirl's update, a plain HF one, tirl's with `model.compile_layers` | 35 s (2 variants) | 110 s |
+| bench-decode-4b | `--parts decode-4b`: the Qwen3-4B shape's graph decode and HF `generate`, 2,048/16,384 contexts | - | 125 s |
+| bench-update-4b | `--parts update-4b`: the 4B shape's update on 16 x 6,144-8,192 tokens, where `tirl plan` says it fits | - | 110 s |
 
 Run only when named (`--phases`; all three ran in the first session): `graph-decode`, the CUDA-graph decode's GPU
 tests (`tests/rollout/test_graph_decode.py -m gpu`), 22 s, 35 s; `gpu-check`, `make gpu-check`'s runner
 (`tests/gpu/gpu_check.py`, the graph tests left out), ~155 s, 180 s; `bench-demo`, the tiny demo's stages on
 CUDA (2 RL steps, 16 tests), ~145 s, 130 s. A part writes each row (each context, each variant) as it ends, so a
-phase killed at its timeout keeps what it finished (the compiled row comes last in bench-decode for that reason).
+phase killed at its timeout keeps what it finished (the compiled rows come last for that reason).
 
 DIR gets `session.json` (rewritten after each phase: its command, exit code, seconds, whether it timed out, the
 tail of its output), each phase's whole output as `PHASE.log`, and the benchmark's JSON per part
@@ -63,7 +63,7 @@ ON_THE_MACHINE = ("torch", "transformers", "peft")  # the GPU machine's own, not
 GRAPH_TESTS = "tests/rollout/test_graph_decode.py"
 # seconds each phase may take: on a GPU about 1.2x what it took on one H100 (the table above), on a CPU the dry
 # run's (the demo takes minutes there); the default phases' sum stays within BUDGET_S
-GPU_TIMEOUTS = {"env": 15, "bench-decode": 200, "bench-update": 60, "bench-decode-4b": 135, "bench-update-4b": 130,
+GPU_TIMEOUTS = {"env": 15, "bench-decode": 180, "bench-update": 110, "bench-decode-4b": 125, "bench-update-4b": 110,
                 "graph-decode": 35, "gpu-check": 180, "bench-demo": 130}  # fmt: skip
 CPU_TIMEOUTS = {"env": 20, "bench-decode": 90, "bench-update": 90, "bench-decode-4b": 90, "bench-update-4b": 90,
                 "graph-decode": 60, "gpu-check": 90, "bench-demo": 220}  # fmt: skip
