@@ -11,7 +11,7 @@ the timeouts (`GPU_TIMEOUTS`) allow for both:
 
 | phase | what | took | timeout |
 |---|---|---|---|
-| env | versions, the GPU, and which of the offline wheels' modules import (`OFFLINE_WHEELS`, docs/gpu.md) | 10 s | 15 s |
+| env | versions, the GPU, and which of the offline wheels' modules import (`OFFLINE_WHEELS`, `BENCH_WHEELS`, docs/gpu.md) | 10 s | 15 s |
 | bench-decode | `--parts decode --profile`: engine (eager, bf16, CUDA graphs; the graphs again with the earlier draw and with a compiled step), HF `generate` | 111 s (5 rows) | 180 s |
 | bench-update | `--parts update --profile`: tirl's update, a plain HF one, tirl's with `model.compile_layers` | 35 s (2 variants) | 110 s |
 | bench-decode-4b | `--parts decode-4b`: the Qwen3-4B shape's graph decode and HF `generate`, 2,048/16,384 contexts | - | 125 s |
@@ -60,6 +60,9 @@ OFFLINE_WHEELS = {
     "pyseccomp": "pyseccomp", "pytest": "pytest", "setuptools": "setuptools",
 }  # fmt: skip
 ON_THE_MACHINE = ("torch", "transformers", "peft")  # the GPU machine's own, not among the wheels
+# what the default phases (the benchmark) import beyond the machine's own: about 10 MB of wheels with their
+# dependencies (docs/gpu.md); the others serve the phases run only when named
+BENCH_WHEELS = ("math-verify", "pyyaml", "rich", "httpx")
 GRAPH_TESTS = "tests/rollout/test_graph_decode.py"
 # seconds each phase may take: on a GPU about 1.2x what it took on one H100 (the table above), on a CPU the dry
 # run's (the demo takes minutes there); the default phases' sum stays within BUDGET_S
@@ -112,13 +115,15 @@ def phases(cpu: bool, extra: bool = False) -> list[Phase]:
 
 
 def environment() -> dict:
-    """Versions, the GPU, and the modules of the offline wheels and of the machine that do not import."""
+    """Versions, the GPU, and the modules that do not import: `missing`, what the default phases need (the
+    machine's own and `BENCH_WHEELS`); `missing_for_named_phases`, the other offline wheels'."""
     import platform
 
     out: dict = {"python": platform.python_version()}
-    missing = [w for w, mod in OFFLINE_WHEELS.items() if importlib.util.find_spec(mod) is None]
-    missing += [m for m in ON_THE_MACHINE if importlib.util.find_spec(m) is None]
-    out["missing"] = missing
+    absent = [w for w, mod in OFFLINE_WHEELS.items() if importlib.util.find_spec(mod) is None]
+    out["missing"] = [w for w in absent if w in BENCH_WHEELS]
+    out["missing"] += [m for m in ON_THE_MACHINE if importlib.util.find_spec(m) is None]
+    out["missing_for_named_phases"] = [w for w in absent if w not in BENCH_WHEELS]
     if importlib.util.find_spec("torch") is not None:
         import torch
 

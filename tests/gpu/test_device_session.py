@@ -68,8 +68,11 @@ def test_a_spent_budget_skips_the_remaining_phases(tmp_path):
 def test_the_env_phase_checks_the_offline_wheels_of_the_docs():
     block = (ROOT / "docs" / "gpu.md").read_text().split("pip download", 1)[1].split("```", 1)[0]
     assert set(re.findall(r'"([a-z-]+)[><=]', block)) == set(ds.OFFLINE_WHEELS)
+    bench = (ROOT / "docs" / "gpu.md").read_text().split("-d wheels-bench", 1)[1].split("\n", 1)[0]
+    assert set(re.findall(r'"([a-z-]+)[><=]', bench)) == set(ds.BENCH_WHEELS) < set(ds.OFFLINE_WHEELS)
     info = ds.environment()
     assert info["torch"] and info["transformers"] and isinstance(info["missing"], list)
+    assert not set(info["missing"]) & set(info["missing_for_named_phases"])
 
 
 @pytest.mark.slow
