@@ -320,24 +320,6 @@ def decode_4b(device: str, small: bool, card_gib: float = 0.0) -> dict:
     }  # fmt: skip
 
 
-def recipe_batch(cfg: Any, dims: dict, device: str) -> Any:
-    """`batch` sequences of 3/4 to all of `seq` tokens, right-padded, the first quarter of `seq` the prompt (not
-    trained), with advantages: bench/gpu.py's `update_batch` at the recipe's lengths."""
-    import torch
-
-    from tirl.train.batch import TokenBatch
-
-    B, T = dims["batch"], dims["seq"]
-    g = torch.Generator().manual_seed(1)
-    lengths = torch.randint(3 * T // 4, T + 1, (B,), generator=g)
-    ids = torch.randint(0, cfg.vocab_size, (B, T), generator=g)
-    attn = (torch.arange(T)[None, :] < lengths[:, None]).long()
-    loss_mask = attn.clone()
-    loss_mask[:, : T // 4] = 0
-    adv = (torch.randn(B, 1, generator=g).expand(B, T) * loss_mask).contiguous()
-    return TokenBatch(ids.to(device), attn.to(device), loss_mask.to(device), {"advantages": adv.to(device)})
-
-
 def recipe_plan(
     cfg: Any, dims: dict, device: str, gpu_gib: float, checkpointing: bool, processes: int = 1
 ) -> Any:
@@ -425,7 +407,7 @@ def update_4b(device: str, small: bool, card_gib: float = 0.0) -> dict:
     if ckpt is None:
         why = f"tirl plan estimates {est[True].total_gib:.1f} GiB > {card:.1f} GiB on this card"
         return out | {"variants": {n: {"skipped": why} for n, _ in names}}
-    mini = recipe_batch(cfg, dims, device)
+    mini = gpu_update.update_batch(cfg, dims, device, shortest=0.75)
     rows: dict[str, dict] = {}
     for n, fn in names:  # tirl's first; each written as it ends (bench.gpu.progress)
         rows[n] = gpu.guarded(lambda fn=fn: update_variant(cfg, dims, device, fn, ckpt, mini), device)

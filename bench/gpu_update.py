@@ -19,15 +19,16 @@ FIXED_MICRO = 4  # the fixed micro-batch size whose padding the result reports b
 COMPILED = "tirl, model.compile_layers"
 
 
-def update_batch(cfg: Any, dims: dict, device: str) -> Any:
-    """16 (batch) sequences of seq/2 to seq tokens, right-padded, the last three quarters of each trained."""
+def update_batch(cfg: Any, dims: dict, device: str, shortest: float = 0.5) -> Any:
+    """`batch` sequences of `shortest` x seq to seq tokens, right-padded, the first quarter of seq the prompt (not
+    trained), with advantages."""
     import torch
 
     from tirl.train.batch import TokenBatch
 
     B, T = dims["batch"], dims["seq"]
     g = torch.Generator().manual_seed(1)
-    lengths = torch.randint(T // 2, T + 1, (B,), generator=g)
+    lengths = torch.randint(int(shortest * T), T + 1, (B,), generator=g)
     ids = torch.randint(0, cfg.vocab_size, (B, T), generator=g)
     attn = (torch.arange(T)[None, :] < lengths[:, None]).long()
     loss_mask = attn.clone()
