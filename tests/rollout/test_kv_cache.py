@@ -181,7 +181,7 @@ def test_float32_keys_are_kept_in_autocasts_dtype_with_the_same_numbers(tokenize
 
     cast = decode()
     assert set(stored) == {(torch.float32, torch.bfloat16)}
-    monkeypatch.setattr(kv_cache, "stored_dtype", lambda keys: keys.dtype)  # as they come: float32
+    monkeypatch.setattr(kv_cache, "stored_dtype", lambda states: states.dtype)  # as they come: float32
     stored.clear()
     kept = decode()
     assert set(stored) == {(torch.float32, torch.float32)}

@@ -16,7 +16,7 @@ from torch.autograd import profiler as _profiler
 # Every region tirl marks, in loop order: what a profile's per-region table is keyed by.
 REGIONS = (
     "tirl/decode/prefill",  # the prompts' pass (and kept prefixes') before the first token
-    "tirl/decode/sample",  # log-softmax, truncation and the draw over the vocabulary
+    "tirl/decode/sample",  # log-softmax, truncation, the draw (and the graph decode queueing its ids to the host)
     "tirl/decode/step",  # one decode step of the model: a graph replay, or the eager forward
     "tirl/decode/host",  # waiting for the sampled ids and booking them (stop rules, kept prefixes)
     "tirl/update/forward",  # a micro-batch's log-probs and loss

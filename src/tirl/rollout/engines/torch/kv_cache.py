@@ -20,14 +20,14 @@ from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
 
-def stored_dtype(keys: torch.Tensor) -> torch.dtype:
-    """The dtype a layer keeps `keys` in: autocast's where autocast is on and they are float32 (Qwen3's key norm
-    returns float32 keys under bf16 autocast). Attention casts them to that dtype when it reads them anyway (it is
-    on autocast's lower-precision list), so storing them cast changes no number and halves their memory."""
-    dev = keys.device.type
-    if keys.dtype == torch.float32 and torch.is_autocast_enabled(dev):
+def stored_dtype(states: torch.Tensor) -> torch.dtype:
+    """The dtype a layer keeps keys or values in: autocast's where autocast is on and they are float32 (Qwen3's key
+    norm returns float32 keys under bf16 autocast). Attention casts them to that dtype when it reads them anyway
+    (it is on autocast's lower-precision list), so storing them cast changes no number and halves their memory."""
+    dev = states.device.type
+    if states.dtype == torch.float32 and torch.is_autocast_enabled(dev):
         return torch.get_autocast_dtype(dev)
-    return keys.dtype
+    return states.dtype
 
 
 class InPlaceLayer(DynamicLayer):
@@ -43,7 +43,8 @@ class InPlaceLayer(DynamicLayer):
         b, h, _, d = key_states.shape
         self.dtype, self.device = key_states.dtype, key_states.device
         self._k = key_states.new_empty((b, h, self.capacity, d), dtype=stored_dtype(key_states))
-        self._v = value_states.new_empty((b, value_states.shape[1], self.capacity, value_states.shape[-1]))
+        v_shape = (b, value_states.shape[1], self.capacity, value_states.shape[-1])
+        self._v = value_states.new_empty(v_shape, dtype=stored_dtype(value_states))
         self.is_initialized = True
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
