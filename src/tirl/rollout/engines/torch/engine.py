@@ -36,7 +36,8 @@ Not here: continuous batching across calls and paged attention; use the vLLM eng
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from typing import Any
 
 import torch
@@ -63,6 +64,11 @@ def unique_rows(prompts: Sequence[Sequence[int]], kept: Sequence[Any]) -> tuple[
     """(src, inverse) of `first_rows`: the rows to pre-fill (the first row of each distinct prompt without a kept
     prefix, and every row with one) and, for each row, the position in `src` of the row whose pre-fill it shares."""
     return first_rows([tuple(p) if k is None else None for p, k in zip(prompts, kept, strict=True)])
+
+
+def _as_lists(tok: torch.Tensor, lp: torch.Tensor) -> tuple[list[int], list[float]]:
+    """A step's sampled ids and log-probs read on the host."""
+    return tok.tolist(), lp.tolist()
 
 
 class TorchEngine:
@@ -251,12 +257,8 @@ class TorchEngine:
             every = len(active) == len(rows)
             with region("tirl/decode/sample"):
                 tok, lp = sample_next(logits if every else logits[active], params, generator)
-            with region("tirl/decode/host"):
-                keep = self._append(gens, [rows[j] for j in active], tok.tolist(), lp.tolist(), limits)
-                if len(keep) < len(active) and self.kept.max_bytes:
-                    done = sorted({active[j] for j in set(range(len(active))) - set(keep)})
-                    tokens = [prompts[rows[j]] + gens[rows[j]].token_ids[:-1] for j in done]
-                    self.kept.keep(cache, done, tokens, attn)  # attn's columns are the cache's positions
+            sampled = partial(_as_lists, tok, lp)  # read on the host inside the booking
+            keep = self._book(gens, prompts, rows, active, sampled, limits, cache, attn)
             active, tok = [active[j] for j in keep], tok[keep] if len(keep) < len(tok) else tok
             if not active:
                 break
@@ -363,6 +365,29 @@ class TorchEngine:
             ids[i, L - len(p) :] = torch.as_tensor(list(p), dtype=torch.long)
             attn[i, L - len(p) :] = 1
         return ids, attn
+
+    def _book(
+        self,
+        gens: list[Generation],
+        prompts: list[list[int]],
+        rows: list[int],
+        active: list[int],
+        sampled: Callable[[], tuple[list[int], list[float]]],
+        limits: list[int],
+        cache: Any,
+        mask: torch.Tensor,
+    ) -> list[int]:
+        """A decode step's booking on the host, for the eager and the graph decode: the sampled ids and log-probs
+        (`sampled()`: the step's read) added to the `active` cache rows (`rows[j]`: row j's generation), then the
+        prefixes of the rows that finished kept from `cache` (`mask`: its columns the cache's positions that hold
+        their tokens). Returns the positions in `active` of the rows that go on."""
+        with region("tirl/decode/host"):
+            keep = self._append(gens, [rows[j] for j in active], *sampled(), limits)
+            if len(keep) < len(active) and self.kept.max_bytes:
+                done = sorted({active[j] for j in set(range(len(active))) - set(keep)})
+                tokens = [prompts[rows[j]] + gens[rows[j]].token_ids[:-1] for j in done]
+                self.kept.keep(cache, done, tokens, mask)
+        return keep
 
     def _append(
         self, gens: list[Generation], live: list[int], toks: list[int], lps: list[float], limits: list[int]

@@ -65,8 +65,16 @@ class DecodeHost(Protocol):
         self, prompts: list[list[int]], kept: list[Any], room: int
     ) -> tuple[InPlaceCache, torch.Tensor, torch.Tensor, torch.Tensor]: ...
 
-    def _append(
-        self, gens: list[Generation], live: list[int], toks: list[int], lps: list[float], limits: list[int]
+    def _book(
+        self,
+        gens: list[Generation],
+        prompts: list[list[int]],
+        rows: list[int],
+        active: list[int],
+        sampled: Callable[[], tuple[list[int], list[float]]],
+        limits: list[int],
+        cache: Any,
+        mask: torch.Tensor,
     ) -> list[int]: ...
 
 
@@ -284,20 +292,15 @@ class GraphDecoder:
                     logits[: len(rows)] if every else logits.index_select(0, index), params, generator
                 )
                 wait = self._host.start(tok, lp)
-            live = [rows[j] for j in active]
-            feed = any(len(gens[i].token_ids) + 1 < limits[i] for i in live)  # a row goes on unless it stops
+            feed = any(len(gens[rows[j]].token_ids) + 1 < limits[rows[j]] for j in active)  # unless all stop
             if feed:  # the next step runs on the device while the host books this one
                 with region("tirl/decode/step"):
                     a.ids[:bk, 0].fill_(eng.pad_id).index_copy_(0, index, tok)
                     logits = self._run(bk, ck)
                 w += 1
-            with region("tirl/decode/host"):
-                keep = eng._append(gens, live, *wait(), limits)
-                if len(keep) < len(active) and eng.kept.max_bytes:
-                    done = sorted({active[j] for j in set(range(len(active))) - set(keep)})
-                    tokens = [prompts[rows[j]] + gens[rows[j]].token_ids[:-1] for j in done]
-                    fed = w - 1 if feed else w  # the column the launched step writes holds no token of theirs
-                    eng.kept.keep(self._cache(bk, ck), done, tokens, a.mask_view(bk, ck)[:, :fed])
+            fed = w - 1 if feed else w  # the column the launched step writes holds no finished row's token
+            cache, mask = self._cache(bk, ck), a.mask_view(bk, ck)[:, :fed]
+            keep = eng._book(gens, prompts, rows, active, wait, limits, cache, mask)
             if len(keep) == len(active):
                 continue
             active = [active[j] for j in keep]
