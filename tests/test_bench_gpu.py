@@ -160,7 +160,7 @@ def test_recipe_update_is_skipped_where_tirl_plan_says_it_does_not_fit():
     assert r.fsdp_80gb(cfg, r.UPDATE_FULL)["processes"] == 4
 
 
-def test_recipe_guard_records_an_out_of_memory_error_and_goes_on():
+def test_a_guarded_variant_records_an_out_of_memory_error_and_the_part_goes_on():
     def oom() -> dict:
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
