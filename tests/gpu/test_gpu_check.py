@@ -24,7 +24,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "rollout"))
 from bench.common import tirl_env  # noqa: E402
-from test_vllm_engine import SKIP, build_tool_model  # noqa: E402
+from test_vllm_engine import SKIP, saved_tool_model  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 LOGPROB_ATOL = 1e-2
@@ -39,8 +39,7 @@ pytestmark = [
 @pytest.fixture(scope="module")
 def tiny_dir(tokenizer, renderer, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("gpu-tiny")
-    build_tool_model(tokenizer, renderer).save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    saved_tool_model(tokenizer, renderer, path)
     return path
 
 

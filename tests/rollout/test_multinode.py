@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_vllm_engine import build_tool_model, needs_vllm
+from test_vllm_engine import needs_vllm, saved_tool_model
 
 from tirl.rollout.engines.vllm.command import free_port
 from tirl.train import checkpoint_read
@@ -200,8 +200,7 @@ def global_keys(states: list[dict], entry: str) -> list[tuple[int, int]]:
 @pytest.fixture(scope="module")
 def model_dir(tokenizer, renderer, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("multinode-model")
-    build_tool_model(tokenizer, renderer).save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    saved_tool_model(tokenizer, renderer, path)
     return path
 
 

@@ -84,14 +84,19 @@ def build_tool_model(tokenizer, renderer):
     return model.eval()
 
 
+def saved_tool_model(tokenizer, renderer, path):
+    """`build_tool_model`'s model, saved with the tokenizer in `path` (a directory vLLM and tirl load)."""
+    model = build_tool_model(tokenizer, renderer)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return model
+
+
 @pytest.fixture(scope="module")
 def tiny(tokenizer, renderer, tmp_path_factory):
     """(model, its HF directory)."""
-    model = build_tool_model(tokenizer, renderer)
     path = tmp_path_factory.mktemp("vllm-tiny")
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return model, path
+    return saved_tool_model(tokenizer, renderer, path), path
 
 
 @pytest.fixture(scope="module")

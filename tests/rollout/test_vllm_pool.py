@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_vllm_engine import AGENT, LOGPROB_ATOL, build_tool_model, needs_vllm
+from test_vllm_engine import AGENT, LOGPROB_ATOL, needs_vllm, saved_tool_model
 
 from tirl.core.rundir import MARKER
 from tirl.rollout.agent.loop import stop_token_ids
@@ -73,8 +73,7 @@ def _steps(out: Path) -> list[dict]:
 @pytest.fixture(scope="module")
 def tiny_dir(tokenizer, renderer, tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("pool-tiny")
-    build_tool_model(tokenizer, renderer).save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    saved_tool_model(tokenizer, renderer, path)
     return path
 
 
